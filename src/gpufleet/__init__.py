@@ -1,0 +1,1 @@
+"""gpufleet: schedule model-serving replicas across Kubernetes GPU clusters by free GPUs."""

@@ -1,0 +1,359 @@
+"""The core's data model: what the scheduler and the agent's observer read and return.
+
+Everything here is a frozen, slotted dataclass built from the standard library only. The API
+layer (`gpufleet.api`) converts validated Kubernetes-shaped manifests into these types; the core
+never sees YAML, pydantic or a client.
+
+Vocabulary (see docs/architecture.md):
+
+- A *class* describes what one node of a pool offers: a tuple of `Device` kinds, each with a
+  per-node `count`.
+- A *pool* is a named group of identical nodes in a cluster, sized `node_count` and allowed to
+  grow to `max_node_count`. It may carry a `PoolObservation` from the cluster's agent: a
+  histogram of its nodes by free devices, keyed by DRA driver.
+- A *deployment* asks for `replicas` copies of a serving *replica*: engines of members, each
+  member a pod template with device requests selected by CEL.
+- A *replica* is one placed instance, pinned to one cluster, each member pinned to one pool.
+
+Device selection is abstracted as the `Selector` protocol: the CEL layer (`gpufleet.cel`)
+compiles expressions into objects with a `matches(device)` method, so the core stays
+stdlib-only while evaluating real Kubernetes CEL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import NewType, Protocol
+
+ClusterName = NewType("ClusterName", str)
+PoolName = NewType("PoolName", str)
+DriverName = NewType("DriverName", str)
+
+#: The largest histogram the scheduler uses; a pool reporting more buckets falls back to
+#: whole-node accounting (DESIGN.md, "What counts as free"; review point 10).
+MAX_HISTOGRAM_BUCKETS = 256
+
+
+class ClaimMode(StrEnum):
+    """How a device kind is obtained: claimed through DRA, or matched for placement only."""
+
+    DRA = "DRA"
+    SYNTHETIC = "Synthetic"
+
+
+class AttributeKind(StrEnum):
+    STRING = "string"
+    VERSION = "version"
+    BOOL = "bool"
+    INT = "int"
+
+
+@dataclass(frozen=True, slots=True)
+class Attribute:
+    """One typed device attribute, as in a DRA ResourceSlice (`{string|version|bool|int}`)."""
+
+    kind: AttributeKind
+    value: str | bool | int
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One kind of device that every node of a pool offers `count` of.
+
+    `attributes` and `capacity` keys are bare (`memory`, under the driver's domain) or
+    qualified (`domain/id`). Capacity values are Kubernetes quantity strings, kept verbatim.
+    """
+
+    name: str
+    driver: DriverName
+    claim: ClaimMode = ClaimMode.DRA
+    device_class_name: str = ""
+    count: int = 1
+    attributes: Mapping[str, Attribute] = field(default_factory=dict)
+    capacity: Mapping[str, str] = field(default_factory=dict)
+
+
+class Selector(Protocol):
+    """A compiled device selector. Evaluation errors are non-matches, never exceptions."""
+
+    @property
+    def expression(self) -> str: ...
+
+    def matches(self, device: Device) -> bool: ...
+
+
+# --- clusters and pools -----------------------------------------------------------------
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: TaintEffect
+    value: str = ""
+
+
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    """Kubernetes toleration semantics; an empty `effect` matches every effect."""
+
+    key: str = ""
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: str = ""
+    effect: TaintEffect | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """`nodes` nodes of a pool each have exactly `free` devices free, per DRA driver."""
+
+    free: Mapping[DriverName, int]
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoolObservation:
+    """What a cluster's agent saw of one pool, at `observed_at` on the agent's clock.
+
+    `buckets` is None when the agent could not build a histogram (over the bucket cap, or an
+    unusable pool); the scheduler then falls back to whole-node accounting for that pool.
+    `last_allocation_time` is the latest first-seen allocation time over the pool's claims:
+    every claim first seen allocated at or before it is already inside `buckets`.
+    """
+
+    observed_nodes: int
+    buckets: tuple[Bucket, ...] | None
+    observed_at: datetime | None = None
+    last_allocation_time: datetime | None = None
+    excluded_nodes: Mapping[str, int] = field(default_factory=dict)
+    extended_resources: Mapping[str, int] = field(default_factory=dict)
+    unusable_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    name: PoolName
+    class_name: str
+    devices: tuple[Device, ...]
+    node_count: int = 1
+    max_node_count: int | None = None
+    min_node_count: int = 0
+    observation: PoolObservation | None = None
+
+    @property
+    def nodes(self) -> int:
+        """The ceiling the pool may reach: `max_node_count` if set, else `node_count`."""
+        return self.max_node_count if self.max_node_count is not None else self.node_count
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    name: ClusterName
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    is_ready: bool = True
+    gateway_address: str = ""
+    pools: tuple[Pool, ...] = ()
+    #: When the cluster's agent last reported (any pool); None when no agent has reported.
+    agent_observed_at: datetime | None = None
+
+
+# --- deployments ------------------------------------------------------------------------
+
+
+class Role(StrEnum):
+    STANDALONE = "Standalone"
+    LEADER = "Leader"
+    WORKER = "Worker"
+
+
+class Phase(StrEnum):
+    PREFILL = "Prefill"
+    DECODE = "Decode"
+
+
+class ServingMode(StrEnum):
+    UNIFIED = "Unified"
+    PREFILL_DECODE = "PrefillDecode"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """`count` devices per pod of one device kind whose every selector matches."""
+
+    name: str
+    count: int
+    selectors: tuple[Selector, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One pod template of an engine. `requests` empty means no nodeSelector: claimless."""
+
+    role: Role = Role.STANDALONE
+    worker_nodes: int = 1
+    requests: tuple[DeviceRequest, ...] = ()
+
+    @property
+    def pods_per_copy(self) -> int:
+        return self.worker_nodes if self.role is Role.WORKER else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    name: str
+    members: tuple[Member, ...]
+    copies: int = 1
+    phase: Phase | None = None
+
+    @property
+    def is_gang(self) -> bool:
+        return any(m.role is not Role.STANDALONE for m in self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentKey:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    key: DeploymentKey
+    replicas: int
+    engines: tuple[Engine, ...]
+    cluster_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    serving_mode: ServingMode = ServingMode.UNIFIED
+    #: False when a dependency (the model cache) is unresolved: retain only, never place.
+    fill: bool = True
+
+
+# --- replicas ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedRequest:
+    """A member's request resolved to a DRA device kind of its pool: what the pod claims."""
+
+    name: str
+    device_class_name: str
+    count: int
+    selectors: tuple[str, ...] = ()
+    #: The DRA driver of the device it resolved to (the histogram's key).
+    driver: DriverName = DriverName("")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaMember:
+    role: Role
+    pool: PoolName
+    worker_nodes: int = 1
+    requests: tuple[ResolvedRequest, ...] = ()
+
+    @property
+    def pods_per_copy(self) -> int:
+        return self.worker_nodes if self.role is Role.WORKER else 1
+
+    @property
+    def is_claiming(self) -> bool:
+        return bool(self.requests)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEngine:
+    name: str
+    members: tuple[ReplicaMember, ...]
+    copies: int = 1
+    phase: Phase | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemberPods:
+    """The agent's count of one member's pods on one pool."""
+
+    engine: str
+    role: Role
+    live_pods: int
+    allocated_pods: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaPoolStatus:
+    """What the replica's observation says about its pods on one pool."""
+
+    pool: PoolName
+    last_allocation_time: datetime | None
+    members: tuple[MemberPods, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaStatus:
+    """The replica's observed state, as the controller publishes it from ReplicaObservations.
+
+    `observed_generation` is the replica generation the agent counted pods for; when it differs
+    from the replica's `generation` nothing is accounted for (review point 11).
+    """
+
+    pods_scheduled: bool = False
+    observed_generation: int | None = None
+    pools: tuple[ReplicaPoolStatus, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """An existing ModelReplica: one placed serving instance, identified by (cluster, index)."""
+
+    name: str
+    deployment: DeploymentKey
+    cluster: ClusterName
+    index: int
+    engines: tuple[ReplicaEngine, ...]
+    generation: int = 1
+    status: ReplicaStatus = field(default_factory=ReplicaStatus)
+
+
+# --- the snapshot -----------------------------------------------------------------------
+
+
+class NodeChoice(StrEnum):
+    """How a cluster's own scheduler picks a node for a DRA pod, as the fleet predicts it."""
+
+    SPREAD = "Spread"
+    PACK = "Pack"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulingConfig:
+    #: An observation older than this is stale: still used, and flagged in diagnoses.
+    stale_after_s: float = 60.0
+    #: A cluster whose agent is silent longer than this takes no new replicas.
+    expire_after_s: float = 300.0
+    #: Per cluster name, how its scheduler chooses nodes; default Spread.
+    node_choice: Mapping[str, NodeChoice] = field(default_factory=dict)
+    max_histogram_buckets: int = MAX_HISTOGRAM_BUCKETS
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything `schedule` reads. Order of every tuple is irrelevant to the result."""
+
+    deployments: tuple[Deployment, ...] = ()
+    clusters: tuple[Cluster, ...] = ()
+    replicas: tuple[Replica, ...] = ()
+    config: SchedulingConfig = field(default_factory=SchedulingConfig)
