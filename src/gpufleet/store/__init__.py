@@ -1,0 +1,38 @@
+"""The store port (`Store`) and its in-memory implementation (`MemoryStore`)."""
+
+from gpufleet.store.labels import SelectorError, matches, parse_selector
+from gpufleet.store.memory import MemoryStore, format_time
+from gpufleet.store.port import (
+    AlreadyExists,
+    Change,
+    ChangeType,
+    Conflict,
+    Expired,
+    Invalid,
+    Kind,
+    NotFound,
+    Obj,
+    Store,
+    StoreError,
+    kind_of,
+)
+
+__all__ = [
+    "AlreadyExists",
+    "Change",
+    "ChangeType",
+    "Conflict",
+    "Expired",
+    "Invalid",
+    "Kind",
+    "MemoryStore",
+    "NotFound",
+    "Obj",
+    "SelectorError",
+    "Store",
+    "StoreError",
+    "format_time",
+    "kind_of",
+    "matches",
+    "parse_selector",
+]

@@ -1,0 +1,178 @@
+"""The store port: the only way the agent and the controller read and write objects.
+
+A `Store` holds Kubernetes-shaped objects (plain dicts, camelCase, exactly as the API server
+returns them) and offers what a controller needs from an API server: get, list with label
+selectors, a change feed, create, update guarded by `metadata.resourceVersion`, status
+patches and delete. Two implementations exist: `MemoryStore` (this package; the simulator and
+most tests) and the Kubernetes one in `gpufleet.kube`.
+
+Semantics follow the API server, so logic written against one behaves the same on the other:
+
+- `create` stamps `uid`, `resourceVersion`, `creationTimestamp` and `generation` (1) and
+  fails with `AlreadyExists`.
+- `update` replaces the object if its `resourceVersion` equals the stored one, else raises
+  `Conflict` (the caller re-reads and retries); `generation` grows when `spec` changes. The
+  status is not changed by `update` (the status subresource is separate).
+- `patch_status` merges `status` (a JSON merge patch of the status field), optionally guarded
+  by a resourceVersion.
+- `delete` removes the object; with finalizers it only sets `deletionTimestamp`.
+- The change feed returns every change after a cursor, in order, so a reader never misses one.
+
+Objects handed out are deep copies: mutating them never changes the store.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Kind:
+    """A resource type: apiVersion and kind, and whether objects live in namespaces."""
+
+    api_version: str
+    kind: str
+    namespaced: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.kind}.{self.api_version}"
+
+
+GROUP_VERSION = "gpufleet.io/v1alpha1"
+
+INFERENCE_CLASS = Kind(GROUP_VERSION, "InferenceClass", namespaced=False)
+INFERENCE_CLUSTER = Kind(GROUP_VERSION, "InferenceCluster", namespaced=False)
+MODEL_DEPLOYMENT = Kind(GROUP_VERSION, "ModelDeployment")
+MODEL_REPLICA = Kind(GROUP_VERSION, "ModelReplica")
+POOL_OBSERVATION = Kind(GROUP_VERSION, "PoolObservation")
+REPLICA_OBSERVATION = Kind(GROUP_VERSION, "ReplicaObservation")
+
+NODE = Kind("v1", "Node", namespaced=False)
+POD = Kind("v1", "Pod")
+NAMESPACE = Kind("v1", "Namespace", namespaced=False)
+EVENT = Kind("v1", "Event")
+LEASE = Kind("coordination.k8s.io/v1", "Lease")
+DEPLOYMENT = Kind("apps/v1", "Deployment")
+LEADER_WORKER_SET = Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+RESOURCE_SLICE = Kind("resource.k8s.io/v1", "ResourceSlice", namespaced=False)
+RESOURCE_CLAIM = Kind("resource.k8s.io/v1", "ResourceClaim")
+RESOURCE_CLAIM_TEMPLATE = Kind("resource.k8s.io/v1", "ResourceClaimTemplate")
+
+KNOWN_KINDS: tuple[Kind, ...] = (
+    INFERENCE_CLASS,
+    INFERENCE_CLUSTER,
+    MODEL_DEPLOYMENT,
+    MODEL_REPLICA,
+    POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
+    NODE,
+    POD,
+    NAMESPACE,
+    EVENT,
+    LEASE,
+    DEPLOYMENT,
+    LEADER_WORKER_SET,
+    RESOURCE_SLICE,
+    RESOURCE_CLAIM,
+    RESOURCE_CLAIM_TEMPLATE,
+)
+
+
+def kind_of(obj: Mapping[str, Any]) -> Kind:
+    """The `Kind` of an object from its apiVersion and kind (must be a known kind)."""
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    for known in KNOWN_KINDS:
+        if known.api_version == api_version and known.kind == kind:
+            return known
+    raise StoreError(f"unknown kind {kind!r} of apiVersion {api_version!r}")
+
+
+class StoreError(Exception):
+    """A request the store refused; subclasses say why."""
+
+
+class NotFound(StoreError):
+    pass
+
+
+class AlreadyExists(StoreError):
+    pass
+
+
+class Conflict(StoreError):
+    """The object changed since it was read (stale resourceVersion): re-read and retry."""
+
+
+class Expired(StoreError):
+    """The change feed no longer holds the requested cursor (410 Gone): list again."""
+
+
+class Invalid(StoreError):
+    """The request itself is malformed (no name, namespace missing or not allowed...)."""
+
+
+class ChangeType(StrEnum):
+    ADDED = "ADDED"
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One change in the feed; `obj` is the object after the change (before, for DELETED)."""
+
+    cursor: int
+    type: ChangeType
+    kind: Kind
+    obj: Obj
+
+    @property
+    def name(self) -> str:
+        return str(self.obj["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str | None:
+        ns = self.obj["metadata"].get("namespace")
+        return None if ns is None else str(ns)
+
+
+class Store(Protocol):
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
+        """The object, or None when it does not exist."""
+        ...
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> list[Obj]:
+        """Objects of a kind, sorted by (namespace, name); `namespace=None` means all."""
+        ...
+
+    def create(self, obj: Obj) -> Obj: ...
+
+    def update(self, obj: Obj) -> Obj: ...
+
+    def patch_status(
+        self,
+        kind: Kind,
+        name: str,
+        namespace: str | None,
+        status: Mapping[str, Any],
+        resource_version: str | None = None,
+    ) -> Obj: ...
+
+    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None: ...
+
+    def changes(
+        self, cursor: int, kinds: Sequence[Kind] | None = None
+    ) -> tuple[builtins.list[Change], int]:
+        """Changes after `cursor` (0 = from the start), and the cursor to pass next time."""
+        ...
