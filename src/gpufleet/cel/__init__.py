@@ -6,4 +6,11 @@ Interface (stable; the implementation lives in this package):
   human-readable `message`) when the expression does not compile.
 - `CelSelector.expression` and `CelSelector.matches(device) -> bool`: evaluation errors and
   non-bool results are non-matches, never exceptions.
+
+`CelError` is the base of every error this package raises. The dialect, and which way each
+rule errs, is documented in `gpufleet.cel.selector` and docs/devices.md.
 """
+
+from gpufleet.cel.selector import CelCompileError, CelError, CelSelector, compile_selector
+
+__all__ = ["CelCompileError", "CelError", "CelSelector", "compile_selector"]
