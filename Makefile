@@ -31,4 +31,4 @@ check: lint typecheck layers
 ci: check test
 
 demo: install
-	$(BIN)/gpufleet validate examples/
+	$(BIN)/gpufleet validate examples/fleet

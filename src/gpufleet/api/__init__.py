@@ -1,0 +1,57 @@
+"""The `gpufleet.io/v1alpha1` API: typed models, loading, validation, conversion to the core.
+
+- `load_manifests(paths)` / `check_paths(paths)`: read YAML files and directories as kubectl
+  does, into typed objects tagged with their source.
+- `validate(new, old=None)`: admission; every error at once as one `ValidationFailed`.
+- `snapshot_from_manifests(manifests, config)`: the core's `Snapshot` of a fleet.
+
+docs/design/shapes.md is the wire contract; docs/api.md documents the API for users.
+"""
+
+from gpufleet.api.convert import (
+    cluster_from_manifest,
+    deployment_from_manifest,
+    device_from_spec,
+    replica_from_manifest,
+    snapshot_from_manifests,
+)
+from gpufleet.api.errors import FieldError, ManifestsInvalid, ValidationFailed
+from gpufleet.api.loader import Manifest, Source, check_paths, load_manifests
+from gpufleet.api.models import (
+    API_VERSION,
+    KINDS,
+    ApiObject,
+    InferenceClass,
+    InferenceCluster,
+    ModelDeployment,
+    ModelReplica,
+    PoolObservation,
+    ReplicaObservation,
+)
+from gpufleet.api.validation import parse_object, validate
+
+__all__ = [
+    "API_VERSION",
+    "KINDS",
+    "ApiObject",
+    "FieldError",
+    "InferenceClass",
+    "InferenceCluster",
+    "Manifest",
+    "ManifestsInvalid",
+    "ModelDeployment",
+    "ModelReplica",
+    "PoolObservation",
+    "ReplicaObservation",
+    "Source",
+    "ValidationFailed",
+    "check_paths",
+    "cluster_from_manifest",
+    "deployment_from_manifest",
+    "device_from_spec",
+    "load_manifests",
+    "parse_object",
+    "replica_from_manifest",
+    "snapshot_from_manifests",
+    "validate",
+]

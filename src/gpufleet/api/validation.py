@@ -1,0 +1,169 @@
+"""Validation: a manifest body in, a typed object or a `ValidationFailed` with every error out.
+
+`parse_object(body)` checks the envelope (a mapping with a supported `apiVersion` and `kind`),
+then validates the body against its kind's model (models.py), which reports schema errors and
+rule violations together. pydantic's errors are translated into `FieldError`s whose path uses
+the manifest's camelCase names and `[i]` list indices, and whose message states the rule
+(`must be at least 1`, `is required`, `unknown field`, `must be an integer`).
+
+`validate(new, old)` is admission for an update: pool names of `old` that `new` keeps are
+exempt from the DNS-label rule, so objects created before the rule still update (ratcheting).
+"""
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final
+
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from gpufleet.api.errors import FieldError, ValidationFailed
+from gpufleet.api.models import (
+    API_VERSION,
+    KINDS,
+    LEGACY_POOL_NAMES,
+    RULE_ERROR_TYPE,
+    ApiObject,
+    InferenceCluster,
+)
+
+SUPPORTED_KINDS: Final = ", ".join(sorted(KINDS))
+
+_FIXED_MESSAGES: Final = {
+    "missing": "is required",
+    "extra_forbidden": "unknown field",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "string_type": "must be a string",
+    "bool_type": "must be a boolean",
+    "bool_parsing": "must be a boolean",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "list_type": "must be a list",
+    "datetime_type": "must be an RFC 3339 timestamp",
+    "datetime_parsing": "must be an RFC 3339 timestamp",
+    "datetime_from_date_parsing": "must be an RFC 3339 timestamp",
+    "timezone_aware": "must be an RFC 3339 timestamp with a time zone",
+}
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def format_path(loc: tuple[str | int, ...]) -> str:
+    """`('spec', 'nodePools', 0, 'name')` → `spec.nodePools[0].name`; odd keys go in brackets."""
+    path = ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        elif part == "[key]":
+            path += " (key)"
+        elif _PLAIN_KEY.fullmatch(part):
+            path += f".{part}" if path else part
+        else:
+            path += f"[{part}]"
+    return path
+
+
+def _count_noun(ctx: Mapping[str, Any]) -> str:
+    return "entries" if ctx.get("field_type") == "Dictionary" else "items"
+
+
+def _message(error: ErrorDetails) -> str:
+    kind = error["type"]
+    ctx: Mapping[str, Any] = error.get("ctx") or {}
+    if kind == RULE_ERROR_TYPE:
+        return str(ctx["message"])
+    if kind in _FIXED_MESSAGES:
+        return _FIXED_MESSAGES[kind]
+    match kind:
+        case "greater_than_equal":
+            return f"must be at least {ctx['ge']}"
+        case "less_than_equal":
+            return f"must be at most {ctx['le']}"
+        case "too_short":
+            return f"must have at least {ctx['min_length']} {_count_noun(ctx)}"
+        case "too_long":
+            return f"must have at most {ctx['max_length']} {_count_noun(ctx)}"
+        case "string_too_short":
+            return "must not be empty"
+        case "string_too_long":
+            return f"must be at most {ctx['max_length']} characters"
+        case "enum" | "literal_error":
+            return f"must be one of {ctx['expected']}"
+    return error["msg"][:1].lower() + error["msg"][1:]
+
+
+def field_errors(error: ValidationError) -> tuple[FieldError, ...]:
+    """pydantic's errors as FieldErrors, in document order."""
+    return tuple(FieldError(format_path(e["loc"]), _message(e)) for e in error.errors())
+
+
+def _identity(body: Mapping[str, Any]) -> tuple[str, str]:
+    """The kind and `namespace/name` as far as the body spells them, for error reports."""
+    kind = body.get("kind")
+    metadata = body.get("metadata")
+    name = namespace = None
+    if isinstance(metadata, Mapping):
+        name, namespace = metadata.get("name"), metadata.get("namespace")
+    display = str(name) if isinstance(name, str) else ""
+    if display and isinstance(namespace, str) and namespace:
+        display = f"{namespace}/{display}"
+    return (kind if isinstance(kind, str) else ""), display
+
+
+def _envelope_errors(body: Mapping[str, Any]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    api_version, kind = body.get("apiVersion"), body.get("kind")
+    if api_version is None:
+        errors.append(FieldError("apiVersion", "is required"))
+    elif api_version != API_VERSION:
+        errors.append(
+            FieldError(
+                "apiVersion",
+                f"{api_version} is not supported: must be {API_VERSION} (kinds {SUPPORTED_KINDS})",
+            )
+        )
+    if kind is None:
+        errors.append(FieldError("kind", "is required"))
+    elif kind not in KINDS:
+        errors.append(
+            FieldError("kind", f"unknown kind {kind}: supported kinds are {SUPPORTED_KINDS}")
+        )
+    return errors
+
+
+def parse_object(
+    body: object, *, source: str = "", legacy_pool_names: frozenset[str] = frozenset()
+) -> ApiObject:
+    """Validate one manifest body into its typed object; raise ValidationFailed with every error.
+
+    `source` (`path#document`) is carried into the error for reports.
+    """
+    if not isinstance(body, Mapping):
+        message = "must be a mapping with apiVersion, kind, metadata and spec"
+        raise ValidationFailed((FieldError("", message),), source=source)
+    kind, name = _identity(body)
+    envelope_errors = _envelope_errors(body)
+    if envelope_errors:
+        raise ValidationFailed(
+            tuple(envelope_errors), kind=kind if kind in KINDS else "", name=name, source=source
+        )
+    try:
+        return KINDS[kind].model_validate(body, context={LEGACY_POOL_NAMES: legacy_pool_names})
+    except ValidationError as error:
+        raise ValidationFailed(field_errors(error), kind=kind, name=name, source=source) from None
+
+
+def validate(new: ApiObject | Mapping[str, Any], old: ApiObject | None = None) -> ApiObject:
+    """Admission: validate `new`, as an update of `old` when given; raise ValidationFailed.
+
+    A pool of `new` whose name `old` already has keeps validating under the name rule that
+    applied when it was created (only the DNS-label rule ratchets; bounds never do).
+    """
+    body = new.to_manifest() if not isinstance(new, Mapping) else new
+    legacy_pool_names: frozenset[str] = frozenset()
+    if isinstance(old, InferenceCluster):
+        legacy_pool_names = frozenset(p.name for p in old.spec.node_pools)
+    return parse_object(body, legacy_pool_names=legacy_pool_names)

@@ -1,0 +1,25 @@
+"""The `gpufleet` command line: one typer `app`, one module per command.
+
+To add a command, write `gpufleet/cli/<name>.py` with a function `command(...)` (typer
+parameters, docstring as help) and register it below with one line.
+"""
+
+import typer
+
+from gpufleet.cli import validate
+
+app = typer.Typer(
+    name="gpufleet",
+    help="Schedule model-serving replicas across Kubernetes GPU clusters by free GPUs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Schedule model-serving replicas across Kubernetes GPU clusters by free GPUs."""
+
+
+app.command(name="validate")(validate.command)

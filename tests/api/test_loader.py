@@ -1,0 +1,194 @@
+"""Reading manifests: kubectl's multi-document rules, sources, and clear errors for bad input."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from builders_api import inference_class, model_deployment
+from gpufleet.api import (
+    FieldError,
+    Manifest,
+    ManifestsInvalid,
+    Source,
+    ValidationFailed,
+    check_paths,
+    load_manifests,
+)
+
+
+def write(directory: Path, name: str, text: str) -> Path:
+    path = directory / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def dump(*bodies: object) -> str:
+    return yaml.safe_dump_all(bodies, sort_keys=False)
+
+
+def only_failure(paths: list[Path]) -> ValidationFailed:
+    (result,) = check_paths(paths)
+    assert isinstance(result, ValidationFailed)
+    return result
+
+
+def test_documents_are_tagged_with_file_and_position(tmp_path: Path) -> None:
+    text = dump(inference_class("a")) + "---\n---\n" + dump(None, inference_class("b"))
+    manifests = load_manifests([write(tmp_path, "fleet.yaml", text)])
+    path = tmp_path / "fleet.yaml"
+    assert [(m.source, m.obj.metadata.name) for m in manifests] == [
+        (Source(str(path), 1), "a"),
+        (Source(str(path), 4), "b"),  # the empty document and the null one are counted
+    ]
+
+
+def test_list_is_unwrapped(tmp_path: Path) -> None:
+    body = {"apiVersion": "v1", "kind": "List", "items": [inference_class("a"), model_deployment()]}
+    path = write(tmp_path, "list.yaml", dump(body))
+    manifests = load_manifests([path])
+    assert [str(m.source) for m in manifests] == [f"{path}#1 items[0]", f"{path}#1 items[1]"]
+
+
+def test_directory_reads_yaml_files_sorted_and_not_recursively(tmp_path: Path) -> None:
+    write(tmp_path, "b.yml", dump(inference_class("b")))
+    write(tmp_path, "a.yaml", dump(inference_class("a")))
+    write(tmp_path, "notes.txt", "not a manifest")
+    write(tmp_path, "sub/c.yaml", dump(inference_class("c")))
+    assert [m.obj.metadata.name for m in load_manifests([tmp_path])] == ["a", "b"]
+    assert [m.obj.metadata.name for m in load_manifests([tmp_path], recursive=True)] == [
+        "a",
+        "b",
+        "c",
+    ]
+
+
+def test_timestamps_stay_strings_until_the_model_parses_them(tmp_path: Path) -> None:
+    text = dump(inference_class()).replace(
+        "metadata:\n", "metadata:\n  creationTimestamp: 2026-11-29T10:00:00Z\n"
+    )
+    (manifest,) = load_manifests([write(tmp_path, "c.yaml", text)])
+    assert manifest.obj.to_manifest()["metadata"]["creationTimestamp"] == "2026-11-29T10:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        (
+            "kind: [unclosed\n",
+            "malformed YAML at line 2, column 1: expected ',' or ']', but got '<stream end>'",
+        ),
+        (
+            "a: 1\n  b: 2\n",
+            "malformed YAML at line 2, column 4: mapping values are not allowed here",
+        ),
+        ("a: 1\na: 2\n", "malformed YAML at line 2, column 1: duplicate key 'a'"),
+        ("", "contains no objects"),
+        ("---\n---\n", "contains no objects"),
+    ],
+    ids=["unclosed flow", "bad indentation", "duplicate key", "empty file", "only empty documents"],
+)
+def test_unparsable_file_is_one_clear_error(tmp_path: Path, text: str, error: str) -> None:
+    path = write(tmp_path, "bad.yaml", text)
+    failure = only_failure([path])
+    assert (failure.source, failure.errors) == (str(path), (FieldError("", error),))
+    assert failure.lines() == [f"{path}: {error}"]
+
+
+SUPPORTED = "InferenceClass, InferenceCluster, ModelDeployment, ModelReplica, PoolObservation, ReplicaObservation"
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        (
+            ["a", "list"],
+            (FieldError("", "must be a mapping with apiVersion, kind, metadata and spec"),),
+        ),
+        (
+            "just a string",
+            (FieldError("", "must be a mapping with apiVersion, kind, metadata and spec"),),
+        ),
+        (
+            {"metadata": {"name": "x"}},
+            (FieldError("apiVersion", "is required"), FieldError("kind", "is required")),
+        ),
+        (
+            {
+                "apiVersion": "gpufleet.io/v1alpha1",
+                "kind": "InferencePool",
+                "metadata": {"name": "x"},
+            },
+            (FieldError("kind", f"unknown kind InferencePool: supported kinds are {SUPPORTED}"),),
+        ),
+        (
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}},
+            (
+                FieldError(
+                    "apiVersion",
+                    f"apps/v1 is not supported: must be gpufleet.io/v1alpha1 (kinds {SUPPORTED})",
+                ),
+                FieldError("kind", f"unknown kind Deployment: supported kinds are {SUPPORTED}"),
+            ),
+        ),
+        (
+            {**inference_class(), "apiVersion": "gpufleet.io/v1beta1"},
+            (
+                FieldError(
+                    "apiVersion",
+                    f"gpufleet.io/v1beta1 is not supported: must be gpufleet.io/v1alpha1 (kinds {SUPPORTED})",
+                ),
+            ),
+        ),
+    ],
+    ids=[
+        "list document",
+        "scalar document",
+        "no apiVersion or kind",
+        "unknown kind",
+        "foreign kind",
+        "wrong version",
+    ],
+)
+def test_bad_envelope_is_a_clear_error(
+    tmp_path: Path, body: object, errors: tuple[FieldError, ...]
+) -> None:
+    failure = only_failure([write(tmp_path, "bad.yaml", dump(body))])
+    assert failure.errors == errors
+
+
+def test_missing_path_is_one_error_and_checking_goes_on(tmp_path: Path) -> None:
+    good = write(tmp_path, "good.yaml", dump(inference_class()))
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    results = check_paths([tmp_path / "nope.yaml", empty_dir, good])
+    assert [r.errors for r in results if isinstance(r, ValidationFailed)] == [
+        (FieldError("", "no such file or directory"),),
+        (FieldError("", "no *.yaml or *.yml files in this directory"),),
+    ]
+    assert [r.obj.metadata.name for r in results if isinstance(r, Manifest)] == ["h100-8x"]
+
+
+def test_duplicate_object_is_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, "dup.yaml", dump(inference_class(), inference_class()))
+    with pytest.raises(ManifestsInvalid) as raised:
+        load_manifests([path])
+    (failure,) = raised.value.failures
+    assert failure.errors == (
+        FieldError("metadata.name", f"duplicate object: also defined at {path}#1"),
+    )
+    assert failure.source == f"{path}#2"
+
+
+def test_load_manifests_raises_every_failure(tmp_path: Path) -> None:
+    bad_class = {**inference_class(), "spec": {"devices": []}}
+    bad_deployment = {**model_deployment(), "spec": {"replicas": "two"}}
+    path = write(tmp_path, "bad.yaml", dump(bad_class, bad_deployment))
+    with pytest.raises(ManifestsInvalid) as raised:
+        load_manifests([path])
+    assert str(raised.value).splitlines() == [
+        "InferenceClass h100-8x: spec.devices: must have at least 1 items",
+        "ModelDeployment ml-team/llama: spec.replicas: must be an integer",
+        "ModelDeployment ml-team/llama: spec.template: is required",
+    ]

@@ -1,0 +1,94 @@
+"""`gpufleet validate` through typer's CliRunner: verdict lines, every error, exit codes."""
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpufleet.cli.main import app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+runner = CliRunner()
+
+
+def run(*args: str | Path) -> tuple[int, list[str]]:
+    result = runner.invoke(app, ["validate", *map(str, args)])
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    return result.exit_code, result.output.splitlines()
+
+
+def test_valid_fleet_exits_0_with_one_line_per_object() -> None:
+    code, lines = run(EXAMPLES / "fleet" / "clusters.yaml")
+    assert code == 0
+    assert lines == [
+        f"ok   InferenceCluster/eks-us-east  {EXAMPLES}/fleet/clusters.yaml#1",
+        f"ok   InferenceCluster/gke-eu-west  {EXAMPLES}/fleet/clusters.yaml#2",
+        "2 valid, 0 invalid",
+    ]
+
+
+def test_invalid_input_lists_every_error_and_exits_1() -> None:
+    code, lines = run(EXAMPLES / "fleet" / "classes.yaml", EXAMPLES / "invalid")
+    invalid = f"{EXAMPLES}/invalid"
+    assert code == 1
+    assert [line for line in lines if line.startswith("✗") and "broken-cel" not in line] == [
+        f"✗ InferenceCluster aks-west-europe: spec.nodePools[0].name: must be a DNS label "
+        f"(lowercase letters, digits and '-', starting and ending with a letter or digit)  "
+        f"({invalid}/bad-pool-name.yaml#1)",
+        f"✗ InferenceClass a100-8x: spec.devices[0].driver: is required  ({invalid}/missing-field.yaml#1)",
+        "✗ ModelDeployment ml-team/negative: spec.template.spec.engines[0].members[0].nodeSelector"
+        f".devices[0].count: must be at least 1  ({invalid}/negative-count.yaml#1)",
+        f"✗ ModelDeployment ml-team/typo: spec.replica: unknown field  ({invalid}/unknown-field.yaml#1)",
+    ]
+    assert sum(line.startswith("ok   InferenceClass/") for line in lines) == 4
+    assert lines[-1] == "4 valid, 5 invalid (5 errors)"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "kind: [\n",
+            ": malformed YAML at line 2, column 1: expected the node content, but found '<stream end>'",
+        ),
+        ("- a\n- b\n", "#1: must be a mapping with apiVersion, kind, metadata and spec"),
+        ("", ": contains no objects"),
+        (
+            "apiVersion: gpufleet.io/v1alpha1\nkind: Pool\nmetadata: {name: x}\n",
+            "#1: kind: unknown kind Pool: supported kinds are InferenceClass, InferenceCluster, "
+            "ModelDeployment, ModelReplica, PoolObservation, ReplicaObservation",
+        ),
+    ],
+    ids=["malformed YAML", "non-mapping document", "empty file", "unknown kind"],
+)
+def test_bad_files_are_one_line_errors(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    code, lines = run(path)
+    assert (code, lines) == (1, [f"✗ {path}{expected}", "0 valid, 1 invalid (1 errors)"])
+
+
+def test_wrong_types_and_unknown_fields_are_listed_together(tmp_path: Path) -> None:
+    path = tmp_path / "class.yaml"
+    path.write_text(
+        "apiVersion: gpufleet.io/v1alpha1\nkind: InferenceClass\nmetadata: {name: c}\n"
+        "spec:\n  devices:\n  - {name: gpu, driver: d, deviceClassName: d, count: four, colour: red}\n",
+        encoding="utf-8",
+    )
+    code, lines = run(path)
+    assert (code, lines) == (
+        1,
+        [
+            f"✗ InferenceClass c: spec.devices[0].count: must be an integer  ({path}#1)",
+            f"✗ InferenceClass c: spec.devices[0].colour: unknown field  ({path}#1)",
+            "0 valid, 1 invalid (2 errors)",
+        ],
+    )
+
+
+def test_unreadable_path_is_one_line(tmp_path: Path) -> None:
+    code, lines = run(tmp_path / "missing.yaml")
+    assert (code, lines) == (
+        1,
+        [f"✗ {tmp_path}/missing.yaml: no such file or directory", "0 valid, 1 invalid (1 errors)"],
+    )
