@@ -1,0 +1,1246 @@
+"""The cluster agent's observation core: from DRA objects to pool and replica observations.
+
+`observe(objects, clock, config, now) -> (ObservationResult, clock)` is a pure, deterministic
+function of the workload cluster's objects as the Kubernetes API returns them (plain camelCase
+dicts), the previous allocation clock, the configuration and the time. It does no I/O, reads no
+clock and imports only the standard library and `gpufleet.core`.
+
+What is modelled
+----------------
+- **Pools** are the distinct values of the pool label (`gpufleet.io/pool`) over Nodes, plus every
+  pool a fleet ModelReplica pins a member to (a pool with no nodes yet is observed as empty).
+- **Published devices.** A device is identified by (driver, DRA pool, device name), as in
+  `resource.k8s.io/v1`. Only the newest `spec.pool.generation` of each (driver, DRA pool) counts,
+  and only once all `spec.pool.resourceSliceCount` slices of that generation are present. A DRA
+  pool whose newest generation is incomplete, lists a device name twice, or is malformed is
+  *unusable*, as kube-scheduler's allocator treats it: the nodes it names get that driver with
+  nothing free. Devices are attributed to nodes by `spec.nodeName` (or, with
+  `perDeviceNodeSelection`, by the device's `nodeName`); devices available through a node
+  selector or to all nodes are not node-local and are not counted (reported `SliceNotNodeLocal`).
+- **Taken devices.** Every device named by an allocated ResourceClaim (`status.allocation`) of any
+  tenant is taken, whatever the state of the pods that use it: a terminating pod's claim stays
+  taken until it is deallocated. A device listed by two claims (or for admin access) is taken once.
+  A claim naming a device no usable slice publishes (`UnknownDevice`) leaves its node with
+  nothing free of that driver, when the node can be told (from the DRA pool's slices, or the
+  allocation's node selector).
+- **Free devices** per node and driver = published − taken, never negative. A node that is
+  cordoned, NotReady, deleting, or carries a NoSchedule/NoExecute taint the fleet's pods do not
+  tolerate, and a node with no usable published device (`NoSlices`), is counted in
+  `observedNodes` with nothing free. Exactly one exclusion reason is reported per node, the first
+  of Cordoned, NotReady, Deleting, Tainted:<key> (smallest key), NoSlices.
+- **Histogram.** Per pool, nodes are grouped by their free-device vector over the pool's drivers
+  (the union of drivers seen on its nodes, absent drivers filled with zero). More buckets than
+  the cap means no histogram (the scheduler falls back to whole-node accounting for that pool).
+- **Allocation clock.** The first time each claim (by uid) is seen allocated; forgotten once the
+  claim is released or gone. After a restart the clock is empty and every allocated claim is
+  stamped `now`. A pool's `lastAllocationTime` is the latest over claims holding devices on its
+  nodes; a replica's, per pool, the latest over the allocated claims of all its pods.
+- **Replica pods.** Pods belong to a replica by namespace and the `gpufleet.io/replica` label;
+  engine and role from `gpufleet.io/engine` and `gpufleet.io/member`. Live pods are neither
+  Succeeded, Failed nor deleting; a pod holds allocated claims when it names at least one claim
+  and every claim it names exists and is allocated. Only pods of the replica's current
+  `metadata.generation` are counted. `podsScheduled` holds when every claiming member has at
+  least copies × pods-per-copy live allocated pods.
+
+Which way each choice errs
+--------------------------
+Every uncertainty makes the observation look *fuller* or makes a replica look *less accounted
+for*, so the scheduler charges more, never less: unpublished or ambiguous devices are not free;
+unknown claims empty their node; a missing Ready condition is NotReady; a malformed taint is
+untolerated; claims of old-generation or finishing pods still raise the replica's allocation
+time; an empty clock stamps `now`. Bad input never raises: it is handled this way and reported as
+a `Problem` (per pool when it touches a pool's nodes, otherwise on the whole result).
+
+What is not modelled
+--------------------
+Shared counters (MIG partitions) and multi-allocation devices are counted by device name; device
+taints; DeviceClass selectors (every published device of a driver counts); device-plugin
+allocations (only visible as `extendedResources`); `ScaleUpBlocked` (not derivable from these
+objects).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any, Final
+
+from gpufleet.core.model import (
+    MAX_HISTOGRAM_BUCKETS,
+    Bucket,
+    DriverName,
+    MemberPods,
+    PoolName,
+    PoolObservation,
+    ReplicaPoolStatus,
+    Role,
+    TaintEffect,
+    Toleration,
+    TolerationOperator,
+)
+
+#: A raw Kubernetes object as the API returns it (camelCase, possibly malformed).
+RawObject = Mapping[str, Any]
+
+POOL_LABEL: Final = "gpufleet.io/pool"
+REPLICA_LABEL: Final = "gpufleet.io/replica"
+ENGINE_LABEL: Final = "gpufleet.io/engine"
+MEMBER_LABEL: Final = "gpufleet.io/member"
+REPLICA_GENERATION_LABEL: Final = "gpufleet.io/replica-generation"
+
+#: How many object names a problem's message lists; the count says how many there are.
+_MAX_NAMES_IN_MESSAGE: Final = 5
+
+
+# --- inputs -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterObjects:
+    """The workload cluster's objects as listed from the API, plus the fleet replicas for it."""
+
+    nodes: tuple[RawObject, ...] = ()
+    slices: tuple[RawObject, ...] = ()
+    claims: tuple[RawObject, ...] = ()
+    pods: tuple[RawObject, ...] = ()
+    replicas: tuple[RawObject, ...] = ()
+
+
+def _default_tolerations() -> tuple[Toleration, ...]:
+    return (
+        Toleration(
+            key="nvidia.com/gpu",
+            operator=TolerationOperator.EXISTS,
+            effect=TaintEffect.NO_SCHEDULE,
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ObserveConfig:
+    #: The Node label whose value names the node's pool.
+    pool_label: str = POOL_LABEL
+    #: The taints the fleet's pods tolerate; a node with any other NoSchedule/NoExecute taint
+    #: contributes no free devices.
+    tolerations: tuple[Toleration, ...] = field(default_factory=_default_tolerations)
+    #: A pool with more histogram buckets than this reports no histogram.
+    max_histogram_buckets: int = MAX_HISTOGRAM_BUCKETS
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationClock:
+    """When each ResourceClaim (by uid) was first seen allocated, on the agent's clock.
+
+    Immutable: `observe` returns a new clock. Lives in the agent's memory only; a restarted agent
+    starts from `AllocationClock()`, which stamps everything seen `now` (errs toward charging).
+    """
+
+    first_seen: Mapping[str, datetime] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.first_seen, MappingProxyType):
+            object.__setattr__(self, "first_seen", MappingProxyType(dict(self.first_seen)))
+
+    def __len__(self) -> int:
+        return len(self.first_seen)
+
+
+# --- outputs ----------------------------------------------------------------------------
+
+
+class ExclusionReason(StrEnum):
+    """Why a node contributes no free devices; one per node, first in this order."""
+
+    CORDONED = "Cordoned"
+    NOT_READY = "NotReady"
+    DELETING = "Deleting"
+    #: Reported as `Tainted:<taint key>`.
+    TAINTED = "Tainted"
+    NO_SLICES = "NoSlices"
+
+
+class ProblemCode(StrEnum):
+    """Input the agent could not take at face value. Each is handled conservatively."""
+
+    #: The newest generation of a DRA pool has fewer (or more) slices than resourceSliceCount:
+    #: its devices are treated as unpublished.
+    INCOMPLETE_SLICE_GENERATION = "IncompleteSliceGeneration"
+    #: A DRA pool's newest generation lists the same device name twice: the DRA pool is unusable.
+    DUPLICATE_DEVICE = "DuplicateDevice"
+    #: A ResourceSlice lacks a driver, pool, generation, slice count or device name, or has the
+    #: wrong types: its DRA pool (if known) is unusable, otherwise the slice is ignored.
+    MALFORMED_SLICE = "MalformedSlice"
+    #: A ResourceSlice without a nodeName (node selector, all nodes): its devices are not counted.
+    SLICE_NOT_NODE_LOCAL = "SliceNotNodeLocal"
+    #: An allocated claim names a device no usable slice publishes: its node has nothing free of
+    #: that driver.
+    UNKNOWN_DEVICE = "UnknownDevice"
+    #: An allocated claim whose results cannot be read: its node (if known) has nothing free.
+    MALFORMED_CLAIM = "MalformedClaim"
+    #: An allocated claim without metadata.uid: its allocation time is always `now`.
+    CLAIM_WITHOUT_UID = "ClaimWithoutUID"
+    #: An allocatable quantity that is not a whole number: left out of extendedResources.
+    MALFORMED_QUANTITY = "MalformedQuantity"
+    #: A Node field of the wrong type: the node is treated as unusable for that field's check.
+    MALFORMED_NODE = "MalformedNode"
+    #: A Pod field of the wrong type: the pod is not counted as live or allocated.
+    MALFORMED_POD = "MalformedPod"
+    #: A ModelReplica the agent cannot read fully: its pods are not counted as scheduled.
+    MALFORMED_REPLICA = "MalformedReplica"
+    #: Two objects of one kind with the same name: one is kept, chosen by content.
+    DUPLICATE_OBJECT = "DuplicateObject"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """`count` objects had problem `code`; `message` names up to five of them, sorted."""
+
+    code: ProblemCode
+    message: str
+    count: int
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A Kubernetes-style status condition (without lastTransitionTime: the writer sets it)."""
+
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str = ""
+
+
+HISTOGRAM_AVAILABLE: Final = "HistogramAvailable"
+REASON_OBSERVED: Final = "Observed"
+REASON_TOO_MANY_BUCKETS: Final = "TooManyBuckets"
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedNode:
+    """One node as the agent saw it. Not pushed; for explaining a histogram."""
+
+    name: str
+    pool: PoolName
+    published: Mapping[DriverName, int]
+    free: Mapping[DriverName, int]
+    excluded: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedPool:
+    """A PoolObservation's status, field for field (the writer adds agent and observedAt)."""
+
+    name: PoolName
+    observed_nodes: int
+    #: The histogram, sorted by free vector; None when over the bucket cap.
+    free_devices: tuple[Bucket, ...] | None
+    last_allocation_time: datetime | None
+    excluded_nodes: Mapping[str, int]
+    extended_resources: Mapping[str, int]
+    #: How many buckets the histogram has (also when it is withheld for being over the cap).
+    bucket_count: int
+    problems: tuple[Problem, ...] = ()
+
+    @property
+    def conditions(self) -> tuple[Condition, ...]:
+        """HistogramAvailable, then one True condition per problem code (type = code)."""
+        if self.free_devices is None:
+            available = Condition(
+                HISTOGRAM_AVAILABLE,
+                ConditionStatus.FALSE,
+                REASON_TOO_MANY_BUCKETS,
+                f"{self.bucket_count} buckets exceed the cap",
+            )
+        else:
+            available = Condition(
+                HISTOGRAM_AVAILABLE,
+                ConditionStatus.TRUE,
+                REASON_OBSERVED,
+                f"{self.bucket_count} buckets",
+            )
+        return (available, *(_problem_condition(p) for p in self.problems))
+
+    def to_core(self, observed_at: datetime | None = None) -> PoolObservation:
+        """The core's view of this observation (what the scheduler reads)."""
+        return PoolObservation(
+            observed_nodes=self.observed_nodes,
+            buckets=self.free_devices,
+            observed_at=observed_at,
+            last_allocation_time=self.last_allocation_time,
+            excluded_nodes=self.excluded_nodes,
+            extended_resources=self.extended_resources,
+            unusable_reason="" if self.free_devices is not None else REASON_TOO_MANY_BUCKETS,
+        )
+
+    def to_status(self) -> dict[str, Any]:
+        """The PoolObservation `status` body (docs/design/shapes.md), minus agent/observedAt."""
+        status: dict[str, Any] = {"observedNodes": self.observed_nodes}
+        if self.free_devices is not None:
+            status["freeDevices"] = [
+                {"free": dict(b.free), "nodes": b.nodes} for b in self.free_devices
+            ]
+        if self.last_allocation_time is not None:
+            status["lastAllocationTime"] = format_time(self.last_allocation_time)
+        status["excludedNodes"] = dict(self.excluded_nodes)
+        status["extendedResources"] = dict(self.extended_resources)
+        status["conditions"] = [_condition_body(c) for c in self.conditions]
+        return status
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedReplica:
+    """A ReplicaObservation's status, field for field (the writer adds agent and observedAt)."""
+
+    namespace: str
+    name: str
+    observed_generation: int | None
+    pods_scheduled: bool
+    pools: tuple[ReplicaPoolStatus, ...]
+    problems: tuple[Problem, ...] = ()
+
+    def to_status(self) -> dict[str, Any]:
+        """The ReplicaObservation `status` body, minus agent/observedAt."""
+        pools: list[dict[str, Any]] = []
+        for p in self.pools:
+            body: dict[str, Any] = {"name": p.pool}
+            if p.last_allocation_time is not None:
+                body["lastAllocationTime"] = format_time(p.last_allocation_time)
+            body["members"] = [
+                {
+                    "engine": m.engine,
+                    "role": str(m.role),
+                    "livePods": m.live_pods,
+                    "allocatedPods": m.allocated_pods,
+                }
+                for m in p.members
+            ]
+            pools.append(body)
+        status: dict[str, Any] = {}
+        if self.observed_generation is not None:
+            status["observedGeneration"] = self.observed_generation
+        status["podsScheduled"] = self.pods_scheduled
+        status["pools"] = pools
+        if self.problems:
+            status["conditions"] = [_condition_body(_problem_condition(p)) for p in self.problems]
+        return status
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationResult:
+    #: One per pool, sorted by name.
+    pools: tuple[ObservedPool, ...]
+    #: One per fleet replica, sorted by (namespace, name).
+    replicas: tuple[ObservedReplica, ...]
+    #: Problems that touch no pool's nodes (e.g. a slice without a nodeName), sorted by code.
+    problems: tuple[Problem, ...]
+    #: Every pooled node, sorted by name (for explanations; not pushed).
+    nodes: tuple[ObservedNode, ...]
+
+
+def format_time(t: datetime) -> str:
+    """RFC 3339 in UTC with a `Z`, as Kubernetes writes times."""
+    text = t.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _problem_condition(p: Problem) -> Condition:
+    return Condition(str(p.code), ConditionStatus.TRUE, str(p.code), p.message)
+
+
+def _condition_body(c: Condition) -> dict[str, str]:
+    return {"type": c.type, "status": str(c.status), "reason": c.reason, "message": c.message}
+
+
+# --- small readers for untrusted dicts --------------------------------------------------
+
+
+def _map(value: object) -> Mapping[str, Any]:
+    # `type(...) is dict` first: the ABC check is slow and almost every value is a dict.
+    return value if type(value) is dict or isinstance(value, Mapping) else _EMPTY
+
+
+def _list(value: object) -> list[Any] | tuple[Any, ...]:
+    return value if isinstance(value, list | tuple) else ()
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _int(value: object) -> int | None:
+    """An int that is not a bool, or a decimal string of one; else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+_EMPTY: Final[Mapping[str, Any]] = MappingProxyType({})
+
+_QUANTITY = re.compile(r"^\s*(\d+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?\s*$")
+_MULTIPLIERS: Final = {
+    None: 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+
+
+def parse_count_quantity(value: object) -> int | None:
+    """A whole-number Kubernetes quantity (`8`, `2k`, `1Ki`) as an int; None if malformed.
+
+    Extended resources are whole numbers, so fractions, exponents and milli-units are refused.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    m = _QUANTITY.match(value)
+    if m is None:
+        return None
+    return int(m.group(1)) * _MULTIPLIERS[m.group(2)]
+
+
+def _canonical(obj: object) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)
+
+
+def _ns_name(obj: RawObject) -> tuple[str, str]:
+    meta = _map(obj.get("metadata"))
+    ns = meta.get("namespace")
+    name = meta.get("name")
+    return (ns if type(ns) is str else _str(ns)), (name if type(name) is str else _str(name))
+
+
+# --- problem collection -----------------------------------------------------------------
+
+
+class _Problems:
+    """Collects problems by scope (a pool, or None for the whole cluster) and code."""
+
+    def __init__(self) -> None:
+        self._by_scope: dict[str | None, dict[ProblemCode, set[str]]] = defaultdict(
+            lambda: defaultdict(set)
+        )
+
+    def add(self, scope: str | None, code: ProblemCode, name: str) -> None:
+        self._by_scope[scope][code].add(name)
+
+    def add_for_pools(self, pools: Iterable[str], code: ProblemCode, name: str) -> None:
+        """Report on each pool in `pools`, or on the cluster when there are none."""
+        any_pool = False
+        for pool in pools:
+            any_pool = True
+            self.add(pool, code, name)
+        if not any_pool:
+            self.add(None, code, name)
+
+    def get(self, scope: str | None) -> tuple[Problem, ...]:
+        by_code = self._by_scope.get(scope)
+        if not by_code:
+            return ()
+        out = []
+        for code in sorted(by_code):
+            names = sorted(by_code[code])
+            shown = ", ".join(names[:_MAX_NAMES_IN_MESSAGE])
+            more = len(names) - _MAX_NAMES_IN_MESSAGE
+            suffix = f" and {more} more" if more > 0 else ""
+            out.append(Problem(code, f"{len(names)}: {shown}{suffix}", len(names)))
+        return tuple(out)
+
+
+_MALFORMED: Final = {
+    "node": ProblemCode.MALFORMED_NODE,
+    "slice": ProblemCode.MALFORMED_SLICE,
+    "claim": ProblemCode.MALFORMED_CLAIM,
+    "pod": ProblemCode.MALFORMED_POD,
+    "replica": ProblemCode.MALFORMED_REPLICA,
+}
+
+
+def _mappings(objects: Iterable[object], kind: str, problems: _Problems) -> list[RawObject]:
+    """The objects that are mappings; anything else is reported and dropped."""
+    out: list[RawObject] = []
+    for obj in objects:
+        if type(obj) is dict or isinstance(obj, Mapping):
+            out.append(obj)
+        else:
+            problems.add(None, _MALFORMED[kind], f"{kind} that is a {type(obj).__name__}")
+    return out
+
+
+def _dedupe(
+    objects: Iterable[RawObject], key: Any, kind: str, problems: _Problems
+) -> dict[Any, RawObject]:
+    """Objects by `key(obj)`; of duplicates the one with the smallest canonical JSON is kept."""
+    out: dict[Any, RawObject] = {}
+    for obj in objects:
+        k = key(obj)
+        prev = out.get(k)
+        if prev is None:
+            out[k] = obj
+            continue
+        problems.add(None, ProblemCode.DUPLICATE_OBJECT, f"{kind} {k}")
+        if _canonical(obj) < _canonical(prev):
+            out[k] = obj
+    return out
+
+
+# --- nodes ------------------------------------------------------------------------------
+
+
+def _tolerated(key: str, value: str, effect: str, tolerations: tuple[Toleration, ...]) -> bool:
+    """Kubernetes toleration matching: Exists with an empty key tolerates every taint."""
+    for t in tolerations:
+        if t.effect is not None and t.effect != effect:
+            continue
+        if t.operator is TolerationOperator.EXISTS:
+            if t.key == "" or t.key == key:
+                return True
+        elif t.key != "" and t.key == key and t.value == value:
+            return True
+    return False
+
+
+def _exclusion(
+    node: RawObject, name: str, config: ObserveConfig, problems: _Problems, pool: str
+) -> str | None:
+    """The first exclusion reason that applies, ignoring NoSlices (decided after slices)."""
+    meta = _map(node.get("metadata"))
+    spec = _map(node.get("spec"))
+    unschedulable = spec.get("unschedulable")
+    if unschedulable is True:
+        return str(ExclusionReason.CORDONED)
+    if unschedulable not in (None, False):
+        problems.add(pool, ProblemCode.MALFORMED_NODE, f"{name}: spec.unschedulable")
+        return str(ExclusionReason.CORDONED)
+    is_ready = False
+    for cond in _list(_map(node.get("status")).get("conditions")):
+        cond = _map(cond)
+        if cond.get("type") == "Ready":
+            is_ready = cond.get("status") == "True"
+            break
+    if not is_ready:
+        return str(ExclusionReason.NOT_READY)
+    if meta.get("deletionTimestamp") is not None:
+        return str(ExclusionReason.DELETING)
+    untolerated: list[str] = []
+    for taint in _list(spec.get("taints")):
+        if not (type(taint) is dict or isinstance(taint, Mapping)) or not isinstance(
+            taint.get("key"), str
+        ):
+            problems.add(pool, ProblemCode.MALFORMED_NODE, f"{name}: spec.taints")
+            untolerated.append(_str(_map(taint).get("key")))
+            continue
+        effect = taint.get("effect")
+        if effect not in (TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE):
+            continue  # PreferNoSchedule does not repel
+        key = taint["key"]
+        if not _tolerated(key, _str(taint.get("value")), effect, config.tolerations):
+            untolerated.append(key)
+    if untolerated:
+        return f"{ExclusionReason.TAINTED}:{min(untolerated)}"
+    return None
+
+
+def _add_extended_resources(
+    node: RawObject, name: str, totals: dict[str, int], problems: _Problems, pool: str
+) -> None:
+    allocatable = _map(_map(node.get("status")).get("allocatable"))
+    for key, value in allocatable.items():
+        if not isinstance(key, str) or "/" not in key or key.startswith("hugepages-"):
+            continue
+        count = parse_count_quantity(value)
+        if count is None:
+            problems.add(pool, ProblemCode.MALFORMED_QUANTITY, f"{name}: {key}={value!r}")
+            continue
+        totals[key] = totals.get(key, 0) + count
+
+
+# --- slices -----------------------------------------------------------------------------
+
+_DevKey = tuple[str, str, str]  # (driver, DRA pool, device name)
+
+
+@dataclass(slots=True)
+class _DraPool:
+    """The slices of one (driver, DRA pool) at its newest generation."""
+
+    generation: int
+    slices: list[RawObject] = field(default_factory=list)
+    slice_counts: set[int] = field(default_factory=set)
+    is_malformed: bool = False
+
+
+class _Inventory:
+    """Published devices by node, and which (node, driver) pairs have nothing free."""
+
+    def __init__(self) -> None:
+        #: (driver, DRA pool, device) -> node
+        self.device_node: dict[_DevKey, str] = {}
+        #: node -> driver -> published device count
+        self.published: dict[str, dict[str, int]] = defaultdict(dict)
+        #: node -> drivers with nothing free on that node
+        self.poisoned: dict[str, set[str]] = defaultdict(set)
+        #: nodes with nothing free of any driver
+        self.poisoned_all: set[str] = set()
+        #: (driver, DRA pool) -> nodes its newest slices name
+        self.dra_pool_nodes: dict[tuple[str, str], set[str]] = defaultdict(set)
+        #: (driver, DRA pool) pairs whose devices are not counted
+        self.unusable: set[tuple[str, str]] = set()
+
+
+def _slice_nodes(spec: Mapping[str, Any]) -> tuple[str | None, bool]:
+    """(nodeName, perDeviceNodeSelection) of a slice."""
+    node = spec.get("nodeName")
+    per_device = spec.get("perDeviceNodeSelection") is True
+    return (node if isinstance(node, str) and node else None), per_device
+
+
+def _build_inventory(
+    slices: Iterable[RawObject], node_pool: Mapping[str, str], problems: _Problems
+) -> _Inventory:
+    inv = _Inventory()
+
+    def pools_of(nodes: Iterable[str]) -> set[str]:
+        return {node_pool[n] for n in nodes if n in node_pool}
+
+    # Group by (driver, DRA pool), keeping only the newest generation.
+    groups: dict[tuple[str, str], _DraPool] = {}
+    malformed: dict[tuple[str, str], list[RawObject]] = defaultdict(list)
+    for s in slices:
+        meta = _map(s.get("metadata"))
+        spec = _map(s.get("spec"))
+        name = _str(meta.get("name")) or "<unnamed>"
+        driver = spec.get("driver")
+        pool = _map(spec.get("pool"))
+        pool_name = pool.get("name")
+        generation = _int(pool.get("generation"))
+        count = _int(pool.get("resourceSliceCount"))
+        if not isinstance(driver, str) or not driver or not isinstance(pool_name, str):
+            node, _ = _slice_nodes(spec)
+            problems.add_for_pools(
+                pools_of([node] if node else []), ProblemCode.MALFORMED_SLICE, f"slice {name}"
+            )
+            continue
+        key = (driver, pool_name)
+        if generation is None:
+            # Unreadable: it might be the newest, so the whole DRA pool is unusable.
+            malformed[key].append(s)
+            continue
+        group = groups.get(key)
+        if group is None or generation > group.generation:
+            group = groups[key] = _DraPool(generation)
+        elif generation < group.generation:
+            continue
+        group.slices.append(s)
+        if count is None or count < 1:
+            group.is_malformed = True
+        else:
+            group.slice_counts.add(count)
+
+    for key, bad in malformed.items():
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _DraPool(-1)
+        group.slices.extend(bad)  # for their nodeNames: those nodes get nothing free
+        group.is_malformed = True
+    for key in sorted(groups):
+        group = groups[key]
+        driver, pool_name = key
+        local: list[tuple[str, str]] = []  # (device name, node)
+        slice_names: set[str] = set()
+        is_usable = not group.is_malformed
+        problem: ProblemCode | None = ProblemCode.MALFORMED_SLICE if group.is_malformed else None
+        label = f"{driver}/{pool_name}"
+        for s in group.slices:
+            meta = _map(s.get("metadata"))
+            spec = _map(s.get("spec"))
+            name = _str(meta.get("name")) or "<unnamed>"
+            slice_names.add(name)
+            node, per_device = _slice_nodes(spec)
+            if node is not None:
+                inv.dra_pool_nodes[key].add(node)
+            elif not per_device:
+                problems.add(None, ProblemCode.SLICE_NOT_NODE_LOCAL, f"slice {name} ({label})")
+            for dev in _list(spec.get("devices")):
+                dev_name = dev.get("name") if type(dev) is dict else _map(dev).get("name")
+                if type(dev_name) is not str or not dev_name:
+                    is_usable = False
+                    problem = ProblemCode.MALFORMED_SLICE
+                    continue
+                dev_node = node
+                if per_device:
+                    dn = _map(dev).get("nodeName")
+                    dev_node = dn if isinstance(dn, str) and dn else None
+                    if dev_node is None:
+                        problems.add(
+                            None,
+                            ProblemCode.SLICE_NOT_NODE_LOCAL,
+                            f"slice {name} ({label}) device {dev_name}",
+                        )
+                    else:
+                        inv.dra_pool_nodes[key].add(dev_node)
+                local.append((dev_name, dev_node or ""))
+        if is_usable and (
+            len(group.slice_counts) != 1 or len(slice_names) != next(iter(group.slice_counts))
+        ):
+            is_usable = False
+            problem = ProblemCode.INCOMPLETE_SLICE_GENERATION
+        if is_usable:
+            seen: set[str] = set()
+            for dev_name, _ in local:
+                if dev_name in seen:
+                    is_usable = False
+                    problem = ProblemCode.DUPLICATE_DEVICE
+                    break
+                seen.add(dev_name)
+        nodes = inv.dra_pool_nodes.get(key, set())
+        if not is_usable:
+            inv.unusable.add(key)
+            for node in nodes:
+                inv.poisoned[node].add(driver)
+            assert problem is not None
+            problems.add_for_pools(pools_of(nodes), problem, label)
+            continue
+        for dev_name, dev_node in local:
+            if not dev_node:
+                continue  # not node-local: not counted
+            inv.device_node[(driver, pool_name, dev_name)] = dev_node
+            per_driver = inv.published[dev_node]
+            per_driver[driver] = per_driver.get(driver, 0) + 1
+    return inv
+
+
+# --- claims -----------------------------------------------------------------------------
+
+
+def _selector_node(allocation: Mapping[str, Any]) -> str | None:
+    """The node an allocation's node selector pins to (matchFields metadata.name In [node])."""
+    for term in _list(_map(allocation.get("nodeSelector")).get("nodeSelectorTerms")):
+        for req in _list(_map(term).get("matchFields")):
+            req = _map(req)
+            values = _list(req.get("values"))
+            if (
+                req.get("key") == "metadata.name"
+                and req.get("operator") == "In"
+                and len(values) == 1
+                and isinstance(values[0], str)
+            ):
+                return values[0]
+    return None
+
+
+def _read_claims(
+    claims: Mapping[tuple[str, str], RawObject],
+    inv: _Inventory,
+    node_pool: Mapping[str, str],
+    prev: Mapping[str, datetime],
+    now: datetime,
+    problems: _Problems,
+) -> tuple[
+    dict[tuple[str, str], datetime],
+    dict[str, datetime],
+    dict[str, dict[str, int]],
+    dict[str, datetime],
+]:
+    """Allocated claims' times, the new clock, taken counts per node/driver, latest per node."""
+    allocated: dict[tuple[str, str], datetime] = {}
+    clock: dict[str, datetime] = {}
+    taken_devices: set[_DevKey] = set()
+    node_last: dict[str, datetime] = {}
+    device_node = inv.device_node
+    unusable = inv.unusable
+
+    def touch(node: str, t: datetime) -> None:
+        last = node_last.get(node)
+        if last is None or t > last:
+            node_last[node] = t
+
+    def pools_of(nodes: Iterable[str]) -> set[str]:
+        return {node_pool[n] for n in nodes if n in node_pool}
+
+    for (ns, name), claim in claims.items():
+        status = claim.get("status")
+        if not (type(status) is dict or isinstance(status, Mapping)):
+            continue
+        allocation = status.get("allocation")
+        if allocation is None:
+            continue
+        uid = _map(claim.get("metadata")).get("uid")
+        if type(uid) is str and uid:
+            t = prev.get(uid, now)
+            clock[uid] = t
+        else:
+            t = now
+            problems.add(None, ProblemCode.CLAIM_WITHOUT_UID, f"claim {ns}/{name}")
+        allocated[(ns, name)] = t
+        allocation = _map(allocation)
+        results = _map(allocation.get("devices")).get("results", ())
+        if type(results) is list and len(results) == 1:
+            # The common case (one device, known), without the general bookkeeping.
+            result = results[0]
+            if type(result) is dict:
+                key = (result.get("driver"), result.get("pool"), result.get("device"))
+                node = device_node.get(key)  # type: ignore[arg-type]
+                if node is not None:
+                    taken_devices.add(key)  # type: ignore[arg-type]
+                    last = node_last.get(node)
+                    if last is None or t > last:
+                        node_last[node] = t
+                    continue
+        label = f"{ns}/{name}"
+        if not isinstance(results, list | tuple):
+            node = _selector_node(allocation)
+            if node is not None:
+                inv.poisoned_all.add(node)
+                touch(node, t)
+            problems.add_for_pools(
+                pools_of([node] if node else []), ProblemCode.MALFORMED_CLAIM, f"claim {label}"
+            )
+            continue
+        for result in results:
+            if not (type(result) is dict or isinstance(result, Mapping)):
+                driver = dra_pool = device = None
+            else:
+                driver = result.get("driver")
+                dra_pool = result.get("pool")
+                device = result.get("device")
+            if isinstance(driver, str) and isinstance(dra_pool, str) and isinstance(device, str):
+                key = (driver, dra_pool, device)
+                node = device_node.get(key)
+                if node is not None:
+                    taken_devices.add(key)
+                    touch(node, t)
+                    continue
+                if (driver, dra_pool) in unusable:
+                    # Its nodes already have nothing free of this driver.
+                    for n in inv.dra_pool_nodes.get((driver, dra_pool), ()):
+                        touch(n, t)
+                    continue
+                code = ProblemCode.UNKNOWN_DEVICE
+                msg = f"claim {label}: {driver}/{dra_pool}/{device}"
+            else:
+                driver = driver if isinstance(driver, str) else None
+                dra_pool = dra_pool if isinstance(dra_pool, str) else None
+                code = ProblemCode.MALFORMED_CLAIM
+                msg = f"claim {label}"
+            # Attribute to nodes: the DRA pool's nodes, else the allocation's node selector.
+            nodes: set[str] = set()
+            if driver is not None and dra_pool is not None:
+                nodes = set(inv.dra_pool_nodes.get((driver, dra_pool), ()))
+            if not nodes:
+                sel = _selector_node(allocation)
+                if sel is not None:
+                    nodes = {sel}
+            for n in nodes:
+                if driver is not None:
+                    inv.poisoned[n].add(driver)
+                else:
+                    inv.poisoned_all.add(n)
+                touch(n, t)
+            problems.add_for_pools(pools_of(nodes), code, msg)
+
+    taken: dict[str, dict[str, int]] = defaultdict(dict)
+    for key in taken_devices:
+        per_driver = taken[device_node[key]]
+        per_driver[key[0]] = per_driver.get(key[0], 0) + 1
+    return allocated, clock, taken, node_last
+
+
+# --- replicas ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Member:
+    engine: str
+    role: Role
+    pool: str | None
+    is_claiming: bool
+    pods_needed: int
+    live_pods: int = 0
+    allocated_pods: int = 0
+
+
+@dataclass(slots=True)
+class _Replica:
+    namespace: str
+    name: str
+    generation: int | None
+    members: dict[tuple[str, str], _Member]
+    #: `generation` as the pods' label spells it (a fast path for comparing).
+    generation_label: str | None
+    is_readable: bool
+    problems: set[str] = field(default_factory=set)
+    #: pool -> latest allocation time over the replica's pods' claims there
+    pool_last: dict[str, datetime] = field(default_factory=dict)
+
+
+def _read_replica(obj: RawObject) -> _Replica:
+    meta = _map(obj.get("metadata"))
+    spec = _map(obj.get("spec"))
+    ns, name = _str(meta.get("namespace")), _str(meta.get("name"))
+    generation = _int(meta.get("generation"))
+    rep = _Replica(ns, name, generation, {}, None if generation is None else str(generation), True)
+    if generation is None:
+        rep.is_readable = False
+        rep.problems.add("metadata.generation")
+    engines = spec.get("engines")
+    if not isinstance(engines, list | tuple):
+        rep.is_readable = False
+        rep.problems.add("spec.engines")
+        engines = ()
+    for i, engine in enumerate(engines):
+        engine = _map(engine)
+        engine_name = _str(engine.get("name"))
+        copies = _int(engine.get("copies", 1))
+        if not engine_name or copies is None or copies < 0:
+            rep.is_readable = False
+            rep.problems.add(f"spec.engines[{i}]")
+            copies = copies if copies is not None and copies >= 0 else 0
+        members = engine.get("members")
+        if not isinstance(members, list | tuple):
+            rep.is_readable = False
+            rep.problems.add(f"spec.engines[{i}].members")
+            members = ()
+        for j, member in enumerate(members):
+            member = _map(member)
+            where = f"spec.engines[{i}].members[{j}]"
+            try:
+                role = Role(member.get("role", Role.STANDALONE))
+            except ValueError:
+                rep.is_readable = False
+                rep.problems.add(f"{where}.role")
+                continue
+            worker_nodes = 1
+            if role is Role.WORKER:
+                wn = _int(_map(member.get("worker")).get("nodes", 1))
+                if wn is None or wn < 1:
+                    rep.is_readable = False
+                    rep.problems.add(f"{where}.worker.nodes")
+                    wn = 1
+                worker_nodes = wn
+            pool = member.get("nodePoolName")
+            if not isinstance(pool, str) or not pool:
+                rep.is_readable = False
+                rep.problems.add(f"{where}.nodePoolName")
+                pool = None
+            requests = member.get("deviceRequests")
+            is_claiming = bool(requests)
+            if requests is not None and not isinstance(requests, list | tuple):
+                rep.is_readable = False
+                rep.problems.add(f"{where}.deviceRequests")
+                is_claiming = True  # unknown: assume it claims, so it must be seen allocated
+            key = (engine_name, str(role))
+            if key in rep.members:
+                rep.is_readable = False
+                rep.problems.add(f"{where}: duplicate {engine_name}/{role}")
+                continue
+            rep.members[key] = _Member(engine_name, role, pool, is_claiming, copies * worker_nodes)
+    return rep
+
+
+def _pod_claim_names(pod: RawObject) -> tuple[list[str], bool] | None:
+    """The claim names a pod uses, and whether every claim it asks for has been created.
+
+    None when the fields are malformed.
+    """
+    spec_claims = _map(pod.get("spec")).get("resourceClaims") or ()
+    status_claims = _map(pod.get("status")).get("resourceClaimStatuses") or ()
+    if not isinstance(spec_claims, list | tuple) or not isinstance(status_claims, list | tuple):
+        return None
+    if len(spec_claims) == 1 and len(status_claims) == 1:
+        # The common case (one claim from a template), without the general bookkeeping.
+        spec_entry, status_entry = spec_claims[0], status_claims[0]
+        if type(spec_entry) is dict and type(status_entry) is dict:
+            ref = spec_entry.get("name")
+            claim_name = status_entry.get("resourceClaimName")
+            if (
+                type(ref) is str
+                and ref == status_entry.get("name")
+                and not spec_entry.get("resourceClaimName")
+            ):
+                return ([claim_name] if type(claim_name) is str and claim_name else []), True
+    generated: dict[str, str | None] = {}
+    for entry in status_claims:
+        if not (type(entry) is dict or isinstance(entry, Mapping)) or not isinstance(
+            entry.get("name"), str
+        ):
+            return None
+        claim_name = entry.get("resourceClaimName")
+        generated[entry["name"]] = claim_name if isinstance(claim_name, str) else None
+    names: list[str] = []
+    is_complete = True
+    seen_spec: set[str] = set()
+    for entry in spec_claims:
+        if not (type(entry) is dict or isinstance(entry, Mapping)):
+            return None
+        ref = _str(entry.get("name"))
+        seen_spec.add(ref)
+        direct = entry.get("resourceClaimName")
+        if isinstance(direct, str) and direct:
+            names.append(direct)
+        elif ref in generated:
+            generated_name = generated[ref]
+            if generated_name:
+                names.append(generated_name)
+        else:
+            is_complete = False  # template not yet turned into a claim
+    for ref, claim_name in generated.items():
+        if ref not in seen_spec and claim_name:
+            names.append(claim_name)
+    return names, is_complete
+
+
+def _count_pods(
+    pods: Mapping[tuple[str, str], RawObject],
+    replicas: Mapping[tuple[str, str], _Replica],
+    allocated: Mapping[tuple[str, str], datetime],
+    node_pool: Mapping[str, str],
+) -> None:
+    for (ns, pod_name), pod in pods.items():
+        meta = pod.get("metadata")
+        if not (type(meta) is dict or isinstance(meta, Mapping)):
+            continue
+        labels = meta.get("labels")
+        if not (type(labels) is dict or isinstance(labels, Mapping)):
+            continue
+        replica_name = labels.get(REPLICA_LABEL)
+        if not isinstance(replica_name, str):
+            continue
+        rep = replicas.get((ns, replica_name))
+        if rep is None:
+            continue
+        claim_info = _pod_claim_names(pod)
+        if claim_info is None:
+            rep.problems.add(f"pod {pod_name}: resourceClaims")
+            claim_names: list[str] = []
+            is_complete = False
+        else:
+            claim_names, is_complete = claim_info
+        times = []
+        for c in claim_names:
+            t = allocated.get((ns, c))
+            if t is not None:
+                times.append(t)
+        is_allocated = is_complete and bool(claim_names) and len(times) == len(claim_names)
+        member = rep.members.get((_str(labels.get(ENGINE_LABEL)), _str(labels.get(MEMBER_LABEL))))
+        if times:
+            pool = member.pool if member is not None else None
+            if pool is None:
+                pool = node_pool.get(_str(_map(pod.get("spec")).get("nodeName")))
+            if pool is not None:
+                latest = max(times)
+                prev = rep.pool_last.get(pool)
+                if prev is None or latest > prev:
+                    rep.pool_last[pool] = latest
+        if member is None or rep.generation is None:
+            continue
+        pod_generation = labels.get(REPLICA_GENERATION_LABEL)
+        if pod_generation != rep.generation_label and _int(pod_generation) != rep.generation:
+            continue
+        phase = _map(pod.get("status")).get("phase")
+        if phase in ("Succeeded", "Failed") or meta.get("deletionTimestamp") is not None:
+            continue
+        member.live_pods += 1
+        if is_allocated:
+            member.allocated_pods += 1
+
+
+def _observed_replica(rep: _Replica) -> ObservedReplica:
+    by_pool: dict[str, list[MemberPods]] = defaultdict(list)
+    is_scheduled = rep.is_readable
+    for key in sorted(rep.members):
+        m = rep.members[key]
+        if m.is_claiming and m.allocated_pods < m.pods_needed:
+            is_scheduled = False
+        if m.pool is not None:
+            by_pool[m.pool].append(MemberPods(m.engine, m.role, m.live_pods, m.allocated_pods))
+    for pool in rep.pool_last:
+        by_pool.setdefault(pool, [])
+    pools = tuple(
+        ReplicaPoolStatus(PoolName(p), rep.pool_last.get(p), tuple(by_pool[p]))
+        for p in sorted(by_pool)
+    )
+    problems: tuple[Problem, ...] = ()
+    if rep.problems:
+        names = sorted(rep.problems)
+        shown = ", ".join(names[:_MAX_NAMES_IN_MESSAGE])
+        more = len(names) - _MAX_NAMES_IN_MESSAGE
+        suffix = f" and {more} more" if more > 0 else ""
+        problems = (
+            Problem(ProblemCode.MALFORMED_REPLICA, f"{len(names)}: {shown}{suffix}", len(names)),
+        )
+    return ObservedReplica(rep.namespace, rep.name, rep.generation, is_scheduled, pools, problems)
+
+
+# --- observe ----------------------------------------------------------------------------
+
+
+def observe(
+    objects: ClusterObjects, clock: AllocationClock, config: ObserveConfig, now: datetime
+) -> tuple[ObservationResult, AllocationClock]:
+    """Observe one workload cluster: pool and replica observations, and the new clock.
+
+    Pure and deterministic: the result does not depend on the order of any input tuple, and
+    bad input is reported in the result, never raised.
+    """
+    problems = _Problems()
+    raw_nodes = _mappings(objects.nodes, "node", problems)
+
+    # Nodes: pool membership, exclusions (except NoSlices), extended resources. A pooled node
+    # without a name still counts: nothing can be published for it.
+    node_pool: dict[str, str] = {}
+    node_excluded: dict[str, str | None] = {}
+    pool_names: set[str] = set()
+    extended: dict[str, dict[str, int]] = defaultdict(dict)
+    unnamed_per_pool: dict[str, int] = defaultdict(int)
+    named: list[RawObject] = []
+    for node in raw_nodes:
+        meta = _map(node.get("metadata"))
+        pool = _map(meta.get("labels")).get(config.pool_label)
+        if not isinstance(pool, str) or not pool:
+            continue
+        pool_names.add(pool)
+        if _str(meta.get("name")):
+            named.append(node)
+        else:
+            unnamed_per_pool[pool] += 1
+            problems.add(pool, ProblemCode.MALFORMED_NODE, "<unnamed>: metadata.name")
+    nodes = _dedupe(named, lambda n: n["metadata"]["name"], "node", problems)
+    for name in sorted(nodes):
+        node = nodes[name]
+        pool = node["metadata"]["labels"][config.pool_label]
+        node_pool[name] = pool
+        node_excluded[name] = _exclusion(node, name, config, problems, pool)
+        _add_extended_resources(node, name, extended[pool], problems, pool)
+
+    # Replicas name pools too.
+    replica_objs = _dedupe(
+        _mappings(objects.replicas, "replica", problems), _ns_name, "replica", problems
+    )
+    replicas: dict[tuple[str, str], _Replica] = {}
+    for key in sorted(replica_objs):
+        if not key[1]:
+            problems.add(None, ProblemCode.MALFORMED_REPLICA, "<unnamed>: metadata.name")
+            continue
+        rep = _read_replica(replica_objs[key])
+        replicas[key] = rep
+        pool_names.update(m.pool for m in rep.members.values() if m.pool is not None)
+
+    # Slices and claims.
+    slices = _dedupe(
+        _mappings(objects.slices, "slice", problems),
+        lambda s: _str(_map(s.get("metadata")).get("name")) or _canonical(s),
+        "slice",
+        problems,
+    )
+    inv = _build_inventory(slices.values(), node_pool, problems)
+    claims = _dedupe(_mappings(objects.claims, "claim", problems), _ns_name, "claim", problems)
+    allocated, new_clock, taken, node_last = _read_claims(
+        claims, inv, node_pool, clock.first_seen, now, problems
+    )
+
+    # Per node free vectors, per pool histograms.
+    pool_nodes: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(node_pool):
+        pool_nodes[node_pool[name]].append(name)
+    observed_nodes: list[ObservedNode] = []
+    observed_pools: list[ObservedPool] = []
+    for pool in sorted(pool_names):
+        members = pool_nodes.get(pool, [])
+        drivers: set[str] = set()
+        for n in members:
+            drivers.update(inv.published.get(n, ()))
+            drivers.update(inv.poisoned.get(n, ()))
+        driver_order = sorted(drivers)
+        counts: dict[tuple[int, ...], int] = defaultdict(int)
+        excluded: dict[str, int] = defaultdict(int)
+        if unnamed_per_pool.get(pool):
+            excluded[str(ExclusionReason.NO_SLICES)] += unnamed_per_pool[pool]
+            counts[(0,) * len(driver_order)] += unnamed_per_pool[pool]
+        last: datetime | None = None
+        for n in members:
+            published = inv.published.get(n, {})
+            reason = node_excluded[n]
+            if reason is None and not published:
+                reason = str(ExclusionReason.NO_SLICES)
+            if reason is not None or n in inv.poisoned_all:
+                vector = (0,) * len(driver_order)
+            else:
+                node_taken = taken.get(n, {})
+                poisoned = inv.poisoned.get(n, ())
+                vector = tuple(
+                    0 if d in poisoned else max(0, published.get(d, 0) - node_taken.get(d, 0))
+                    for d in driver_order
+                )
+            counts[vector] += 1
+            if reason is not None:
+                excluded[reason] += 1
+            t = node_last.get(n)
+            if t is not None and (last is None or t > last):
+                last = t
+            observed_nodes.append(
+                ObservedNode(
+                    n,
+                    PoolName(pool),
+                    {DriverName(d): c for d, c in sorted(published.items())},
+                    {DriverName(d): v for d, v in zip(driver_order, vector, strict=True)},
+                    reason,
+                )
+            )
+        buckets = tuple(
+            Bucket({DriverName(d): v for d, v in zip(driver_order, vector, strict=True)}, c)
+            for vector, c in sorted(counts.items())
+        )
+        observed_pools.append(
+            ObservedPool(
+                name=PoolName(pool),
+                observed_nodes=len(members) + unnamed_per_pool.get(pool, 0),
+                free_devices=buckets if len(buckets) <= config.max_histogram_buckets else None,
+                last_allocation_time=last,
+                excluded_nodes=dict(sorted(excluded.items())),
+                extended_resources=dict(sorted(extended.get(pool, {}).items())),
+                bucket_count=len(buckets),
+                problems=problems.get(pool),
+            )
+        )
+
+    # Pods, per replica.
+    pods = _dedupe(_mappings(objects.pods, "pod", problems), _ns_name, "pod", problems)
+    _count_pods(pods, replicas, allocated, node_pool)
+    observed_replicas = tuple(_observed_replica(replicas[k]) for k in sorted(replicas))
+
+    result = ObservationResult(
+        pools=tuple(observed_pools),
+        replicas=observed_replicas,
+        problems=problems.get(None),
+        nodes=tuple(sorted(observed_nodes, key=lambda n: n.name)),
+    )
+    return result, AllocationClock(MappingProxyType(dict(sorted(new_clock.items()))))
