@@ -1,0 +1,279 @@
+"""The materializer: a ModelReplica (as the hub stores it) → the local objects that serve it.
+
+A pure function of the replica dict (docs/design/shapes.md, "ModelReplica"); the agent's runner
+diffs its result against what the workload cluster holds. Per replica, in the replica's
+namespace:
+
+- one `resource.k8s.io/v1` ResourceClaimTemplate per *claiming* member (one with
+  `deviceRequests`): one request per device request, `exactly: {deviceClassName,
+  allocationMode: ExactCount, count, selectors: [{cel: {expression}}]}`. DRA gives every pod its
+  own claim made from the template, so a pod's demand is exactly its member's requests.
+- per engine, an `apps/v1` Deployment (a Standalone member; `replicas = copies`) or a
+  `leaderworkerset.x-k8s.io/v1` LeaderWorkerSet (Leader + Worker; `replicas = copies`,
+  `size = 1 + worker.nodes`).
+
+Every pod is pinned to its member's pool by the node label `gpufleet.io/pool`, tolerates
+`nvidia.com/gpu:NoSchedule` (the GPU operator's taint), carries a pod-level claim `gpus` made
+from its member's template (referenced by the first container, the engine), and the labels
+the ReplicaObservation selects on (deployment, replica, engine, member, replica-generation).
+Workloads and templates carry deployment/replica/engine labels, so the agent finds what it owns
+(`OWNED_SELECTOR`) and deletes what no replica wants any more.
+
+Names are deterministic: `<replica>-<engine>` for workloads, `<replica>-<engine>-<role>` for
+templates, cut to a DNS label (63) with a 5-hex hash of the full name when too long. No
+CPU/memory requests are set (a known limitation carried over from Modelplane).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Final
+
+from gpufleet.api import labels
+from gpufleet.store.port import (
+    DEPLOYMENT,
+    LEADER_WORKER_SET,
+    RESOURCE_CLAIM_TEMPLATE,
+    Obj,
+)
+
+#: The pod-level claim name every claiming pod uses.
+POD_CLAIM_NAME: Final = "gpus"
+#: Selects every workload and template the agent made (anything labelled with a replica).
+OWNED_SELECTOR: Final = labels.REPLICA
+#: The toleration every fleet pod carries: the GPU operator taints GPU nodes with it.
+GPU_TOLERATION: Final[Mapping[str, str]] = {
+    "key": "nvidia.com/gpu",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
+
+_MAX_NAME_CHARS: Final = 63
+_HASH_CHARS: Final = 5
+
+
+class ReplicaInvalid(ValueError):
+    """The replica dict lacks a field the materializer needs; the message names the field."""
+
+
+def dns_name(*parts: str) -> str:
+    """`parts` joined by `-`, lowercased; cut to 63 chars with a hash suffix when longer."""
+    full = "-".join(p for p in parts if p).lower()
+    if len(full) <= _MAX_NAME_CHARS:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_CHARS]
+    head = full[: _MAX_NAME_CHARS - _HASH_CHARS - 1].rstrip("-.")
+    return f"{head}-{digest}"
+
+
+def workload_name(replica_name: str, engine: str) -> str:
+    return dns_name(replica_name, engine)
+
+
+def claim_template_name(replica_name: str, engine: str, role: str) -> str:
+    return dns_name(replica_name, engine, role)
+
+
+def materialize(replica: Mapping[str, Any]) -> list[Obj]:
+    """The desired local objects for one ModelReplica, sorted by (kind, name).
+
+    Raises `ReplicaInvalid` when a required field is missing (the hub's validation should
+    make that impossible; the agent skips such a replica and says so).
+    """
+    meta = replica.get("metadata") or {}
+    name = _required(meta, "name", "metadata.name")
+    namespace = _required(meta, "namespace", "metadata.namespace")
+    generation = int(meta.get("generation", 1))
+    spec = replica.get("spec") or {}
+    deployment = str(spec.get("deploymentName") or meta.get("labels", {}).get(labels.DEPLOYMENT))
+    out: list[Obj] = []
+    for i, engine in enumerate(spec.get("engines") or []):
+        engine_name = _required(engine, "name", f"spec.engines[{i}].name")
+        members = engine.get("members") or []
+        by_role = {str(m.get("role", "Standalone")): m for m in members}
+        base = {
+            labels.DEPLOYMENT: deployment,
+            labels.REPLICA: name,
+            labels.ENGINE: engine_name,
+        }
+        copies = int(engine.get("copies", 1))
+        templates: dict[str, Obj] = {}
+        for j, member in enumerate(members):
+            role = str(member.get("role", "Standalone"))
+            _required(member, "nodePoolName", f"spec.engines[{i}].members[{j}].nodePoolName")
+            if member.get("deviceRequests"):
+                rct = _claim_template(name, namespace, engine_name, role, member, base)
+                out.append(rct)
+                templates[role] = rct
+        wname = workload_name(name, engine_name)
+
+        if set(by_role) == {"Standalone"}:
+            out.append(
+                _deployment(
+                    wname,
+                    namespace,
+                    base,
+                    copies,
+                    _pod_template(
+                        by_role["Standalone"],
+                        "Standalone",
+                        base,
+                        generation,
+                        templates.get("Standalone"),
+                    ),
+                )
+            )
+        elif set(by_role) == {"Leader", "Worker"}:
+            worker_nodes = int((by_role["Worker"].get("worker") or {}).get("nodes", 1))
+            out.append(
+                _leader_worker_set(
+                    wname,
+                    namespace,
+                    base,
+                    copies,
+                    worker_nodes,
+                    _pod_template(
+                        by_role["Leader"], "Leader", base, generation, templates.get("Leader")
+                    ),
+                    _pod_template(
+                        by_role["Worker"], "Worker", base, generation, templates.get("Worker")
+                    ),
+                )
+            )
+        else:
+            raise ReplicaInvalid(
+                f"spec.engines[{i}].members: want one Standalone or a Leader and a Worker, "
+                f"got {sorted(by_role)}"
+            )
+    out.sort(key=lambda o: (o["kind"], o["metadata"]["name"]))
+    return out
+
+
+def _required(obj: Mapping[str, Any], key: str, path: str) -> str:
+    value = obj.get(key)
+    if not value:
+        raise ReplicaInvalid(f"{path} is required")
+    return str(value)
+
+
+def _claim_template(
+    replica: str,
+    namespace: str,
+    engine: str,
+    role: str,
+    member: Mapping[str, Any],
+    base: Mapping[str, str],
+) -> Obj:
+    requests = [
+        {
+            "name": str(r["name"]),
+            "exactly": {
+                "deviceClassName": str(r["deviceClassName"]),
+                "allocationMode": "ExactCount",
+                "count": int(r.get("count", 1)),
+                "selectors": [
+                    {"cel": {"expression": str(s["cel"])}} for s in r.get("selectors") or []
+                ],
+            },
+        }
+        for r in member["deviceRequests"]
+    ]
+    return {
+        "apiVersion": RESOURCE_CLAIM_TEMPLATE.api_version,
+        "kind": RESOURCE_CLAIM_TEMPLATE.kind,
+        "metadata": {
+            "name": claim_template_name(replica, engine, role),
+            "namespace": namespace,
+            "labels": {**base, labels.MEMBER: role},
+        },
+        "spec": {
+            "metadata": {"labels": {**base, labels.MEMBER: role}},
+            "spec": {"devices": {"requests": requests}},
+        },
+    }
+
+
+def _pod_template(
+    member: Mapping[str, Any],
+    role: str,
+    base: Mapping[str, str],
+    generation: int,
+    claim_template: Obj | None,
+) -> Obj:
+    template = copy.deepcopy(dict(member.get("template") or {}))
+    tmeta = template.get("metadata") or {}
+    spec: dict[str, Any] = dict(template.get("spec") or {})
+    pod_labels = {
+        **(tmeta.get("labels") or {}),
+        **base,
+        labels.MEMBER: role,
+        labels.REPLICA_GENERATION: str(generation),
+    }
+    spec["nodeSelector"] = {
+        **(spec.get("nodeSelector") or {}),
+        labels.POOL: str(member["nodePoolName"]),
+    }
+    tolerations = list(spec.get("tolerations") or [])
+    if dict(GPU_TOLERATION) not in tolerations:
+        tolerations.append(dict(GPU_TOLERATION))
+    spec["tolerations"] = tolerations
+    containers = [dict(c) for c in spec.get("containers") or []]
+    if claim_template is not None:
+        spec["resourceClaims"] = [
+            {
+                "name": POD_CLAIM_NAME,
+                "resourceClaimTemplateName": claim_template["metadata"]["name"],
+            }
+        ]
+        if containers:
+            # The engine (first container) uses the devices; sidecars do not.
+            resources = dict(containers[0].get("resources") or {})
+            claims = [c for c in resources.get("claims") or [] if c.get("name") != POD_CLAIM_NAME]
+            resources["claims"] = [*claims, {"name": POD_CLAIM_NAME}]
+            containers[0]["resources"] = resources
+    spec["containers"] = containers
+    return {"metadata": {"labels": pod_labels}, "spec": spec}
+
+
+def _deployment(name: str, namespace: str, base: Mapping[str, str], copies: int, pod: Obj) -> Obj:
+    return {
+        "apiVersion": DEPLOYMENT.api_version,
+        "kind": DEPLOYMENT.kind,
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(base)},
+        "spec": {
+            "replicas": copies,
+            "selector": {
+                "matchLabels": {
+                    labels.REPLICA: base[labels.REPLICA],
+                    labels.ENGINE: base[labels.ENGINE],
+                }
+            },
+            "template": pod,
+        },
+    }
+
+
+def _leader_worker_set(
+    name: str,
+    namespace: str,
+    base: Mapping[str, str],
+    copies: int,
+    worker_nodes: int,
+    leader: Obj,
+    worker: Obj,
+) -> Obj:
+    return {
+        "apiVersion": LEADER_WORKER_SET.api_version,
+        "kind": LEADER_WORKER_SET.kind,
+        "metadata": {"name": name, "namespace": namespace, "labels": dict(base)},
+        "spec": {
+            "replicas": copies,
+            "leaderWorkerTemplate": {
+                "size": 1 + worker_nodes,
+                "leaderTemplate": leader,
+                "workerTemplate": worker,
+            },
+        },
+    }

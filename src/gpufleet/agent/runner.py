@@ -1,0 +1,411 @@
+"""The agent's runner: one `Agent` per workload cluster, driven by `step(now)`.
+
+A step has two halves, both through the `Store` port only:
+
+1. **Observe and report.** List the cluster's Nodes, ResourceSlices, ResourceClaims and Pods
+   and the ModelReplicas assigned to the cluster on the hub (label `gpufleet.io/cluster`, all
+   namespaces); run the pure observe core (`gpufleet.agent.observe`) with the allocation clock
+   the Agent keeps between steps; write one PoolObservation per pool and one ReplicaObservation
+   per replica to the hub namespace `gpufleet-cluster-<cluster>`, stamped with
+   `status.agent: {identity, leaseEpoch}` and `status.observedAt`. Observations of replicas
+   that are gone are deleted. A pool with a PoolObservation on the hub that the agent no longer
+   sees (its nodes all gone, no replica pins it) is reported empty (no nodes, so the hub counts
+   only growth) rather than left stale: a stale report of free devices errs toward "free".
+2. **Materialize.** Make the cluster's ResourceClaimTemplates, Deployments and
+   LeaderWorkerSets equal what `materialize` wants for the assigned replicas: create what is
+   missing, update what differs (templates are immutable in `resource.k8s.io/v1`, so a changed
+   template is deleted and recreated), delete what no replica wants.
+
+Reports are pushed when their content (everything but `observedAt`) changed, or when a
+heartbeat interval passed since the last push, but never sooner than a minimum interval after
+the last push (debounce). A push that fails (the hub unreachable) is retried on the next step.
+When the hub cannot be read the step changes nothing locally: a partition must not look like
+"every replica was deleted".
+
+Conflicts (`Conflict`: stale resourceVersion) are retried by re-reading, a bounded number of
+times. A restarted agent is a new `Agent`: its allocation clock is empty (every allocated
+claim is stamped with the restart time, which errs toward charging) and it pushes at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, TypeVar
+
+from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
+from gpufleet.agent.observe import (
+    AllocationClock,
+    ClusterObjects,
+    ObservationResult,
+    ObserveConfig,
+    ObservedPool,
+    format_time,
+    observe,
+)
+from gpufleet.api import labels
+from gpufleet.core.model import PoolName
+from gpufleet.store.port import (
+    DEPLOYMENT,
+    LEADER_WORKER_SET,
+    MODEL_REPLICA,
+    NAMESPACE,
+    NODE,
+    POD,
+    POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
+    RESOURCE_CLAIM,
+    RESOURCE_CLAIM_TEMPLATE,
+    RESOURCE_SLICE,
+    AlreadyExists,
+    Conflict,
+    Kind,
+    NotFound,
+    Obj,
+    Store,
+    StoreError,
+)
+
+log = logging.getLogger(__name__)
+
+#: The kinds the agent owns on the workload cluster, in the order it writes them (templates
+#: before the workloads whose pods reference them).
+OWNED_KINDS: Final = (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT, LEADER_WORKER_SET)
+
+_T = TypeVar("_T")
+
+#: A pool with no nodes the agent can see (all gone, or scaled to zero).
+_EMPTY_POOL_STATUS: Final = ObservedPool(PoolName(""), 0, (), None, {}, {}, 0).to_status()
+
+
+def observation_namespace(cluster_name: str) -> str:
+    """The hub namespace that holds one cluster's observations."""
+    return f"gpufleet-cluster-{cluster_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    #: Push at least this often, even when nothing changed (freshness for the hub).
+    heartbeat_interval_s: float = 30.0
+    #: Never push sooner than this after the last push (debounce).
+    min_push_interval_s: float = 2.0
+    #: How often a write that hit a stale resourceVersion is re-read and retried.
+    max_conflict_retries: int = 5
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What one observation produced, ready to push: statuses by (kind, name) in the hub
+    namespace, without `agent` and `observedAt` (so unchanged content compares equal)."""
+
+    observed_at: datetime
+    result: ObservationResult
+    pools: Mapping[str, Obj]
+    replicas: Mapping[str, tuple[Obj, Obj]]  # name -> (spec, status)
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """What a step did; for logs, the simulator and tests."""
+
+    is_hub_reachable: bool = True
+    is_pushed: bool = False
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+class Agent:
+    """The agent of one workload cluster. Not thread-safe: one loop calls `step`."""
+
+    def __init__(
+        self,
+        cluster_name: str,
+        local: Store,
+        hub: Store,
+        config: AgentConfig | None = None,
+        identity: str = "agent",
+        lease_epoch: int = 1,
+    ) -> None:
+        self.cluster_name = cluster_name
+        self.local = local
+        self.hub = hub
+        self.config = config or AgentConfig()
+        self.identity = identity
+        self.lease_epoch = lease_epoch
+        self.clock = AllocationClock()
+        self.namespace = observation_namespace(cluster_name)
+        self._last_push_at: datetime | None = None
+        self._last_pushed: dict[tuple[str, str], Obj] | None = None
+
+    # --- the step -------------------------------------------------------------------------
+
+    def step(self, now: datetime) -> StepOutcome:
+        """Observe, push if due, and materialize."""
+        outcome = StepOutcome()
+        replicas = self.read_replicas(outcome)
+        if replicas is None:
+            return outcome
+        report = self.observe(now, replicas)
+        self.push(report, now, outcome)
+        self.materialize(replicas, outcome)
+        return outcome
+
+    def read_replicas(self, outcome: StepOutcome | None = None) -> list[Obj] | None:
+        """The ModelReplicas assigned to this cluster, or None when the hub is unreachable."""
+        try:
+            found = self.hub.list(MODEL_REPLICA, None, {labels.CLUSTER: self.cluster_name})
+        except StoreError as e:
+            if outcome is not None:
+                outcome.is_hub_reachable = False
+                outcome.errors.append(f"list ModelReplicas: {e}")
+            return None
+        return [r for r in found if not r["metadata"].get("deletionTimestamp")]
+
+    def observe(self, now: datetime, replicas: Sequence[Obj]) -> Report:
+        """Observe the local cluster (advancing the allocation clock) into a `Report`."""
+        objects = ClusterObjects(
+            nodes=tuple(self.local.list(NODE)),
+            slices=tuple(self.local.list(RESOURCE_SLICE)),
+            claims=tuple(self.local.list(RESOURCE_CLAIM)),
+            pods=tuple(self.local.list(POD)),
+            replicas=tuple(replicas),
+        )
+        result, self.clock = observe(objects, self.clock, self.config.observe, now)
+        pools: dict[str, Obj] = {str(p.name): p.to_status() for p in result.pools}
+        reps: dict[str, tuple[Obj, Obj]] = {}
+        for r in result.replicas:
+            spec = {
+                "clusterName": self.cluster_name,
+                "replicaName": r.name,
+                "replicaNamespace": r.namespace,
+            }
+            reps[r.name] = (spec, r.to_status())
+        return Report(now, result, pools, reps)
+
+    def is_push_due(self, report: Report, now: datetime) -> bool:
+        if self._last_push_at is None or self._last_pushed is None:
+            return True
+        since_s = (now - self._last_push_at).total_seconds()
+        if since_s < self.config.min_push_interval_s:
+            return False
+        if since_s >= self.config.heartbeat_interval_s:
+            return True
+        return _content(report) != self._last_pushed
+
+    def push(self, report: Report, now: datetime, outcome: StepOutcome | None = None) -> bool:
+        """Write the report to the hub if due; True when it was written in full."""
+        outcome = outcome if outcome is not None else StepOutcome()
+        if not self.is_push_due(report, now):
+            return False
+        stamp = {
+            "agent": {"identity": self.identity, "leaseEpoch": self.lease_epoch},
+            "observedAt": format_time(report.observed_at),
+        }
+        is_complete = True
+        try:
+            pools = dict(report.pools)
+            for obj in self.hub.list(POOL_OBSERVATION, self.namespace):
+                # Reported before (by this agent or an earlier one), gone now: say so.
+                pools.setdefault(obj["metadata"]["name"], _EMPTY_POOL_STATUS)
+            for pool, status in sorted(pools.items()):
+                spec = {"clusterName": self.cluster_name, "poolName": pool}
+                self._write_observation(POOL_OBSERVATION, pool, spec, {**status, **stamp})
+            for name, (spec, status) in sorted(report.replicas.items()):
+                self._write_observation(REPLICA_OBSERVATION, name, spec, {**status, **stamp})
+            for obj in self.hub.list(REPLICA_OBSERVATION, self.namespace):
+                name = obj["metadata"]["name"]
+                if name not in report.replicas:
+                    with contextlib.suppress(NotFound):
+                        self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
+        except StoreError as e:
+            # Unreachable hub or a write refused: try again on the next step.
+            outcome.is_hub_reachable = False
+            outcome.errors.append(f"push: {e}")
+            is_complete = False
+        if not is_complete:
+            return False
+        self._last_push_at = now
+        self._last_pushed = _content(report)
+        outcome.is_pushed = True
+        return True
+
+    def _write_observation(self, kind: Kind, name: str, spec: Obj, status: Obj) -> None:
+        def write() -> None:
+            current = self.hub.get(kind, name, self.namespace)
+            if current is None:
+                body: Obj = {
+                    "apiVersion": kind.api_version,
+                    "kind": kind.kind,
+                    "metadata": {
+                        "name": name,
+                        "namespace": self.namespace,
+                        "labels": {labels.CLUSTER: self.cluster_name},
+                    },
+                    "spec": spec,
+                }
+                # The status subresource is written separately, as on the API server.
+                current = self.hub.create(body)
+            elif current.get("spec") != spec:
+                current["spec"] = spec
+                current = self.hub.update(current)
+            patch = merge_patch(current.get("status") or {}, status)
+            if patch:
+                self.hub.patch_status(
+                    kind, name, self.namespace, patch, current["metadata"]["resourceVersion"]
+                )
+
+        self._retry(write)
+
+    # --- materialize ----------------------------------------------------------------------
+
+    def materialize(self, replicas: Sequence[Obj], outcome: StepOutcome | None = None) -> None:
+        """Make the local workloads equal the desired set for `replicas`."""
+        outcome = outcome if outcome is not None else StepOutcome()
+        desired: dict[tuple[Kind, str, str], Obj] = {}
+        for replica in replicas:
+            try:
+                objs = materialize(replica)
+            except ReplicaInvalid as e:
+                meta = replica.get("metadata") or {}
+                outcome.errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {e}")
+                continue
+            for obj in objs:
+                meta = obj["metadata"]
+                desired[(_kind(obj), meta["namespace"], meta["name"])] = obj
+        namespaces = sorted({ns for (_, ns, _) in desired})
+        for ns in namespaces:
+            self._ensure_namespace(ns, outcome)
+        for kind in OWNED_KINDS:
+            existing = {
+                (o["metadata"]["namespace"], o["metadata"]["name"]): o
+                for o in self.local.list(kind, None, OWNED_SELECTOR)
+            }
+            for (k, ns, name), want in sorted(desired.items(), key=lambda i: i[0][1:]):
+                if k != kind:
+                    continue
+                self._apply(kind, want, existing.get((ns, name)), outcome)
+            for (ns, name), _obj in sorted(existing.items()):
+                if (kind, ns, name) not in desired:
+                    self._delete_local(kind, name, ns, outcome)
+
+    def _apply(self, kind: Kind, want: Obj, current: Obj | None, outcome: StepOutcome) -> None:
+        ref = _ref(kind, want["metadata"]["namespace"], want["metadata"]["name"])
+        try:
+            if current is None:
+                self.local.create(want)
+                outcome.created.append(ref)
+                return
+            if _contains(current, {"metadata": {"labels": want["metadata"]["labels"]}}) and (
+                _contains(current.get("spec"), want["spec"])
+            ):
+                return
+            if kind == RESOURCE_CLAIM_TEMPLATE:
+                # Immutable spec: replace it. Pods already running keep the claims they have.
+                self.local.delete(kind, want["metadata"]["name"], want["metadata"]["namespace"])
+                self.local.create(want)
+                outcome.updated.append(ref)
+                return
+
+            def update() -> None:
+                latest = self.local.get(
+                    kind, want["metadata"]["name"], want["metadata"]["namespace"]
+                )
+                if latest is None:
+                    self.local.create(want)
+                    return
+                latest["metadata"]["labels"] = dict(want["metadata"]["labels"])
+                latest["spec"] = want["spec"]
+                self.local.update(latest)
+
+            self._retry(update)
+            outcome.updated.append(ref)
+        except StoreError as e:
+            outcome.errors.append(f"apply {ref}: {e}")
+
+    def _delete_local(self, kind: Kind, name: str, ns: str, outcome: StepOutcome) -> None:
+        try:
+            self.local.delete(kind, name, ns)
+            outcome.deleted.append(_ref(kind, ns, name))
+        except NotFound:
+            pass
+        except StoreError as e:
+            outcome.errors.append(f"delete {_ref(kind, ns, name)}: {e}")
+
+    def _ensure_namespace(self, ns: str, outcome: StepOutcome) -> None:
+        try:
+            if self.local.get(NAMESPACE, ns) is None:
+                body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                self.local.create(body)
+        except AlreadyExists:
+            pass
+        except StoreError as e:
+            outcome.errors.append(f"namespace {ns}: {e}")
+
+    def _retry(self, fn: Callable[[], _T]) -> _T:
+        attempts = max(1, self.config.max_conflict_retries)
+        for attempt in range(attempts):
+            try:
+                return fn()
+            except Conflict:
+                if attempt == attempts - 1:
+                    raise
+                log.debug("conflict; re-reading (attempt %d)", attempt + 1)
+        raise AssertionError("unreachable")
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
+    """The JSON merge patch (RFC 7386) that turns `old` into `new`: removed keys become None."""
+    patch: Obj = {}
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            sub = merge_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif before != value or key not in old:
+            patch[key] = value
+    return patch
+
+
+def _content(report: Report) -> dict[tuple[str, str], Obj]:
+    out: dict[tuple[str, str], Obj] = {}
+    for pool, status in report.pools.items():
+        out[("PoolObservation", pool)] = status
+    for name, (spec, status) in report.replicas.items():
+        out[("ReplicaObservation", name)] = {"spec": spec, "status": status}
+    return out
+
+
+def _contains(current: object, want: object) -> bool:
+    """Whether `current` holds every field of `want` (the API server may add defaults)."""
+    if isinstance(want, Mapping):
+        return isinstance(current, Mapping) and all(
+            k in current and _contains(current[k], v) for k, v in want.items()
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(current, list)
+            and len(current) == len(want)
+            and all(_contains(c, w) for c, w in zip(current, want, strict=True))
+        )
+    return current == want
+
+
+def _kind(obj: Mapping[str, Any]) -> Kind:
+    for kind in OWNED_KINDS:
+        if kind.api_version == obj["apiVersion"] and kind.kind == obj["kind"]:
+            return kind
+    raise ValueError(f"not an owned kind: {obj['apiVersion']} {obj['kind']}")
+
+
+def _ref(kind: Kind, ns: str, name: str) -> str:
+    return f"{kind.kind} {ns}/{name}"

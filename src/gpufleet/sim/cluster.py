@@ -1,0 +1,1177 @@
+"""One emulated workload cluster: a `MemoryStore` with Kubernetes-shaped objects and the
+components that act on them, driven by the simulation's event loop.
+
+The store holds the same object shapes as a real cluster (Nodes, `resource.k8s.io/v1`
+ResourceSlices and ResourceClaims, Pods, Deployments, LeaderWorkerSets), so the real agent reads
+it exactly as it reads a real API server. Components, run every `tick_s` in a fixed order
+(garbage collector, workload controllers, resourceclaim controller, DRA driver, kube-scheduler,
+kubelet), each reading the store and writing through it:
+
+- **kube-scheduler** binds Pending pods, oldest first: a node must carry the pod's nodeSelector
+  labels, be Ready and schedulable, tolerate-check every NoSchedule/NoExecute taint, and have
+  devices for the pod's claim (`gpufleet.sim.dra`). Node choice per cluster: Spread (most free
+  devices; kube-scheduler does not pack DRA devices) or Pack (fewest free that fit), ties by
+  name. Pods of one LeaderWorkerSet group go to distinct nodes, decided pod by pod: a group is
+  not scheduled all-or-nothing, so part of a gang can bind while the rest stays Pending (what a
+  real cluster with pod anti-affinity and no gang scheduler does). It writes the claim's
+  `status.allocation` and `reservedFor`, then the pod's `spec.nodeName`; an unschedulable pod
+  gets `PodScheduled=False, reason Unschedulable` (what cluster-autoscaler looks for).
+- **resourceclaim controller** makes claim `<pod>-<claim>` from the pod's template, owned by the
+  pod, records it in `status.resourceClaimStatuses`, and deletes (releases) it once the pod is
+  gone.
+- **kubelet** starts a bound pod after `pod_start_delay_s` (phase Running, Ready) and finishes a
+  deleted pod after `termination_grace_s` (pods carry a finalizer so a delete sets
+  `deletionTimestamp` first, as the API server does for graceful deletion). Pods on a NotReady
+  node are removed at once (as pod GC force-deletes pods of lost nodes).
+- **Deployment controller** keeps `replicas` pods of the current template (RollingUpdate, 25%
+  surge and unavailability, rounded as Kubernetes rounds), replacing failed ones; ReplicaSets
+  are not modelled (pods carry `pod-template-hash`). **LeaderWorkerSet controller** keeps
+  `replicas` groups of `size` pods (`<lws>-<g>` leader, `<lws>-<g>-<w>` workers); a group that
+  loses a pod is recreated whole (RecreateGroupOnPodRestart); template changes roll one group
+  at a time. **Garbage collector** deletes pods whose owning workload is gone.
+- **DRA driver** publishes one ResourceSlice per node and driver (`gpu-0..gpu-N-1`, attributes and
+  capacity of the pool's class) `dra_publish_delay_s` after the node appears; slices go with the
+  node.
+- **cluster-autoscaler** (every `autoscaler_scan_s`): for unschedulable pods that would fit an
+  empty node of their pool, adds nodes (after `scale_up_delay_s`) up to `maxNodeCount`,
+  counting nodes on the way; removes nodes idle for `scale_down_idle_s` down to
+  `minNodeCount` (only in pools with a `maxNodeCount`: a fixed-size pool has no autoscaled node
+  group behind it). Under stockout it adds nothing and records `NotTriggerScaleUp` events.
+- Operations for scenarios: other tenants' claims, cordon/uncordon, taints, node failure and
+  recovery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from gpufleet.api import labels
+from gpufleet.core.model import NodeChoice
+from gpufleet.sim import dra
+from gpufleet.sim.engine import EventLoop
+from gpufleet.store import MemoryStore, format_time
+from gpufleet.store.port import (
+    DEPLOYMENT,
+    EVENT,
+    LEADER_WORKER_SET,
+    NODE,
+    POD,
+    RESOURCE_CLAIM,
+    RESOURCE_CLAIM_TEMPLATE,
+    RESOURCE_SLICE,
+    Conflict,
+    Kind,
+    NotFound,
+    Obj,
+    StoreError,
+)
+
+#: Keeps a deleted pod around (with deletionTimestamp) until the kubelet finishes it.
+KUBELET_FINALIZER: Final = "sim.gpufleet.io/kubelet"
+GPU_TAINT: Final = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+UNSCHEDULABLE_TAINT: Final = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+UNREACHABLE_TAINT: Final = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
+LWS_NAME: Final = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_WORKER_INDEX: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_KEY: Final = "leaderworkerset.sigs.k8s.io/group-key"
+LWS_TEMPLATE_HASH: Final = "leaderworkerset.sigs.k8s.io/template-revision-hash"
+POD_TEMPLATE_HASH: Final = "pod-template-hash"
+_NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"
+
+
+# --- configuration ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSpec:
+    """One kind of device a node of a pool has (an InferenceClass `spec.devices` entry)."""
+
+    name: str = "gpu"
+    driver: str = "gpu.nvidia.com"
+    device_class_name: str = "gpu.nvidia.com"
+    count: int = 4
+    claim: str = "DRA"
+    attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    capacity: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_class(cls, device: Mapping[str, Any]) -> DeviceSpec:
+        """From an InferenceClass device entry (`capacity: {memory: {value: 80Gi}}`)."""
+        return cls(
+            name=str(device["name"]),
+            driver=str(device["driver"]),
+            device_class_name=str(device.get("deviceClassName") or device["driver"]),
+            count=int(device.get("count", 1)),
+            claim=str(device.get("claim", "DRA")),
+            attributes=dict(device.get("attributes") or {}),
+            capacity={k: str(v["value"]) for k, v in (device.get("capacity") or {}).items()},
+        )
+
+    def to_class(self) -> Obj:
+        body: Obj = {"name": self.name, "driver": self.driver, "claim": self.claim}
+        if self.claim == "DRA":
+            body["deviceClassName"] = self.device_class_name
+        body["count"] = self.count
+        if self.attributes:
+            body["attributes"] = {k: dict(v) for k, v in self.attributes.items()}
+        if self.capacity:
+            body["capacity"] = {k: {"value": v} for k, v in self.capacity.items()}
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    name: str
+    devices: tuple[DeviceSpec, ...] = (DeviceSpec(),)
+    node_count: int = 1
+    min_node_count: int = 0
+    #: None: a fixed-size pool (the autoscaler never grows it).
+    max_node_count: int | None = None
+    #: The InferenceClass name; defaults to the pool name.
+    class_name: str = ""
+
+    @property
+    def inference_class(self) -> str:
+        return self.class_name or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterBehaviour:
+    """How one emulated cluster behaves. Times in seconds of simulated time."""
+
+    node_choice: NodeChoice = NodeChoice.SPREAD
+    #: Cadence of the in-cluster controllers (scheduler, kubelet, controllers, driver).
+    tick_s: float = 1.0
+    pod_start_delay_s: float = 5.0
+    termination_grace_s: float = 2.0
+    dra_publish_delay_s: float = 10.0
+    #: NodeReady=False to pods failed (NoExecute eviction of a lost node).
+    node_eviction_delay_s: float = 5.0
+    is_autoscaling: bool = True
+    is_stocked_out: bool = False
+    autoscaler_scan_s: float = 10.0
+    scale_up_delay_s: float = 60.0
+    scale_down_idle_s: float = 600.0
+    #: Taint GPU nodes with `nvidia.com/gpu:NoSchedule`, as the GPU operator does.
+    has_gpu_taint: bool = True
+    #: The agent: how often it observes, and how long its report takes to reach the hub.
+    report_interval_s: float = 5.0
+    report_delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    name: str
+    pools: tuple[PoolSpec, ...]
+    behaviour: ClusterBehaviour = field(default_factory=ClusterBehaviour)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+# --- the cluster ------------------------------------------------------------------------
+
+
+class WorkloadCluster:
+    """An emulated workload cluster. `start()` registers its components on the loop."""
+
+    def __init__(self, spec: ClusterSpec, loop: EventLoop) -> None:
+        self.spec = spec
+        self.behaviour = spec.behaviour
+        self.loop = loop
+        self.store = MemoryStore(clock=loop.clock, uid_seed=f"cluster/{spec.name}")
+        self.pools = {p.name: p for p in spec.pools}
+        self.class_drivers = {
+            d.device_class_name: d.driver for p in spec.pools for d in p.devices if d.claim == "DRA"
+        }
+        self._node_seq: dict[str, int] = defaultdict(int)
+        self._node_created: dict[str, datetime] = {}
+        self._bound_at: dict[str, datetime] = {}
+        self._terminating_at: dict[str, datetime] = {}
+        self._idle_since: dict[str, datetime] = {}
+        self._failed_at: dict[str, datetime] = {}
+        #: Nodes the autoscaler asked for and not yet created, per pool.
+        self._provisioning: dict[str, int] = defaultdict(int)
+        self._foreign_seq = 0
+        self._event_seq = 0
+        self._last_scan: datetime | None = None
+        for pool in spec.pools:
+            for _ in range(pool.node_count):
+                name = self.add_node(pool.name)
+                self._publish_slices(name)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def start(self) -> None:
+        self.loop.every(self.behaviour.tick_s, self.tick, f"{self.name}/tick")
+
+    def tick(self) -> None:
+        """Run every in-cluster component once, in a fixed order."""
+        self._garbage_collect()
+        self._deployment_controller()
+        self._lws_controller()
+        self._claim_controller()
+        self._dra_driver()
+        self._node_lifecycle()
+        self._scheduler()
+        self._kubelet()
+        if self.behaviour.is_autoscaling and (
+            self._last_scan is None
+            or (self.loop.now - self._last_scan).total_seconds() >= self.behaviour.autoscaler_scan_s
+        ):
+            self._last_scan = self.loop.now
+            self._autoscaler()
+
+    # --- scenario operations --------------------------------------------------------------
+
+    def add_node(self, pool_name: str) -> str:
+        """Add a Ready node to a pool (its slices follow after the publish delay)."""
+        self._node_seq[pool_name] += 1
+        name = f"{pool_name}-{self._node_seq[pool_name] - 1}"
+        taints = [dict(GPU_TAINT)] if self.behaviour.has_gpu_taint else []
+        self.store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {labels.POOL: pool_name, "kubernetes.io/hostname": name},
+                },
+                "spec": {"taints": taints},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                    "allocatable": {"cpu": "48", "memory": "192Gi", "pods": "110"},
+                },
+            }
+        )
+        self._node_created[name] = self.loop.now
+        return name
+
+    def remove_node(self, name: str) -> None:
+        """Delete a node and its slices; its pods are removed and recreated elsewhere."""
+        for s in self.store.list(RESOURCE_SLICE):
+            if s["spec"].get("nodeName") == name:
+                self.store.delete(RESOURCE_SLICE, s["metadata"]["name"])
+        for pod in self._pods_on(name):
+            self._force_remove(pod)
+        self.store.delete(NODE, name)
+        self._node_created.pop(name, None)
+        self._idle_since.pop(name, None)
+
+    def cordon(self, name: str, is_cordoned: bool = True) -> None:
+        def change(node: Obj) -> None:
+            node["spec"]["unschedulable"] = is_cordoned
+            _set_taint(node, UNSCHEDULABLE_TAINT, is_cordoned)
+
+        self._update_node(name, change)
+
+    def uncordon(self, name: str) -> None:
+        self.cordon(name, False)
+
+    def taint(self, name: str, key: str, effect: str = "NoSchedule", value: str = "") -> None:
+        taint = (
+            {"key": key, "value": value, "effect": effect}
+            if value
+            else {"key": key, "effect": effect}
+        )
+        self._update_node(name, lambda n: _set_taint(n, taint, True))
+
+    def untaint(self, name: str, key: str) -> None:
+        def change(node: Obj) -> None:
+            node["spec"]["taints"] = [
+                t for t in node["spec"].get("taints") or [] if t["key"] != key
+            ]
+
+        self._update_node(name, change)
+
+    def fail_node(self, name: str) -> None:
+        """The node stops reporting: NotReady, tainted unreachable; its pods fail shortly after."""
+
+        def change(node: Obj) -> None:
+            _set_taint(node, UNREACHABLE_TAINT, True)
+
+        self._update_node(name, change)
+        self._set_ready(name, False)
+        self._failed_at[name] = self.loop.now
+
+    def recover_node(self, name: str) -> None:
+        self._update_node(name, lambda n: _set_taint(n, UNREACHABLE_TAINT, False))
+        self._set_ready(name, True)
+        self._failed_at.pop(name, None)
+
+    def add_foreign_claim(
+        self, node: str, count: int = 1, namespace: str = "other-tenant", driver: str = ""
+    ) -> str:
+        """Another tenant's claim, allocated on `node` (first free devices). Returns its name."""
+        device = next(
+            d
+            for p in self.spec.pools
+            for d in p.devices
+            if d.claim == "DRA" and (not driver or d.driver == driver)
+        )
+        self._foreign_seq += 1
+        name = f"foreign-{self._foreign_seq}"
+        request = dra.Request("device", device.driver, count, ())
+        devices = dra.published_devices(self.store.list(RESOURCE_SLICE)).get(node, [])
+        results = dra.allocate(
+            [request], devices, dra.taken_devices(self.store.list(RESOURCE_CLAIM))
+        )
+        if results is None:
+            raise ValueError(f"node {node} has fewer than {count} free {device.driver} devices")
+        self.store.create(
+            {
+                "apiVersion": RESOURCE_CLAIM.api_version,
+                "kind": RESOURCE_CLAIM.kind,
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "device",
+                                "exactly": {
+                                    "deviceClassName": device.device_class_name,
+                                    "allocationMode": "ExactCount",
+                                    "count": count,
+                                },
+                            }
+                        ]
+                    }
+                },
+            }
+        )
+        self.store.patch_status(
+            RESOURCE_CLAIM, name, namespace, {"allocation": _allocation(results, node)}
+        )
+        return name
+
+    def remove_foreign_claim(self, name: str, namespace: str = "other-tenant") -> None:
+        self.store.delete(RESOURCE_CLAIM, name, namespace)
+
+    # --- queries for scenarios and tests --------------------------------------------------
+
+    def nodes(self, pool: str | None = None) -> list[Obj]:
+        sel = {labels.POOL: pool} if pool else None
+        return self.store.list(NODE, None, sel)
+
+    def free_devices(self) -> dict[str, int]:
+        """Per node, devices published and not taken (what the scheduler sees as free)."""
+        published = dra.published_devices(self.store.list(RESOURCE_SLICE))
+        taken = dra.taken_devices(self.store.list(RESOURCE_CLAIM))
+        return {
+            n["metadata"]["name"]: sum(
+                1 for d in published.get(n["metadata"]["name"], []) if d.key not in taken
+            )
+            for n in self.store.list(NODE)
+        }
+
+    # --- garbage collector ----------------------------------------------------------------
+
+    def _garbage_collect(self) -> None:
+        owners = {
+            o["metadata"]["uid"]
+            for kind in (DEPLOYMENT, LEADER_WORKER_SET)
+            for o in self.store.list(kind)
+        }
+        for pod in self.store.list(POD):
+            refs = pod["metadata"].get("ownerReferences") or []
+            if refs and not any(r["uid"] in owners for r in refs):
+                self._delete_pod(pod)
+
+    # --- Deployment controller ------------------------------------------------------------
+
+    def _deployment_controller(self) -> None:
+        for dep in self.store.list(DEPLOYMENT):
+            meta, spec = dep["metadata"], dep["spec"]
+            replicas = int(spec.get("replicas", 1))
+            template = spec["template"]
+            thash = _hash(template)
+            pods = self._owned_pods(meta["uid"], meta["namespace"])
+            for pod in pods:
+                if pod["status"].get("phase") in ("Failed", "Succeeded"):
+                    self._delete_pod(pod)
+            alive = [p for p in pods if _is_alive(p)]
+            new = [p for p in alive if p["metadata"]["labels"].get(POD_TEMPLATE_HASH) == thash]
+            old = [p for p in alive if p not in new]
+            surge = max(1, math.ceil(replicas * 0.25)) if replicas else 0
+            unavailable = math.floor(replicas * 0.25)
+            # Scale the new set down first (unbound pods first, then newest).
+            excess = len(new) - replicas
+            for pod in sorted(new, key=_scale_down_order)[: max(0, excess)]:
+                self._delete_pod(pod)
+                new.remove(pod)
+            while len(new) < replicas and len(new) + len(old) < replicas + surge:
+                new.append(self._create_pod(dep, template, thash))
+            ready_new = sum(1 for p in new if _is_ready(p))
+            ready_old = sum(1 for p in old if _is_ready(p))
+            for pod in sorted(old, key=_scale_down_order):
+                if not _is_ready(pod):
+                    self._delete_pod(pod)
+                elif ready_new + ready_old - 1 >= replicas - unavailable or replicas == 0:
+                    self._delete_pod(pod)
+                    ready_old -= 1
+            status = {
+                "observedGeneration": meta.get("generation", 1),
+                "replicas": len(new) + len(old),
+                "updatedReplicas": len(new),
+                "readyReplicas": ready_new + ready_old,
+            }
+            self._patch_status_if_changed(dep, status)
+
+    # --- LeaderWorkerSet controller -------------------------------------------------------
+
+    def _lws_controller(self) -> None:
+        for lws in self.store.list(LEADER_WORKER_SET):
+            meta, spec = lws["metadata"], lws["spec"]
+            replicas = int(spec.get("replicas", 1))
+            lwt = spec["leaderWorkerTemplate"]
+            size = int(lwt.get("size", 1))
+            thash = _hash(lwt)
+            groups: dict[int, list[Obj]] = defaultdict(list)
+            for pod in self._owned_pods(meta["uid"], meta["namespace"]):
+                groups[int(pod["metadata"]["labels"][LWS_GROUP_INDEX])].append(pod)
+            # Roll one group at a time: only while every group is whole and ready.
+            is_rolling = any(
+                len(groups[g]) < size or not all(_is_ready(p) for p in groups[g])
+                for g in groups
+                if g < replicas
+            )
+            for g in sorted(groups):
+                pods = groups[g]
+                broken = (
+                    any(
+                        p["status"].get("phase") in ("Failed", "Succeeded") or not _is_alive(p)
+                        for p in pods
+                    )
+                    or len(pods) < size
+                )
+                stale = any(p["metadata"]["labels"].get(LWS_TEMPLATE_HASH) != thash for p in pods)
+                if g >= replicas or (broken and len(pods) > 0 and _any_alive(pods)):
+                    for p in pods:
+                        self._delete_pod(p)
+                    is_rolling = is_rolling or g < replicas
+                elif stale and not is_rolling:
+                    for p in pods:
+                        self._delete_pod(p)
+                    is_rolling = True
+            ready = 0
+            for g in range(replicas):
+                if groups.get(g):
+                    ready += all(_is_ready(p) for p in groups[g]) and len(groups[g]) == size
+                    continue
+                for w in range(size):
+                    template = lwt["leaderTemplate"] if w == 0 else lwt["workerTemplate"]
+                    self._create_lws_pod(lws, template, thash, g, w)
+            status = {"replicas": len(groups), "readyReplicas": ready}
+            self._patch_status_if_changed(lws, status)
+
+    # --- resourceclaim controller ---------------------------------------------------------
+
+    def _claim_controller(self) -> None:
+        pods = self.store.list(POD)
+        live_uids = {p["metadata"]["uid"] for p in pods}
+        for pod in pods:
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                continue
+            statuses = {s["name"] for s in pod["status"].get("resourceClaimStatuses") or []}
+            for ref in pod["spec"].get("resourceClaims") or []:
+                template_name = ref.get("resourceClaimTemplateName")
+                if not template_name or ref["name"] in statuses:
+                    continue
+                template = self.store.get(RESOURCE_CLAIM_TEMPLATE, template_name, meta["namespace"])
+                if template is None:
+                    continue  # as in Kubernetes: the pod waits for its template
+                claim_name = f"{meta['name']}-{ref['name']}"
+                existing = self.store.get(RESOURCE_CLAIM, claim_name, meta["namespace"])
+                if existing is not None:
+                    owners = existing["metadata"].get("ownerReferences") or []
+                    if not any(r["uid"] == meta["uid"] for r in owners):
+                        # A claim of an earlier pod of the same name, not yet released: wait
+                        # (Kubernetes avoids the clash with a random suffix; we name claims
+                        # `<pod>-<claim>` and wait instead).
+                        continue
+                else:
+                    self.store.create(
+                        {
+                            "apiVersion": RESOURCE_CLAIM.api_version,
+                            "kind": RESOURCE_CLAIM.kind,
+                            "metadata": {
+                                "name": claim_name,
+                                "namespace": meta["namespace"],
+                                "labels": dict(
+                                    (template["spec"].get("metadata") or {}).get("labels") or {}
+                                ),
+                                "annotations": {
+                                    "resource.kubernetes.io/pod-claim-name": ref["name"]
+                                },
+                                "ownerReferences": [_owner_ref(pod, "v1", "Pod")],
+                            },
+                            "spec": template["spec"]["spec"],
+                        }
+                    )
+                entries = [
+                    *(pod["status"].get("resourceClaimStatuses") or []),
+                    {"name": ref["name"], "resourceClaimName": claim_name},
+                ]
+                pod = self.store.patch_status(
+                    POD, meta["name"], meta["namespace"], {"resourceClaimStatuses": entries}
+                )
+        for claim in self.store.list(RESOURCE_CLAIM):
+            refs = [r for r in claim["metadata"].get("ownerReferences") or [] if r["kind"] == "Pod"]
+            if refs and not any(r["uid"] in live_uids for r in refs):
+                self._delete(RESOURCE_CLAIM, claim)
+
+    # --- DRA driver -----------------------------------------------------------------------
+
+    def _dra_driver(self) -> None:
+        published = {s["spec"].get("nodeName") for s in self.store.list(RESOURCE_SLICE)}
+        delay = timedelta(seconds=self.behaviour.dra_publish_delay_s)
+        for node in self.store.list(NODE):
+            name = node["metadata"]["name"]
+            created = self._node_created.get(name, self.loop.now)
+            if name not in published and _is_node_ready(node) and self.loop.now >= created + delay:
+                self._publish_slices(name)
+
+    def _publish_slices(self, node_name: str) -> None:
+        node = self.store.get(NODE, node_name)
+        if node is None:
+            return
+        pool = self.pools.get(node["metadata"]["labels"].get(labels.POOL, ""))
+        if pool is None:
+            return
+        by_driver: dict[str, list[Obj]] = defaultdict(list)
+        for d in pool.devices:
+            if d.claim != "DRA":
+                continue
+            for i in range(d.count):
+                device: Obj = {"name": f"{d.name}-{i}"}
+                if d.attributes:
+                    device["attributes"] = {k: dict(v) for k, v in d.attributes.items()}
+                if d.capacity:
+                    device["capacity"] = {k: {"value": v} for k, v in d.capacity.items()}
+                by_driver[d.driver].append(device)
+        for driver, devices in sorted(by_driver.items()):
+            self.store.create(
+                {
+                    "apiVersion": RESOURCE_SLICE.api_version,
+                    "kind": RESOURCE_SLICE.kind,
+                    "metadata": {
+                        "name": f"{node_name}-{driver.replace('.', '-')}",
+                        "ownerReferences": [_owner_ref(node, "v1", "Node")],
+                    },
+                    "spec": {
+                        "driver": driver,
+                        "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+                        "nodeName": node_name,
+                        "devices": devices,
+                    },
+                }
+            )
+
+    # --- node lifecycle controller --------------------------------------------------------
+
+    def _node_lifecycle(self) -> None:
+        delay = timedelta(seconds=self.behaviour.node_eviction_delay_s)
+        for name, since in sorted(self._failed_at.items()):
+            if self.loop.now < since + delay:
+                continue
+            for pod in self._pods_on(name):
+                if pod["status"].get("phase") not in ("Failed", "Succeeded"):
+                    self.store.patch_status(
+                        POD,
+                        pod["metadata"]["name"],
+                        pod["metadata"]["namespace"],
+                        {"phase": "Failed", "reason": "NodeLost"},
+                    )
+
+    # --- kube-scheduler -------------------------------------------------------------------
+
+    def _scheduler(self) -> None:
+        pending = [
+            p
+            for p in self.store.list(POD)
+            if not p["spec"].get("nodeName")
+            and _is_alive(p)
+            and p["status"].get("phase", "Pending") == "Pending"
+        ]
+        pending.sort(key=lambda p: (p["metadata"]["creationTimestamp"], _natural_pod_key(p)))
+        if not pending:
+            return
+        nodes = self.store.list(NODE)
+        for pod in pending:
+            self._schedule_one(pod, nodes)
+
+    def _schedule_one(self, pod: Obj, nodes: list[Obj]) -> None:
+        meta, spec = pod["metadata"], pod["spec"]
+        claims: list[Obj] = []
+        for entry in pod["status"].get("resourceClaimStatuses") or []:
+            claim = self.store.get(RESOURCE_CLAIM, entry["resourceClaimName"], meta["namespace"])
+            if claim is not None:
+                claims.append(claim)
+        if len(claims) < len(spec.get("resourceClaims") or []):
+            return  # its claims are not made yet
+        published = dra.published_devices(self.store.list(RESOURCE_SLICE))
+        taken = dra.taken_devices(self.store.list(RESOURCE_CLAIM))
+        group = (meta.get("labels") or {}).get(LWS_GROUP_KEY)
+        gang_nodes = (
+            {
+                p["spec"].get("nodeName")
+                for p in self.store.list(POD, meta["namespace"], {LWS_GROUP_KEY: group})
+                if _is_alive(p)
+            }
+            if group
+            else set()
+        )
+        reasons: dict[str, int] = defaultdict(int)
+        feasible: list[tuple[str, int, list[tuple[Obj, list[dict[str, str]]]]]] = []
+        for node in nodes:
+            name = node["metadata"]["name"]
+            reason = _node_filter(node, spec)
+            if reason is None and name in gang_nodes:
+                reason = "node(s) already had a pod of the same group"
+            allocations: list[tuple[Obj, list[dict[str, str]]]] = []
+            if reason is None:
+                node_taken = set(taken)
+                for claim in claims:
+                    results = dra.allocate(
+                        dra.claim_requests(claim, self.class_drivers),
+                        published.get(name, []),
+                        node_taken,
+                    )
+                    if results is None:
+                        reason = "cannot allocate all claims"
+                        break
+                    node_taken |= {(r["driver"], r["pool"], r["device"]) for r in results}
+                    allocations.append((claim, results))
+            if reason is not None:
+                reasons[reason] += 1
+                continue
+            free = sum(1 for d in published.get(name, []) if d.key not in taken)
+            feasible.append((name, free, allocations))
+        if not feasible:
+            summary = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+            message = f"0/{len(nodes)} nodes are available: {summary}."
+            self._mark_unschedulable(pod, message)
+            return
+        if self.behaviour.node_choice is NodeChoice.PACK:
+            feasible.sort(key=lambda f: (f[1], dra.natural_key(f[0])))
+        else:
+            feasible.sort(key=lambda f: (-f[1], dra.natural_key(f[0])))
+        node_name, _, allocations = feasible[0]
+        for claim, results in allocations:
+            self.store.patch_status(
+                RESOURCE_CLAIM,
+                claim["metadata"]["name"],
+                claim["metadata"]["namespace"],
+                {
+                    "allocation": _allocation(results, node_name),
+                    "reservedFor": [{"resource": "pods", "name": meta["name"], "uid": meta["uid"]}],
+                },
+            )
+        try:
+            current = self.store.get(POD, meta["name"], meta["namespace"])
+            if current is None:
+                return
+            current["spec"]["nodeName"] = node_name
+            self.store.update(current)
+        except Conflict:
+            return
+        conditions = [
+            c for c in pod["status"].get("conditions") or [] if c["type"] != "PodScheduled"
+        ]
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastTransitionTime": format_time(self.loop.now),
+            }
+        )
+        self.store.patch_status(POD, meta["name"], meta["namespace"], {"conditions": conditions})
+
+    def _mark_unschedulable(self, pod: Obj, message: str) -> None:
+        conditions = pod["status"].get("conditions") or []
+        for c in conditions:
+            if c["type"] == "PodScheduled" and c.get("message") == message:
+                return
+        conditions = [c for c in conditions if c["type"] != "PodScheduled"]
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": format_time(self.loop.now),
+            }
+        )
+        self.store.patch_status(
+            POD, pod["metadata"]["name"], pod["metadata"]["namespace"], {"conditions": conditions}
+        )
+
+    # --- kubelet --------------------------------------------------------------------------
+
+    def _kubelet(self) -> None:
+        now = self.loop.now
+        ready_nodes = {n["metadata"]["name"] for n in self.store.list(NODE) if _is_node_ready(n)}
+        start = timedelta(seconds=self.behaviour.pod_start_delay_s)
+        grace = timedelta(seconds=self.behaviour.termination_grace_s)
+        seen: set[str] = set()
+        for pod in self.store.list(POD):
+            meta = pod["metadata"]
+            uid = meta["uid"]
+            seen.add(uid)
+            node = pod["spec"].get("nodeName")
+            if meta.get("deletionTimestamp"):
+                since = self._terminating_at.setdefault(uid, now)
+                if not node or node not in ready_nodes or now >= since + grace:
+                    self._finish(pod)
+                continue
+            if not node or node not in ready_nodes or pod["status"].get("phase") != "Pending":
+                continue
+            bound = self._bound_at.setdefault(uid, now)
+            if now >= bound + start:
+                conditions = [
+                    c
+                    for c in pod["status"].get("conditions") or []
+                    if c["type"] not in ("Ready", "ContainersReady")
+                ]
+                conditions += [
+                    {"type": "ContainersReady", "status": "True"},
+                    {"type": "Ready", "status": "True"},
+                ]
+                self.store.patch_status(
+                    POD,
+                    meta["name"],
+                    meta["namespace"],
+                    {"phase": "Running", "startTime": format_time(now), "conditions": conditions},
+                )
+        for gone in set(self._bound_at) - seen:
+            del self._bound_at[gone]
+        for gone in set(self._terminating_at) - seen:
+            del self._terminating_at[gone]
+
+    def _finish(self, pod: Obj) -> None:
+        meta = pod["metadata"]
+        try:
+            current = self.store.get(POD, meta["name"], meta["namespace"])
+            if current is None:
+                return
+            current["metadata"]["finalizers"] = [
+                f for f in current["metadata"].get("finalizers") or [] if f != KUBELET_FINALIZER
+            ]
+            self.store.update(current)
+        except (Conflict, NotFound):
+            return
+
+    # --- cluster-autoscaler ---------------------------------------------------------------
+
+    def _autoscaler(self) -> None:
+        self._scale_up()
+        self._scale_down()
+
+    def _scale_up(self) -> None:
+        pending: dict[str, list[Obj]] = defaultdict(list)
+        for pod in self.store.list(POD):
+            if pod["spec"].get("nodeName") or not _is_alive(pod):
+                continue
+            if not any(
+                c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+                for c in pod["status"].get("conditions") or []
+            ):
+                continue
+            pool = (pod["spec"].get("nodeSelector") or {}).get(labels.POOL)
+            if pool in self.pools:
+                pending[pool].append(pod)
+        published = {s["spec"].get("nodeName") for s in self.store.list(RESOURCE_SLICE)}
+        for pool_name, pods in sorted(pending.items()):
+            pool = self.pools[pool_name]
+            template = self._template_devices(pool)
+            demands: list[tuple[str | None, dict[str, int], Obj]] = []
+            for pod in pods:
+                demand = self._pod_demand(pod, template)
+                if demand is None:
+                    self._record_event(pod, "NotTriggerScaleUp", "pod does not fit a new node")
+                    continue
+                group = (pod["metadata"].get("labels") or {}).get(LWS_GROUP_KEY)
+                demands.append((group, demand, pod))
+            if not demands:
+                continue
+            existing = len(self.nodes(pool_name))
+            upcoming = self._provisioning[pool_name] + sum(
+                1 for n in self.nodes(pool_name) if n["metadata"]["name"] not in published
+            )
+            needed = _nodes_needed(demands, _full(pool), upcoming)
+            ceiling = pool.max_node_count if pool.max_node_count is not None else existing
+            room = max(0, ceiling - existing - self._provisioning[pool_name])
+            add = min(needed, room)
+            if needed > 0 and (add == 0 or self.behaviour.is_stocked_out):
+                reason = "stockout" if self.behaviour.is_stocked_out else "max node count reached"
+                for _, _, pod in demands:
+                    self._record_event(
+                        pod, "NotTriggerScaleUp", f"pod didn't trigger scale-up: {reason}"
+                    )
+                continue
+            for _ in range(add):
+                self._provisioning[pool_name] += 1
+                self.loop.after(
+                    self.behaviour.scale_up_delay_s,
+                    functools.partial(self._provisioned, pool_name),
+                    f"{self.name}/scale-up/{pool_name}",
+                )
+            if add:
+                for _, _, pod in demands:
+                    self._record_event(
+                        pod, "TriggeredScaleUp", f"pod triggered scale-up: {pool_name}"
+                    )
+
+    def _provisioned(self, pool_name: str) -> None:
+        self._provisioning[pool_name] -= 1
+        self.add_node(pool_name)
+
+    def _scale_down(self) -> None:
+        now = self.loop.now
+        taken_nodes: set[str] = set()
+        for claim in self.store.list(RESOURCE_CLAIM):
+            for term in _allocation_nodes(claim):
+                taken_nodes.add(term)
+        busy = {
+            p["spec"].get("nodeName")
+            for p in self.store.list(POD)
+            if p["status"].get("phase") not in ("Failed", "Succeeded")
+        }
+        idle_for = timedelta(seconds=self.behaviour.scale_down_idle_s)
+        for pool in self.spec.pools:
+            if pool.max_node_count is None:
+                continue  # a fixed-size pool: no autoscaling node group behind it
+            nodes = self.nodes(pool.name)
+            count = len(nodes)
+            for node in sorted(nodes, key=lambda n: dra.natural_key(n["metadata"]["name"])):
+                name = node["metadata"]["name"]
+                if name in busy or name in taken_nodes:
+                    self._idle_since.pop(name, None)
+                    continue
+                since = self._idle_since.setdefault(name, now)
+                if now >= since + idle_for and count > pool.min_node_count:
+                    self.remove_node(name)
+                    count -= 1
+
+    def _template_devices(self, pool: PoolSpec) -> list[dra.PublishedDevice]:
+        out: list[dra.PublishedDevice] = []
+        for d in pool.devices:
+            if d.claim != "DRA":
+                continue
+            for i in range(d.count):
+                out.append(
+                    dra.PublishedDevice(
+                        d.driver,
+                        "template",
+                        f"{d.name}-{i}",
+                        "template",
+                        {k: dict(v) for k, v in d.attributes.items()},
+                        {k: {"value": v} for k, v in d.capacity.items()},
+                    )
+                )
+        return out
+
+    def _pod_demand(self, pod: Obj, template: list[dra.PublishedDevice]) -> dict[str, int] | None:
+        """Devices per driver the pod needs, or None when an empty node of the pool can't fit it."""
+        node = {"spec": {"taints": [dict(GPU_TAINT)] if self.behaviour.has_gpu_taint else []}}
+        if _untolerated(node, pod["spec"]):
+            return None
+        demand: dict[str, int] = defaultdict(int)
+        taken: set[dra.DeviceKey] = set()
+        for entry in pod["status"].get("resourceClaimStatuses") or []:
+            claim = self.store.get(
+                RESOURCE_CLAIM, entry["resourceClaimName"], pod["metadata"]["namespace"]
+            )
+            if claim is None:
+                continue
+            results = dra.allocate(dra.claim_requests(claim, self.class_drivers), template, taken)
+            if results is None:
+                return None
+            for r in results:
+                demand[r["driver"]] += 1
+                taken.add((r["driver"], r["pool"], r["device"]))
+        return dict(demand)
+
+    def _record_event(self, pod: Obj, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        for e in self.store.list(EVENT, meta["namespace"]):
+            ref = e.get("involvedObject") or {}
+            if ref.get("uid") == meta["uid"] and e.get("reason") == reason:
+                return
+        self._event_seq += 1
+        self.store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": f"{meta['name']}.{self._event_seq:x}",
+                    "namespace": meta["namespace"],
+                },
+                "involvedObject": {
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                },
+                "reason": reason,
+                "message": message,
+                "source": {"component": "cluster-autoscaler"},
+                "type": "Normal",
+            }
+        )
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _owned_pods(self, owner_uid: str, namespace: str) -> list[Obj]:
+        return [
+            p
+            for p in self.store.list(POD, namespace)
+            if any(r["uid"] == owner_uid for r in p["metadata"].get("ownerReferences") or [])
+        ]
+
+    def _pods_on(self, node: str) -> list[Obj]:
+        return [p for p in self.store.list(POD) if p["spec"].get("nodeName") == node]
+
+    def _create_pod(self, owner: Obj, template: Obj, thash: str) -> Obj:
+        name = f"{owner['metadata']['name']}-{thash}-{self._suffix()}"
+        return self._create_pod_named(owner, template, name, {POD_TEMPLATE_HASH: thash})
+
+    def _create_lws_pod(self, lws: Obj, template: Obj, thash: str, group: int, worker: int) -> Obj:
+        lws_name = lws["metadata"]["name"]
+        name = f"{lws_name}-{group}" if worker == 0 else f"{lws_name}-{group}-{worker}"
+        group_key = hashlib.sha256(f"{lws['metadata']['uid']}/{group}".encode()).hexdigest()[:40]
+        extra = {
+            LWS_NAME: lws_name,
+            LWS_GROUP_INDEX: str(group),
+            LWS_WORKER_INDEX: str(worker),
+            LWS_GROUP_KEY: group_key,
+            LWS_TEMPLATE_HASH: thash,
+        }
+        return self._create_pod_named(lws, template, name, extra)
+
+    def _create_pod_named(
+        self, owner: Obj, template: Obj, name: str, extra_labels: Mapping[str, str]
+    ) -> Obj:
+        tmeta = template.get("metadata") or {}
+        return self.store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": owner["metadata"]["namespace"],
+                    "labels": {**(tmeta.get("labels") or {}), **extra_labels},
+                    "ownerReferences": [_owner_ref(owner, owner["apiVersion"], owner["kind"])],
+                    "finalizers": [KUBELET_FINALIZER],
+                },
+                "spec": json.loads(json.dumps(template.get("spec") or {})),
+                "status": {"phase": "Pending"},
+            }
+        )
+
+    def _suffix(self) -> str:
+        return "".join(self.loop.rng.choice(_NAME_CHARS) for _ in range(5))
+
+    def _delete_pod(self, pod: Obj) -> None:
+        if pod["metadata"].get("deletionTimestamp"):
+            return
+        self._delete(POD, pod)
+
+    def _force_remove(self, pod: Obj) -> None:
+        self._delete(POD, pod)
+        self._finish(pod)
+
+    def _delete(self, kind: Kind, obj: Obj) -> None:
+        with contextlib.suppress(NotFound):
+            self.store.delete(kind, obj["metadata"]["name"], obj["metadata"].get("namespace"))
+
+    def _patch_status_if_changed(self, obj: Obj, status: Mapping[str, Any]) -> None:
+        current = obj.get("status") or {}
+        if all(current.get(k) == v for k, v in status.items()):
+            return
+        kind = DEPLOYMENT if obj["kind"] == "Deployment" else LEADER_WORKER_SET
+        with contextlib.suppress(StoreError):
+            self.store.patch_status(
+                kind, obj["metadata"]["name"], obj["metadata"]["namespace"], status
+            )
+
+    def _update_node(self, name: str, change: Callable[[Obj], None]) -> None:
+        node = self.store.get(NODE, name)
+        if node is None:
+            raise NotFound(f"node {name} not found")
+        change(node)
+        self.store.update(node)
+
+    def _set_ready(self, name: str, is_ready: bool) -> None:
+        node = self.store.get(NODE, name)
+        if node is None:
+            raise NotFound(f"node {name} not found")
+        conditions = [c for c in node["status"].get("conditions") or [] if c["type"] != "Ready"]
+        conditions.append(
+            {
+                "type": "Ready",
+                "status": "True" if is_ready else "Unknown",
+                "reason": "KubeletReady" if is_ready else "NodeStatusUnknown",
+            }
+        )
+        self.store.patch_status(NODE, name, None, {"conditions": conditions})
+
+
+# --- pure helpers -----------------------------------------------------------------------
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _owner_ref(owner: Obj, api_version: str, kind: str) -> Obj:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _allocation(results: list[dict[str, str]], node: str) -> Obj:
+    return {
+        "devices": {"results": results},
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
+        },
+    }
+
+
+def _allocation_nodes(claim: Obj) -> list[str]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return [r["pool"] for r in (allocation.get("devices") or {}).get("results") or []]
+
+
+def _set_taint(node: Obj, taint: Mapping[str, str], present: bool) -> None:
+    taints = [
+        t
+        for t in node["spec"].get("taints") or []
+        if not (t["key"] == taint["key"] and t["effect"] == taint["effect"])
+    ]
+    if present:
+        taints.append(dict(taint))
+    node["spec"]["taints"] = taints
+
+
+def _is_alive(pod: Obj) -> bool:
+    return not pod["metadata"].get("deletionTimestamp")
+
+
+def _any_alive(pods: Iterable[Obj]) -> bool:
+    return any(_is_alive(p) for p in pods)
+
+
+def _is_ready(pod: Obj) -> bool:
+    return pod["status"].get("phase") == "Running" and _is_alive(pod)
+
+
+def _is_node_ready(node: Obj) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
+    )
+
+
+def _scale_down_order(pod: Obj) -> tuple[int, int, str]:
+    """Kubernetes deletes unbound before bound, not-ready before ready, newest first."""
+    return (
+        1 if pod["spec"].get("nodeName") else 0,
+        1 if _is_ready(pod) else 0,
+        "".join(chr(255 - ord(c)) for c in pod["metadata"]["creationTimestamp"]),
+    )
+
+
+def _natural_pod_key(pod: Obj) -> tuple[Any, ...]:
+    return (pod["metadata"]["namespace"], *dra.natural_key(pod["metadata"]["name"]))
+
+
+def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        op = t.get("operator", "Equal")
+        if not t.get("key") and op == "Exists":
+            return True
+        if t.get("key") != taint.get("key"):
+            continue
+        if op == "Exists" or t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def _untolerated(node: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> str | None:
+    tolerations = pod_spec.get("tolerations") or []
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not _tolerates(tolerations, taint):
+            return str(taint["key"])
+    return None
+
+
+def _node_filter(node: Obj, pod_spec: Mapping[str, Any]) -> str | None:
+    """Why the node cannot take the pod (kube-scheduler's wording), or None."""
+    node_labels = node["metadata"].get("labels") or {}
+    for key, value in (pod_spec.get("nodeSelector") or {}).items():
+        if node_labels.get(key) != value:
+            return "node(s) didn't match Pod's node affinity/selector"
+    if not _is_node_ready(node):
+        return "node(s) were not ready"
+    if node["spec"].get("unschedulable"):
+        return "node(s) were unschedulable"
+    taint = _untolerated(node, pod_spec)
+    if taint is not None:
+        return f"node(s) had untolerated taint {{{taint}}}"
+    return None
+
+
+def _full(pool: PoolSpec) -> dict[str, int]:
+    full: dict[str, int] = defaultdict(int)
+    for d in pool.devices:
+        if d.claim == "DRA":
+            full[d.driver] += d.count
+    return dict(full)
+
+
+def _nodes_needed(
+    demands: list[tuple[str | None, dict[str, int], Obj]], full: Mapping[str, int], upcoming: int
+) -> int:
+    """New nodes for the pending pods, first-fit decreasing onto `upcoming` nodes first."""
+    bins: list[tuple[dict[str, int], set[str]]] = [(dict(full), set()) for _ in range(upcoming)]
+    order = sorted(demands, key=lambda d: (-sum(d[1].values()), d[2]["metadata"]["name"]))
+    for group, demand, _ in order:
+        for free, groups in bins:
+            if group is not None and group in groups:
+                continue
+            if all(free.get(k, 0) >= v for k, v in demand.items()):
+                for k, v in demand.items():
+                    free[k] -= v
+                if group is not None:
+                    groups.add(group)
+                break
+        else:
+            free = dict(full)
+            for k, v in demand.items():
+                free[k] -= v
+            bins.append((free, {group} if group is not None else set()))
+    return max(0, len(bins) - upcoming)

@@ -1,0 +1,179 @@
+"""DRA structured-parameters allocation, as the emulated kube-scheduler does it.
+
+A device is (driver, DRA pool, device name) from `resource.k8s.io/v1` ResourceSlices; our DRA
+driver publishes one slice per node and driver whose DRA pool is named after the node. A device
+is taken when any ResourceClaim's `status.allocation.devices.results` names it (any tenant).
+
+Allocation is first-fit per request over the node's published devices in device-name order
+(natural: `gpu-2` before `gpu-10`), skipping taken devices, devices of another driver than the
+request's DeviceClass, and devices any of the request's CEL selectors rejects (through
+`gpufleet.cel.compile_selector`; a selector that does not compile matches nothing). A
+request's devices are never shared with another request of the same claim. Unlike the real
+allocator there is no backtracking across requests: a claim with two requests whose selectors
+overlap may be refused where a smarter order would succeed (the fleet's own fit has the same
+greedy limit). `allocationMode: All`, admin access, shared counters and device taints are not
+modelled.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from gpufleet.cel import CelCompileError, compile_selector
+from gpufleet.core.model import Attribute, AttributeKind, Device, DriverName, Selector
+
+DeviceKey = tuple[str, str, str]  # (driver, DRA pool, device name)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedDevice:
+    driver: str
+    pool: str
+    name: str
+    node: str
+    attributes: Mapping[str, Any]
+    capacity: Mapping[str, Any]
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.driver, self.pool, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One `exactly` request of a claim: `count` devices of `driver` passing `selectors`."""
+
+    name: str
+    driver: str
+    count: int
+    selectors: tuple[str, ...]
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def published_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, list[PublishedDevice]]:
+    """Per node, the devices of its slices' newest generation, in device-name order."""
+    newest: dict[tuple[str, str], int] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        pool = spec.get("pool") or {}
+        key = (str(spec.get("driver")), str(pool.get("name")))
+        newest[key] = max(newest.get(key, 0), int(pool.get("generation", 0)))
+    out: dict[str, list[PublishedDevice]] = {}
+    for s in slices:
+        spec = s.get("spec") or {}
+        pool = spec.get("pool") or {}
+        driver, pool_name = str(spec.get("driver")), str(pool.get("name"))
+        node = spec.get("nodeName")
+        if not node or int(pool.get("generation", 0)) != newest[(driver, pool_name)]:
+            continue
+        for d in spec.get("devices") or []:
+            out.setdefault(str(node), []).append(
+                PublishedDevice(
+                    driver,
+                    pool_name,
+                    str(d["name"]),
+                    str(node),
+                    d.get("attributes") or {},
+                    d.get("capacity") or {},
+                )
+            )
+    for devices in out.values():
+        devices.sort(key=lambda d: (d.driver, natural_key(d.name)))
+    return out
+
+
+def taken_devices(claims: Iterable[Mapping[str, Any]]) -> set[DeviceKey]:
+    taken: set[DeviceKey] = set()
+    for c in claims:
+        allocation = (c.get("status") or {}).get("allocation") or {}
+        for r in (allocation.get("devices") or {}).get("results") or []:
+            taken.add((str(r.get("driver")), str(r.get("pool")), str(r.get("device"))))
+    return taken
+
+
+def claim_requests(claim: Mapping[str, Any], class_drivers: Mapping[str, str]) -> list[Request]:
+    """The claim's requests; an unknown DeviceClass gets driver "" (matches nothing)."""
+    out: list[Request] = []
+    for r in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        exactly = r.get("exactly") or {}
+        out.append(
+            Request(
+                name=str(r.get("name")),
+                driver=class_drivers.get(str(exactly.get("deviceClassName")), ""),
+                count=int(exactly.get("count", 1)),
+                selectors=tuple(
+                    str((s.get("cel") or {}).get("expression", ""))
+                    for s in exactly.get("selectors") or []
+                ),
+            )
+        )
+    return out
+
+
+def to_core_device(d: PublishedDevice) -> Device:
+    """A published device as the CEL layer reads it."""
+    attributes: dict[str, Attribute] = {}
+    for name, value in d.attributes.items():
+        for kind in AttributeKind:
+            if isinstance(value, Mapping) and kind.value in value:
+                attributes[name] = Attribute(kind, value[kind.value])
+                break
+    capacity = {
+        name: str(v.get("value")) if isinstance(v, Mapping) else str(v)
+        for name, v in d.capacity.items()
+    }
+    return Device(
+        name=d.name, driver=DriverName(d.driver), attributes=attributes, capacity=capacity
+    )
+
+
+@lru_cache(maxsize=1024)
+def _compiled(expression: str) -> Selector | None:
+    try:
+        return compile_selector(expression)
+    except CelCompileError:
+        return None
+
+
+def selectors_match(selectors: Iterable[str], device: PublishedDevice) -> bool:
+    core = to_core_device(device)
+    for expression in selectors:
+        compiled = _compiled(expression)
+        if compiled is None or not compiled.matches(core):
+            return False
+    return True
+
+
+def allocate(
+    requests: Iterable[Request],
+    devices: Iterable[PublishedDevice],
+    taken: set[DeviceKey],
+) -> list[dict[str, str]] | None:
+    """First-fit results (`{request, driver, pool, device}`) for every request, or None."""
+    available = [d for d in devices if d.key not in taken]
+    used: set[DeviceKey] = set()
+    results: list[dict[str, str]] = []
+    for req in requests:
+        picked = 0
+        for d in available:
+            if picked == req.count:
+                break
+            if d.key in used or d.driver != req.driver:
+                continue
+            if not selectors_match(req.selectors, d):
+                continue
+            used.add(d.key)
+            picked += 1
+            results.append(
+                {"request": req.name, "driver": d.driver, "pool": d.pool, "device": d.name}
+            )
+        if picked < req.count:
+            return None
+    return results

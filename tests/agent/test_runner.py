@@ -1,0 +1,505 @@
+"""The agent runner against two in-memory stores (no simulator): what it pushes and when,
+what it materializes, and how it behaves when the hub is unreachable or writes conflict."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from gpufleet.agent.runner import Agent, AgentConfig, merge_patch
+from gpufleet.store import Change, Kind, MemoryStore, Obj, StoreError, kind_of
+from gpufleet.store.port import (
+    DEPLOYMENT,
+    LEADER_WORKER_SET,
+    MODEL_REPLICA,
+    NAMESPACE,
+    NODE,
+    POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
+    RESOURCE_CLAIM,
+    RESOURCE_CLAIM_TEMPLATE,
+)
+
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+NS = "gpufleet-cluster-a"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def node(name: str, pool: str = "l4", ready: bool = True, cordoned: bool = False) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"gpufleet.io/pool": pool}},
+        "spec": {"unschedulable": cordoned, "taints": []},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def slice_(node_name: str, gpus: int = 4) -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node_name}-gpu"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node_name,
+            "devices": [{"name": f"gpu-{i}"} for i in range(gpus)],
+        },
+    }
+
+
+def claim(name: str, node_name: str, devices: Sequence[int], namespace: str = "other") -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"devices": {"requests": []}},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {
+                            "request": "gpu",
+                            "driver": "gpu.nvidia.com",
+                            "pool": node_name,
+                            "device": f"gpu-{i}",
+                        }
+                        for i in devices
+                    ]
+                }
+            }
+        },
+    }
+
+
+def model_replica(name: str = "llama-0", cluster: str = "a", copies: int = 1) -> Obj:
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "ModelReplica",
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "labels": {"gpufleet.io/deployment": "llama", "gpufleet.io/cluster": cluster},
+        },
+        "spec": {
+            "deploymentName": "llama",
+            "clusterName": cluster,
+            "engines": [
+                {
+                    "name": "main",
+                    "copies": copies,
+                    "members": [
+                        {
+                            "role": "Standalone",
+                            "nodePoolName": "l4",
+                            "deviceRequests": [
+                                {
+                                    "name": "gpu",
+                                    "deviceClassName": "gpu.nvidia.com",
+                                    "driver": "gpu.nvidia.com",
+                                    "count": 1,
+                                }
+                            ],
+                            "template": {"spec": {"containers": [{"name": "engine"}]}},
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+
+
+@dataclass
+class World:
+    clock: Clock = field(default_factory=Clock)
+    local: MemoryStore = field(init=False)
+    hub: MemoryStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.local = MemoryStore(clock=self.clock, uid_seed="local")
+        self.hub = MemoryStore(clock=self.clock, uid_seed="hub")
+
+    def agent(self, config: AgentConfig | None = None, epoch: int = 1) -> Agent:
+        return Agent(
+            "a", self.local, self.hub, config, identity=f"agent-{epoch}", lease_epoch=epoch
+        )
+
+    def add(self, *objs: Obj) -> None:
+        for obj in objs:
+            status = obj.pop("status", None)
+            created = self.local.create(obj)
+            if status is not None:
+                self.local.patch_status(
+                    kind_of(created),
+                    created["metadata"]["name"],
+                    created["metadata"].get("namespace"),
+                    status,
+                )
+
+    def at(self, seconds: float) -> datetime:
+        self.clock.now = T0 + timedelta(seconds=seconds)
+        return self.clock.now
+
+
+def pool_status(w: World, pool: str = "l4") -> dict[str, Any]:
+    obj = w.hub.get(POOL_OBSERVATION, pool, NS)
+    assert obj is not None
+    return dict(obj["status"])
+
+
+# --- what the agent publishes -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PoolCase:
+    id: str
+    objects: tuple[Obj, ...]
+    want: dict[str, Any]
+
+
+def _status(
+    buckets: list[tuple[dict[str, int], int]],
+    nodes: int,
+    excluded: Mapping[str, int] | None = None,
+    last: str | None = None,
+) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "observedNodes": nodes,
+        "freeDevices": [{"free": free, "nodes": n} for free, n in buckets],
+    }
+    if last is not None:
+        status["lastAllocationTime"] = last
+    status["excludedNodes"] = dict(excluded or {})
+    status["extendedResources"] = {}
+    status["agent"] = {"identity": "agent-1", "leaseEpoch": 1}
+    status["observedAt"] = "2026-11-29T10:00:00Z"
+    return status
+
+
+def gpus(n: int) -> dict[str, int]:
+    return {"gpu.nvidia.com": n}
+
+
+POOL_CASES = [
+    PoolCase(
+        "node-without-slices-has-nothing-free",
+        (node("n0"),),
+        _status([({}, 1)], 1, {"NoSlices": 1}),
+    ),
+    PoolCase(
+        "published-node-all-free",
+        (node("n0"), slice_("n0")),
+        _status([(gpus(4), 1)], 1),
+    ),
+    PoolCase(
+        "foreign-claim-counts-as-taken",
+        (node("n0"), slice_("n0"), node("n1"), slice_("n1"), claim("other-1", "n1", [0, 1])),
+        _status([(gpus(2), 1), (gpus(4), 1)], 2, last="2026-11-29T10:00:00Z"),
+    ),
+    PoolCase(
+        "cordoned-node-counts-but-has-nothing-free",
+        (node("n0", cordoned=True), slice_("n0"), node("n1"), slice_("n1")),
+        _status([(gpus(0), 1), (gpus(4), 1)], 2, {"Cordoned": 1}),
+    ),
+    PoolCase(
+        "not-ready-node-counts-but-has-nothing-free",
+        (node("n0", ready=False), slice_("n0")),
+        _status([(gpus(0), 1)], 1, {"NotReady": 1}),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", POOL_CASES, ids=lambda c: c.id)
+def test_agent_publishes_pool_observation(case: PoolCase) -> None:
+    w = World()
+    w.add(*[dict(o) for o in case.objects])
+    w.agent().step(w.at(0))
+    got = pool_status(w)
+    got.pop("conditions")
+    assert got == case.want
+
+
+def test_observation_objects_carry_spec_and_labels() -> None:
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    w.hub.create(model_replica())
+    w.agent().step(w.at(0))
+    pool = w.hub.get(POOL_OBSERVATION, "l4", NS)
+    rep = w.hub.get(REPLICA_OBSERVATION, "llama-0", NS)
+    assert pool is not None and rep is not None
+    assert (pool["spec"], pool["metadata"]["labels"]) == (
+        {"clusterName": "a", "poolName": "l4"},
+        {"gpufleet.io/cluster": "a"},
+    )
+    assert rep["spec"] == {"clusterName": "a", "replicaName": "llama-0", "replicaNamespace": "ml"}
+    assert rep["status"]["podsScheduled"] is False
+
+
+# --- when it pushes ---------------------------------------------------------------------
+
+
+def test_push_debounce_and_heartbeat() -> None:
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    agent = w.agent(AgentConfig(heartbeat_interval_s=30, min_push_interval_s=5))
+    pushed = []
+    for t, change in [(0, None), (1, "n1"), (4, None), (6, None), (10, None), (36, None)]:
+        if change:
+            w.add(node(change), slice_(change))
+        pushed.append((t, agent.step(w.at(t)).is_pushed))
+    # 0: first push; 1: changed but within the debounce; 6: the change goes out;
+    # 10: nothing changed; 36: heartbeat.
+    assert pushed == [(0, True), (1, False), (4, False), (6, True), (10, False), (36, True)]
+    assert pool_status(w)["observedAt"] == "2026-11-29T10:00:36Z"
+    assert pool_status(w)["observedNodes"] == 2
+
+
+def test_removed_fields_are_cleared_on_the_hub() -> None:
+    w = World()
+    w.add(node("n0", cordoned=True), slice_("n0"), claim("c", "n0", [0]))
+    agent = w.agent(AgentConfig(min_push_interval_s=0))
+    agent.step(w.at(0))
+    assert pool_status(w)["excludedNodes"] == {"Cordoned": 1}
+    assert "lastAllocationTime" in pool_status(w)
+    w.local.delete(*(_kind_and_name(w.local.list(RESOURCE_CLAIM)[0])))
+    n0 = w.local.get(NODE, "n0")
+    assert n0 is not None
+    n0["spec"]["unschedulable"] = False
+    w.local.update(n0)
+    agent.step(w.at(1))
+    status = pool_status(w)
+    assert (status["excludedNodes"], "lastAllocationTime" in status) == ({}, False)
+
+
+def _kind_and_name(obj: Obj) -> tuple[Kind, str, str | None]:
+    return kind_of(obj), obj["metadata"]["name"], obj["metadata"].get("namespace")
+
+
+def test_replica_observation_deleted_with_its_replica() -> None:
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    w.hub.create(model_replica("r1"))
+    w.hub.create(model_replica("r2"))
+    w.hub.create(model_replica("elsewhere", cluster="b"))
+    agent = w.agent(AgentConfig(min_push_interval_s=0))
+    agent.step(w.at(0))
+    assert [o["metadata"]["name"] for o in w.hub.list(REPLICA_OBSERVATION, NS)] == ["r1", "r2"]
+    w.hub.delete(MODEL_REPLICA, "r1", "ml")
+    agent.step(w.at(1))
+    assert [o["metadata"]["name"] for o in w.hub.list(REPLICA_OBSERVATION, NS)] == ["r2"]
+
+
+@pytest.mark.parametrize("is_restarted", [False, True], ids=["same-agent", "restarted-agent"])
+def test_pool_that_vanishes_is_reported_empty(is_restarted: bool) -> None:
+    w = World()
+    w.add(node("n0", pool="old"), slice_("n0"), node("n1"), slice_("n1"))
+    agent = w.agent(AgentConfig(min_push_interval_s=0))
+    agent.step(w.at(0))
+    assert pool_status(w, "old")["observedNodes"] == 1
+    w.local.delete(NODE, "n0")
+    if is_restarted:
+        agent = w.agent(AgentConfig(min_push_interval_s=0), epoch=2)
+    agent.step(w.at(1))
+    status = pool_status(w, "old")
+    assert (status["observedNodes"], status["freeDevices"]) == (0, [])
+
+
+# --- materializing ----------------------------------------------------------------------
+
+
+def owned(w: World) -> list[str]:
+    return [
+        f"{o['kind']} {o['metadata']['name']} replicas={o['spec'].get('replicas', '-')}"
+        for kind in (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT, LEADER_WORKER_SET)
+        for o in w.local.list(kind)
+    ]
+
+
+def test_materialize_creates_updates_and_deletes() -> None:
+    w = World()
+    agent = w.agent()
+    w.hub.create(model_replica("r1"))
+    w.hub.create(model_replica("r2"))
+    out = agent.step(w.at(0))
+    assert owned(w) == [
+        "ResourceClaimTemplate r1-main-standalone replicas=-",
+        "ResourceClaimTemplate r2-main-standalone replicas=-",
+        "Deployment r1-main replicas=1",
+        "Deployment r2-main replicas=1",
+    ]
+    assert len(out.created) == 4
+    assert w.local.get(NAMESPACE, "ml") is not None
+    # Unchanged: nothing written.
+    before = w.local.revision
+    agent.step(w.at(1))
+    assert w.local.revision == before
+    # r1 grows to 3 copies, r2 is gone.
+    r1 = w.hub.get(MODEL_REPLICA, "r1", "ml")
+    assert r1 is not None
+    r1["spec"]["engines"][0]["copies"] = 3
+    w.hub.update(r1)
+    w.hub.delete(MODEL_REPLICA, "r2", "ml")
+    out = agent.step(w.at(2))
+    assert owned(w) == [
+        "ResourceClaimTemplate r1-main-standalone replicas=-",
+        "Deployment r1-main replicas=3",
+    ]
+    assert (out.updated, sorted(out.deleted)) == (
+        ["Deployment ml/r1-main"],
+        ["Deployment ml/r2-main", "ResourceClaimTemplate ml/r2-main-standalone"],
+    )
+    dep = w.local.get(DEPLOYMENT, "r1-main", "ml")
+    assert dep is not None
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert labels["gpufleet.io/replica-generation"] == "2"
+
+
+def test_workloads_not_owned_by_the_agent_are_left_alone() -> None:
+    w = World()
+    w.add(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "someone-else", "namespace": "ml"},
+            "spec": {"replicas": 1},
+        }
+    )
+    w.agent().step(w.at(0))
+    assert w.local.get(DEPLOYMENT, "someone-else", "ml") is not None
+
+
+class RacingStore(MemoryStore):
+    """A store where another writer touches an object right before our first update of it
+    (what a controller updating the Deployment's status does), so the update conflicts."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.races = 0
+
+    def update(self, obj: Obj) -> Obj:
+        if self.races == 0:
+            self.races += 1
+            meta = obj["metadata"]
+            self.patch_status(kind_of(obj), meta["name"], meta.get("namespace"), {"x": 1})
+        return super().update(obj)
+
+
+def test_conflicting_update_is_retried_after_rereading() -> None:
+    w = World()
+    w.local = RacingStore(clock=w.clock, uid_seed="local")
+    agent = w.agent()
+    w.hub.create(model_replica("r1"))
+    agent.step(w.at(0))
+    r1 = w.hub.get(MODEL_REPLICA, "r1", "ml")
+    assert r1 is not None
+    r1["spec"]["engines"][0]["copies"] = 2
+    w.hub.update(r1)
+    out = agent.step(w.at(1))
+    assert (out.errors, out.updated) == ([], ["Deployment ml/r1-main"])
+    dep = w.local.get(DEPLOYMENT, "r1-main", "ml")
+    assert dep is not None and dep["spec"]["replicas"] == 2
+    assert isinstance(w.local, RacingStore) and w.local.races == 1
+
+
+# --- an unreachable hub -----------------------------------------------------------------
+
+
+class Unreachable(StoreError):
+    pass
+
+
+class FlakyHub(MemoryStore):
+    """A hub that refuses every call while `is_down`."""
+
+    is_down = False
+
+    def _check(self) -> None:
+        if self.is_down:
+            raise Unreachable("hub down")
+
+    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
+        self._check()
+        return super().get(kind, name, namespace)
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> builtins.list[Obj]:
+        self._check()
+        return super().list(kind, namespace, label_selector)
+
+    def create(self, obj: Obj) -> Obj:
+        self._check()
+        return super().create(obj)
+
+    def changes(
+        self, cursor: int, kinds: Sequence[Kind] | None = None
+    ) -> tuple[builtins.list[Change], int]:
+        self._check()
+        return super().changes(cursor, kinds)
+
+
+def test_unreachable_hub_changes_nothing_and_push_is_retried() -> None:
+    w = World()
+    hub = FlakyHub(clock=w.clock, uid_seed="hub")
+    w.hub = hub
+    w.add(node("n0"), slice_("n0"))
+    hub.create(model_replica("r1"))
+    agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1000))
+    agent.step(w.at(0))
+    assert owned(w) == [
+        "ResourceClaimTemplate r1-main-standalone replicas=-",
+        "Deployment r1-main replicas=1",
+    ]
+    hub.is_down = True
+    out = agent.step(w.at(5))
+    assert (out.is_hub_reachable, out.is_pushed) == (False, False)
+    assert owned(w) == [  # a partition is not "every replica was deleted"
+        "ResourceClaimTemplate r1-main-standalone replicas=-",
+        "Deployment r1-main replicas=1",
+    ]
+    hub.is_down = False
+    w.add(node("n1"), slice_("n1"))
+    assert agent.step(w.at(10)).is_pushed
+    assert pool_status(w)["observedNodes"] == 2
+
+
+# --- merge patches ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PatchCase:
+    id: str
+    old: dict[str, Any]
+    new: dict[str, Any]
+    want: dict[str, Any]
+
+
+PATCH_CASES = [
+    PatchCase("equal", {"a": 1, "m": {"x": 1}}, {"a": 1, "m": {"x": 1}}, {}),
+    PatchCase("removed-key", {"a": 1, "b": 2}, {"a": 1}, {"b": None}),
+    PatchCase("nested-removed", {"m": {"x": 1, "y": 2}}, {"m": {"x": 1}}, {"m": {"y": None}}),
+    PatchCase("emptied-map", {"m": {"x": 1}}, {"m": {}}, {"m": {"x": None}}),
+    PatchCase("new-empty-map", {}, {"m": {}}, {"m": {}}),
+    PatchCase("list-replaced", {"l": [1, 2]}, {"l": [1]}, {"l": [1]}),
+]
+
+
+@pytest.mark.parametrize("case", PATCH_CASES, ids=lambda c: c.id)
+def test_merge_patch(case: PatchCase) -> None:
+    assert merge_patch(case.old, case.new) == case.want

@@ -1,0 +1,420 @@
+"""End-to-end runs of the simulated fleet with the real agent and a test-only controller.
+
+Each timeline case runs the fleet to a time, checks what the hub's PoolObservation says
+({free GPUs: nodes}, and the excluded nodes) and what the cluster really has, then acts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sim_builders import ReplicaWriter, cluster, fleet, histogram, model_replica, pool, pool_status
+
+from gpufleet.core.model import NodeChoice
+from gpufleet.sim.cluster import ClusterSpec
+from gpufleet.sim.engine import EPOCH
+from gpufleet.sim.fleet import Fleet
+from gpufleet.store.port import (
+    EVENT,
+    MODEL_REPLICA,
+    NODE,
+    POD,
+    REPLICA_OBSERVATION,
+    RESOURCE_CLAIM,
+)
+
+Action = Callable[[Fleet, ReplicaWriter], Any]
+
+
+@dataclass(frozen=True)
+class Step:
+    at_s: float
+    #: The published histogram at `at_s`, before `do` (None: not checked).
+    histogram: dict[int, int] | None = None
+    #: The published excludedNodes at `at_s` (None: not checked).
+    excluded: dict[str, int] | None = None
+    #: What the cluster really has free, per node, at `at_s` (None: not checked).
+    free: dict[str, int] | None = None
+    do: Action | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    cluster: ClusterSpec
+    steps: tuple[Step, ...]
+    #: What the cluster holds at the end: nodes in the pool, pods by phase.
+    nodes: int | None = None
+    pods: dict[str, int] = field(default_factory=dict)
+
+
+def run(case: Case) -> Fleet:
+    f, writer = fleet(case.cluster)
+    for step in case.steps:
+        f.run_until(EPOCH + timedelta(seconds=step.at_s))
+        if step.histogram is not None:
+            assert histogram(f) == step.histogram, f"histogram at t={step.at_s}"
+        if step.excluded is not None:
+            assert pool_status(f)["excludedNodes"] == step.excluded, f"excluded at t={step.at_s}"
+        if step.free is not None:
+            assert f.clusters["a"].free_devices() == step.free, f"free at t={step.at_s}"
+        if step.do is not None:
+            step.do(f, writer)
+    return f
+
+
+def create(**kwargs: Any) -> Action:
+    return lambda f, w: w.create(model_replica(**kwargs))
+
+
+def delete(name: str = "llama-0") -> Action:
+    return lambda f, w: w.delete(name)
+
+
+def on(method: str, *args: Any, **kwargs: Any) -> Action:
+    """Call a WorkloadCluster operation on cluster `a`."""
+    return lambda f, w: getattr(f.clusters["a"], method)(*args, **kwargs)
+
+
+def phases(f: Fleet) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in f.clusters["a"].store.list(POD):
+        phase = p["status"].get("phase", "Pending")
+        out[phase] = out.get(phase, 0) + 1
+    return out
+
+
+CASES = [
+    Case(
+        "replica-takes-and-frees-gpus",
+        cluster("a", pool(nodes=2, gpus=4)),
+        (
+            Step(0, {4: 2}, do=create(gpus=2, copies=2)),
+            Step(30, {2: 2}, do=delete()),
+            Step(60, {4: 2}),
+        ),
+        nodes=2,
+    ),
+    Case(
+        "foreign-claim-counts-as-taken",
+        cluster("a", pool(nodes=2, gpus=4)),
+        (
+            Step(0, {4: 2}, do=on("add_foreign_claim", "l4-0", 3)),
+            Step(10, {1: 1, 4: 1}, do=on("remove_foreign_claim", "foreign-1")),
+            Step(20, {4: 2}),
+        ),
+    ),
+    Case(
+        "cordon-removes-capacity-and-uncordon-restores-it",
+        cluster("a", pool(nodes=2, gpus=4)),
+        (
+            Step(0, {4: 2}, do=on("cordon", "l4-0")),
+            Step(10, {0: 1, 4: 1}, {"Cordoned": 1}, do=on("uncordon", "l4-0")),
+            Step(20, {4: 2}, {}),
+        ),
+    ),
+    Case(
+        "untolerated-taint-removes-capacity",
+        cluster("a", pool(nodes=2, gpus=4)),
+        (
+            Step(0, do=on("taint", "l4-1", "example.com/maintenance")),
+            Step(10, {0: 1, 4: 1}, {"Tainted:example.com/maintenance": 1}),
+        ),
+    ),
+    Case(
+        # A 4-GPU pod lands on l4-0 (Spread, ties by name); l4-0 fails, the pod fails and is
+        # recreated on l4-1; recovery returns l4-0's GPUs (its claim was released).
+        "node-failure-moves-pods",
+        cluster("a", pool(nodes=2, gpus=4)),
+        (
+            Step(0, do=create(gpus=4)),
+            Step(30, {0: 1, 4: 1}, do=on("fail_node", "l4-0")),
+            Step(60, {0: 2}, {"NotReady": 1}, do=on("recover_node", "l4-0")),
+            Step(80, {0: 1, 4: 1}, {}),
+        ),
+        pods={"Running": 1},
+    ),
+    Case(
+        # Three 4-GPU pods on a 1-node pool that may grow to 2: one node is added, the third
+        # pod stays Pending. The new node counts with nothing free until its slices exist.
+        "autoscaler-adds-up-to-max",
+        cluster("a", pool(nodes=1, gpus=4, max_nodes=2)),
+        (
+            Step(0, do=create(gpus=4, copies=3)),
+            Step(90, {0: 2}),
+        ),
+        nodes=2,
+        pods={"Running": 2, "Pending": 1},
+    ),
+    Case(
+        "autoscaler-adds-nothing-under-stockout",
+        cluster("a", pool(nodes=1, gpus=4, max_nodes=3), is_stocked_out=True),
+        (
+            Step(0, do=create(gpus=4, copies=3)),
+            Step(90, {0: 1}),
+        ),
+        nodes=1,
+        pods={"Running": 1, "Pending": 2},
+    ),
+    Case(
+        "autoscaler-removes-idle-nodes-down-to-min",
+        cluster("a", pool(nodes=3, gpus=4, min_nodes=1, max_nodes=3)),
+        (
+            Step(0, {4: 3}),
+            Step(120, {4: 1}),
+        ),
+        nodes=1,
+    ),
+    Case(
+        # The DRA driver publishes slices 5 s after the node appears: until then the agent
+        # reports the node with nothing free (NoSlices).
+        "new-node-counts-as-nothing-free-until-published",
+        cluster("a", pool(nodes=1, gpus=4)),
+        (
+            Step(10, {4: 1}, do=on("add_node", "l4")),
+            Step(13, {0: 1, 4: 1}, {"NoSlices": 1}),
+            Step(20, {4: 2}, {}),
+        ),
+    ),
+    Case(
+        # Agent at 0: GPUs freed meanwhile stay taken on the hub until it is back.
+        "agent-crash-keeps-freed-gpus-taken-until-restart",
+        cluster("a", pool(nodes=1, gpus=4)),
+        (
+            Step(0, do=on("add_foreign_claim", "l4-0", 2)),
+            Step(10, {2: 1}, do=lambda f, w: f.crash_agent("a")),
+            Step(12, do=on("remove_foreign_claim", "foreign-1")),
+            Step(60, {2: 1}, free={"l4-0": 4}, do=lambda f, w: f.restart_agent("a")),
+            Step(62, {4: 1}),
+        ),
+    ),
+    Case(
+        "partition-keeps-the-hub-stale-until-healed",
+        cluster("a", pool(nodes=1, gpus=4)),
+        (
+            Step(0, do=on("add_foreign_claim", "l4-0", 2)),
+            Step(10, {2: 1}, do=lambda f, w: f.partition("a")),
+            Step(12, do=on("remove_foreign_claim", "foreign-1")),
+            Step(60, {2: 1}, free={"l4-0": 4}, do=lambda f, w: f.heal("a")),
+            Step(62, {4: 1}),
+        ),
+    ),
+    Case(
+        "report-delay-lags-the-hub",
+        cluster("a", pool(nodes=1, gpus=4), report_delay_s=5.0),
+        (
+            Step(10, {4: 1}, do=on("add_foreign_claim", "l4-0", 1)),
+            Step(13, {4: 1}),
+            Step(18, {3: 1}),
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_timeline(case: Case) -> None:
+    f = run(case)
+    if case.nodes is not None:
+        assert len(f.clusters["a"].nodes("l4")) == case.nodes
+    if case.pods:
+        assert phases(f) == case.pods
+
+
+def test_replica_is_materialized_bound_with_dra_and_observed() -> None:
+    f, w = fleet(cluster("a", pool(nodes=2, gpus=4)))
+    w.create(model_replica(gpus=2, copies=2))
+    f.run_for(30)
+    store = f.clusters["a"].store
+    pods = store.list(POD, "ml")
+    bound = sorted(
+        (p["spec"]["nodeName"], p["status"]["phase"], p["metadata"]["labels"]["gpufleet.io/member"])
+        for p in pods
+    )
+    assert bound == [("l4-0", "Running", "Standalone"), ("l4-1", "Running", "Standalone")]
+    allocations = sorted(
+        (
+            c["metadata"]["name"] == f"{c['status']['reservedFor'][0]['name']}-gpus",
+            tuple(
+                (r["pool"], r["device"]) for r in c["status"]["allocation"]["devices"]["results"]
+            ),
+        )
+        for c in store.list(RESOURCE_CLAIM, "ml")
+    )
+    assert allocations == [
+        (True, (("l4-0", "gpu-0"), ("l4-0", "gpu-1"))),
+        (True, (("l4-1", "gpu-0"), ("l4-1", "gpu-1"))),
+    ]
+    obs = f.hub.get(REPLICA_OBSERVATION, "llama-0", "gpufleet-cluster-a")
+    assert obs is not None
+    status = obs["status"]
+    assert (status["podsScheduled"], status["pools"][0]["members"]) == (
+        True,
+        [{"engine": "main", "role": "Standalone", "livePods": 2, "allocatedPods": 2}],
+    )
+    w.delete("llama-0")
+    f.run_for(30)
+    assert (store.list(POD), store.list(RESOURCE_CLAIM)) == ([], [])
+    assert f.hub.list(REPLICA_OBSERVATION) == []
+
+
+@dataclass(frozen=True)
+class ChoiceCase:
+    id: str
+    choice: NodeChoice
+    want: dict[int, int]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ChoiceCase("spread-most-free", NodeChoice.SPREAD, {3: 2}),
+        ChoiceCase("pack-fewest-free-that-fits", NodeChoice.PACK, {2: 1, 4: 1}),
+    ],
+    ids=lambda c: c.id,
+)
+def test_node_choice(case: ChoiceCase) -> None:
+    f, w = fleet(cluster("a", pool(nodes=2, gpus=4), node_choice=case.choice))
+    w.create(model_replica(gpus=1, copies=2))
+    f.run_for(30)
+    assert histogram(f) == case.want
+
+
+@dataclass(frozen=True)
+class GangCase:
+    id: str
+    nodes: int
+    want_bound: int
+    want_scheduled: bool
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        GangCase("distinct-nodes", 2, 2, True),
+        # Pod by pod, no gang scheduling: the leader binds, its worker waits for another node
+        # even though the one node has room for both.
+        GangCase("one-node-binds-part-of-the-gang", 1, 1, False),
+    ],
+    ids=lambda c: c.id,
+)
+def test_gang_pods_go_to_distinct_nodes(case: GangCase) -> None:
+    f, w = fleet(cluster("a", pool(nodes=case.nodes, gpus=4), is_autoscaling=False))
+    w.create(model_replica(gpus=2, workers=1))
+    f.run_for(30)
+    pods = f.clusters["a"].store.list(POD, "ml")
+    nodes = [p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")]
+    assert (len(pods), len(nodes), len(set(nodes))) == (2, case.want_bound, case.want_bound)
+    obs = f.hub.get(REPLICA_OBSERVATION, "llama-0", "gpufleet-cluster-a")
+    assert obs is not None and obs["status"]["podsScheduled"] is case.want_scheduled
+
+
+def test_stockout_and_max_are_recorded_as_events() -> None:
+    f, w = fleet(cluster("a", pool(nodes=1, gpus=4, max_nodes=1)))
+    w.create(model_replica(gpus=4, copies=2))
+    f.run_for(30)
+    reasons = sorted({e["reason"] for e in f.clusters["a"].store.list(EVENT)})
+    assert reasons == ["NotTriggerScaleUp"]
+
+
+def test_agent_restart_bumps_the_lease_epoch() -> None:
+    f, _ = fleet()
+    f.run_for(5)
+    f.crash_agent("a")
+    f.restart_agent("a")
+    f.run_for(5)
+    assert pool_status(f)["agent"] == {"identity": "agent-a-2", "leaseEpoch": 2}
+
+
+def scenario(seed: int) -> Fleet:
+    f, w = fleet(
+        cluster("a", pool(nodes=1, gpus=4, max_nodes=3)),
+        cluster("b", pool(nodes=2, gpus=8), node_choice=NodeChoice.PACK),
+        seed=seed,
+    )
+    w.create(model_replica("r-a", cluster="a", gpus=3, copies=3))
+    w.create(model_replica("r-b", cluster="b", gpus=2, workers=1, copies=2))
+    f.run_for(40)
+    f.clusters["b"].fail_node("l4-0")
+    w.delete("r-a")
+    f.run_for(120)
+    return f
+
+
+def test_same_seed_gives_identical_stores() -> None:
+    a, b = scenario(seed=3), scenario(seed=3)
+    assert a.snapshot() == b.snapshot()
+    assert a.loop.events_run == b.loop.events_run
+
+
+def test_a_different_seed_changes_only_random_names() -> None:
+    a, b = scenario(seed=3), scenario(seed=4)
+    assert a.snapshot() != b.snapshot()
+    for name in ("a", "b"):
+        assert histogram(a, name) == histogram(b, name)
+
+
+def test_fleet_publishes_its_inventory_on_the_hub() -> None:
+    f, _ = fleet(cluster("a", pool(nodes=2, gpus=4, max_nodes=5)))
+    objs = {
+        (o["kind"], o["metadata"]["name"]): o["spec"]
+        for o in f.snapshot()["hub/InferenceCluster.gpufleet.io/v1alpha1"]
+    }
+    assert objs == {
+        ("InferenceCluster", "a"): {
+            "nodePools": [
+                {
+                    "name": "l4",
+                    "className": "l4-4x",
+                    "nodeCount": 2,
+                    "minNodeCount": 0,
+                    "maxNodeCount": 5,
+                }
+            ]
+        }
+    }
+    assert [n["metadata"]["name"] for n in f.clusters["a"].store.list(NODE)] == ["l4-0", "l4-1"]
+
+
+def test_gang_is_recreated_whole_after_its_leader_node_fails() -> None:
+    f, w = fleet(cluster("a", pool(nodes=3, gpus=4), is_autoscaling=False))
+    w.create(model_replica(gpus=2, workers=1))
+    f.run_for(20)
+    store = f.clusters["a"].store
+    leader = store.get(POD, "llama-0-main-0", "ml")
+    assert leader is not None
+    failed = leader["spec"]["nodeName"]
+    f.clusters["a"].fail_node(failed)
+    f.run_for(40)
+    pods = store.list(POD, "ml")
+    placed = sorted((p["metadata"]["name"], p["status"]["phase"]) for p in pods)
+    nodes = {p["spec"]["nodeName"] for p in pods}
+    assert placed == [("llama-0-main-0", "Running"), ("llama-0-main-0-1", "Running")]
+    assert len(nodes) == 2 and failed not in nodes
+    claims = {c["metadata"]["name"] for c in store.list(RESOURCE_CLAIM, "ml")}
+    assert claims == {"llama-0-main-0-gpus", "llama-0-main-0-1-gpus"}
+    obs = f.hub.get(REPLICA_OBSERVATION, "llama-0", "gpufleet-cluster-a")
+    assert obs is not None and obs["status"]["podsScheduled"] is True
+
+
+def test_replica_change_rolls_pods_to_the_new_generation() -> None:
+    f, w = fleet(cluster("a", pool(nodes=2, gpus=4)))
+    w.create(model_replica(gpus=1, copies=2))
+    f.run_for(20)
+    replica = f.hub.get(MODEL_REPLICA, "llama-0", "ml")
+    assert replica is not None
+    replica["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
+    f.hub.update(replica)
+    f.run_for(60)
+    pods = f.clusters["a"].store.list(POD, "ml")
+    assert sorted(
+        (p["metadata"]["labels"]["gpufleet.io/replica-generation"], p["status"]["phase"])
+        for p in pods
+    ) == [("2", "Running"), ("2", "Running")]
+    assert histogram(f) == {2: 2}
+    obs = f.hub.get(REPLICA_OBSERVATION, "llama-0", "gpufleet-cluster-a")
+    assert obs is not None
+    assert (obs["status"]["observedGeneration"], obs["status"]["podsScheduled"]) == (2, True)
