@@ -1,0 +1,529 @@
+"""`KMockPlus`: kmock 0.8 plus the API-server semantics our contract tests need.
+
+kmock (pinned at `kmock==0.8`: this module uses its private `_handle`, `_render_error` and
+`_requests`) gives us the HTTP server, request parsing into Kubernetes terms, discovery and
+Status error bodies. Its emulator lacks what a controller's correctness rests on
+(shared/reference/tooling.md §1), so for resource requests this layer serves the objects
+itself:
+
+- a monotonic `resourceVersion` (one counter, like etcd's revision), `uid`,
+  `creationTimestamp`, `generation` (bumped when `spec` changes) and `metadata.namespace`;
+- 201 on create, 409 `AlreadyExists` on a duplicate, 409 `Conflict` on a stale
+  `resourceVersion` (PUT, and a merge patch that carries one), 404 on a missing object;
+- PUT (replace), merge / strategic-merge (treated as merge) / JSON patches;
+- the `/status` subresource isolated from the main resource, and status dropped on create,
+  for every resource except those in `NO_STATUS_SUBRESOURCE`;
+- finalizers: delete sets `deletionTimestamp`; the object goes once they are removed;
+- `labelSelector` on list and watch (a watch turns label transitions into ADDED/DELETED);
+- watch from a `resourceVersion` (replaying the history after it), `410 Gone` when that
+  version was compacted, and `timeoutSeconds`.
+
+Fault injection, callable from the test thread: `kill_watches()` drops every watch
+connection, `expire_watches()` compacts the history and ends every watch with a 410 ERROR
+event, `stall_watches()` makes live watches go silent without closing (a watch that dies
+silently), `compact()` forgets the history.
+
+`serve()` runs the server on its own event loop in a thread, for sync clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp.web
+import attrs
+import jsonpatch
+import kmock
+
+from gpufleet.store.labels import matches, parse_selector
+
+Obj = dict[str, Any]
+ResourceKey = tuple[str, str, str]  # group, version, plural
+ObjKey = tuple[ResourceKey, str, str]  # resource, namespace ("" if cluster-scoped), name
+
+#: Resources served without a status subresource (a PUT or PATCH may change their status).
+NO_STATUS_SUBRESOURCE = frozenset(
+    {"leases", "events", "configmaps", "secrets", "resourceslices", "resourceclaimtemplates"}
+)
+
+_CONFLICT = "the object has been modified; please apply your changes to the latest version"
+
+
+@dataclass(frozen=True, slots=True)
+class _Change:
+    rv: int
+    resource: ResourceKey
+    type: str
+    old: Obj | None
+    new: Obj
+
+
+@dataclass(eq=False)
+class _Watcher:
+    killed: asyncio.Event = field(default_factory=asyncio.Event)
+    expired: bool = False
+    stalled: bool = False
+
+
+class _ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code, self.reason, self.message = code, reason, message
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """JSON merge patch (RFC 7386)."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = _merge(result.get(key), value)
+    return result
+
+
+def _status(code: int, reason: str, message: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "metadata": {},
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+@attrs.define(kw_only=True)
+class KMockPlus(kmock.KubernetesScaffold):
+    """A kmock Kubernetes scaffold whose resource requests have API-server semantics."""
+
+    keep_requests: int = 100  # kmock re-filters its whole request log on every request
+
+    _objects_by_key: dict[ObjKey, Obj] = attrs.field(factory=dict, init=False)
+    _history: list[_Change] = attrs.field(factory=list, init=False)
+    # Like etcd's revision, never 0: a list's version must be watchable from ("0" means "any").
+    _rv: int = attrs.field(default=100, init=False)
+    _compacted_rv: int = attrs.field(default=100, init=False)
+    _changed: asyncio.Condition | None = attrs.field(default=None, init=False)
+    _watchers: set[_Watcher] = attrs.field(factory=set, init=False)
+    loop: asyncio.AbstractEventLoop | None = attrs.field(default=None, init=False)
+
+    # --- fault injection (thread-safe) ----------------------------------------------------
+
+    def kill_watches(self) -> None:
+        """Drop every live watch connection abruptly (the client sees a broken stream)."""
+        self._call(self._kill)
+
+    def expire_watches(self) -> None:
+        """Compact the history and end every live watch with a 410 Gone ERROR event."""
+
+        def expire() -> None:
+            self._compact()
+            for watcher in self._watchers:
+                watcher.expired = True
+            self._kill()
+
+        self._call(expire)
+
+    def stall_watches(self) -> None:
+        """Keep live watches open but send nothing more on them (a silent watch death)."""
+
+        def stall() -> None:
+            for watcher in self._watchers:
+                watcher.stalled = True
+
+        self._call(stall)
+
+    def compact(self) -> None:
+        """Forget the history: watching from an older resourceVersion gets 410 Gone."""
+        self._call(self._compact)
+
+    @property
+    def watch_count(self) -> int:
+        return sum(1 for w in self._watchers if not w.stalled and not w.killed.is_set())
+
+    @property
+    def resource_version(self) -> int:
+        return self._rv
+
+    def stored(self, group: str, version: str, plural: str) -> list[Obj]:
+        """The stored objects of a resource (for assertions)."""
+        key = (group, version, plural)
+        return [copy.deepcopy(o) for (r, _, _), o in self._objects_by_key.items() if r == key]
+
+    def _call(self, fn: Any) -> None:
+        assert self.loop is not None, "the server is not running"
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                fn()
+            finally:
+                done.set()
+
+        self.loop.call_soon_threadsafe(run)
+        done.wait(5)
+
+    def _kill(self) -> None:
+        for watcher in self._watchers:
+            watcher.killed.set()
+
+    def _compact(self) -> None:
+        self._history.clear()
+        self._compacted_rv = self._rv
+
+    # --- dispatch ---------------------------------------------------------------------------
+
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        del self._requests[: -self.keep_requests]
+        if self.loop is None:
+            self.loop = asyncio.get_running_loop()
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        resource = request.resource
+        if resource is None or resource.plural is None or resource.version is None:
+            return await super()._handle(request)  # discovery, /version, unknown paths
+        rkey: ResourceKey = (resource.group or "", resource.version, resource.plural)
+        ns, name, sub = request.namespace or "", request.name, request.subresource
+        method = request.method.value
+        try:
+            if method == "GET" and request.params.get("watch") in ("true", "True", "1"):
+                return await self._watch(request, rkey, ns)
+            if sub not in (None, "status"):
+                raise _ApiError(404, "NotFound", f"subresource {sub} is not served")
+            if method == "GET" and name:
+                return _json(self._get(rkey, ns, name))
+            if method == "GET":
+                return _json(self._list(request, rkey, ns))
+            async with self._changed:
+                if method == "POST" and not name:
+                    response = _json(self._create(rkey, ns, request.data), 201)
+                elif method == "PUT" and name:
+                    response = _json(self._replace(rkey, ns, name, sub, request.data))
+                elif method == "PATCH" and name:
+                    content_type = request.headers.get("Content-Type", "")
+                    response = _json(self._patch(rkey, ns, name, sub, request.data, content_type))
+                elif method == "DELETE" and name:
+                    response = _json(self._delete(rkey, ns, name))
+                else:
+                    raise _ApiError(405, "MethodNotAllowed", f"{method} is not served here")
+                self._changed.notify_all()
+                return response
+        except _ApiError as e:
+            return _json(_status(e.code, e.reason, e.message), e.code)
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def _get(self, rkey: ResourceKey, ns: str, name: str) -> Obj:
+        return copy.deepcopy(self._require((rkey, ns, name)))
+
+    def _list(self, request: kmock.Request, rkey: ResourceKey, ns: str) -> Obj:
+        selector = parse_selector(request.params.get("labelSelector"))
+        items = [
+            copy.deepcopy(obj)
+            for (r, obj_ns, _), obj in sorted(self._objects_by_key.items())
+            if r == rkey
+            and (not ns or obj_ns == ns)
+            and matches(selector, obj["metadata"].get("labels"))
+        ]
+        return {
+            "apiVersion": "v1",
+            "kind": "List",
+            "metadata": {"resourceVersion": str(self._rv)},
+            "items": items,
+        }
+
+    async def _watch(
+        self, request: kmock.Request, rkey: ResourceKey, ns: str
+    ) -> aiohttp.web.StreamResponse:
+        assert self._changed is not None and request._raw_request is not None
+        selector = parse_selector(request.params.get("labelSelector"))
+        timeout_s = float(request.params.get("timeoutSeconds") or 0) or None
+        since_text = request.params.get("resourceVersion") or "0"
+        since = int(since_text) if since_text.isdigit() else 0
+
+        def visible(obj: Obj | None) -> bool:
+            return (
+                obj is not None
+                and (not ns or obj["metadata"].get("namespace", "") == ns)
+                and matches(selector, obj["metadata"].get("labels"))
+            )
+
+        def render(change: _Change) -> Obj | None:
+            was, now = visible(change.old), visible(change.new)
+            if change.type == "DELETED":
+                return {"type": "DELETED", "object": change.new} if was or now else None
+            if was and now:
+                return {"type": "MODIFIED", "object": change.new}
+            if now:
+                return {"type": "ADDED", "object": change.new}
+            if was:
+                return {"type": "DELETED", "object": change.new}
+            return None
+
+        response = aiohttp.web.StreamResponse(
+            status=200, headers={"Content-Type": "application/json"}
+        )
+        if since and since < self._compacted_rv:
+            await response.prepare(request._raw_request)
+            gone = _status(410, "Expired", f"too old resource version: {since}")
+            await response.write(_line({"type": "ERROR", "object": gone}))
+            await response.write_eof()
+            return response
+
+        watcher = _Watcher()
+        self._watchers.add(watcher)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s if timeout_s else None
+        try:
+            await response.prepare(request._raw_request)
+            if since == 0:  # "start at most recent": the current objects as ADDED
+                cursor = self._rv
+                for (r, _, _), obj in sorted(self._objects_by_key.items()):
+                    if r == rkey and visible(obj):
+                        await response.write(_line({"type": "ADDED", "object": obj}))
+            else:
+                cursor = since
+            while True:
+                if watcher.killed.is_set():
+                    break
+                if not watcher.stalled:
+                    for change in [c for c in self._history if c.rv > cursor]:
+                        cursor = change.rv
+                        event = render(change) if change.resource == rkey else None
+                        if event is not None:
+                            await response.write(_line(event))
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    break
+                await self._wait_for_change(watcher, remaining, cursor)
+            if watcher.expired:
+                gone = _status(410, "Expired", "the watched resource version was compacted")
+                await response.write(_line({"type": "ERROR", "object": gone}))
+            elif watcher.killed.is_set():
+                transport = request._raw_request.transport
+                if transport is not None:
+                    transport.abort()
+                return response
+            await response.write_eof()
+        except ConnectionError:
+            pass  # the client went away
+        finally:
+            self._watchers.discard(watcher)
+        return response
+
+    async def _wait_for_change(
+        self, watcher: _Watcher, timeout_s: float | None, cursor: int
+    ) -> None:
+        """Until a change after `cursor`, a kill, or the timeout (no wakeup can be missed)."""
+        assert self._changed is not None
+        changed = asyncio.ensure_future(self._wait_changed(cursor))
+        killed = asyncio.ensure_future(watcher.killed.wait())
+        try:
+            await asyncio.wait({changed, killed}, timeout=timeout_s, return_when="FIRST_COMPLETED")
+        finally:
+            for task in (changed, killed):
+                task.cancel()
+
+    async def _wait_changed(self, cursor: int) -> None:
+        assert self._changed is not None
+        async with self._changed:
+            await self._changed.wait_for(lambda: self._rv > cursor)
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def _create(self, rkey: ResourceKey, ns: str, body: Any) -> Obj:
+        if not isinstance(body, dict):
+            raise _ApiError(400, "BadRequest", "the body must be a JSON object")
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        name = meta.get("name")
+        if not name:
+            raise _ApiError(422, "Invalid", "metadata.name: Required value")
+        if meta.get("namespace") and ns and meta["namespace"] != ns:
+            raise _ApiError(400, "BadRequest", "the namespace of the object does not match")
+        key = (rkey, ns, name)
+        if key in self._objects_by_key:
+            raise _ApiError(409, "AlreadyExists", f'{rkey[2]} "{name}" already exists')
+        if ns:
+            meta["namespace"] = ns
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = _now()
+        meta["generation"] = 1
+        for server_set in ("deletionTimestamp", "resourceVersion"):
+            meta.pop(server_set, None)
+        if self._has_status(rkey):
+            obj.pop("status", None)
+        return self._commit(key, "ADDED", None, obj)
+
+    def _replace(self, rkey: ResourceKey, ns: str, name: str, sub: str | None, body: Any) -> Obj:
+        if not isinstance(body, dict):
+            raise _ApiError(400, "BadRequest", "the body must be a JSON object")
+        key = (rkey, ns, name)
+        current = self._require(key)
+        self._check_version(current, (body.get("metadata") or {}).get("resourceVersion"))
+        return self._write(key, current, copy.deepcopy(body), sub)
+
+    def _patch(
+        self, rkey: ResourceKey, ns: str, name: str, sub: str | None, body: Any, ctype: str
+    ) -> Obj:
+        key = (rkey, ns, name)
+        current = self._require(key)
+        if "json-patch" in ctype:
+            try:
+                new = jsonpatch.apply_patch(copy.deepcopy(current), body)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
+                raise _ApiError(422, "Invalid", f"the JSON patch does not apply: {e}") from e
+        elif "merge-patch" in ctype or "strategic-merge" in ctype:
+            if not isinstance(body, dict):
+                raise _ApiError(400, "BadRequest", "a merge patch must be a JSON object")
+            self._check_version(current, (body.get("metadata") or {}).get("resourceVersion"))
+            new = _merge(current, body)
+        else:
+            raise _ApiError(415, "UnsupportedMediaType", f"patch type {ctype!r} is not served")
+        return self._write(key, current, new, sub)
+
+    def _write(self, key: ObjKey, current: Obj, new: Obj, sub: str | None) -> Obj:
+        rkey = key[0]
+        if sub == "status":  # only the status changes through /status
+            status = new.get("status")
+            new = copy.deepcopy(current)
+            if status is None:
+                new.pop("status", None)
+            else:
+                new["status"] = status
+        elif self._has_status(rkey):  # and never through the main resource
+            if "status" in current:
+                new["status"] = copy.deepcopy(current["status"])
+            else:
+                new.pop("status", None)
+        meta = new.setdefault("metadata", {})
+        for server_set in ("uid", "creationTimestamp", "deletionTimestamp", "namespace", "name"):
+            if server_set in current["metadata"]:
+                meta[server_set] = current["metadata"][server_set]
+            else:
+                meta.pop(server_set, None)
+        generation = int(current["metadata"].get("generation", 1))
+        meta["generation"] = (
+            generation + 1 if new.get("spec") != current.get("spec") else generation
+        )
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return self._remove(key, new)
+        return self._commit(key, "MODIFIED", current, new)
+
+    def _delete(self, rkey: ResourceKey, ns: str, name: str) -> Obj:
+        key = (rkey, ns, name)
+        current = self._require(key)
+        if current["metadata"].get("finalizers"):
+            if current["metadata"].get("deletionTimestamp"):
+                return copy.deepcopy(current)
+            new = copy.deepcopy(current)
+            new["metadata"]["deletionTimestamp"] = _now()
+            return self._commit(key, "MODIFIED", current, new)
+        return self._remove(key, copy.deepcopy(current))
+
+    def _remove(self, key: ObjKey, last: Obj) -> Obj:
+        old = self._objects_by_key.pop(key)
+        self._rv += 1
+        last["metadata"]["resourceVersion"] = str(self._rv)
+        self._history.append(_Change(self._rv, key[0], "DELETED", old, copy.deepcopy(last)))
+        return last
+
+    def _commit(self, key: ObjKey, type_: str, old: Obj | None, new: Obj) -> Obj:
+        self._rv += 1
+        new["metadata"]["resourceVersion"] = str(self._rv)
+        self._objects_by_key[key] = new
+        self._history.append(_Change(self._rv, key[0], type_, old, copy.deepcopy(new)))
+        return copy.deepcopy(new)
+
+    def _require(self, key: ObjKey) -> Obj:
+        current = self._objects_by_key.get(key)
+        if current is None:
+            raise _ApiError(404, "NotFound", f'{key[0][2]} "{key[2]}" not found')
+        return current
+
+    @staticmethod
+    def _check_version(current: Obj, expected: Any) -> None:
+        if expected and str(expected) != current["metadata"]["resourceVersion"]:
+            name = current["metadata"]["name"]
+            raise _ApiError(
+                409, "Conflict", f'Operation cannot be fulfilled on "{name}": {_CONFLICT}'
+            )
+
+    @staticmethod
+    def _has_status(rkey: ResourceKey) -> bool:
+        return rkey[2] not in NO_STATUS_SUBRESOURCE
+
+
+def _json(body: Obj, status: int = 200) -> aiohttp.web.Response:
+    # Exactly `application/json`, as the API server sends it (lightkube compares verbatim).
+    return aiohttp.web.Response(
+        body=json.dumps(body).encode(), status=status, headers={"Content-Type": "application/json"}
+    )
+
+
+def _line(event: Obj) -> bytes:
+    return json.dumps(event).encode() + b"\n"
+
+
+@dataclass
+class Served:
+    """A running `KMockPlus` and its URL."""
+
+    api: KMockPlus
+    url: str
+
+
+@contextlib.contextmanager
+def serve() -> Iterator[Served]:
+    """Run a `KMockPlus` on 127.0.0.1 (a random port) on its own loop in a daemon thread."""
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def main() -> None:
+        api = KMockPlus()
+        async with api, kmock.Server(api) as server:
+            api.loop = asyncio.get_running_loop()
+            box["served"] = Served(api, str(server.url).rstrip("/"))
+            ready.set()
+            await stop.wait()
+            api._kill()
+            await asyncio.sleep(0)
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(main())
+        except BaseException as e:  # surfaced to the test below
+            box["error"] = e
+            ready.set()
+
+    thread = threading.Thread(target=run, name="kmockplus", daemon=True)
+    thread.start()
+    ready.wait(10)
+    if "error" in box:
+        raise box["error"]
+    try:
+        yield box["served"]
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()
