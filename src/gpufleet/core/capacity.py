@@ -1,0 +1,318 @@
+"""Capacity: what each pool of the fleet has free, as one ledger for one `schedule` call.
+
+Model.
+- A pool with a usable observation is counted by *free GPU*: a histogram from free-device
+  vector to node count. A vector holds, per DRA driver of the pool's class (sorted by driver
+  name), the devices one node has free. The histogram is the agent's buckets plus
+  `max(0, nodes - observed_nodes)` empty nodes of growth at the class's full count per driver
+  (`nodes` is the autoscaler ceiling, trusted as at Modelplane HEAD; ScaleUpBlocked is ignored).
+  Nodes are never listed one by one, so every operation costs O(buckets), not O(nodes).
+- A pool without an observation, or whose observation has no histogram (`buckets is None`),
+  more buckets than `max_histogram_buckets`, or a class whose two DRA device kinds share a
+  driver (a histogram keyed by driver cannot tell them apart), is counted by *whole node*:
+  `free_nodes = nodes` minus one node per claiming pod (Modelplane HEAD). The fallback carries a
+  Reason (HistogramUnavailable / AmbiguousDriver); other pools keep their histograms.
+- Freshness is per cluster: the last report is `agent_observed_at`, else the newest pool
+  `observed_at`. Older than `expire_after_s` at `now` is Expired (no new replicas), older than
+  `stale_after_s` is Stale (still used). A cluster with no report at all is `None` and never
+  expires. A cluster with observations but no time at all is treated as Stale (used, flagged,
+  never expired): there is no age to expire it by.
+- Node choice predicts where the cluster's own scheduler binds a DRA pod, as a swappable
+  `NodeChoicePolicy`: `Spread` (default; the node with the most free devices that fits, since
+  kube-scheduler does not pack DRA devices) or `Pack` (the fullest node that fits). Ties break
+  on the free vector, so the choice is deterministic.
+
+Which way it errs. Growth up to the ceiling is trusted (may over-promise during stockouts).
+Unknown bucket drivers are ignored and missing ones read 0 free (errs toward full). Negative
+counts read 0. Naive datetimes are read as UTC.
+
+The ledger is the one mutable structure of the core; it lives inside one `schedule` call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from gpufleet.core.decision import (
+    Accounting,
+    FreeBucket,
+    ObservationState,
+    PoolState,
+    Reason,
+    ReasonCode,
+)
+from gpufleet.core.model import (
+    ClaimMode,
+    Cluster,
+    ClusterName,
+    DriverName,
+    NodeChoice,
+    Pool,
+    PoolObservation,
+    SchedulingConfig,
+)
+
+#: Free devices of one node, per driver of the pool (aligned to `PoolLedger.drivers`).
+Vector = tuple[int, ...]
+
+
+def fits(free: Vector, pod: Vector) -> bool:
+    return all(f >= d for f, d in zip(free, pod, strict=True))
+
+
+def subtract(free: Vector, pod: Vector) -> Vector:
+    return tuple(f - d for f, d in zip(free, pod, strict=True))
+
+
+class NodeChoicePolicy(Protocol):
+    """Predicts which node (by free vector) the cluster's scheduler gives a pod, or None."""
+
+    @property
+    def name(self) -> str: ...
+
+    def choose(self, free: Mapping[Vector, int], pod: Vector) -> Vector | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """The node with the most free devices that fits (ties: the larger vector)."""
+
+    name: str = "Spread"
+
+    def choose(self, free: Mapping[Vector, int], pod: Vector) -> Vector | None:
+        best: Vector | None = None
+        best_key: tuple[int, Vector] | None = None
+        for vector, nodes in free.items():
+            if nodes <= 0 or not fits(vector, pod):
+                continue
+            key = (sum(vector), vector)
+            if best_key is None or key > best_key:
+                best, best_key = vector, key
+        return best
+
+
+@dataclass(frozen=True, slots=True)
+class Pack:
+    """The fullest node that fits: the fewest free devices (ties: the smaller vector)."""
+
+    name: str = "Pack"
+
+    def choose(self, free: Mapping[Vector, int], pod: Vector) -> Vector | None:
+        best: Vector | None = None
+        best_key: tuple[int, Vector] | None = None
+        for vector, nodes in free.items():
+            if nodes <= 0 or not fits(vector, pod):
+                continue
+            key = (sum(vector), vector)
+            if best_key is None or key < best_key:
+                best, best_key = vector, key
+        return best
+
+
+_POLICIES: Mapping[NodeChoice, NodeChoicePolicy] = {
+    NodeChoice.SPREAD: Spread(),
+    NodeChoice.PACK: Pack(),
+}
+
+
+def policy_for(cluster: ClusterName, config: SchedulingConfig) -> NodeChoicePolicy:
+    return _POLICIES[config.node_choice.get(cluster, NodeChoice.SPREAD)]
+
+
+def as_utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+@dataclass(frozen=True, slots=True)
+class Freshness:
+    state: ObservationState
+    #: Seconds since the cluster's last report at `now`; None when unknown.
+    age_s: float | None = None
+
+
+def cluster_freshness(cluster: Cluster, now: datetime, config: SchedulingConfig) -> Freshness:
+    observations = [p.observation for p in cluster.pools if p.observation is not None]
+    if cluster.agent_observed_at is None and not observations:
+        return Freshness(ObservationState.NONE)
+    last = cluster.agent_observed_at
+    if last is None:
+        times = [as_utc(o.observed_at) for o in observations if o.observed_at is not None]
+        last = max(times) if times else None
+    if last is None:
+        return Freshness(ObservationState.STALE)
+    age_s = (as_utc(now) - as_utc(last)).total_seconds()
+    if age_s > config.expire_after_s:
+        return Freshness(ObservationState.EXPIRED, age_s)
+    if age_s > config.stale_after_s:
+        return Freshness(ObservationState.STALE, age_s)
+    return Freshness(ObservationState.FRESH, age_s)
+
+
+def _fallback_reason(pool: Pool, config: SchedulingConfig) -> Reason | None:
+    observation = pool.observation
+    if observation is None:
+        return None
+    if observation.buckets is None:
+        why = observation.unusable_reason or "NoHistogram"
+        return Reason(
+            ReasonCode.HISTOGRAM_UNAVAILABLE,
+            f"pool {pool.name} has no free-device histogram ({why}): whole-node accounting",
+            {"cause": why},
+        )
+    if len(observation.buckets) > config.max_histogram_buckets:
+        return Reason(
+            ReasonCode.HISTOGRAM_UNAVAILABLE,
+            f"pool {pool.name} reports {len(observation.buckets)} buckets, over the cap of "
+            f"{config.max_histogram_buckets}: whole-node accounting",
+            {
+                "cause": "TooManyBuckets",
+                "buckets": len(observation.buckets),
+                "max_buckets": config.max_histogram_buckets,
+            },
+        )
+    seen: dict[DriverName, str] = {}
+    for device in pool.devices:
+        if device.claim is not ClaimMode.DRA:
+            continue
+        if device.driver in seen:
+            return Reason(
+                ReasonCode.AMBIGUOUS_DRIVER,
+                f"devices {seen[device.driver]} and {device.name} of pool {pool.name} share "
+                f"driver {device.driver}: whole-node accounting",
+                {"driver": device.driver, "devices": f"{seen[device.driver]},{device.name}"},
+            )
+        seen[device.driver] = device.name
+    return None
+
+
+class PoolLedger:
+    """What one pool has free right now, in the pool's accounting mode.
+
+    FreeGPU: `free` maps a free vector to its node count (never negative, zero entries removed).
+    WholeNode: `free_nodes` may go negative when existing replicas overcommit the pool.
+    `log`, when enabled, records every pod taken from the histogram (for tests and explain).
+    """
+
+    __slots__ = (
+        "accounting",
+        "class_id",
+        "cluster",
+        "drivers",
+        "free",
+        "free_nodes",
+        "full",
+        "log",
+        "memo",
+        "observation",
+        "pool",
+        "reasons",
+        "version",
+    )
+
+    def __init__(
+        self,
+        cluster: ClusterName,
+        pool: Pool,
+        class_id: int,
+        config: SchedulingConfig,
+        *,
+        record: bool = False,
+    ) -> None:
+        self.cluster = cluster
+        self.pool = pool
+        self.class_id = class_id
+        self.observation: PoolObservation | None = pool.observation
+        full: dict[DriverName, int] = {}
+        for device in pool.devices:
+            if device.claim is ClaimMode.DRA:
+                full[device.driver] = full.get(device.driver, 0) + max(0, device.count or 0)
+        self.drivers: tuple[DriverName, ...] = tuple(sorted(full))
+        self.full: Vector = tuple(full[d] for d in self.drivers)
+        fallback = _fallback_reason(pool, config)
+        self.reasons: tuple[Reason, ...] = (fallback,) if fallback else ()
+        self.free: dict[Vector, int] = {}
+        self.free_nodes = max(0, pool.nodes)
+        self.version = 0
+        self.log: list[object] | None = [] if record else None
+        #: Results computed from the current state (fits, reasons, summary); cleared on change.
+        self.memo: dict[object, object] = {}
+        observation = pool.observation
+        if observation is None or fallback is not None or observation.buckets is None:
+            self.accounting = Accounting.WHOLE_NODE
+            return
+        self.accounting = Accounting.FREE_GPU
+        for bucket in observation.buckets:
+            nodes = max(0, bucket.nodes)
+            if nodes:
+                vector = tuple(max(0, bucket.free.get(d, 0)) for d in self.drivers)
+                self.free[vector] = self.free.get(vector, 0) + nodes
+        growth = max(0, pool.nodes - observation.observed_nodes)
+        if growth:
+            self.free[self.full] = self.free.get(self.full, 0) + growth
+
+    @property
+    def is_free_gpu(self) -> bool:
+        return self.accounting is Accounting.FREE_GPU
+
+    def driver_index(self, driver: DriverName, device_class_name: str) -> int | None:
+        """Where a resolved request's devices count in this pool's vectors.
+
+        A request stamped without a driver is mapped by its device class; None when the pool
+        has no DRA driver at all.
+        """
+        if driver in self.drivers:
+            return self.drivers.index(driver)
+        for device in self.pool.devices:
+            if (
+                device.claim is ClaimMode.DRA
+                and device.device_class_name == device_class_name
+                and device.driver in self.drivers
+            ):
+                return self.drivers.index(device.driver)
+        # Unknown driver: count it against the first driver (errs toward full).
+        return 0 if self.drivers else None
+
+    def set_free(self, free: dict[Vector, int]) -> None:
+        self.free = free
+        self.version += 1
+        self.memo.clear()
+
+    def take_nodes(self, nodes: int) -> None:
+        self.free_nodes -= nodes
+        self.version += 1
+        self.memo.clear()
+
+    def summary(self) -> Mapping[str, int]:
+        """Numbers for a verdict's `free` field (shared while the pool does not change)."""
+        found = self.memo.get("summary")
+        if found is not None:
+            return found  # type: ignore[return-value]
+        if not self.is_free_gpu:
+            summary = {"nodes": max(0, self.pool.nodes), "free_nodes": self.free_nodes}
+        else:
+            nodes = sum(self.free.values())
+            free_devices = sum(sum(v) * n for v, n in self.free.items())
+            best = max((sum(v) for v, n in self.free.items() if n > 0), default=0)
+            summary = {"nodes": nodes, "free_devices": free_devices, "best_node_free": best}
+        self.memo["summary"] = summary
+        return summary
+
+    def state(self, observation: ObservationState) -> PoolState:
+        histogram = tuple(
+            FreeBucket(dict(zip(self.drivers, vector, strict=True)), nodes)
+            for vector, nodes in sorted(self.free.items(), key=lambda kv: kv[0], reverse=True)
+            if nodes > 0
+        )
+        return PoolState(
+            cluster=self.cluster,
+            pool=self.pool.name,
+            accounting=self.accounting,
+            observation=observation if self.observation is not None else ObservationState.NONE,
+            nodes=max(0, self.pool.nodes),
+            histogram=histogram,
+            free_nodes=None if self.is_free_gpu else self.free_nodes,
+            reasons=self.reasons,
+        )

@@ -1,0 +1,211 @@
+"""Reasons with numbers: one constructor per refusal, so every "no" reads the same way.
+
+Model. Each function builds one `Reason` whose `details` carry the numbers a user (or
+`gpufleet explain`) needs to act: what was requested, what was free, how many nodes were left
+out and why. Messages restate the numbers in words; nothing here decides anything.
+
+Invariant: a Reason's `details` values are ints or short names, never prose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from gpufleet.core.capacity import NodeChoicePolicy, PoolLedger, Vector
+from gpufleet.core.decision import Reason, ReasonCode
+from gpufleet.core.fit import FitFailure, Unit, fit, nodes_that_fit
+from gpufleet.core.model import Taint
+
+
+def _excluded(ledger: PoolLedger) -> tuple[dict[str, int], str]:
+    observation = ledger.observation
+    if observation is None:
+        return {}, ""
+    excluded = {k: v for k, v in sorted(observation.excluded_nodes.items()) if v > 0}
+    details = {f"excluded.{k}": v for k, v in excluded.items()}
+    words = ", ".join(f"{v} {k}" for k, v in excluded.items())
+    return details, (f"; nodes excluded: {words}" if words else "")
+
+
+def insufficient_devices(
+    ledger: PoolLedger, units: Sequence[Unit], failure: FitFailure, policy: NodeChoicePolicy
+) -> Reason:
+    """InsufficientGPU, or GangNeedsDistinctNodes when the pods fit without the gang rule."""
+    pods: list[Vector] = [pod for unit in units for pod in unit]
+    largest = max((sum(p) for p in pods), default=0)
+    requested = sum(sum(p) for p in pods)
+    summary = ledger.summary()
+    excluded, excluded_words = _excluded(ledger)
+    pod = failure.pod
+    if failure.unit_size > 1:
+        singles = [(p,) for p in pods]
+        if fit(ledger.free, singles, policy).is_fit:
+            able = nodes_that_fit(ledger.free, pod)
+            return Reason(
+                ReasonCode.GANG_NEEDS_DISTINCT_NODES,
+                f"a gang copy of {failure.unit_size} pods needs {failure.unit_size} distinct "
+                f"nodes with {sum(pod)} devices free each; {able} nodes have that "
+                f"(best node has {summary['best_node_free']} free){excluded_words}",
+                {
+                    "gang_pods": failure.unit_size,
+                    "pod_devices": sum(pod),
+                    "nodes_fitting_pod": able,
+                    **summary,
+                    **excluded,
+                },
+            )
+    return Reason(
+        ReasonCode.INSUFFICIENT_GPU,
+        f"{len(pods)} pods request {requested} devices (largest pod {largest}"
+        f"{', on distinct nodes per gang copy' if any(len(u) > 1 for u in units) else ''}); "
+        f"best node has {summary['best_node_free']} free, {summary['free_devices']} free on "
+        f"{summary['nodes']} nodes{excluded_words}",
+        {
+            "pods": len(pods),
+            "requested_devices": requested,
+            "largest_pod_devices": largest,
+            "failed_pod_devices": sum(pod),
+            "nodes_fitting_failed_pod": nodes_that_fit(ledger.free, pod),
+            **summary,
+            **excluded,
+        },
+    )
+
+
+def insufficient_nodes(ledger: PoolLedger, requested_nodes: int) -> Reason:
+    nodes = max(0, ledger.pool.nodes)
+    return Reason(
+        ReasonCode.INSUFFICIENT_NODES,
+        f"needs {requested_nodes} whole nodes; {max(0, ledger.free_nodes)} of {nodes} free",
+        {"requested_nodes": requested_nodes, "free_nodes": ledger.free_nodes, "nodes": nodes},
+    )
+
+
+def member_unmatched(pool: str, role: str, request: str) -> Reason:
+    return Reason(
+        ReasonCode.NO_MATCHING_POOL,
+        f"pool {pool}: {role} request {request} matches no device with enough count",
+        {"pool": pool, "role": role, "request": request},
+    )
+
+
+def member_stranded(pool: str, role: str) -> Reason:
+    return Reason(
+        ReasonCode.NO_MATCHING_POOL,
+        f"pool {pool}: {role} resolves only synthetic devices here but claims elsewhere",
+        {"pool": pool, "role": role},
+    )
+
+
+def no_matching_pool(engine: str, pools: int) -> Reason:
+    return Reason(
+        ReasonCode.NO_MATCHING_POOL,
+        f"engine {engine}: none of {pools} pools matches every member",
+        {"engine": engine, "pools": pools},
+    )
+
+
+def engine_cannot_claim(engine: str, pools: int) -> Reason:
+    return Reason(
+        ReasonCode.ENGINE_CANNOT_CLAIM,
+        f"engine {engine}: no member resolves a DRA device on any of {pools} pools",
+        {"engine": engine, "pools": pools},
+    )
+
+
+def not_selected(selector: Mapping[str, str]) -> Reason:
+    wanted = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    return Reason(
+        ReasonCode.CLUSTER_NOT_SELECTED,
+        f"labels do not match clusterSelector {wanted}",
+        {"selector": wanted},
+    )
+
+
+def tainted(taints: Sequence[Taint]) -> Reason:
+    words = ", ".join(f"{t.key}{'=' + t.value if t.value else ''}:{t.effect.value}" for t in taints)
+    first = taints[0]
+    return Reason(
+        ReasonCode.TAINTED,
+        f"untolerated taints: {words}",
+        {"taints": len(taints), "key": first.key, "effect": first.effect.value},
+    )
+
+
+def not_ready() -> Reason:
+    return Reason(ReasonCode.CLUSTER_NOT_READY, "cluster is not Ready", {})
+
+
+def no_gateway() -> Reason:
+    return Reason(ReasonCode.NO_GATEWAY, "cluster has no gateway address", {})
+
+
+def expired(age_s: float | None, expire_after_s: float) -> Reason:
+    age = int(age_s) if age_s is not None else -1
+    return Reason(
+        ReasonCode.OBSERVATION_EXPIRED,
+        f"agent silent for {age}s (expires after {int(expire_after_s)}s): no new replicas",
+        {"age_s": age, "expire_after_s": int(expire_after_s)},
+    )
+
+
+def stale(age_s: float | None, stale_after_s: float) -> Reason:
+    age = int(age_s) if age_s is not None else -1
+    return Reason(
+        ReasonCode.OBSERVATION_STALE,
+        f"observation is {age}s old (stale after {int(stale_after_s)}s)"
+        if age_s is not None
+        else "observation has no time: treated as stale",
+        {"age_s": age, "stale_after_s": int(stale_after_s)},
+    )
+
+
+def no_clusters(fleet_clusters: int) -> Reason:
+    return Reason(
+        ReasonCode.NO_CLUSTERS,
+        f"no cluster of {fleet_clusters} in the fleet is selected",
+        {"clusters": fleet_clusters},
+    )
+
+
+def fill_disabled() -> Reason:
+    return Reason(
+        ReasonCode.FILL_DISABLED,
+        "retain only: a dependency (model cache) is unresolved; no new replicas",
+        {},
+    )
+
+
+def cluster_missing(cluster: str) -> Reason:
+    return Reason(
+        ReasonCode.CLUSTER_MISSING, f"cluster {cluster} is not in the fleet", {"cluster": cluster}
+    )
+
+
+def pool_missing(engine: str, role: str, pool: str) -> Reason:
+    what = f"pool {pool} is not published" if pool else "no pool pinned"
+    return Reason(
+        ReasonCode.POOL_MISSING,
+        f"engine {engine} {role}: {what}",
+        {"engine": engine, "role": role, "pool": pool},
+    )
+
+
+def shape_changed(what: str) -> Reason:
+    return Reason(ReasonCode.SHAPE_CHANGED, what, {})
+
+
+def duplicate(cluster: str, index: int, kept: str) -> Reason:
+    return Reason(
+        ReasonCode.DUPLICATE_IDENTITY,
+        f"({cluster}, {index}) is already held by {kept}",
+        {"cluster": cluster, "index": index, "kept": kept},
+    )
+
+
+def scaled_down(desired: int, kept: int) -> Reason:
+    return Reason(
+        ReasonCode.SCALED_DOWN,
+        f"{kept} replicas kept for {desired} desired",
+        {"desired": desired, "kept": kept},
+    )

@@ -1,0 +1,153 @@
+"""Two-level matching: clusters by labels and taints, members against a pool's devices.
+
+Model (reference 2.2, 2.4, 2.11).
+- A cluster is selected when every `cluster_selector` entry equals its label (string AND;
+  empty selects all).
+- A toleration matches a taint when its effect is empty or equal, and either it is `Exists`
+  (an empty key tolerates every key) or `Equal` with the same key and value. Every taint must be
+  tolerated; tolerating NoSchedule does not cover a NoExecute taint with the same key.
+- A member matches a pool when each of its requests, in order, takes the first device (published
+  order) with enough remaining count whose selectors all match; the device's remaining count
+  drops by the request's count. A device count of 0 or less reads as 0. A request's `name` is
+  its own name, not a device filter (as in Modelplane: only selectors choose the device). A
+  member without requests matches every pool and resolves nothing. The resolution keeps the
+  requests matched to DRA devices (with the device's class and driver); synthetic matches only
+  gate placement.
+
+Which way it errs: matching is greedy with no backtracking, so overlapping requests may be
+refused although an assignment exists (may refuse a fit, never over-accepts).
+
+Matching is pure but costs CEL evaluations, so `Matcher` memoises it per (member, device
+list): pools of the same class share one entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from gpufleet.core.model import (
+    Attribute,
+    ClaimMode,
+    Cluster,
+    Device,
+    Member,
+    ResolvedRequest,
+    Taint,
+    TaintEffect,
+    Toleration,
+    TolerationOperator,
+)
+
+
+def is_selected(cluster: Cluster, selector: Mapping[str, str]) -> bool:
+    return all(cluster.labels.get(k) == v for k, v in selector.items())
+
+
+def tolerates(toleration: Toleration, taint: Taint) -> bool:
+    if toleration.effect is not None and toleration.effect is not taint.effect:
+        return False
+    if toleration.operator is TolerationOperator.EXISTS:
+        return toleration.key in ("", taint.key)
+    return toleration.key == taint.key and toleration.value == taint.value
+
+
+def untolerated(
+    taints: Sequence[Taint], tolerations: Sequence[Toleration], effects: frozenset[TaintEffect]
+) -> tuple[Taint, ...]:
+    """The taints with one of `effects` that no toleration matches, in published order."""
+    return tuple(
+        t
+        for t in taints
+        if t.effect in effects and not any(tolerates(tol, t) for tol in tolerations)
+    )
+
+
+REPELS_NEW = frozenset({TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE})
+DRAINS = frozenset({TaintEffect.NO_EXECUTE})
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMatch:
+    """The outcome of matching one member against one pool's devices.
+
+    `unmatched_request` names the first request no device could take ("" when matched).
+    """
+
+    is_match: bool
+    resolved: tuple[ResolvedRequest, ...] = ()
+    unmatched_request: str = ""
+
+    @property
+    def is_claiming(self) -> bool:
+        return bool(self.resolved)
+
+
+def match_member(member: Member, devices: Sequence[Device]) -> MemberMatch:
+    remaining = [max(0, d.count or 0) for d in devices]
+    resolved: list[ResolvedRequest] = []
+    for request in member.requests:
+        for i, device in enumerate(devices):
+            if remaining[i] <= 0 or remaining[i] < request.count:
+                continue
+            if not all(s.matches(device) for s in request.selectors):
+                continue
+            remaining[i] -= max(0, request.count)
+            if device.claim is ClaimMode.DRA:
+                resolved.append(
+                    ResolvedRequest(
+                        name=request.name,
+                        device_class_name=device.device_class_name,
+                        count=request.count,
+                        selectors=tuple(s.expression for s in request.selectors),
+                        driver=device.driver,
+                    )
+                )
+            break
+        else:
+            return MemberMatch(False, unmatched_request=request.name)
+    return MemberMatch(True, tuple(resolved))
+
+
+_DeviceKey = tuple[object, ...]
+
+
+def _device_key(device: Device) -> _DeviceKey:
+    attributes: tuple[tuple[str, Attribute], ...] = tuple(sorted(device.attributes.items()))
+    capacity = tuple(sorted(device.capacity.items()))
+    return (
+        device.name,
+        device.driver,
+        device.claim,
+        device.device_class_name,
+        device.count,
+        attributes,
+        capacity,
+    )
+
+
+class Matcher:
+    """Memoised `match_member` for one `schedule` call (members are identified by object)."""
+
+    __slots__ = ("_class_ids", "_members", "_memo", "memo")
+
+    def __init__(self) -> None:
+        self._class_ids: dict[tuple[_DeviceKey, ...], int] = {}
+        self._memo: dict[tuple[int, int], MemberMatch] = {}
+        # Holding the members keeps their ids unique for the life of the memo.
+        self._members: dict[int, Member] = {}
+        #: Other per-call memos keyed by object identity (callers keep those objects alive).
+        self.memo: dict[object, object] = {}
+
+    def class_id(self, devices: Sequence[Device]) -> int:
+        key = tuple(_device_key(d) for d in devices)
+        return self._class_ids.setdefault(key, len(self._class_ids))
+
+    def match(self, member: Member, devices: Sequence[Device], class_id: int) -> MemberMatch:
+        memo_key = (id(member), class_id)
+        found = self._memo.get(memo_key)
+        if found is None:
+            self._members[id(member)] = member
+            found = match_member(member, devices)
+            self._memo[memo_key] = found
+        return found

@@ -1,0 +1,290 @@
+"""Placing one replica of a deployment on one cluster against the fleet ledger (reference 2.5).
+
+Model.
+- Engines are placed in deployment order against a trial of the cluster's ledger; the trial is
+  discarded if any engine fails, committed if all fit. All engines of a replica go to one
+  cluster; different engines may use different pools.
+- An engine first needs a member that is *claimable anywhere* on the cluster (resolves a DRA
+  device on some pool, ignoring capacity); otherwise it cannot go there (EngineCannotClaim).
+- Pools are walked in published order; a pool hosts the engine when every member matches it,
+  no claimable-anywhere member resolves only synthetic devices there (its GPU would be left
+  behind), and the engine fits the trial: first fit wins, no scoring across pools. An engine is
+  never split across pools; claimless members follow its pool at zero cost.
+- Fit on a pool: whole-node pools compare the node cost of all the replica's engines there
+  with `free_nodes`; free-GPU pools fit *all* the replica's pods on the pool (every engine that
+  chose it, so P/D engines may share nodes) from the pool's ledger state, largest first.
+- `explain=True` evaluates every pool for every engine and returns a verdict per (engine,
+  pool) with its reasons; the placement chosen is the same as without it.
+
+Which way it errs: first fit over pools in published order may refuse a replica that a
+different pool choice for an earlier engine would admit (may refuse a fit, never overcommits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.core import diagnosis
+from gpufleet.core.accounting import engine_units, node_cost
+from gpufleet.core.capacity import Freshness, NodeChoicePolicy, PoolLedger
+from gpufleet.core.decision import PlacedEngine, PlacedMember, PoolVerdict, Reason
+from gpufleet.core.fit import FitFailure, FitResult, Unit, fit, order_units
+from gpufleet.core.matching import Matcher, MemberMatch
+from gpufleet.core.model import (
+    Cluster,
+    Deployment,
+    Engine,
+    PoolName,
+    ReplicaEngine,
+    ReplicaMember,
+)
+
+
+class ClusterLedger:
+    """One cluster's pools (published order, first of each name) with its freshness."""
+
+    __slots__ = ("by_name", "cluster", "freshness", "policy", "pools")
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        pools: tuple[PoolLedger, ...],
+        freshness: Freshness,
+        policy: NodeChoicePolicy,
+    ) -> None:
+        self.cluster = cluster
+        self.pools = pools
+        self.by_name: dict[PoolName, PoolLedger] = {p.pool.name: p for p in pools}
+        self.freshness = freshness
+        self.policy = policy
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFit:
+    """The outcome of placing one replica on one cluster.
+
+    On success `engines` is set and `commits` holds, per pool, the fit to apply (free-GPU) or
+    the nodes to take (whole-node). On failure `reasons` says why (one per code).
+    """
+
+    engines: tuple[PlacedEngine, ...] | None
+    commits: dict[PoolName, FitResult | int] = field(default_factory=dict)
+    reasons: tuple[Reason, ...] = ()
+    verdicts: tuple[PoolVerdict, ...] = ()
+
+
+def _placed(stamp: ReplicaEngine) -> PlacedEngine:
+    return PlacedEngine(
+        name=stamp.name,
+        copies=stamp.copies,
+        phase=stamp.phase,
+        members=tuple(
+            PlacedMember(m.role, m.pool, m.worker_nodes, m.requests) for m in stamp.members
+        ),
+    )
+
+
+def _unique_codes(reasons: list[Reason]) -> tuple[Reason, ...]:
+    seen: set[str] = set()
+    unique: list[Reason] = []
+    for reason in reasons:
+        if reason.code not in seen:
+            seen.add(reason.code)
+            unique.append(reason)
+    return tuple(unique)
+
+
+def _fit(pool: PoolLedger, units: list[Unit], policy: NodeChoicePolicy, owner: str) -> FitResult:
+    """`fit` memoised on the pool's current state (many deployments share shapes)."""
+    if pool.log is not None:
+        return fit(pool.free, units, policy, owner=owner, record=True)
+    memo_key = ("fit", tuple(units))
+    found = pool.memo.get(memo_key)
+    if found is None:
+        found = fit(pool.free, units, policy)
+        pool.memo[memo_key] = found
+    assert isinstance(found, FitResult)
+    return found
+
+
+def _refusal(
+    pool: PoolLedger, units: list[Unit], failure: FitFailure, policy: NodeChoicePolicy
+) -> Reason:
+    memo_key = ("refusal", tuple(units))
+    found = pool.memo.get(memo_key)
+    if found is None:
+        found = diagnosis.insufficient_devices(pool, units, failure, policy)
+        pool.memo[memo_key] = found
+    assert isinstance(found, Reason)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class _EngineOnClass:
+    """One engine against one class of pool, capacity aside (shared by pools of the class)."""
+
+    matches: tuple[MemberMatch, ...]
+    is_match: bool
+    claiming: tuple[bool, ...]
+    units: tuple[Unit, ...]
+    node_cost: int
+
+
+def _on_class(engine: Engine, pool: PoolLedger, matcher: Matcher) -> _EngineOnClass:
+    memo_key = ("engine", id(engine), pool.class_id, pool.is_free_gpu)
+    found = matcher.memo.get(memo_key)
+    if found is None:
+        matches = tuple(matcher.match(m, pool.pool.devices, pool.class_id) for m in engine.members)
+        stamp = _stamp(engine, matches, PoolName(""))
+        found = _EngineOnClass(
+            matches,
+            all(m.is_match for m in matches),
+            tuple(m.is_match and m.is_claiming for m in matches),
+            tuple(order_units(engine_units(stamp, PoolName(""), pool))) if pool.is_free_gpu else (),
+            node_cost((stamp,), PoolName("")),
+        )
+        matcher.memo[memo_key] = found
+    assert isinstance(found, _EngineOnClass)
+    return found
+
+
+def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> ReplicaEngine:
+    return ReplicaEngine(
+        name=engine.name,
+        members=tuple(
+            ReplicaMember(m.role, pool, m.worker_nodes, match.resolved)
+            for m, match in zip(engine.members, matches, strict=True)
+        ),
+        copies=engine.copies,
+        phase=engine.phase,
+    )
+
+
+def _mismatch(
+    engine: Engine, pool: PoolLedger, shape: _EngineOnClass, claimable: tuple[bool, ...]
+) -> Reason | None:
+    for member, match, is_claimable in zip(engine.members, shape.matches, claimable, strict=True):
+        if not match.is_match:
+            return diagnosis.member_unmatched(
+                pool.pool.name, member.role.value, match.unmatched_request
+            )
+        if is_claimable and not match.is_claiming:
+            return diagnosis.member_stranded(pool.pool.name, member.role.value)
+    return None
+
+
+def place_replica(
+    ledger: ClusterLedger,
+    deployment: Deployment,
+    matcher: Matcher,
+    *,
+    owner: str = "",
+    explain: bool = False,
+) -> ReplicaFit:
+    trial_units: dict[PoolName, list[Unit]] = {}
+    trial_nodes: dict[PoolName, int] = {}
+    commits: dict[PoolName, FitResult | int] = {}
+    placed: list[PlacedEngine] = []
+    verdicts: list[PoolVerdict] = []
+    policy = ledger.policy
+    for engine in deployment.engines:
+        shapes = [(pool, _on_class(engine, pool, matcher)) for pool in ledger.pools]
+        claimable = tuple(
+            any(shape.claiming[i] for _, shape in shapes) for i in range(len(engine.members))
+        )
+        is_matched = any(shape.is_match for _, shape in shapes)
+        if is_matched and not any(claimable):
+            reason = diagnosis.engine_cannot_claim(engine.name, len(ledger.pools))
+            if explain:
+                verdicts.extend(
+                    PoolVerdict(p.pool.name, engine.name, p.accounting, False, (reason,))
+                    for p in ledger.pools
+                )
+            return ReplicaFit(None, reasons=(reason,), verdicts=tuple(verdicts))
+        chosen: tuple[PoolLedger, _EngineOnClass, list[Unit], FitResult | int] | None = None
+        capacity_reasons: list[Reason] = []
+        refused = False
+        for pool, shape in shapes:
+            is_usable = shape.is_match and all(
+                has or not wants for has, wants in zip(shape.claiming, claimable, strict=True)
+            )
+            if not is_usable:
+                if explain:
+                    mismatch = _mismatch(engine, pool, shape, claimable)
+                    verdicts.append(
+                        PoolVerdict(
+                            pool.pool.name,
+                            engine.name,
+                            pool.accounting,
+                            False,
+                            (*((mismatch,) if mismatch else ()), *pool.reasons),
+                            pool.summary(),
+                        )
+                    )
+                continue
+            name = pool.pool.name
+            refusal: Reason | None = None
+            units: list[Unit] = []
+            outcome: FitResult | int
+            if pool.is_free_gpu:
+                earlier = trial_units.get(name)
+                units = order_units([*earlier, *shape.units]) if earlier else list(shape.units)
+                outcome = _fit(pool, units, policy, owner)
+                if outcome.failure is not None:
+                    if not explain:
+                        refused = True
+                        continue
+                    refusal = _refusal(pool, units, outcome.failure, policy)
+            else:
+                outcome = trial_nodes.get(name, 0) + shape.node_cost
+                if outcome > pool.free_nodes:
+                    if not explain:
+                        refused = True
+                        continue
+                    refusal = diagnosis.insufficient_nodes(pool, outcome)
+            if refusal is None and chosen is None:
+                chosen = (pool, shape, units, outcome)
+            if refusal is not None:
+                capacity_reasons.append(refusal)
+            if explain:
+                verdicts.append(
+                    PoolVerdict(
+                        name,
+                        engine.name,
+                        pool.accounting,
+                        refusal is None,
+                        (*((refusal,) if refusal else ()), *pool.reasons),
+                        pool.summary(),
+                    )
+                )
+            elif chosen is not None:
+                break
+        if chosen is None and refused:
+            # Not explaining: the caller only needs to know it does not fit.
+            return ReplicaFit(None)
+        if chosen is None:
+            reasons = _unique_codes(capacity_reasons) or (
+                diagnosis.no_matching_pool(engine.name, len(ledger.pools)),
+            )
+            return ReplicaFit(None, reasons=reasons, verdicts=tuple(verdicts))
+        pool, shape, units, outcome = chosen
+        name = pool.pool.name
+        if isinstance(outcome, int):
+            trial_nodes[name] = outcome
+        else:
+            trial_units[name] = units
+        commits[name] = outcome
+        placed.append(_placed(_stamp(engine, shape.matches, name)))
+    return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts))
+
+
+def commit(ledger: ClusterLedger, fitted: ReplicaFit) -> None:
+    """Apply a successful `place_replica` to the cluster's ledger."""
+    for name, outcome in fitted.commits.items():
+        pool = ledger.by_name[name]
+        if isinstance(outcome, int):
+            pool.take_nodes(outcome)
+        else:
+            pool.set_free(dict(outcome.free))
+            if pool.log is not None:
+                pool.log.extend(outcome.assignments)

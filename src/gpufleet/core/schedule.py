@@ -1,0 +1,487 @@
+"""`schedule(snapshot, now) -> Decision`: the whole fleet, one ledger, one pure function.
+
+Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
+1. Build one ledger for the fleet: per cluster its freshness and node-choice policy, per pool
+   a free-GPU histogram or a whole-node count (capacity.py).
+2. Retain and scale down every deployment (2.8, 2.9): its replicas sorted by name; a replica
+   goes when its cluster is gone or no longer selected, the cluster carries an untolerated
+   NoExecute taint, its (cluster, index) is already kept, or re-resolving it against its pinned
+   pools with the current definition fails. Kept replicas are re-stamped. Then drop from the
+   most loaded cluster (ties: the later name), highest index first.
+3. Charge every surviving replica of every deployment, and every replica whose deployment is
+   not in the snapshot (they still hold devices), in canonical order (replica name), per pod
+   (accounting.py). Dropped and scaled-down replicas are not charged.
+4. Fill round-robin: each round, each deployment in key order places one replica; a deployment
+   stops at its first failure, and its diagnosis is taken against the ledger at that moment.
+   One placement: among clusters that are selected, tolerated (NoSchedule and NoExecute),
+   Ready with a gateway, and not Expired, take the first that fits in order of (this
+   deployment's replicas there, cluster name) (spread before pack); the index is the lowest
+   unused one on that cluster. `fill=False` retains only.
+5. Every deployment with a shortfall gets a Diagnosis with a verdict per cluster of the fleet,
+   and a `ReplicasScheduled` condition as Modelplane HEAD words it (2.13).
+
+Invariants: pure and deterministic (no clock but `now`, no randomness, every input sequence
+sorted before use, so permuting any snapshot tuple changes nothing); no two placements are
+given the same free device; a deployment with shortfall > 0 has a non-empty diagnosis.
+
+Which way it errs: the ledger errs toward full (see accounting.py); round-robin with a stop at
+the first failure may leave capacity another order would use (may refuse, never overcommits).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpufleet.core import diagnosis
+from gpufleet.core.accounting import accounted_fn, demand_shape, engine_units, node_cost
+from gpufleet.core.capacity import (
+    PoolLedger,
+    Vector,
+    cluster_freshness,
+    policy_for,
+)
+from gpufleet.core.decision import (
+    ClusterVerdict,
+    Condition,
+    Decision,
+    DeploymentDecision,
+    Diagnosis,
+    DroppedReplica,
+    ObservationState,
+    PlacedEngine,
+    PlacedMember,
+    Placement,
+    Reason,
+    ReasonCode,
+    replica_name,
+)
+from gpufleet.core.fit import Assignment, Unit, charge
+from gpufleet.core.matching import DRAINS, REPELS_NEW, Matcher, is_selected, untolerated
+from gpufleet.core.model import (
+    ClusterName,
+    Deployment,
+    DeploymentKey,
+    PoolName,
+    Replica,
+    ReplicaEngine,
+    ReplicaMember,
+    Snapshot,
+)
+from gpufleet.core.placement import ClusterLedger, commit, place_replica
+
+CONDITION_TYPE = "ReplicasScheduled"
+#: The reason of a True condition (Modelplane HEAD: partial shortfall is still True).
+REPLICAS_CREATED = "ReplicasCreated"
+
+
+class SnapshotError(ValueError):
+    """The snapshot is invalid; `field` names the offending input."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class PoolTrace:
+    """For tests and explain: a free-GPU pool's histogram before charging and every pod taken."""
+
+    drivers: tuple[str, ...]
+    initial: Mapping[Vector, int]
+    assignments: tuple[Assignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    decision: Decision
+    traces: Mapping[tuple[ClusterName, PoolName], PoolTrace] = field(default_factory=dict)
+
+
+def schedule(snapshot: Snapshot, now: datetime) -> Decision:
+    """Decide, for every deployment of the snapshot, which replicas to keep, create and drop."""
+    return plan(snapshot, now).decision
+
+
+@dataclass(slots=True)
+class _Work:
+    """One deployment's progress through the round (private, mutable)."""
+
+    deployment: Deployment
+    retained: list[Placement]
+    dropped: list[DroppedReplica]
+    created: list[Placement] = field(default_factory=list)
+    counts: Counter[ClusterName] = field(default_factory=Counter)
+    indices: dict[ClusterName, set[int]] = field(default_factory=dict)
+    candidates: list[ClusterLedger] = field(default_factory=list)
+    is_stopped: bool = False
+    diagnosis: Diagnosis | None = None
+
+    @property
+    def pending(self) -> int:
+        return max(0, self.deployment.replicas) - len(self.retained) - len(self.created)
+
+
+def _check(snapshot: Snapshot) -> None:
+    keys = Counter(d.key for d in snapshot.deployments)
+    for key, n in sorted(keys.items(), key=lambda kv: (kv[0].namespace, kv[0].name)):
+        if n > 1:
+            raise SnapshotError(f"deployments[{key}]", f"{n} deployments share this key")
+    names = Counter(c.name for c in snapshot.clusters)
+    for name, n in sorted(names.items()):
+        if n > 1:
+            raise SnapshotError(f"clusters[{name}]", f"{n} clusters share this name")
+
+
+def _replica_order(r: Replica) -> tuple[str, str, str, str, int]:
+    return (r.name, r.deployment.namespace, r.deployment.name, r.cluster, r.index)
+
+
+def _deployment_order(d: Deployment) -> tuple[str, str]:
+    return (d.key.namespace, d.key.name)
+
+
+def _build_ledgers(
+    snapshot: Snapshot, now: datetime, matcher: Matcher, record: bool
+) -> dict[ClusterName, ClusterLedger]:
+    ledgers: dict[ClusterName, ClusterLedger] = {}
+    config = snapshot.config
+    for cluster in sorted(snapshot.clusters, key=lambda c: c.name):
+        pools: list[PoolLedger] = []
+        seen: set[str] = set()
+        for pool in cluster.pools:
+            if pool.name in seen:
+                continue
+            seen.add(pool.name)
+            class_id = matcher.class_id(pool.devices)
+            pools.append(PoolLedger(cluster.name, pool, class_id, config, record=record))
+        ledgers[cluster.name] = ClusterLedger(
+            cluster,
+            tuple(pools),
+            cluster_freshness(cluster, now, config),
+            policy_for(cluster.name, config),
+        )
+    return ledgers
+
+
+def _restamp(
+    replica: Replica, deployment: Deployment, ledger: ClusterLedger, matcher: Matcher
+) -> tuple[ReplicaEngine, ...] | Reason:
+    """Re-resolve a replica against its pinned pools with the current definition (2.8)."""
+    stamped = {e.name: e for e in replica.engines}
+    current = [e.name for e in deployment.engines]
+    if len(stamped) != len(replica.engines) or set(stamped) != set(current):
+        return diagnosis.shape_changed(
+            f"engines {sorted(stamped)} no longer match the deployment's {sorted(current)}"
+        )
+    engines: list[ReplicaEngine] = []
+    for engine in deployment.engines:
+        old = stamped[engine.name]
+        if [m.role for m in old.members] != [m.role for m in engine.members]:
+            return diagnosis.shape_changed(f"engine {engine.name} members changed roles")
+        members: list[ReplicaMember] = []
+        for member, pinned in zip(engine.members, old.members, strict=True):
+            pool = ledger.by_name.get(pinned.pool) if pinned.pool else None
+            if pool is None:
+                return diagnosis.pool_missing(engine.name, member.role.value, pinned.pool)
+            match = matcher.match(member, pool.pool.devices, pool.class_id)
+            if not match.is_match:
+                return diagnosis.member_unmatched(
+                    pinned.pool, member.role.value, match.unmatched_request
+                )
+            members.append(
+                ReplicaMember(member.role, pinned.pool, member.worker_nodes, match.resolved)
+            )
+        if not any(m.is_claiming for m in members):
+            return diagnosis.engine_cannot_claim(engine.name, 1)
+        engines.append(ReplicaEngine(engine.name, tuple(members), engine.copies, engine.phase))
+    return tuple(engines)
+
+
+def _placed_engines(engines: tuple[ReplicaEngine, ...]) -> tuple[PlacedEngine, ...]:
+    return tuple(
+        PlacedEngine(
+            e.name,
+            e.copies,
+            e.phase,
+            tuple(PlacedMember(m.role, m.pool, m.worker_nodes, m.requests) for m in e.members),
+        )
+        for e in engines
+    )
+
+
+def _retain(
+    deployment: Deployment,
+    replicas: list[Replica],
+    ledgers: Mapping[ClusterName, ClusterLedger],
+    matcher: Matcher,
+    charged: list[tuple[Replica, tuple[ReplicaEngine, ...], bool]],
+) -> _Work:
+    kept: list[tuple[Replica, tuple[ReplicaEngine, ...]]] = []
+    dropped: list[DroppedReplica] = []
+    holders: dict[tuple[ClusterName, int], str] = {}
+
+    def drop(replica: Replica, reason: Reason) -> None:
+        dropped.append(DroppedReplica(replica.name, replica.cluster, replica.index, reason))
+
+    for replica in replicas:
+        ledger = ledgers.get(replica.cluster)
+        if ledger is None:
+            drop(replica, diagnosis.cluster_missing(replica.cluster))
+            continue
+        if not is_selected(ledger.cluster, deployment.cluster_selector):
+            drop(replica, diagnosis.not_selected(deployment.cluster_selector))
+            continue
+        draining = untolerated(ledger.cluster.taints, deployment.tolerations, DRAINS)
+        if draining:
+            drop(replica, diagnosis.tainted(draining))
+            continue
+        identity = (replica.cluster, replica.index)
+        if identity in holders:
+            drop(replica, diagnosis.duplicate(replica.cluster, replica.index, holders[identity]))
+            continue
+        restamped = _restamp(replica, deployment, ledger, matcher)
+        if isinstance(restamped, Reason):
+            drop(replica, restamped)
+            continue
+        holders[identity] = replica.name
+        kept.append((replica, restamped))
+    desired = max(0, deployment.replicas)
+    while len(kept) > desired:
+        load = Counter(r.cluster for r, _ in kept)
+        cluster = max(load, key=lambda c: (load[c], c))
+        victim = max((k for k in kept if k[0].cluster == cluster), key=lambda k: k[0].index)
+        kept.remove(victim)
+        drop(victim[0], diagnosis.scaled_down(desired, len(kept)))
+    work = _Work(deployment, [], sorted(dropped, key=lambda d: (d.name, d.cluster, d.index)))
+    for replica, restamped in kept:
+        charged.append(
+            (replica, restamped, demand_shape(restamped) == demand_shape(replica.engines))
+        )
+        work.retained.append(
+            Placement(
+                name=replica.name,
+                deployment=deployment.key,
+                cluster=replica.cluster,
+                index=replica.index,
+                engines=_placed_engines(restamped),
+                gateway_address=ledgers[replica.cluster].cluster.gateway_address,
+            )
+        )
+        work.counts[replica.cluster] += 1
+        work.indices.setdefault(replica.cluster, set()).add(replica.index)
+    work.retained.sort(key=lambda p: (p.cluster, p.index))
+    return work
+
+
+def _charge(
+    replica: Replica,
+    engines: tuple[ReplicaEngine, ...],
+    is_shape_unchanged: bool,
+    ledger: ClusterLedger,
+) -> None:
+    pinned = sorted(
+        {m.pool for e in replica.engines for m in e.members}
+        | {m.pool for e in engines for m in e.members}
+    )
+    for name in pinned:
+        pool = ledger.by_name.get(name)
+        if pool is None:
+            continue
+        if not pool.is_free_gpu:
+            cost = node_cost(replica.engines, name)
+            if cost:
+                pool.take_nodes(cost)
+            continue
+        accounted = accounted_fn(replica, pool, is_shape_unchanged)
+        units: list[Unit] = []
+        for engine in engines:
+            units.extend(engine_units(engine, name, pool, accounted))
+        if not units:
+            continue
+        free, log = charge(
+            pool.free, units, ledger.policy, owner=replica.name, record=pool.log is not None
+        )
+        pool.set_free(free)
+        if pool.log is not None:
+            pool.log.extend(log)
+
+
+def _gates(ledger: ClusterLedger, deployment: Deployment, expire_after_s: float) -> list[Reason]:
+    """Why the cluster takes no new replica of the deployment, besides capacity."""
+    reasons: list[Reason] = []
+    cluster = ledger.cluster
+    taints = untolerated(cluster.taints, deployment.tolerations, REPELS_NEW)
+    if taints:
+        reasons.append(diagnosis.tainted(taints))
+    if not cluster.is_ready:
+        reasons.append(diagnosis.not_ready())
+    if not cluster.gateway_address:
+        reasons.append(diagnosis.no_gateway())
+    if ledger.freshness.state is ObservationState.EXPIRED:
+        reasons.append(diagnosis.expired(ledger.freshness.age_s, expire_after_s))
+    return reasons
+
+
+def _diagnose(
+    work: _Work,
+    ledgers: Mapping[ClusterName, ClusterLedger],
+    matcher: Matcher,
+    snapshot: Snapshot,
+) -> Diagnosis:
+    deployment = work.deployment
+    config = snapshot.config
+    verdicts: list[ClusterVerdict] = []
+    selected = 0
+    for name, ledger in ledgers.items():
+        if not is_selected(ledger.cluster, deployment.cluster_selector):
+            verdicts.append(
+                ClusterVerdict(name, False, (diagnosis.not_selected(deployment.cluster_selector),))
+            )
+            continue
+        selected += 1
+        gates = _gates(ledger, deployment, config.expire_after_s)
+        fitted = place_replica(ledger, deployment, matcher, explain=True)
+        fits = not gates and fitted.engines is not None
+        reasons: list[Reason] = gates or list(fitted.reasons)
+        if ledger.freshness.state is ObservationState.STALE:
+            reasons.append(diagnosis.stale(ledger.freshness.age_s, config.stale_after_s))
+        verdicts.append(ClusterVerdict(name, fits, tuple(reasons), fitted.verdicts))
+    wide: list[Reason] = []
+    if selected == 0:
+        wide.append(diagnosis.no_clusters(len(ledgers)))
+    if not deployment.fill:
+        wide.append(diagnosis.fill_disabled())
+    return Diagnosis(tuple(verdicts), tuple(wide))
+
+
+def _fill_one(work: _Work, matcher: Matcher) -> bool:
+    deployment = work.deployment
+    for ledger in sorted(
+        work.candidates, key=lambda c: (work.counts[c.cluster.name], c.cluster.name)
+    ):
+        cluster = ledger.cluster.name
+        used = work.indices.setdefault(cluster, set())
+        index = next(i for i in range(len(used) + 1) if i not in used)
+        name = replica_name(deployment.key.name, cluster, index)
+        fitted = place_replica(ledger, deployment, matcher, owner=name)
+        if fitted.engines is None:
+            continue
+        commit(ledger, fitted)
+        used.add(index)
+        work.counts[cluster] += 1
+        work.created.append(
+            Placement(
+                name=name,
+                deployment=deployment.key,
+                cluster=cluster,
+                index=index,
+                engines=fitted.engines,
+                gateway_address=ledger.cluster.gateway_address,
+            )
+        )
+        return True
+    return False
+
+
+def _condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
+    if placed >= desired:
+        return Condition(
+            CONDITION_TYPE, "True", REPLICAS_CREATED, f"Scheduled {placed} of {desired}"
+        )
+    summary = diag.summary() if diag is not None else ""
+    if placed == 0:
+        code = diag.dominant_code() if diag is not None else None
+        reason = code.value if code is not None else ReasonCode.NO_CLUSTERS.value
+        return Condition(
+            CONDITION_TYPE, "False", reason, f"0 of {desired} replicas scheduled: {summary}"
+        )
+    return Condition(
+        CONDITION_TYPE, "True", REPLICAS_CREATED, f"Scheduled {placed} of {desired}: {summary}"
+    )
+
+
+def plan(snapshot: Snapshot, now: datetime, *, record: bool = False) -> Plan:
+    """`schedule`, plus (with `record`) every pod the ledger took, for tests and explain."""
+    _check(snapshot)
+    matcher = Matcher()
+    ledgers = _build_ledgers(snapshot, now, matcher, record)
+    initial = (
+        {(c, p.pool.name): dict(p.free) for c, cl in ledgers.items() for p in cl.pools}
+        if record
+        else {}
+    )
+
+    deployments = sorted(snapshot.deployments, key=_deployment_order)
+    keys = {d.key for d in deployments}
+    by_deployment: dict[DeploymentKey, list[Replica]] = {k: [] for k in keys}
+    charged: list[tuple[Replica, tuple[ReplicaEngine, ...], bool]] = []
+    for replica in sorted(snapshot.replicas, key=_replica_order):
+        if replica.deployment in by_deployment:
+            by_deployment[replica.deployment].append(replica)
+        else:
+            charged.append((replica, replica.engines, True))
+
+    works = [_retain(d, by_deployment[d.key], ledgers, matcher, charged) for d in deployments]
+
+    charged.sort(key=lambda c: _replica_order(c[0]))
+    for replica, engines, is_unchanged in charged:
+        ledger = ledgers.get(replica.cluster)
+        if ledger is not None:
+            _charge(replica, engines, is_unchanged, ledger)
+
+    config = snapshot.config
+    for work in works:
+        d = work.deployment
+        work.candidates = [
+            ledger
+            for ledger in ledgers.values()
+            if is_selected(ledger.cluster, d.cluster_selector)
+            and not _gates(ledger, d, config.expire_after_s)
+        ]
+    active = [w for w in works if w.deployment.fill and w.pending > 0]
+    while active:
+        for work in active:
+            if not _fill_one(work, matcher):
+                work.is_stopped = True
+                work.diagnosis = _diagnose(work, ledgers, matcher, snapshot)
+        active = [w for w in active if not w.is_stopped and w.pending > 0]
+
+    decisions: list[DeploymentDecision] = []
+    for work in works:
+        desired = max(0, work.deployment.replicas)
+        placed = len(work.retained) + len(work.created)
+        shortfall = max(0, desired - placed)
+        diag = work.diagnosis
+        if shortfall > 0 and diag is None:
+            diag = _diagnose(work, ledgers, matcher, snapshot)
+        if shortfall == 0:
+            diag = None
+        decisions.append(
+            DeploymentDecision(
+                key=work.deployment.key,
+                desired=desired,
+                retained=tuple(work.retained),
+                created=tuple(sorted(work.created, key=lambda p: (p.cluster, p.index))),
+                dropped=tuple(work.dropped),
+                shortfall=shortfall,
+                diagnosis=diag,
+                condition=_condition(desired, placed, diag),
+            )
+        )
+
+    pools = []
+    traces: dict[tuple[ClusterName, PoolName], PoolTrace] = {}
+    for name, ledger in ledgers.items():
+        for pool in sorted(ledger.pools, key=lambda p: p.pool.name):
+            pools.append(pool.state(ledger.freshness.state))
+            if record and pool.is_free_gpu and pool.log is not None:
+                traces[(name, pool.pool.name)] = PoolTrace(
+                    pool.drivers,
+                    initial[(name, pool.pool.name)],
+                    tuple(a for a in pool.log if isinstance(a, Assignment)),
+                )
+    return Plan(Decision(tuple(decisions), tuple(pools)), traces)
