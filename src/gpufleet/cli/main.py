@@ -6,7 +6,7 @@ parameters, docstring as help) and register it below with one line.
 
 import typer
 
-from gpufleet.cli import validate
+from gpufleet.cli import explain, plan, validate
 
 app = typer.Typer(
     name="gpufleet",
@@ -23,3 +23,5 @@ def _root() -> None:
 
 
 app.command(name="validate")(validate.command)
+app.command(name="plan")(plan.command)
+app.command(name="explain")(explain.command)

@@ -25,7 +25,7 @@ def _ok_line(manifest: Manifest) -> Text:
     return line
 
 
-def _error_lines(failure: ValidationFailed) -> list[Text]:
+def error_lines(failure: ValidationFailed) -> list[Text]:
     """One line per error; the source follows the first line, continuation lines indent."""
     where = f"  ({failure.source})" if failure.kind and failure.source else ""
     lines = []
@@ -60,7 +60,7 @@ def command(
         else:
             invalid += 1
             errors += len(result.errors)
-            for line in _error_lines(result):
+            for line in error_lines(result):
                 console.print(line)
     summary = f"{valid} valid, {invalid} invalid"
     if invalid:

@@ -1,0 +1,123 @@
+"""`gpufleet explain NAMESPACE/DEPLOYMENT FILE_OR_DIR...`: why one deployment got what it got.
+
+Schedules the fleet exactly as `gpufleet plan` does, then prints the deployment's decision and,
+as kube-scheduler reports its per-node filters, every cluster of the fleet with its verdict and
+reasons (codes, messages, numbers) and every pool with its accounting, fit, reasons and free
+summary. A pool's FREE is its capacity when the verdict was taken; a pool that no verdict
+covers (its cluster was refused before its pools were looked at) shows its state after the plan.
+
+The scheduler diagnoses only deployments with a shortfall; for a deployment that got every
+replica, explain says so and lists where its replicas are.
+
+An unknown deployment exits 1 naming the deployments that exist. `DEPLOYMENT` alone means
+`default/DEPLOYMENT`, as kubectl reads a name without a namespace.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+
+from gpufleet.api.convert import DEFAULT_NAMESPACE
+from gpufleet.cli.plan import (
+    NowOption,
+    OutputOption,
+    PathsArgument,
+    RecursiveOption,
+    load_and_schedule,
+    stderr,
+    stdout,
+)
+from gpufleet.cli.render import (
+    OutputFormat,
+    Printer,
+    Table,
+    clusters_table,
+    deployment_json,
+    plural,
+    pool_state_json,
+    pool_verdicts_table,
+    print_deployment,
+    rfc3339,
+)
+from gpufleet.core.decision import DeploymentDecision
+from gpufleet.core.model import ClusterName, DeploymentKey
+
+
+def parse_key(value: str) -> DeploymentKey:
+    namespace, _, name = value.rpartition("/")
+    return DeploymentKey(namespace or DEFAULT_NAMESPACE, name)
+
+
+def command(
+    deployment: Annotated[
+        str, typer.Argument(metavar="NAMESPACE/DEPLOYMENT", help="The deployment to explain.")
+    ],
+    paths: PathsArgument,
+    output: OutputOption = OutputFormat.TABLE,
+    now: NowOption = None,
+    recursive: RecursiveOption = False,
+) -> None:
+    """Explain one deployment's decision: every cluster's verdict and every pool's fit."""
+    scheduled = load_and_schedule(paths, now, recursive=recursive)
+    decision = scheduled.decision
+    key = parse_key(deployment)
+    try:
+        chosen = decision.for_deployment(key)
+    except KeyError:
+        existing = ", ".join(str(d.key) for d in decision.deployments) or "none"
+        stderr().print(f"✗ no deployment {key} in the manifests; deployments: {existing}")
+        raise typer.Exit(code=1) from None
+    pools = list(decision.pools)
+    if output is OutputFormat.JSON:
+        body = {
+            "now": rfc3339(scheduled.now),
+            "deployment": deployment_json(chosen),
+            "clusters": [c.name for c in scheduled.snapshot.clusters],
+            "pools": [pool_state_json(p) for p in pools],
+        }
+        typer.echo(json.dumps(body, indent=2))
+        return
+    printer = Printer(stdout())
+    printer.line(f"explain at {rfc3339(scheduled.now)}")
+    printer.line()
+    print_deployment(printer, chosen)
+    printer.line(
+        f"condition {chosen.condition.type}={chosen.condition.status} "
+        f"{chosen.condition.reason}: {chosen.condition.message}",
+        indent=2,
+    )
+    printer.line()
+    clusters = [c.name for c in scheduled.snapshot.clusters]
+    diagnosis = chosen.diagnosis
+    if diagnosis is None:
+        _print_placed(printer, chosen, clusters)
+        return
+    fitting = sum(1 for v in diagnosis.clusters if v.fits)
+    printer.line(f"clusters: {fitting}/{len(diagnosis.clusters)} fit", style="bold")
+    printer.table(clusters_table(diagnosis.clusters))
+    for reason in diagnosis.reasons:
+        printer.line(f"deployment-wide: {reason.code.value}: {reason.message}")
+    printer.line()
+    printer.line("pools", style="bold")
+    refused = {v.cluster: ", ".join(r.code.value for r in v.reasons) for v in diagnosis.clusters}
+    printer.table(pool_verdicts_table(diagnosis, pools, refused))
+
+
+def _print_placed(
+    printer: Printer, chosen: DeploymentDecision, clusters: Sequence[ClusterName]
+) -> None:
+    """No shortfall, so no diagnosis: where the deployment's replicas are, cluster by cluster."""
+    placed = len(chosen.placements)
+    printer.line(
+        f"no shortfall ({placed} of {plural(chosen.desired, 'replica')} placed): the scheduler "
+        "takes verdicts only for a shortfall; replicas per cluster:",
+        style="bold",
+    )
+    counts = Counter(p.cluster for p in chosen.placements)
+    rows = tuple((name, str(counts[name])) for name in clusters)
+    printer.table(Table(("CLUSTER", "REPLICAS"), rows))

@@ -1,0 +1,143 @@
+"""`gpufleet explain` through typer's CliRunner: every cluster and pool, unknown deployments."""
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner, Result
+
+from gpufleet.cli.main import app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ONE_NODE = EXAMPLES / "one-node"
+FLEET = EXAMPLES / "fleet"
+NOW = "2026-11-29T10:00:05Z"
+PLAIN_ENV: dict[str, str | None] = {"FORCE_COLOR": None, "TTY_COMPATIBLE": None}
+
+runner = CliRunner()
+
+INSUFFICIENT = (
+    "InsufficientGPU: 1 pods request 1 devices (largest pod 1); best node has 0 free, "
+    "0 free on 1 nodes"
+)
+NUMBERS = (
+    "pods=1 requested_devices=1 largest_pod_devices=1 failed_pod_devices=1 "
+    "nodes_fitting_failed_pod=0 nodes=1 free_devices=0 best_node_free=0"
+)
+
+
+def invoke(*args: str | Path) -> Result:
+    result = runner.invoke(app, [str(a) for a in args], env=PLAIN_ENV)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result
+
+
+def test_refused_deployment_on_one_node_shows_cluster_and_pool_verdicts() -> None:
+    result = invoke("explain", "ml-team/qwen-2-7b", ONE_NODE, "--now", NOW)
+    assert (result.exit_code, result.stderr) == (0, "")
+    message = INSUFFICIENT.removeprefix("InsufficientGPU: ")
+    assert result.stdout.splitlines() == [
+        "explain at 2026-11-29T10:00:05Z",
+        "",
+        "ml-team/qwen-2-7b: desired 1, placed 0, shortfall 1",
+        "  0/1 clusters fit: 1 InsufficientGPU",
+        f"  top reason (cluster solo, pool l4): {INSUFFICIENT}",
+        f"    {NUMBERS}",
+        "  condition ReplicasScheduled=False InsufficientGPU: 0 of 1 replicas scheduled: "
+        "0/1 clusters fit: 1 InsufficientGPU",
+        "",
+        "clusters: 0/1 fit",
+        "CLUSTER  FIT  REASON           MESSAGE" + " " * (len(message) - 5) + "DETAILS",
+        f"solo     no   InsufficientGPU  {message}  {NUMBERS}",
+        "",
+        "pools",
+        "CLUSTER  POOL  ENGINE  ACCOUNTING  FIT  FREE                                     REASON"
+        + " " * (len(INSUFFICIENT) - 4)
+        + "DETAILS",
+        "solo     l4    engine  FreeGPU     no   nodes=1 free_devices=0 best_node_free=0  "
+        f"{INSUFFICIENT}  {NUMBERS}",
+    ]
+
+
+def test_refused_deployment_in_the_fleet_lists_every_cluster_and_pool() -> None:
+    result = invoke("explain", "ml-team/llama-70b-pd", FLEET, "--now", NOW)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    clusters = lines[lines.index("clusters: 0/2 fit") + 1 : lines.index("pools") - 1]
+    assert [line.split()[:3] for line in clusters] == [
+        ["CLUSTER", "FIT", "REASON"],
+        ["eks-us-east", "no", "ClusterNotSelected"],
+        ["gke-eu-west", "no", "InsufficientNodes"],
+    ]
+    assert clusters[1].endswith(
+        "labels do not match clusterSelector gpufleet.io/region=eu-west  "
+        "selector=gpufleet.io/region=eu-west"
+    )
+    assert clusters[2].endswith(
+        "needs 3 whole nodes; 2 of 4 free                                "
+        "requested_nodes=3 free_nodes=2 nodes=4"
+    )
+    pools = lines[lines.index("pools") + 1 :]
+    assert [line.split()[:5] for line in pools] == [
+        ["CLUSTER", "POOL", "ENGINE", "ACCOUNTING", "FIT"],
+        ["eks-us-east", "l4", "-", "WholeNode", "-"],
+        ["eks-us-east", "t4", "-", "FreeGPU", "-"],
+        ["gke-eu-west", "h100", "prefill", "WholeNode", "yes"],
+        ["gke-eu-west", "h100", "decode", "WholeNode", "no"],
+        ["gke-eu-west", "l4", "prefill", "WholeNode", "no"],
+        ["gke-eu-west", "l4", "decode", "WholeNode", "no"],
+    ]
+    assert "not evaluated: cluster ClusterNotSelected" in pools[1]
+    assert pools[4].endswith(
+        "InsufficientNodes: needs 3 whole nodes; 2 of 4 free                                  "
+        "requested_nodes=3 free_nodes=2 nodes=4"
+    )
+
+
+def test_explain_json_is_the_deployment_and_the_pools() -> None:
+    result = invoke("explain", "ml-team/qwen-2-7b", ONE_NODE, "--now", NOW, "-o", "json")
+    assert result.exit_code == 0
+    body = json.loads(result.stdout)
+    plan = json.loads(invoke("plan", ONE_NODE, "--now", NOW, "-o", "json").stdout)
+    assert body == {
+        "now": NOW,
+        "deployment": plan["deployments"][-1],
+        "clusters": ["solo"],
+        "pools": plan["pools"],
+    }
+
+
+def test_a_placed_deployment_says_there_is_no_shortfall() -> None:
+    result = invoke("explain", "ml-team/qwen-7b", FLEET, "--now", NOW)
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[-4:] == [
+        "no shortfall (3 of 3 replicas placed): the scheduler takes verdicts only for a "
+        "shortfall; replicas per cluster:",
+        "CLUSTER      REPLICAS",
+        "eks-us-east  3",
+        "gke-eu-west  0",
+    ]
+
+
+def test_unknown_deployment_exits_1_naming_the_deployments() -> None:
+    result = invoke("explain", "ml-team/nope", ONE_NODE, "--now", NOW)
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        "✗ no deployment ml-team/nope in the manifests; deployments: ml-team/gemma-2-9b, "
+        "ml-team/llama-3-8b, ml-team/mistral-7b, ml-team/phi-4, ml-team/qwen-2-7b\n"
+    )
+
+
+def test_a_name_without_namespace_means_default() -> None:
+    result = invoke("explain", "qwen-2-7b", ONE_NODE, "--now", NOW)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("✗ no deployment default/qwen-2-7b in the manifests; ")
+
+
+def test_invalid_manifests_exit_1_with_the_errors() -> None:
+    result = invoke("explain", "ml-team/qwen-2-7b", ONE_NODE, EXAMPLES / "invalid", "--now", NOW)
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert "Traceback" not in result.output
+    lines = result.stderr.splitlines()
+    assert sum(line.startswith("✗") for line in lines) == 5
+    assert lines[-1] == "5 invalid (5 errors): nothing scheduled"
