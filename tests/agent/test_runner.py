@@ -238,7 +238,7 @@ def test_observation_objects_carry_spec_and_labels() -> None:
     w.hub.create(model_replica())
     w.agent().step(w.at(0))
     pool = w.hub.get(POOL_OBSERVATION, "l4", NS)
-    rep = w.hub.get(REPLICA_OBSERVATION, "llama-0", NS)
+    rep = w.hub.get(REPLICA_OBSERVATION, "ml.llama-0", NS)
     assert pool is not None and rep is not None
     assert (pool["spec"], pool["metadata"]["labels"]) == (
         {"clusterName": "a", "poolName": "l4"},
@@ -296,10 +296,10 @@ def test_replica_observation_deleted_with_its_replica() -> None:
     w.hub.create(model_replica("elsewhere", cluster="b"))
     agent = w.agent(AgentConfig(min_push_interval_s=0))
     agent.step(w.at(0))
-    assert [o["metadata"]["name"] for o in w.hub.list(REPLICA_OBSERVATION, NS)] == ["r1", "r2"]
+    assert [o["metadata"]["name"] for o in w.hub.list(REPLICA_OBSERVATION, NS)] == ["ml.r1", "ml.r2"]
     w.hub.delete(MODEL_REPLICA, "r1", "ml")
     agent.step(w.at(1))
-    assert [o["metadata"]["name"] for o in w.hub.list(REPLICA_OBSERVATION, NS)] == ["r2"]
+    assert [o["metadata"]["name"] for o in w.hub.list(REPLICA_OBSERVATION, NS)] == ["ml.r2"]
 
 
 @pytest.mark.parametrize("is_restarted", [False, True], ids=["same-agent", "restarted-agent"])

@@ -81,6 +81,12 @@ _T = TypeVar("_T")
 _EMPTY_POOL_STATUS: Final = ObservedPool(PoolName(""), 0, (), None, {}, {}, 0).to_status()
 
 
+def replica_observation_name(namespace: str, name: str) -> str:
+    """`<namespace>.<name>`: replicas of equal names in two namespaces share one hub namespace
+    for their observations, so the name carries the namespace (a DNS subdomain either way)."""
+    return f"{namespace}.{name}"
+
+
 def observation_namespace(cluster_name: str) -> str:
     """The hub namespace that holds one cluster's observations."""
     return f"gpufleet-cluster-{cluster_name}"
@@ -185,7 +191,7 @@ class Agent:
                 "replicaName": r.name,
                 "replicaNamespace": r.namespace,
             }
-            reps[r.name] = (spec, r.to_status())
+            reps[replica_observation_name(r.namespace, r.name)] = (spec, r.to_status())
         return Report(now, result, pools, reps)
 
     def is_push_due(self, report: Report, now: datetime) -> bool:

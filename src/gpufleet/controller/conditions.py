@@ -1,0 +1,86 @@
+"""Kubernetes conditions and JSON merge patches on plain status bodies (pure).
+
+A condition keeps its `lastTransitionTime` while its `status` stays the same, so rewriting an
+unchanged condition changes nothing and a controller can compare before it writes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from gpufleet.store import format_time
+
+Obj = dict[str, Any]
+
+
+def condition(type_: str, status: str, reason: str, message: str = "") -> Obj:
+    # str(): a StrEnum reason is written as its plain value.
+    return {"type": type_, "status": status, "reason": str(reason), "message": message}
+
+
+def find_condition(conditions: Sequence[Mapping[str, Any]], type_: str) -> Obj | None:
+    for c in conditions:
+        if c.get("type") == type_:
+            return dict(c)
+    return None
+
+
+def set_condition(
+    conditions: Sequence[Mapping[str, Any]], new: Mapping[str, Any], now: datetime
+) -> list[Obj]:
+    """`conditions` with `new` in place of the condition of its type (appended when absent).
+
+    `lastTransitionTime` is kept when the status did not change, else set to `now`; the other
+    conditions are kept as they are, in their order.
+    """
+    out: list[Obj] = []
+    found = False
+    for c in conditions:
+        if c.get("type") != new["type"]:
+            out.append(copy.deepcopy(dict(c)))
+            continue
+        found = True
+        merged = dict(new)
+        if c.get("status") == new["status"] and c.get("lastTransitionTime"):
+            merged["lastTransitionTime"] = c["lastTransitionTime"]
+        else:
+            merged["lastTransitionTime"] = format_time(now)
+        out.append(merged)
+    if not found:
+        out.append({**new, "lastTransitionTime": format_time(now)})
+    return out
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
+    """The JSON merge patch (RFC 7386) turning `old` into `new`: removed keys map to None.
+
+    Lists are replaced whole, as a merge patch does.
+    """
+    patch: Obj = {}
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            sub = merge_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif key not in old or before != value:
+            patch[key] = copy.deepcopy(value)
+    return patch
+
+
+def owned_patch(
+    current: Mapping[str, Any], desired: Mapping[str, Any], owned: Sequence[str]
+) -> Obj:
+    """The merge patch making the `owned` keys of `current` equal `desired` (absent: removed).
+
+    Keys of `current` that are not `owned` are other writers' and are never touched.
+    """
+    old = {k: current[k] for k in owned if k in current}
+    new = {k: desired[k] for k in owned if k in desired}
+    return merge_patch(old, new)

@@ -1,0 +1,57 @@
+"""`ControllerConfig`: the knobs of the hub controller, and the scheduling config they imply."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from gpufleet.core.model import MAX_HISTOGRAM_BUCKETS, NodeChoice, SchedulingConfig
+
+#: The hub namespace that holds one cluster's observations is this prefix + the cluster name
+#: (docs/design/shapes.md, "PoolObservation and ReplicaObservation").
+OBSERVATION_NAMESPACE_PREFIX: Final = "gpufleet-cluster-"
+
+#: The namespace of Events about cluster-scoped objects, as the API server's recorders use.
+CLUSTER_EVENT_NAMESPACE: Final = "default"
+
+
+def observation_namespace(cluster_name: str) -> str:
+    """The hub namespace holding the observations of cluster `cluster_name`."""
+    return f"{OBSERVATION_NAMESPACE_PREFIX}{cluster_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    #: A pool observation older than this is published `Stale` (still used; errs toward full).
+    stale_after_s: float = 60.0
+    #: An agent silent longer than this makes its pools `Expired`: no new placements there.
+    expire_after_s: float = 300.0
+    #: When True the controller owns each cluster's `Ready` condition: True while the agent
+    #: reports and is not Expired. A `Ready` condition another writer set (its reason is not
+    #: one of the controller's) is always kept. The simulator sets this; a real hub leaves it
+    #: to the platform team by default.
+    manages_ready: bool = False
+    #: When not empty, a cluster without `status.gateway` gets this address, with `{cluster}`
+    #: replaced by its name (the simulator has no real gateways). A gateway another writer
+    #: set is never changed.
+    default_gateway_address: str = ""
+    #: How often a write that hit a stale resourceVersion is re-read and retried in one step.
+    max_conflict_retries: int = 5
+    #: How long an assumed write (the controller's own, not yet visible in its view of the
+    #: store) is kept in force before it is forgotten.
+    assume_ttl_s: float = 300.0
+    #: Histograms with more buckets than this are published without them (whole-node fallback).
+    max_histogram_buckets: int = MAX_HISTOGRAM_BUCKETS
+    #: Per cluster, how its own scheduler picks nodes (default Spread).
+    node_choice: Mapping[str, NodeChoice] = field(default_factory=dict)
+    #: `source.component` / `reportingComponent` of the Events the controller writes.
+    component: str = "gpufleet-controller"
+
+    def scheduling(self) -> SchedulingConfig:
+        return SchedulingConfig(
+            stale_after_s=self.stale_after_s,
+            expire_after_s=self.expire_after_s,
+            node_choice=dict(self.node_choice),
+            max_histogram_buckets=self.max_histogram_buckets,
+        )

@@ -1,0 +1,113 @@
+"""The assume ledger: the controller's own writes that its view of the store does not show yet.
+
+A controller reads through a view that can lag its own writes (a Kubernetes informer cache
+does). If the scheduling loop trusted such a view, a replica it created one step ago would be
+missing from the next snapshot: its devices would look free and could be given to another
+deployment, and the same replica would be created again. kube-scheduler's assume cache solves
+the same problem; this is ours.
+
+Every object the controller creates, updates, patches or deletes is recorded with the
+`resourceVersion` the write returned. When the controller lists objects, `overlay` puts the
+recorded object in place of a listed one whose resourceVersion is older (or adds it when the
+listing lacks it), and hides one the controller deleted. An entry is forgotten as soon as the
+view shows the object at the recorded resourceVersion or newer (or, for a delete, no longer
+shows it), or after `ttl_s` in case the view never catches up (the object was changed by
+someone else in a way the view shows only later). Errs toward charging: while an entry is in
+force, its replica is charged.
+
+Resource versions are compared as integers (what etcd's revision is, and what kube-scheduler's
+assume cache does); a non-numeric version is treated as "caught up" only when equal.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpufleet.controller.conditions import Obj
+from gpufleet.store import Kind
+
+Key = tuple[Kind, str, str]
+
+
+def object_key(kind: Kind, obj: Obj) -> Key:
+    meta = obj.get("metadata") or {}
+    return (kind, meta.get("namespace") or "", meta.get("name", ""))
+
+
+def is_newer_or_same(version: str | None, than: str | None) -> bool:
+    """Whether `version` is at least `than` (a view that shows `version` has caught up)."""
+    if version is None or than is None:
+        return version == than
+    if version.isdecimal() and than.isdecimal():
+        return int(version) >= int(than)
+    return version == than
+
+
+@dataclass(slots=True)
+class Entry:
+    #: The object as the write returned it; None for a delete.
+    obj: Obj | None
+    #: The resourceVersion the write returned (for a delete: the last one seen before it).
+    resource_version: str | None
+    assumed_at: datetime
+
+
+class AssumeLedger:
+    """The controller's writes not yet visible in its view, per (kind, namespace, name)."""
+
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self._entries: dict[Key, Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def assume_written(self, kind: Kind, obj: Obj, now: datetime) -> None:
+        """Record an object as a create, update or status patch returned it."""
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        self._entries[object_key(kind, obj)] = Entry(copy.deepcopy(obj), version, now)
+
+    def assume_deleted(self, kind: Kind, obj: Obj, now: datetime) -> None:
+        """Record the delete of `obj` (the last version the controller saw of it)."""
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        self._entries[object_key(kind, obj)] = Entry(None, version, now)
+
+    def expire(self, now: datetime) -> None:
+        """Forget entries older than `ttl_s`."""
+        for key in [k for k, e in self._entries.items() if _age_s(e, now) > self.ttl_s]:
+            del self._entries[key]
+
+    def overlay(self, kind: Kind, listed: Sequence[Obj]) -> list[Obj]:
+        """`listed` with the assumed writes of `kind` applied; caught-up entries are forgotten.
+
+        The result is sorted by (namespace, name), as a Store lists.
+        """
+        seen: dict[Key, Obj] = {object_key(kind, o): o for o in listed}
+        out: dict[Key, Obj] = dict(seen)
+        for key, entry in list(self._entries.items()):
+            if key[0] != kind:
+                continue
+            shown = seen.get(key)
+            shown_version = (shown or {}).get("metadata", {}).get("resourceVersion")
+            if entry.obj is None:
+                if shown is None or not is_newer_or_same(entry.resource_version, shown_version):
+                    # Gone from the view, or re-created since: the view has caught up.
+                    del self._entries[key]
+                    continue
+                out.pop(key, None)
+                continue
+            if shown is not None and is_newer_or_same(shown_version, entry.resource_version):
+                del self._entries[key]
+                continue
+            out[key] = copy.deepcopy(entry.obj)
+        return [out[k] for k in sorted(out, key=lambda k: (k[1], k[2]))]
+
+    def is_assumed(self, kind: Kind, namespace: str, name: str) -> bool:
+        return (kind, namespace, name) in self._entries
+
+
+def _age_s(entry: Entry, now: datetime) -> float:
+    return (now - entry.assumed_at).total_seconds()

@@ -1,0 +1,709 @@
+"""`Controller`: the hub's reconcile step, `step(now) -> StepResult`. Thin Store I/O only.
+
+One step, in this order (docs/controller.md):
+
+1. Read everything through the `Store` port: classes, clusters, deployments, replicas and the
+   agents' observations; the assume ledger overlays the controller's own recent writes.
+2. Trust: per cluster, judge its agent's reports by lease epoch (status.py); write a
+   `StaleAgentReport` event for each ignored report (once per situation).
+3. Publish each InferenceCluster's status (`gpuPools`, `agent`, `Ready`, `gateway`).
+4. Publish each ModelReplica's status (`ModelPodsScheduled`, `observedGeneration`, `pools`).
+5. Schedule the whole fleet once: build the core `Snapshot` from the statuses just computed,
+   call `schedule(snapshot, now)` once, and apply the decision: delete dropped replicas,
+   update re-stamped ones, create new ones, write each deployment's status and events.
+
+Every write compares first (nothing is written when nothing changed), carries the
+resourceVersion it read, and on `Conflict` re-reads and recomputes, at most
+`max_conflict_retries` times. A write that still fails is an error in the `StepResult` (and the
+log); the next step recomputes everything from the store and tries again. A deployment whose
+replica writes failed gets no status write that step, so its status never claims what was not
+applied. Scheduling is skipped entirely (fail closed) when any class, cluster or replica
+cannot be read: a partial view could delete replicas or double-book devices.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpufleet.api import (
+    FieldError,
+    InferenceClass,
+    InferenceCluster,
+    ModelDeployment,
+    ModelReplica,
+    ValidationFailed,
+    cluster_from_manifest,
+    deployment_from_manifest,
+    labels,
+    parse_object,
+    replica_from_manifest,
+    validate,
+)
+from gpufleet.cel import CelCompileError
+from gpufleet.controller import replicas as replica_docs
+from gpufleet.controller.conditions import Obj, owned_patch
+from gpufleet.controller.config import OBSERVATION_NAMESPACE_PREFIX, ControllerConfig
+from gpufleet.controller.events import (
+    Event,
+    EventReason,
+    EventType,
+    Recorder,
+    event_body,
+    repeated,
+)
+from gpufleet.controller.ledger import AssumeLedger
+from gpufleet.controller.status import (
+    CLUSTER_OWNED,
+    REPLICA_OWNED,
+    AgentReport,
+    Trust,
+    cluster_status,
+    is_pods_scheduled,
+    judge,
+    known_epoch,
+    parse_report,
+    replica_status,
+    without_ages,
+)
+from gpufleet.core.decision import Decision, DeploymentDecision, ReasonCode
+from gpufleet.core.model import Cluster, Deployment, Replica, Snapshot
+from gpufleet.core.schedule import SnapshotError, schedule
+from gpufleet.store import AlreadyExists, Conflict, Kind, NotFound, Store, StoreError
+from gpufleet.store.port import (
+    EVENT,
+    INFERENCE_CLASS,
+    INFERENCE_CLUSTER,
+    MODEL_DEPLOYMENT,
+    MODEL_REPLICA,
+    POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class StepResult:
+    """What one step did: writes by (kind, verb), the decision, errors and metric numbers."""
+
+    now: datetime
+    #: Writes that succeeded, by (kind, verb); verbs: create, update, patch_status, delete.
+    writes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: The step's scheduling decision; None when scheduling was skipped.
+    decision: Decision | None = None
+    #: Failures of this step (each is retried on the next step).
+    errors: list[str] = field(default_factory=list)
+    #: Observations ignored because their agent's lease epoch is older than the cluster's.
+    rejected_reports: list[str] = field(default_factory=list)
+    #: Replicas created (placements) and deleted (drops) this step.
+    placements: int = 0
+    drops: int = 0
+    #: Deployments short of replicas (or invalid), by their condition's reason code.
+    refusals: Counter[str] = field(default_factory=Counter)
+    #: Replicas asked for but not placed, over all deployments.
+    shortfall: int = 0
+    #: How long `schedule` took, by the caller's timer; None without a timer.
+    decision_latency_s: float | None = None
+    #: Assumed writes still in force after the step (the view lags them).
+    assumed: int = 0
+
+    @property
+    def write_count(self) -> int:
+        return sum(self.writes.values())
+
+    def count(self, kind: str, verb: str) -> int:
+        return self.writes[(kind, verb)]
+
+
+@dataclass(slots=True)
+class _View:
+    """Everything one step reads (deletion-pending objects included)."""
+
+    classes: list[Obj]
+    clusters: list[Obj]
+    deployments: list[Obj]
+    replicas: list[Obj]
+    pool_observations: list[Obj]
+    replica_observations: list[Obj]
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+def _is_deleting(obj: Mapping[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _with_status(obj: Obj, desired: Mapping[str, Any], owned: Sequence[str]) -> Obj:
+    """`obj` as it would read with its `owned` status keys set to `desired`."""
+    out = copy.deepcopy(obj)
+    status = dict(out.get("status") or {})
+    for key in owned:
+        if key in desired:
+            status[key] = copy.deepcopy(desired[key])
+        else:
+            status.pop(key, None)
+    out["status"] = status
+    return out
+
+
+class Controller:
+    """The hub controller. Not thread-safe: one loop calls `step`.
+
+    `timer` (a monotonic clock in seconds, e.g. `time.perf_counter`) measures the decision
+    latency; the controller reads no clock of its own.
+    """
+
+    def __init__(
+        self,
+        hub: Store,
+        config: ControllerConfig | None = None,
+        identity: str = "gpufleet-controller",
+        *,
+        timer: Callable[[], float] | None = None,
+    ) -> None:
+        self.hub = hub
+        self.config = config or ControllerConfig()
+        self.identity = identity
+        self.timer = timer
+        self.ledger = AssumeLedger(self.config.assume_ttl_s)
+        self.recorder = Recorder()
+        #: The highest lease epoch accepted per cluster (also persisted in its status).
+        self.epochs: dict[str, int] = {}
+
+    # --- the step -------------------------------------------------------------------------
+
+    def step(self, now: datetime) -> StepResult:
+        result = StepResult(now)
+        self.ledger.expire(now)
+        try:
+            view = self._read()
+        except StoreError as e:
+            self._error(result, f"read: {e}")
+            return result
+        classes, is_complete = self._classes(view.classes, result)
+        trusts = self._judge(view, now, result)
+        clusters = [
+            self._publish_cluster(c, classes, trusts.get(c["metadata"]["name"]), now, result)
+            for c in view.clusters
+        ]
+        replicas = [
+            self._publish_replica(r, trusts, now, result)
+            for r in view.replicas
+            if not _is_deleting(r)
+        ]
+        if is_complete:
+            self._schedule(classes, clusters, view.deployments, replicas, now, result)
+        else:
+            self._error(result, "scheduling skipped: an InferenceClass cannot be read")
+        result.assumed = len(self.ledger)
+        return result
+
+    def _read(self) -> _View:
+        hub, ledger = self.hub, self.ledger
+        return _View(
+            classes=hub.list(INFERENCE_CLASS),
+            clusters=ledger.overlay(INFERENCE_CLUSTER, hub.list(INFERENCE_CLUSTER)),
+            deployments=ledger.overlay(MODEL_DEPLOYMENT, hub.list(MODEL_DEPLOYMENT)),
+            replicas=ledger.overlay(MODEL_REPLICA, hub.list(MODEL_REPLICA)),
+            pool_observations=hub.list(POOL_OBSERVATION),
+            replica_observations=hub.list(REPLICA_OBSERVATION),
+        )
+
+    def _classes(self, objs: Iterable[Obj], result: StepResult) -> tuple[dict[str, Obj], bool]:
+        classes: dict[str, Obj] = {}
+        is_complete = True
+        for obj in objs:
+            try:
+                parse_object(obj)
+            except ValidationFailed as e:
+                self._error(result, f"InferenceClass {_name(obj)} is invalid: {e}")
+                is_complete = False
+                continue
+            classes[obj["metadata"]["name"]] = obj
+        return classes, is_complete
+
+    # --- trust ----------------------------------------------------------------------------
+
+    def _judge(self, view: _View, now: datetime, result: StepResult) -> dict[str, Trust]:
+        names = {c["metadata"]["name"] for c in view.clusters}
+        reports: dict[str, list[AgentReport]] = {n: [] for n in names}
+        for obj in (*view.pool_observations, *view.replica_observations):
+            namespace = (obj.get("metadata") or {}).get("namespace") or ""
+            cluster = namespace.removeprefix(OBSERVATION_NAMESPACE_PREFIX)
+            if not namespace.startswith(OBSERVATION_NAMESPACE_PREFIX) or cluster not in names:
+                continue
+            if (obj.get("spec") or {}).get("clusterName") != cluster:
+                self._error(
+                    result, f"{obj['kind']} {_name(obj)}: spec.clusterName is not {cluster}"
+                )
+                continue
+            try:
+                report = parse_report(obj)
+            except ValueError as e:
+                self._error(result, f"{obj['kind']} {_name(obj)} is invalid: {e}")
+                continue
+            if report is not None:
+                reports[cluster].append(report)
+        trusts: dict[str, Trust] = {}
+        alive: set[tuple[str, ...]] = set()
+        by_name = {c["metadata"]["name"]: c for c in view.clusters}
+        for cluster in sorted(names):
+            remembered = (known_epoch(by_name[cluster]), self.epochs.get(cluster))
+            epochs = [e for e in remembered if e is not None]
+            trust = judge(reports[cluster], max(epochs, default=None))
+            trusts[cluster] = trust
+            if trust.epoch is not None:
+                self.epochs[cluster] = trust.epoch
+            for report in trust.rejected:
+                message = (
+                    f"{report.kind} {report.namespace}/{report.name} from agent "
+                    f"{report.identity} with lease epoch {report.lease_epoch} ignored: cluster "
+                    f"{cluster}'s agent holds lease epoch {trust.epoch}"
+                )
+                result.rejected_reports.append(message)
+                subject = ("stale", cluster, report.kind, report.name)
+                alive.add(subject)
+                event = Event(
+                    by_name[cluster], EventType.WARNING, EventReason.STALE_AGENT_REPORT, message
+                )
+                self._record_once(subject, event, now, result)
+        self.recorder.forget_missing("stale", alive)
+        return trusts
+
+    # --- published status -----------------------------------------------------------------
+
+    def _publish_cluster(
+        self,
+        cluster: Obj,
+        classes: Mapping[str, Obj],
+        trust: Trust | None,
+        now: datetime,
+        result: StepResult,
+    ) -> Obj:
+        trust = trust or Trust(None, (), ())
+
+        def desire(current: Obj) -> Obj:
+            return cluster_status(current, classes, trust, now, self.config)
+
+        return self._write_status(
+            INFERENCE_CLUSTER, cluster, desire, CLUSTER_OWNED, now, result, without_ages
+        )
+
+    def _publish_replica(
+        self, replica: Obj, trusts: Mapping[str, Trust], now: datetime, result: StepResult
+    ) -> Obj:
+        namespace = replica["metadata"].get("namespace") or ""
+        name = replica["metadata"]["name"]
+        trust = trusts.get((replica.get("spec") or {}).get("clusterName", ""))
+
+        def mine(reports: Iterable[AgentReport]) -> list[AgentReport]:
+            return [
+                r
+                for r in reports
+                if r.kind == "ReplicaObservation"
+                and (r.body.get("spec") or {}).get("replicaName") == name
+                and (r.body.get("spec") or {}).get("replicaNamespace") == namespace
+            ]
+
+        accepted = mine(trust.accepted) if trust else []
+        is_rejected = bool(mine(trust.rejected)) if trust else False
+        report = accepted[0] if accepted else None
+
+        def desire(current: Obj) -> Obj:
+            return replica_status(current, report, is_rejected, now)
+
+        return self._write_status(MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result)
+
+    # --- scheduling -----------------------------------------------------------------------
+
+    def _schedule(
+        self,
+        classes: Mapping[str, Obj],
+        clusters: Sequence[Obj],
+        deployments: Sequence[Obj],
+        replicas: Sequence[Obj],
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        sched_config = self.config.scheduling()
+        typed_classes: dict[str, InferenceClass] = {}
+        for name, obj in classes.items():
+            parsed = parse_object(obj)
+            if isinstance(parsed, InferenceClass):
+                typed_classes[name] = parsed
+        core_clusters: list[Cluster] = []
+        unreadable: list[str] = []
+        for obj in clusters:
+            try:
+                cluster = parse_object(obj)
+            except ValidationFailed as e:
+                unreadable.append(f"InferenceCluster {_name(obj)}: {e}")
+                continue
+            if isinstance(cluster, InferenceCluster):
+                core_clusters.append(cluster_from_manifest(cluster, typed_classes, sched_config))
+        core_replicas: list[Replica] = []
+        for obj in replicas:
+            try:
+                replica = parse_object(obj)
+            except ValidationFailed as e:
+                unreadable.append(f"ModelReplica {_name(obj)}: {e}")
+                continue
+            if isinstance(replica, ModelReplica):
+                core_replicas.append(replica_from_manifest(replica))
+        if unreadable:
+            for line in unreadable:
+                self._error(result, f"scheduling skipped: cannot read {line}")
+            return
+
+        valid: dict[tuple[str, str], tuple[Obj, Deployment]] = {}
+        alive: set[tuple[str, ...]] = set()
+        for obj in deployments:
+            if _is_deleting(obj):
+                continue
+            checked = self._check_deployment(obj)
+            if isinstance(checked, Deployment):
+                valid[(checked.key.namespace, checked.key.name)] = (obj, checked)
+                continue
+            self._invalid_deployment(obj, checked, replicas, now, result)
+            alive.add(("invalid", *self._key(obj)))
+        self.recorder.forget_missing("invalid", alive)
+
+        snapshot = Snapshot(
+            deployments=tuple(d for _, d in valid.values()),
+            clusters=tuple(core_clusters),
+            replicas=tuple(core_replicas),
+            config=sched_config,
+        )
+        started = self.timer() if self.timer else None
+        try:
+            decision = schedule(snapshot, now)
+        except SnapshotError as e:
+            self._error(result, f"scheduling skipped: {e}")
+            return
+        if started is not None and self.timer is not None:
+            result.decision_latency_s = self.timer() - started
+        result.decision = decision
+
+        by_name = {
+            (r["metadata"].get("namespace") or "", r["metadata"]["name"]): r for r in replicas
+        }
+        alive = set()
+        for decided in decision.deployments:
+            obj, _ = valid[(decided.key.namespace, decided.key.name)]
+            self._apply(obj, decided, by_name, now, result)
+            if decided.shortfall > 0:
+                alive.add(("refusal", decided.key.namespace, decided.key.name))
+        self.recorder.forget_missing("refusal", alive)
+
+    @staticmethod
+    def _key(obj: Obj) -> tuple[str, str]:
+        return (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+
+    def _check_deployment(self, obj: Obj) -> Deployment | list[FieldError]:
+        """The deployment as the core reads it, or every error that stops it being read.
+
+        Only the spec is validated: the status is the controller's own to rewrite.
+        """
+        body = {k: v for k, v in obj.items() if k != "status"}
+        try:
+            parsed = validate(body)
+        except ValidationFailed as e:
+            return list(e.errors)
+        if not isinstance(parsed, ModelDeployment):
+            return [FieldError("kind", "must be ModelDeployment")]
+        try:
+            return deployment_from_manifest(parsed)
+        except CelCompileError as e:
+            return [FieldError("spec.template.spec.engines.members.nodeSelector", e.message)]
+
+    def _invalid_deployment(
+        self,
+        obj: Obj,
+        errors: list[FieldError],
+        replicas: Sequence[Obj],
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        """Say why the deployment is not scheduled; its replicas are left as they are."""
+        scheduled = replica_docs.invalid_condition(errors)
+        result.refusals[scheduled["reason"]] += 1
+        namespace, name = self._key(obj)
+        mine = [
+            r
+            for r in replicas
+            if (r["metadata"].get("namespace") or "") == namespace
+            and (r.get("spec") or {}).get("deploymentName") == name
+        ]
+        ready = sum(1 for r in mine if is_pods_scheduled(r.get("status") or {}))
+
+        def desire(current: Obj) -> Obj:
+            return replica_docs.deployment_status(current, scheduled, len(mine), ready, now)
+
+        self._write_status(
+            MODEL_DEPLOYMENT, obj, desire, replica_docs.DEPLOYMENT_OWNED, now, result
+        )
+        event = Event(obj, EventType.WARNING, EventReason.INVALID_SPEC, scheduled["message"])
+        self._record_once(("invalid", namespace, name), event, now, result)
+
+    def _apply(
+        self,
+        deployment: Obj,
+        decided: DeploymentDecision,
+        replicas: Mapping[tuple[str, str], Obj],
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        namespace = decided.key.namespace
+        is_applied = True
+        for dropped in decided.dropped:
+            current = replicas.get((namespace, dropped.name))
+            if current is None:
+                continue
+            delete = functools.partial(self._delete, MODEL_REPLICA, current, now, result)
+            if not self._guard(result, f"delete ModelReplica {namespace}/{dropped.name}", delete):
+                is_applied = False
+                continue
+            result.drops += 1
+            reason = dropped.reason
+            kind = EventType.NORMAL if reason.code is ReasonCode.SCALED_DOWN else EventType.WARNING
+            message = (
+                f"deleted replica {dropped.name} on cluster {dropped.cluster}: "
+                f"{reason.code.value}: {reason.message}"
+            )
+            self._record(Event(deployment, kind, EventReason.DROPPED, message), now, result)
+        for placement in decided.retained:
+            current = replicas.get((namespace, placement.name))
+            if current is None:
+                continue
+            restamp = functools.partial(
+                replica_docs.restamped, placement=placement, deployment=deployment
+            )
+            update = functools.partial(self._update, MODEL_REPLICA, current, restamp, now, result)
+            if not self._guard(result, f"update ModelReplica {namespace}/{placement.name}", update):
+                is_applied = False
+        created = 0
+        for placement in decided.created:
+            body = replica_docs.replica_body(placement, deployment)
+            restamp = functools.partial(
+                replica_docs.restamped, placement=placement, deployment=deployment
+            )
+            create = functools.partial(self._create, MODEL_REPLICA, body, restamp, now, result)
+            if not self._guard(result, f"create ModelReplica {namespace}/{placement.name}", create):
+                is_applied = False
+                continue
+            created += 1
+            result.placements += 1
+            pools = sorted({m.pool for e in placement.engines for m in e.members})
+            message = (
+                f"created replica {placement.name} on cluster {placement.cluster} "
+                f"(index {placement.index}, pools {', '.join(pools)})"
+            )
+            self._record(
+                Event(deployment, EventType.NORMAL, EventReason.SCHEDULED, message), now, result
+            )
+
+        if decided.shortfall > 0:
+            result.shortfall += decided.shortfall
+            result.refusals[decided.condition.reason] += 1
+            event = Event(
+                deployment,
+                EventType.WARNING,
+                EventReason.FAILED_SCHEDULING,
+                decided.condition.message,
+            )
+            self._record_once(("refusal", namespace, decided.key.name), event, now, result)
+        if not is_applied:
+            return  # not fully applied: no status claims it; the next step retries
+        total = len(decided.retained) + created
+        ready = sum(
+            1
+            for p in decided.retained
+            if is_pods_scheduled((replicas.get((namespace, p.name)) or {}).get("status") or {})
+        )
+        scheduled = replica_docs.decision_condition(decided.condition)
+
+        def desire(current: Obj) -> Obj:
+            return replica_docs.deployment_status(current, scheduled, total, ready, now)
+
+        self._write_status(
+            MODEL_DEPLOYMENT, deployment, desire, replica_docs.DEPLOYMENT_OWNED, now, result
+        )
+
+    # --- writes ---------------------------------------------------------------------------
+
+    def _error(self, result: StepResult, message: str) -> None:
+        log.warning("%s", message)
+        result.errors.append(message)
+
+    def _guard(self, result: StepResult, what: str, write: Callable[[], object]) -> bool:
+        """Run one write; a StoreError becomes an error of the step. True when it succeeded."""
+        try:
+            write()
+        except StoreError as e:
+            self._error(result, f"{what}: {type(e).__name__}: {e}")
+            return False
+        return True
+
+    def _retries(self) -> int:
+        return max(1, self.config.max_conflict_retries)
+
+    def _reread(self, kind: Kind, obj: Obj) -> Obj:
+        meta = obj["metadata"]
+        fresh = self.hub.get(kind, meta["name"], meta.get("namespace"))
+        if fresh is None:
+            raise NotFound(f"{kind.kind} {_name(obj)} not found")
+        return fresh
+
+    def _write_status(
+        self,
+        kind: Kind,
+        obj: Obj,
+        desire: Callable[[Obj], Obj],
+        owned: Sequence[str],
+        now: datetime,
+        result: StepResult,
+        normalize: Callable[[Mapping[str, Any]], Obj] = dict,
+    ) -> Obj:
+        """Make the `owned` status keys of `obj` what `desire` computes; returns the object as
+        it reads afterwards (written or not). Errors are recorded, and the object is returned
+        as desired, so the rest of the step works from what the controller believes."""
+        current = obj
+        try:
+            for _ in range(self._retries()):
+                desired = desire(current)
+                status = current.get("status") or {}
+                if not owned_patch(normalize(status), normalize(desired), owned):
+                    return _with_status(current, desired, owned)
+                meta = current["metadata"]
+                try:
+                    written = self.hub.patch_status(
+                        kind,
+                        meta["name"],
+                        meta.get("namespace"),
+                        owned_patch(status, desired, owned),
+                        meta.get("resourceVersion"),
+                    )
+                except Conflict:
+                    current = self._reread(kind, current)
+                    continue
+                self.ledger.assume_written(kind, written, now)
+                result.writes[(kind.kind, "patch_status")] += 1
+                return written
+            raise Conflict(f"still conflicting after {self._retries()} attempts")
+        except StoreError as e:
+            self._error(result, f"status of {kind.kind} {_name(obj)}: {type(e).__name__}: {e}")
+            return _with_status(current, desire(current), owned)
+
+    def _update(
+        self,
+        kind: Kind,
+        obj: Obj,
+        change: Callable[[Obj], Obj | None],
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        """Update `obj` to `change(obj)` (None: nothing to change), re-reading on Conflict."""
+        current = obj
+        for _ in range(self._retries()):
+            updated = change(current)
+            if updated is None:
+                return
+            try:
+                written = self.hub.update(updated)
+            except Conflict:
+                current = self._reread(kind, current)
+                continue
+            self.ledger.assume_written(kind, written, now)
+            result.writes[(kind.kind, "update")] += 1
+            return
+        raise Conflict(f"still conflicting after {self._retries()} attempts")
+
+    def _create(
+        self,
+        kind: Kind,
+        body: Obj,
+        change: Callable[[Obj], Obj | None],
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        """Create `body`. If it exists already (the view had not shown it), adopt it when it
+        is this controller's kind of object for the same deployment, updating it as needed."""
+        try:
+            written = self.hub.create(body)
+        except AlreadyExists:
+            existing = self._reread(kind, body)
+            want = body["metadata"].get("labels", {}).get(labels.DEPLOYMENT)
+            have = (existing["metadata"].get("labels") or {}).get(labels.DEPLOYMENT)
+            if want != have or _is_deleting(existing):
+                raise
+            self.ledger.assume_written(kind, existing, now)
+            self._update(kind, existing, change, now, result)
+            return
+        self.ledger.assume_written(kind, written, now)
+        result.writes[(kind.kind, "create")] += 1
+        if kind == MODEL_REPLICA:
+            # Its first status (NotObserved) now, not one step later: a step leaves nothing
+            # for the next one to write when nothing changes.
+            def desire(current: Obj) -> Obj:
+                return replica_status(current, None, False, now)
+
+            self._write_status(kind, written, desire, REPLICA_OWNED, now, result)
+
+    def _delete(self, kind: Kind, obj: Obj, now: datetime, result: StepResult) -> None:
+        meta = obj["metadata"]
+        try:
+            self.hub.delete(kind, meta["name"], meta.get("namespace"))
+        except NotFound:
+            pass
+        else:
+            result.writes[(kind.kind, "delete")] += 1
+        self.ledger.assume_deleted(kind, obj, now)
+
+    # --- events ---------------------------------------------------------------------------
+
+    def _record_once(
+        self, subject: tuple[str, ...], event: Event, now: datetime, result: StepResult
+    ) -> None:
+        """Record a standing situation's event when its message changed since the last one."""
+        if not self.recorder.is_new(subject, event.message):
+            return
+        if self._record(event, now, result):
+            self.recorder.remember(subject, event.message)
+
+    def _record(self, event: Event, now: datetime, result: StepResult) -> bool:
+        body = event_body(event, now, self.config.component, self.identity)
+        meta = body["metadata"]
+        try:
+            try:
+                self.hub.create(body)
+                result.writes[(EVENT.kind, "create")] += 1
+                return True
+            except AlreadyExists:
+                pass
+            for _ in range(self._retries()):
+                existing = self.hub.get(EVENT, meta["name"], meta["namespace"])
+                if existing is None:
+                    self.hub.create(body)
+                    result.writes[(EVENT.kind, "create")] += 1
+                    return True
+                try:
+                    self.hub.update(repeated(existing, now))
+                except Conflict:
+                    continue
+                result.writes[(EVENT.kind, "update")] += 1
+                return True
+            raise Conflict(f"still conflicting after {self._retries()} attempts")
+        except StoreError as e:
+            self._error(result, f"event {event.reason} for {_name(event.involved)}: {e}")
+            return False

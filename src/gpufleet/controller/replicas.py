@@ -1,0 +1,182 @@
+"""What the scheduling decision means as objects: ModelReplica bodies and deployment status.
+
+Pure functions. A replica body is a function of its `Placement` and its deployment's manifest
+(docs/design/shapes.md, "ModelReplica"): the pinned cluster and pools and the resolved device
+requests come from the placement, the pod templates are copied from the deployment's members
+(matched by engine name and role), and the replica is owned by its deployment.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Final
+
+from gpufleet.api import FieldError, labels
+from gpufleet.controller.conditions import Obj, condition, set_condition
+from gpufleet.core.decision import Condition, Placement
+
+REPLICAS_SCHEDULED: Final = "ReplicasScheduled"
+#: The status keys of a ModelDeployment the controller writes.
+DEPLOYMENT_OWNED: Final = ("observedGeneration", "replicas", "conditions")
+#: The longest condition message the controller writes (the API allows 32 KiB).
+MAX_MESSAGE_CHARS: Final = 4000
+
+
+class InvalidReason(StrEnum):
+    """`ReplicasScheduled=False` reasons of a deployment the controller cannot read."""
+
+    #: Some field is invalid; the message lists every error.
+    INVALID_SPEC = "InvalidSpec"
+    #: Every error is in a member's `nodeSelector` (typically CEL that does not compile).
+    INVALID_NODE_SELECTOR = "InvalidNodeSelector"
+
+
+def replica_labels(placement: Placement) -> dict[str, str]:
+    return {
+        labels.DEPLOYMENT: placement.deployment.name,
+        labels.CLUSTER: placement.cluster,
+        labels.REPLICA_INDEX: str(placement.index),
+    }
+
+
+def owner_reference(deployment: Obj) -> Obj:
+    meta = deployment["metadata"]
+    return {
+        "apiVersion": deployment["apiVersion"],
+        "kind": deployment["kind"],
+        "name": meta["name"],
+        "uid": meta.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _templates(deployment: Obj) -> dict[tuple[str, str], Any]:
+    engines = deployment["spec"]["template"]["spec"]["engines"]
+    return {
+        (engine["name"], member.get("role", "Standalone")): member.get("template") or {}
+        for engine in engines
+        for member in engine["members"]
+    }
+
+
+def replica_spec(placement: Placement, deployment: Obj) -> Obj:
+    """The ModelReplica spec for a placement of `deployment` (shapes.md)."""
+    templates = _templates(deployment)
+    serving = deployment["spec"]["template"]["spec"].get("serving") or {}
+    engines: list[Obj] = []
+    for engine in placement.engines:
+        members: list[Obj] = []
+        for member in engine.members:
+            body: Obj = {"role": member.role.value}
+            if member.role.value == "Worker":
+                body["worker"] = {"nodes": member.worker_nodes}
+            body["nodePoolName"] = member.pool
+            if member.requests:
+                body["deviceRequests"] = [
+                    {
+                        "name": r.name,
+                        "deviceClassName": r.device_class_name,
+                        **({"driver": r.driver} if r.driver else {}),
+                        "count": r.count,
+                        "selectors": [{"cel": s} for s in r.selectors],
+                    }
+                    for r in member.requests
+                ]
+            body["template"] = copy.deepcopy(templates.get((engine.name, member.role.value), {}))
+            members.append(body)
+        engine_body: Obj = {"name": engine.name, "copies": engine.copies}
+        if engine.phase is not None:
+            engine_body["phase"] = engine.phase.value
+        engine_body["members"] = members
+        engines.append(engine_body)
+    return {
+        "deploymentName": placement.deployment.name,
+        "clusterName": placement.cluster,
+        "serving": {"mode": serving.get("mode", "Unified")},
+        "engines": engines,
+    }
+
+
+def replica_body(placement: Placement, deployment: Obj) -> Obj:
+    """A new ModelReplica for `placement`, owned by `deployment`."""
+    return {
+        "apiVersion": deployment["apiVersion"],
+        "kind": "ModelReplica",
+        "metadata": {
+            "name": placement.name,
+            "namespace": placement.deployment.namespace,
+            "labels": replica_labels(placement),
+            "ownerReferences": [owner_reference(deployment)],
+        },
+        "spec": replica_spec(placement, deployment),
+    }
+
+
+def restamped(current: Obj, placement: Placement, deployment: Obj) -> Obj | None:
+    """`current` with the spec, labels and owner the placement wants; None when it has them.
+
+    Labels and owner references other writers added are kept.
+    """
+    want_spec = replica_spec(placement, deployment)
+    meta = current.get("metadata") or {}
+    have_labels: Mapping[str, str] = meta.get("labels") or {}
+    want_labels = replica_labels(placement)
+    owner = owner_reference(deployment)
+    owners: list[Obj] = list(meta.get("ownerReferences") or [])
+    has_owner = any(o.get("uid") == owner["uid"] and o.get("kind") == owner["kind"] for o in owners)
+    is_labelled = all(have_labels.get(k) == v for k, v in want_labels.items())
+    if current.get("spec") == want_spec and is_labelled and has_owner:
+        return None
+    updated = copy.deepcopy(current)
+    updated["spec"] = want_spec
+    updated["metadata"]["labels"] = {**have_labels, **want_labels}
+    if not has_owner:
+        updated["metadata"]["ownerReferences"] = [*owners, owner]
+    return updated
+
+
+def invalid_condition(errors: Iterable[FieldError]) -> Obj:
+    """`ReplicasScheduled=False` for a deployment that does not validate, listing every error."""
+    errors = list(errors)
+    reason = (
+        InvalidReason.INVALID_NODE_SELECTOR
+        if errors and all("nodeSelector" in e.path for e in errors)
+        else InvalidReason.INVALID_SPEC
+    )
+    message = "invalid spec, its replicas are left as they are: " + "; ".join(
+        str(e) for e in errors
+    )
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+    return condition(REPLICAS_SCHEDULED, "False", reason.value, message)
+
+
+def decision_condition(decided: Condition) -> Obj:
+    message = decided.message
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[: MAX_MESSAGE_CHARS - 3] + "..."
+    return condition(decided.type, decided.status, decided.reason, message)
+
+
+def deployment_status(
+    deployment: Obj, scheduled: Obj, total: int, ready: int, now: datetime
+) -> Obj:
+    """The desired `DEPLOYMENT_OWNED` keys of a deployment's status.
+
+    `replicas.total` counts the deployment's replicas that exist after this step's writes;
+    `replicas.ready` those whose `ModelPodsScheduled` is True (every live pod of the current
+    replica generation has its devices allocated; it says nothing about the model serving).
+    """
+    current: Obj = deployment.get("status") or {}
+    desired: Obj = {
+        "replicas": {"total": total, "ready": ready},
+        "conditions": set_condition(list(current.get("conditions") or []), scheduled, now),
+    }
+    generation = deployment["metadata"].get("generation")
+    if generation is not None:
+        desired["observedGeneration"] = generation
+    return desired

@@ -1,0 +1,402 @@
+"""Published status from agent reports: trust, cluster `gpuPools`, replica `ModelPodsScheduled`.
+
+Pure functions of (stored objects, reports, now, config); the loop reads and writes.
+
+Trust. Every observation carries `status.agent: {identity, leaseEpoch}`. Per cluster the
+controller keeps the highest lease epoch it has accepted (persisted in the cluster's
+`status.agent.leaseEpoch`, so a restarted controller keeps it). A report of a lower epoch comes
+from an agent that no longer holds the cluster's Lease: it is *ignored* (what was published
+from earlier accepted reports stays, ageing toward Expired) and named in `rejected`, for an
+event. A report of a higher epoch is accepted and its epoch becomes the cluster's.
+
+Freshness. A pool's published observation is `Fresh` until `stale_after_s`, then `Stale` (still
+used by the scheduler: errs toward full for fleet pods), then `Expired` after `expire_after_s`
+(its cluster takes no new replicas: fail closed). `ageSeconds` is the age at the controller's
+last publish: it is left out when deciding whether a status changed, so an unchanged
+observation is not rewritten every step just because it grew older; a change of `state` is a
+change.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Final
+
+from gpufleet.api import parse_object
+from gpufleet.api.models import PoolObservation, ReplicaObservation
+from gpufleet.controller.conditions import Obj, condition, find_condition, set_condition
+from gpufleet.controller.config import ControllerConfig
+from gpufleet.store import format_time
+
+READY: Final = "Ready"
+POOLS_PUBLISHED: Final = "PoolsPublished"
+MODEL_PODS_SCHEDULED: Final = "ModelPodsScheduled"
+HISTOGRAM_AVAILABLE: Final = "HistogramAvailable"
+TOO_MANY_BUCKETS: Final = "TooManyBuckets"
+
+#: The status keys of an InferenceCluster the controller writes (others are left alone).
+CLUSTER_OWNED: Final = ("conditions", "gateway", "agent", "gpuPools")
+#: The status keys of a ModelReplica the controller writes.
+REPLICA_OWNED: Final = ("observedGeneration", "conditions", "pools")
+
+
+class ReadyReason(StrEnum):
+    """Reasons of the `Ready` condition when the controller manages it."""
+
+    AGENT_REPORTING = "AgentReporting"
+    AGENT_NOT_REPORTING = "AgentNotReporting"
+    AGENT_EXPIRED = "AgentExpired"
+
+
+class PodsReason(StrEnum):
+    """Reasons of a replica's `ModelPodsScheduled` condition."""
+
+    #: Every live pod of the current generation has its claims allocated.
+    ALL_PODS_ALLOCATED = "AllPodsAllocated"
+    #: The agent counted the current generation and some pods are not allocated yet.
+    PODS_PENDING = "PodsPending"
+    #: The agent counted pods of another generation (the replica changed since).
+    GENERATION_MISMATCH = "GenerationMismatch"
+    #: No accepted report for the replica (not yet materialized, or the agent is silent).
+    NOT_OBSERVED = "NotObserved"
+
+
+class Freshness(StrEnum):
+    FRESH = "Fresh"
+    STALE = "Stale"
+    EXPIRED = "Expired"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReport:
+    """One observation object (PoolObservation or ReplicaObservation), validated."""
+
+    kind: str
+    name: str
+    namespace: str
+    identity: str
+    lease_epoch: int
+    observed_at: datetime
+    body: Obj
+
+
+def parse_report(obj: Obj) -> AgentReport | None:
+    """The report an observation object carries; None when its status is not written yet.
+
+    Raises ValidationFailed (a ValueError) when the object is malformed.
+    """
+    if not obj.get("status"):
+        return None
+    parsed = parse_object(obj)
+    if not isinstance(parsed, PoolObservation | ReplicaObservation) or parsed.status is None:
+        raise ValueError(f"{obj.get('kind')} is not an observation kind")
+    return AgentReport(
+        kind=parsed.kind,
+        name=parsed.metadata.name,
+        namespace=parsed.metadata.namespace or "",
+        identity=parsed.status.agent.identity,
+        lease_epoch=parsed.status.agent.lease_epoch,
+        observed_at=parsed.status.observed_at,
+        body=obj,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """Which of one cluster's reports the controller believes."""
+
+    #: The cluster's lease epoch after this judgement; None while no agent ever reported.
+    epoch: int | None
+    accepted: tuple[AgentReport, ...]
+    #: Reports of an epoch lower than `epoch`: ignored.
+    rejected: tuple[AgentReport, ...]
+
+    @property
+    def identity(self) -> str:
+        """The identity of the newest accepted report ("" when none)."""
+        if not self.accepted:
+            return ""
+        newest = max(self.accepted, key=lambda r: (r.observed_at, r.kind, r.name))
+        return newest.identity
+
+    @property
+    def observed_at(self) -> datetime | None:
+        return max((r.observed_at for r in self.accepted), default=None)
+
+
+def judge(reports: Iterable[AgentReport], known_epoch: int | None) -> Trust:
+    """Accept the reports of the highest epoch seen (or remembered); reject older ones."""
+    reports = sorted(reports, key=lambda r: (r.kind, r.name))
+    epochs = [r.lease_epoch for r in reports]
+    if known_epoch is not None:
+        epochs.append(known_epoch)
+    epoch = max(epochs, default=None)
+    if epoch is None:
+        return Trust(None, (), ())
+    return Trust(
+        epoch,
+        tuple(r for r in reports if r.lease_epoch >= epoch),
+        tuple(r for r in reports if r.lease_epoch < epoch),
+    )
+
+
+def known_epoch(cluster: Obj) -> int | None:
+    """The lease epoch persisted in a cluster's `status.agent.leaseEpoch`."""
+    agent = (cluster.get("status") or {}).get("agent") or {}
+    epoch = agent.get("leaseEpoch")
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+
+
+def parse_time(value: object) -> datetime | None:
+    """An RFC 3339 timestamp as the API server writes it; None when absent or unparsable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def freshness(observed_at: datetime, now: datetime, config: ControllerConfig) -> tuple[int, str]:
+    """(age in whole seconds, state) of something observed at `observed_at`."""
+    age_s = max(0.0, (now - observed_at).total_seconds())
+    if age_s > config.expire_after_s:
+        state = Freshness.EXPIRED
+    elif age_s > config.stale_after_s:
+        state = Freshness.STALE
+    else:
+        state = Freshness.FRESH
+    return int(age_s), state.value
+
+
+# --- cluster status -----------------------------------------------------------------------
+
+
+def published_observation(report: AgentReport, now: datetime, config: ControllerConfig) -> Obj:
+    """A pool report as `status.gpuPools[].observation` (shapes.md), in one piece.
+
+    Histogram and `lastAllocationTime` come from the same report, so they describe one
+    instant. An absent `lastAllocationTime` stays absent (a value published before is cleared).
+    A histogram over the bucket cap is left out and says so in `HistogramAvailable`, so the
+    pool falls back to whole-node accounting alone, instead of failing the whole status.
+    """
+    status = report.body["status"]
+    age_s, state = freshness(report.observed_at, now, config)
+    conditions: list[Obj] = copy.deepcopy(list(status.get("conditions") or []))
+    observation: Obj = {
+        "observedAt": status["observedAt"],
+        "ageSeconds": age_s,
+        "state": state,
+        "observedNodes": status["observedNodes"],
+    }
+    buckets = status.get("freeDevices")
+    if buckets is not None and len(buckets) > config.max_histogram_buckets:
+        message = (
+            f"{len(buckets)} buckets over the cap of {config.max_histogram_buckets}: "
+            "whole-node accounting for this pool"
+        )
+        capped = condition(HISTOGRAM_AVAILABLE, "False", TOO_MANY_BUCKETS, message)
+        conditions = [c for c in conditions if c.get("type") != HISTOGRAM_AVAILABLE]
+        conditions.insert(0, capped)
+    elif buckets is not None:
+        observation["freeDevices"] = copy.deepcopy(buckets)
+    if status.get("lastAllocationTime"):
+        observation["lastAllocationTime"] = status["lastAllocationTime"]
+    observation["excludedNodes"] = dict(status.get("excludedNodes") or {})
+    observation["extendedResources"] = dict(status.get("extendedResources") or {})
+    observation["conditions"] = conditions
+    return observation
+
+
+def _aged(observation: Obj, now: datetime, config: ControllerConfig) -> Obj:
+    """A previously published observation with its age and state brought up to `now`."""
+    aged = copy.deepcopy(observation)
+    observed_at = parse_time(aged.get("observedAt"))
+    if observed_at is not None:
+        aged["ageSeconds"], aged["state"] = freshness(observed_at, now, config)
+    return aged
+
+
+def _ready(
+    current: Sequence[Obj], trust: Trust, agent: Obj | None, now: datetime, config: ControllerConfig
+) -> Obj | None:
+    """The controller's `Ready` condition, or None when it must not write one."""
+    if not config.manages_ready:
+        return None
+    existing = find_condition(current, READY)
+    if existing is not None and existing.get("reason") not in {r.value for r in ReadyReason}:
+        return None  # another writer owns it
+    observed_at = trust.observed_at or parse_time((agent or {}).get("observedAt"))
+    if observed_at is None:
+        return condition(
+            READY, "False", ReadyReason.AGENT_NOT_REPORTING, "no agent has reported yet"
+        )
+    _, state = freshness(observed_at, now, config)
+    if state == Freshness.EXPIRED:
+        return condition(
+            READY,
+            "False",
+            ReadyReason.AGENT_EXPIRED,
+            f"the agent has been silent for more than {config.expire_after_s:g}s",
+        )
+    identity = trust.identity or (agent or {}).get("identity", "")
+    return condition(
+        READY,
+        "True",
+        ReadyReason.AGENT_REPORTING,
+        f"agent {identity} reports with lease epoch {trust.epoch}",
+    )
+
+
+def cluster_status(
+    cluster: Obj,
+    classes: Mapping[str, Obj],
+    trust: Trust,
+    now: datetime,
+    config: ControllerConfig,
+) -> Obj:
+    """The desired `CLUSTER_OWNED` keys of one InferenceCluster's status.
+
+    `trust` holds the cluster's judged reports (pool reports among them, named after pools).
+    """
+    name = cluster["metadata"]["name"]
+    current: Obj = cluster.get("status") or {}
+    published = {p.get("name"): p for p in current.get("gpuPools") or []}
+    pool_reports = {r.name: r for r in trust.accepted if r.kind == "PoolObservation"}
+    rejected_pools = {r.name for r in trust.rejected if r.kind == "PoolObservation"}
+    gpu_pools: list[Obj] = []
+    missing: list[str] = []
+    for pool in (cluster.get("spec") or {}).get("nodePools") or []:
+        pool_name, class_name = pool["name"], pool["className"]
+        klass = classes.get(class_name)
+        if klass is None:
+            missing.append(f"pool {pool_name}: InferenceClass {class_name} not found")
+            continue
+        max_nodes = pool.get("maxNodeCount")
+        entry: Obj = {
+            "name": pool_name,
+            "nodes": max_nodes if max_nodes is not None else pool.get("nodeCount", 1),
+            "devices": copy.deepcopy(klass["spec"]["devices"]),
+        }
+        report = pool_reports.get(pool_name)
+        previous = (published.get(pool_name) or {}).get("observation")
+        if report is not None:
+            entry["observation"] = published_observation(report, now, config)
+        elif pool_name in rejected_pools and previous is not None:
+            entry["observation"] = _aged(previous, now, config)
+        gpu_pools.append(entry)
+
+    desired: Obj = {"gpuPools": gpu_pools}
+    agent = current.get("agent")
+    if trust.epoch is not None and trust.accepted:
+        observed_at = trust.observed_at
+        desired["agent"] = {
+            "identity": trust.identity,
+            "leaseEpoch": trust.epoch,
+            **({"observedAt": format_time(observed_at)} if observed_at else {}),
+        }
+    elif agent is not None:
+        desired["agent"] = copy.deepcopy(agent)
+    if current.get("gateway") is not None:
+        desired["gateway"] = copy.deepcopy(current["gateway"])
+    elif config.default_gateway_address:
+        desired["gateway"] = {"address": config.default_gateway_address.format(cluster=name)}
+
+    conditions: list[Obj] = list(current.get("conditions") or [])
+    ready = _ready(conditions, trust, desired.get("agent"), now, config)
+    if ready is not None:
+        conditions = set_condition(conditions, ready, now)
+    if missing:
+        pools_condition = condition(POOLS_PUBLISHED, "False", "ClassNotFound", "; ".join(missing))
+    else:
+        pools_condition = condition(POOLS_PUBLISHED, "True", "AllPoolsPublished")
+    desired["conditions"] = set_condition(conditions, pools_condition, now)
+    return desired
+
+
+def without_ages(status: Mapping[str, Any]) -> Obj:
+    """`status` without `gpuPools[].observation.ageSeconds`, for comparing publishes."""
+    stripped = copy.deepcopy(dict(status))
+    for pool in stripped.get("gpuPools") or []:
+        observation = pool.get("observation")
+        if isinstance(observation, dict):
+            observation.pop("ageSeconds", None)
+    return stripped
+
+
+# --- replica status -----------------------------------------------------------------------
+
+
+def _pods_message(pools: Sequence[Mapping[str, Any]]) -> str:
+    live = sum(m.get("livePods", 0) for p in pools for m in p.get("members") or [])
+    allocated = sum(m.get("allocatedPods", 0) for p in pools for m in p.get("members") or [])
+    return f"{allocated} of {live} live pods have their devices allocated"
+
+
+def replica_status(
+    replica: Obj, report: AgentReport | None, is_rejected: bool, now: datetime
+) -> Obj:
+    """The desired `REPLICA_OWNED` keys of a ModelReplica's status.
+
+    `report` is the replica's accepted ReplicaObservation. With none, and an observation that
+    was rejected (`is_rejected`), what was published stays; with none at all the replica is
+    `NotObserved` and its pod counts are cleared (so it is charged in full: errs toward full).
+    """
+    current: Obj = replica.get("status") or {}
+    conditions: list[Obj] = list(current.get("conditions") or [])
+    cluster = (replica.get("spec") or {}).get("clusterName", "")
+    generation = int(replica["metadata"].get("generation") or 1)
+    desired: Obj = {}
+    if report is None:
+        has_condition = find_condition(conditions, MODEL_PODS_SCHEDULED) is not None
+        if is_rejected and has_condition:
+            return {k: copy.deepcopy(current[k]) for k in REPLICA_OWNED if k in current}
+        not_observed = condition(
+            MODEL_PODS_SCHEDULED,
+            "False",
+            PodsReason.NOT_OBSERVED,
+            f"no report about this replica from cluster {cluster}'s agent",
+        )
+        desired["conditions"] = set_condition(conditions, not_observed, now)
+        return desired
+    status = report.body["status"]
+    observed_generation = status.get("observedGeneration")
+    pools = copy.deepcopy(list(status.get("pools") or []))
+    if observed_generation is not None:
+        desired["observedGeneration"] = observed_generation
+    desired["pools"] = pools
+    if observed_generation != generation:
+        counted = (
+            f"generation {observed_generation}"
+            if observed_generation is not None
+            else "no generation"
+        )
+        pods = condition(
+            MODEL_PODS_SCHEDULED,
+            "False",
+            PodsReason.GENERATION_MISMATCH,
+            f"the agent counted pods of {counted}; the replica is at generation {generation}",
+        )
+    elif not status.get("podsScheduled"):
+        pods = condition(
+            MODEL_PODS_SCHEDULED, "False", PodsReason.PODS_PENDING, _pods_message(pools)
+        )
+    else:
+        pods = condition(
+            MODEL_PODS_SCHEDULED,
+            "True",
+            PodsReason.ALL_PODS_ALLOCATED,
+            f"all pods of generation {generation} have their devices allocated",
+        )
+    desired["conditions"] = set_condition(conditions, pods, now)
+    return desired
+
+
+def is_pods_scheduled(status: Mapping[str, Any]) -> bool:
+    found = find_condition(status.get("conditions") or [], MODEL_PODS_SCHEDULED)
+    return found is not None and found.get("status") == "True"
