@@ -248,7 +248,7 @@ def test_replica_is_materialized_bound_with_dra_and_observed() -> None:
         (True, (("l4-0", "gpu-0"), ("l4-0", "gpu-1"))),
         (True, (("l4-1", "gpu-0"), ("l4-1", "gpu-1"))),
     ]
-    obs = f.hub.get(REPLICA_OBSERVATION, "llama-0", "gpufleet-cluster-a")
+    obs = f.hub.get(REPLICA_OBSERVATION, "ml.llama-0", "gpufleet-cluster-a")
     assert obs is not None
     status = obs["status"]
     assert (status["podsScheduled"], status["pools"][0]["members"]) == (
@@ -308,7 +308,7 @@ def test_gang_pods_go_to_distinct_nodes(case: GangCase) -> None:
     pods = f.clusters["a"].store.list(POD, "ml")
     nodes = [p["spec"].get("nodeName") for p in pods if p["spec"].get("nodeName")]
     assert (len(pods), len(nodes), len(set(nodes))) == (2, case.want_bound, case.want_bound)
-    obs = f.hub.get(REPLICA_OBSERVATION, "llama-0", "gpufleet-cluster-a")
+    obs = f.hub.get(REPLICA_OBSERVATION, "ml.llama-0", "gpufleet-cluster-a")
     assert obs is not None and obs["status"]["podsScheduled"] is case.want_scheduled
 
 
@@ -396,7 +396,7 @@ def test_gang_is_recreated_whole_after_its_leader_node_fails() -> None:
     assert len(nodes) == 2 and failed not in nodes
     claims = {c["metadata"]["name"] for c in store.list(RESOURCE_CLAIM, "ml")}
     assert claims == {"llama-0-main-0-gpus", "llama-0-main-0-1-gpus"}
-    obs = f.hub.get(REPLICA_OBSERVATION, "llama-0", "gpufleet-cluster-a")
+    obs = f.hub.get(REPLICA_OBSERVATION, "ml.llama-0", "gpufleet-cluster-a")
     assert obs is not None and obs["status"]["podsScheduled"] is True
 
 
@@ -415,6 +415,6 @@ def test_replica_change_rolls_pods_to_the_new_generation() -> None:
         for p in pods
     ) == [("2", "Running"), ("2", "Running")]
     assert histogram(f) == {2: 2}
-    obs = f.hub.get(REPLICA_OBSERVATION, "llama-0", "gpufleet-cluster-a")
+    obs = f.hub.get(REPLICA_OBSERVATION, "ml.llama-0", "gpufleet-cluster-a")
     assert obs is not None
     assert (obs["status"]["observedGeneration"], obs["status"]["podsScheduled"]) == (2, True)
