@@ -16,8 +16,8 @@ PLAIN_ENV: dict[str, str | None] = {"FORCE_COLOR": None, "TTY_COMPATIBLE": None}
 runner = CliRunner()
 
 INSUFFICIENT = (
-    "InsufficientGPU: 1 pods request 1 devices (largest pod 1); best node has 0 free, "
-    "0 free on 1 nodes"
+    "InsufficientGPU: 1 pod requests 1 device (largest pod 1); best node has 0 free, "
+    "0 free on 1 node"
 )
 NUMBERS = (
     "pods=1 requested_devices=1 largest_pod_devices=1 failed_pod_devices=1 "

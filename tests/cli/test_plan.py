@@ -54,8 +54,8 @@ def test_one_node_places_four_and_refuses_the_fifth_with_numbers() -> None:
         "",
         "ml-team/qwen-2-7b: desired 1, placed 0, shortfall 1",
         "  0/1 clusters fit: 1 InsufficientGPU",
-        "  top reason (cluster solo, pool l4): InsufficientGPU: 1 pods request 1 devices "
-        "(largest pod 1); best node has 0 free, 0 free on 1 nodes",
+        "  top reason (cluster solo, pool l4): InsufficientGPU: 1 pod requests 1 device "
+        "(largest pod 1); best node has 0 free, 0 free on 1 node",
         "    pods=1 requested_devices=1 largest_pod_devices=1 failed_pod_devices=1 "
         "nodes_fitting_failed_pod=0 nodes=1 free_devices=0 best_node_free=0",
         "",
@@ -113,8 +113,8 @@ def test_one_node_json_has_every_placement_and_the_refusal() -> None:
     }
     reason = {
         "code": "InsufficientGPU",
-        "message": "1 pods request 1 devices (largest pod 1); best node has 0 free, "
-        "0 free on 1 nodes",
+        "message": "1 pod requests 1 device (largest pod 1); best node has 0 free, "
+        "0 free on 1 node",
         "details": {
             "pods": 1,
             "requested_devices": 1,

@@ -27,6 +27,11 @@ def _excluded(ledger: PoolLedger) -> tuple[dict[str, int], str]:
     return details, (f"; nodes excluded: {words}" if words else "")
 
 
+def _count(n: int, noun: str) -> str:
+    """`1 pod`, `2 pods`: messages read as a person would write them."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def insufficient_devices(
     ledger: PoolLedger, units: Sequence[Unit], failure: FitFailure, policy: NodeChoicePolicy
 ) -> Reason:
@@ -56,10 +61,11 @@ def insufficient_devices(
             )
     return Reason(
         ReasonCode.INSUFFICIENT_GPU,
-        f"{len(pods)} pods request {requested} devices (largest pod {largest}"
+        f"{_count(len(pods), 'pod')} {'requests' if len(pods) == 1 else 'request'} "
+        f"{_count(requested, 'device')} (largest pod {largest}"
         f"{', on distinct nodes per gang copy' if any(len(u) > 1 for u in units) else ''}); "
         f"best node has {summary['best_node_free']} free, {summary['free_devices']} free on "
-        f"{summary['nodes']} nodes{excluded_words}",
+        f"{_count(summary['nodes'], 'node')}{excluded_words}",
         {
             "pods": len(pods),
             "requested_devices": requested,
