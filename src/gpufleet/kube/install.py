@@ -317,8 +317,8 @@ def agent(cluster: str, hub_server: str, image: str = DEFAULT_IMAGE) -> list[Man
     args = [
         "agent",
         f"--cluster={cluster}",
+        # The hub namespace follows from the cluster name (gpufleet-cluster-<cluster>).
         "--hub-kubeconfig=/etc/gpufleet/hub/kubeconfig",
-        f"--hub-namespace={cluster_namespace(cluster)}",
         "--leader-elect",
         f"--lease-namespace={SYSTEM_NAMESPACE}",
         f"--lease-name={AGENT}",

@@ -1,0 +1,300 @@
+"""`gpufleet agent --cluster NAME`: a workload cluster's agent as a process.
+
+It composes the generic daemon pieces of `gpufleet.kube` with the `Agent`:
+
+- a local `KubeStore` (in-cluster config or `--kubeconfig`) with informers on Nodes,
+  ResourceSlices, ResourceClaims, Pods and the workloads the agent owns (labelled
+  `gpufleet.io/replica`; LeaderWorkerSets optional, the CRD may be absent);
+- a hub `KubeStore` from `--hub-kubeconfig` with a cluster-wide watch of the ModelReplicas
+  labelled `gpufleet.io/cluster=<name>` and watches of its observations scoped to its namespace
+  `gpufleet-cluster-<name>` (its RBAC allows nothing wider). Changes of the observations do not
+  trigger a step (they are the agent's own writes); the watch proves the credentials work;
+- leader election on a Lease in the *local* cluster: each term gets a fresh `Agent` stamping
+  the term's epoch (`leaseTransitions`) on its reports, so the hub can reject an older leader;
+- a step on every change (debounced), again after the Agent's minimum push interval when a
+  change was not pushed yet, and at least every heartbeat interval (the Agent pushes a
+  heartbeat when one is due); health and metrics endpoints; JSON logs; SIGTERM releases the
+  Lease.
+
+`AgentDaemon` is the composition without the process: tests drive `loop.tick()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from lightkube.config.kubeconfig import KubeConfig
+from prometheus_client import CollectorRegistry
+
+from gpufleet.agent.materialize import OWNED_SELECTOR
+from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, observation_namespace
+from gpufleet.api import labels
+from gpufleet.api.names import is_dns_label
+from gpufleet.cli.controller import (
+    DebounceOption,
+    HealthAddressOption,
+    KubeconfigOption,
+    LeaderElectOption,
+    LeaseDurationOption,
+    LeaseIdentityOption,
+    LeaseNamespaceOption,
+    LogFormat,
+    LogFormatOption,
+    LogLevelOption,
+    MetricsAddressOption,
+    RenewDeadlineOption,
+    ResyncOption,
+    RetryPeriodOption,
+    check_address,
+    default_identity,
+    kube_config,
+    leader_config,
+)
+from gpufleet.kube import logs
+from gpufleet.kube.daemon import (
+    DaemonLoop,
+    LoopConfig,
+    Reconcile,
+    Trigger,
+    Watch,
+    endpoints,
+    run_until_signalled,
+)
+from gpufleet.kube.install import AGENT, CLUSTER_NAME_MAX_CHARS, HEALTH_PORT, METRICS_PORT
+from gpufleet.kube.install import SYSTEM_NAMESPACE as LEASE_NAMESPACE
+from gpufleet.kube.leader import LeaderConfig, LeaderElector
+from gpufleet.kube.metrics import CONTENT_TYPE_LATEST, AgentMetrics, disable_created_series, render
+from gpufleet.kube.store import KubeStore
+from gpufleet.store.port import (
+    DEPLOYMENT,
+    LEADER_WORKER_SET,
+    MODEL_REPLICA,
+    NODE,
+    POD,
+    POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
+    RESOURCE_CLAIM,
+    RESOURCE_CLAIM_TEMPLATE,
+    RESOURCE_SLICE,
+)
+
+log = logging.getLogger(__name__)
+
+
+def report_result(outcome: StepOutcome) -> str:
+    """`gpufleet_agent_reports_total`'s `result` label for one step."""
+    if outcome.is_pushed:
+        return "pushed"
+    return "unchanged" if outcome.is_hub_reachable else "failed"
+
+
+class AgentDaemon:
+    """One workload cluster's agent loop, metrics and current term, on two `KubeStore`s."""
+
+    def __init__(
+        self,
+        cluster: str,
+        local: KubeStore,
+        hub: KubeStore,
+        identity: str,
+        clock: Callable[[], datetime],
+        *,
+        leader: LeaderConfig | None,
+        loop_config: LoopConfig | None = None,
+        config: AgentConfig | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.cluster = cluster
+        self.local = local
+        self.hub = hub
+        self.identity = identity
+        self.config = config or AgentConfig()
+        self.timer = timer
+        self.registry = CollectorRegistry()
+        self.metrics = AgentMetrics(self.registry)
+        self.agent: Agent | None = None
+        self.last_outcome: StepOutcome | None = None
+        namespace = observation_namespace(cluster)
+        watches = [
+            Watch(local, NODE),
+            Watch(local, RESOURCE_SLICE),
+            Watch(local, RESOURCE_CLAIM),
+            Watch(local, POD),
+            Watch(local, RESOURCE_CLAIM_TEMPLATE, label_selector=OWNED_SELECTOR),
+            Watch(local, DEPLOYMENT, label_selector=OWNED_SELECTOR),
+            Watch(local, LEADER_WORKER_SET, label_selector=OWNED_SELECTOR, required=False),
+            Watch(hub, MODEL_REPLICA, label_selector=f"{labels.CLUSTER}={cluster}"),
+            Watch(hub, POOL_OBSERVATION, namespace=namespace, triggers=False),
+            Watch(hub, REPLICA_OBSERVATION, namespace=namespace, triggers=False),
+        ]
+        loop_config = loop_config or LoopConfig()
+        if loop_config.resync_period_s > self.config.heartbeat_interval_s:
+            # A step must come at least once per heartbeat interval for the heartbeat to go out.
+            loop_config = LoopConfig(
+                debounce_s=loop_config.debounce_s,
+                resync_period_s=self.config.heartbeat_interval_s,
+                error_backoff_s=loop_config.error_backoff_s,
+                max_wait_s=loop_config.max_wait_s,
+            )
+        elector = LeaderElector(local, identity, leader, clock) if leader is not None else None
+        self.loop = DaemonLoop(
+            component="agent",
+            watches=watches,
+            start=self._start,
+            clock=clock,
+            config=loop_config,
+            elector=elector,
+            metrics=self.metrics.loop,
+        )
+
+    def _start(self, epoch: int | None) -> Reconcile:
+        # A new term is a new Agent: it pushes at once under the new epoch, and its allocation
+        # clock starts over (which errs toward charging, as after a restart).
+        agent = Agent(
+            self.cluster,
+            self.local,
+            self.hub,
+            self.config,
+            identity=self.identity,
+            lease_epoch=epoch if epoch is not None else 0,
+        )
+        self.agent = agent
+        min_push = timedelta(seconds=self.config.min_push_interval_s)
+
+        def reconcile(now: datetime, trigger: Trigger) -> datetime | None:
+            started = self.timer()
+            outcome = agent.step(now)
+            self.last_outcome = outcome
+            duration_s = self.timer() - started
+            self.metrics.record_step(duration_s, report_result(outcome))
+            is_eventful = (
+                outcome.is_pushed
+                or outcome.created
+                or outcome.updated
+                or outcome.deleted
+                or outcome.errors
+            )
+            log.log(
+                logging.WARNING
+                if outcome.errors
+                else logging.INFO
+                if is_eventful
+                else logging.DEBUG,
+                "step: %s, %d created, %d updated, %d deleted, %d errors",
+                report_result(outcome),
+                len(outcome.created),
+                len(outcome.updated),
+                len(outcome.deleted),
+                len(outcome.errors),
+                extra={
+                    "component": "agent",
+                    "cluster": self.cluster,
+                    "identity": self.identity,
+                    "epoch": agent.lease_epoch,
+                    "trigger": trigger.value,
+                    "duration_s": round(duration_s, 6),
+                    # (`created` is a LogRecord attribute: `extra` may not set it.)
+                    "workloads_created": outcome.created,
+                    "workloads_updated": outcome.updated,
+                    "workloads_deleted": outcome.deleted,
+                    "errors": outcome.errors[:10],
+                },
+            )
+            if not outcome.is_hub_reachable:
+                return now + min_push  # retry the push soon
+            if not outcome.is_pushed and trigger in (Trigger.START, Trigger.CHANGE):
+                # A change inside the minimum push interval: push it once the interval is over.
+                return now + min_push
+            return None
+
+        return reconcile
+
+    def metrics_response(self) -> tuple[int, str, bytes]:
+        return 200, CONTENT_TYPE_LATEST, render(self.registry)
+
+
+def command(
+    cluster: Annotated[
+        str, typer.Option("--cluster", help="The InferenceCluster this agent reports for.")
+    ],
+    kubeconfig: KubeconfigOption = None,
+    hub_kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--hub-kubeconfig",
+            help="Kubeconfig of the hub (the gpufleet-hub Secret); default: the local cluster "
+            "is also the hub.",
+        ),
+    ] = None,
+    leader_elect: LeaderElectOption = True,
+    lease_namespace: LeaseNamespaceOption = LEASE_NAMESPACE,
+    lease_name: Annotated[
+        str, typer.Option("--lease-name", help="Name of the Lease (in the local cluster).")
+    ] = AGENT,
+    lease_identity: LeaseIdentityOption = None,
+    lease_duration: LeaseDurationOption = 15,
+    renew_deadline: RenewDeadlineOption = 10.0,
+    retry_period: RetryPeriodOption = 2.0,
+    metrics_address: MetricsAddressOption = f":{METRICS_PORT}",
+    health_address: HealthAddressOption = f":{HEALTH_PORT}",
+    resync_period: ResyncOption = 30.0,
+    debounce: DebounceOption = 0.5,
+    heartbeat_interval: Annotated[
+        float,
+        typer.Option("--heartbeat-interval", help="Push at least this often (seconds)."),
+    ] = 30.0,
+    min_push_interval: Annotated[
+        float,
+        typer.Option("--min-push-interval", help="Never push sooner than this after a push."),
+    ] = 2.0,
+    log_format: LogFormatOption = LogFormat.JSON,
+    log_level: LogLevelOption = "info",
+) -> None:
+    """Run a workload cluster's agent: report free GPUs to the hub, materialize replicas."""
+    if not is_dns_label(cluster, CLUSTER_NAME_MAX_CHARS):
+        raise typer.BadParameter(
+            f"must be a DNS label of at most {CLUSTER_NAME_MAX_CHARS} characters",
+            param_hint="'--cluster'",
+        )
+    check_address(metrics_address, "--metrics-address")
+    check_address(health_address, "--health-address")
+    logs.configure(log_level, log_format.value)
+    leader = leader_config(
+        leader_elect, lease_name, lease_namespace, lease_duration, renew_deadline, retry_period
+    )
+    disable_created_series()
+    identity = lease_identity or default_identity()
+    local = KubeStore(kube_config(kubeconfig))
+    hub_config = KubeConfig.from_file(hub_kubeconfig) if hub_kubeconfig else kube_config(kubeconfig)
+    hub = KubeStore(hub_config)
+    daemon = AgentDaemon(
+        cluster,
+        local,
+        hub,
+        identity,
+        lambda: datetime.now(UTC),
+        leader=leader,
+        loop_config=LoopConfig(debounce_s=debounce, resync_period_s=resync_period),
+        config=AgentConfig(
+            heartbeat_interval_s=heartbeat_interval, min_push_interval_s=min_push_interval
+        ),
+    )
+    log.info(
+        "agent %s of cluster %s starting",
+        identity,
+        cluster,
+        extra={"component": "agent", "cluster": cluster, "identity": identity},
+    )
+    try:
+        servers = endpoints(daemon.loop, daemon.metrics_response, metrics_address, health_address)
+    except BaseException:
+        local.close()
+        hub.close()
+        raise
+    run_until_signalled(daemon.loop, servers, [local, hub])

@@ -1,0 +1,351 @@
+"""`gpufleet controller`: the hub controller as a process (what the hub Deployment runs).
+
+It composes the generic daemon pieces of `gpufleet.kube` with the hub `Controller`:
+
+- a `KubeStore` on the in-cluster config or `--kubeconfig`, with informers on the six
+  gpufleet.io kinds: any change triggers a step (debounced), and a resync timer steps anyway
+  (freshness and expiry are judged on time alone);
+- Lease leader election (`--leader-elect`, on by default): only the leader steps, each term with
+  a fresh `Controller` (an empty assume ledger; lease epochs are re-read from cluster status);
+- `/healthz`, `/readyz` on `--health-address` and Prometheus `/metrics` on `--metrics-address`;
+- JSON-lines logs on stderr; SIGTERM releases the Lease so a standby takes over at once.
+
+`ControllerDaemon` is the composition without the process around it: tests build it on an
+emulated API server with an injected clock and drive `loop.tick()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from lightkube.config.kubeconfig import KubeConfig
+from prometheus_client import CollectorRegistry
+
+from gpufleet.controller import Controller, ControllerConfig, StepResult
+from gpufleet.controller.status import parse_time
+from gpufleet.kube import logs
+from gpufleet.kube.daemon import (
+    DaemonLoop,
+    LoopConfig,
+    Reconcile,
+    Trigger,
+    Watch,
+    endpoints,
+    run_until_signalled,
+)
+from gpufleet.kube.health import parse_address
+from gpufleet.kube.install import CONTROLLER, HEALTH_PORT, METRICS_PORT, SYSTEM_NAMESPACE
+from gpufleet.kube.leader import LeaderConfig, LeaderElector
+from gpufleet.kube.metrics import (
+    CONTENT_TYPE_LATEST,
+    ControllerMetrics,
+    disable_created_series,
+    render,
+)
+from gpufleet.kube.store import KubeStore
+from gpufleet.store.port import (
+    INFERENCE_CLASS,
+    INFERENCE_CLUSTER,
+    MODEL_DEPLOYMENT,
+    MODEL_REPLICA,
+    POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
+    Obj,
+    StoreError,
+)
+
+log = logging.getLogger(__name__)
+
+#: What the controller reads; a change of any of them can change a decision or a status.
+HUB_KINDS = (
+    INFERENCE_CLASS,
+    INFERENCE_CLUSTER,
+    MODEL_DEPLOYMENT,
+    MODEL_REPLICA,
+    POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
+)
+
+
+def placements_by_cluster(result: StepResult) -> Counter[str]:
+    """The replicas a step created, by cluster (creates that failed are not placements)."""
+    counts: Counter[str] = Counter()
+    if result.decision is None:
+        return counts
+    for decided in result.decision.deployments:
+        for placement in decided.created:
+            failed = f"create ModelReplica {decided.key.namespace}/{placement.name}:"
+            if not any(error.startswith(failed) for error in result.errors):
+                counts[str(placement.cluster)] += 1
+    return counts
+
+
+def published_observations(clusters: list[Obj]) -> dict[tuple[str, str], datetime]:
+    """`observedAt` of each pool observation the controller published in cluster status."""
+    found: dict[tuple[str, str], datetime] = {}
+    for cluster in clusters:
+        name = cluster["metadata"]["name"]
+        for pool in (cluster.get("status") or {}).get("gpuPools") or []:
+            observed_at = parse_time((pool.get("observation") or {}).get("observedAt"))
+            if observed_at is not None:
+                found[(name, str(pool.get("name")))] = observed_at
+    return found
+
+
+class ControllerDaemon:
+    """The hub controller's loop, metrics and current term, on a `KubeStore`."""
+
+    def __init__(
+        self,
+        hub: KubeStore,
+        identity: str,
+        clock: Callable[[], datetime],
+        *,
+        leader: LeaderConfig | None,
+        loop_config: LoopConfig | None = None,
+        config: ControllerConfig | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.hub = hub
+        self.identity = identity
+        self.config = config or ControllerConfig()
+        self.timer = timer
+        self.registry = CollectorRegistry()
+        self.metrics = ControllerMetrics(self.registry, clock)
+        self.controller: Controller | None = None
+        self.last_result: StepResult | None = None
+        elector = LeaderElector(hub, identity, leader, clock) if leader is not None else None
+        self.loop = DaemonLoop(
+            component="controller",
+            watches=[Watch(hub, kind) for kind in HUB_KINDS],
+            start=self._start,
+            clock=clock,
+            config=loop_config or LoopConfig(),
+            elector=elector,
+            metrics=self.metrics.loop,
+        )
+
+    def _start(self, epoch: int | None) -> Reconcile:
+        controller = Controller(self.hub, self.config, self.identity, timer=self.timer)
+        self.controller = controller
+
+        def reconcile(now: datetime, trigger: Trigger) -> datetime | None:
+            started = self.timer()
+            result = controller.step(now)
+            self.last_result = result
+            self.metrics.record_step(
+                placements_by_cluster(result),
+                result.refusals,
+                result.shortfall,
+                result.decision_latency_s,
+                len(result.rejected_reports),
+            )
+            try:
+                self.metrics.set_observations(
+                    published_observations(self.hub.list(INFERENCE_CLUSTER))
+                )
+            except StoreError as e:
+                log.warning("cannot read InferenceClusters for metrics: %s", e)
+            level = logging.INFO if result.write_count or result.errors else logging.DEBUG
+            log.log(
+                level,
+                "step: %d writes, %d placed, %d dropped, %d short, %d errors",
+                result.write_count,
+                result.placements,
+                result.drops,
+                result.shortfall,
+                len(result.errors),
+                extra={
+                    "component": "controller",
+                    "identity": self.identity,
+                    "epoch": epoch,
+                    "trigger": trigger.value,
+                    "duration_s": round(self.timer() - started, 6),
+                    "writes": result.write_count,
+                    "placements": result.placements,
+                    "drops": result.drops,
+                    "shortfall": result.shortfall,
+                    "refusals": dict(result.refusals),
+                    "rejected_reports": len(result.rejected_reports),
+                    "errors": result.errors[:10],
+                },
+            )
+            return None
+
+        return reconcile
+
+    def metrics_response(self) -> tuple[int, str, bytes]:
+        return 200, CONTENT_TYPE_LATEST, render(self.registry)
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+class LogFormat(StrEnum):
+    JSON = "json"
+    TEXT = "text"
+
+
+def default_identity() -> str:
+    """client-go's default: the host name (the pod name in a cluster) plus a unique suffix."""
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def kube_config(path: Path | None) -> KubeConfig:
+    """`path`, else the in-cluster service account, else `$KUBECONFIG` or `~/.kube/config`."""
+    if path is not None:
+        return KubeConfig.from_file(path)
+    return KubeConfig.from_env(default_config=os.environ.get("KUBECONFIG", "~/.kube/config"))
+
+
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        help="Kubeconfig file; default: in-cluster service account, then $KUBECONFIG, "
+        "then ~/.kube/config.",
+    ),
+]
+LeaderElectOption = Annotated[
+    bool,
+    typer.Option(
+        "--leader-elect/--no-leader-elect", help="Elect one acting replica through a Lease."
+    ),
+]
+LeaseNamespaceOption = Annotated[
+    str, typer.Option("--lease-namespace", help="Namespace of the Lease.")
+]
+LeaseIdentityOption = Annotated[
+    str | None,
+    typer.Option("--lease-identity", help="This replica's identity; default: hostname_<random>."),
+]
+LeaseDurationOption = Annotated[
+    int, typer.Option("--lease-duration", min=2, help="Seconds a standby waits to take over.")
+]
+RenewDeadlineOption = Annotated[
+    float,
+    typer.Option("--renew-deadline", help="Seconds a leader keeps acting without a renewal."),
+]
+RetryPeriodOption = Annotated[
+    float, typer.Option("--retry-period", help="Seconds between election attempts.")
+]
+MetricsAddressOption = Annotated[
+    str, typer.Option("--metrics-address", help="Serve /metrics here (HOST:PORT, :PORT, 0=off).")
+]
+HealthAddressOption = Annotated[
+    str,
+    typer.Option(
+        "--health-address", help="Serve /healthz and /readyz here (HOST:PORT, :PORT, 0=off)."
+    ),
+]
+ResyncOption = Annotated[
+    float, typer.Option("--resync-period", help="Seconds between steps when nothing changes.")
+]
+DebounceOption = Annotated[
+    float, typer.Option("--debounce", help="Seconds from a change to the step it triggers.")
+]
+LogFormatOption = Annotated[LogFormat, typer.Option("--log-format", help="Log line format.")]
+LogLevelOption = Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")]
+
+
+def check_address(address: str, flag: str) -> None:
+    """Fail as a usage error (exit 2) on an address `parse_address` cannot read."""
+    try:
+        parse_address(address)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint=f"'{flag}'") from e
+
+
+def leader_config(
+    is_enabled: bool,
+    name: str,
+    namespace: str,
+    duration_s: int,
+    renew_deadline_s: float,
+    retry_period_s: float,
+) -> LeaderConfig | None:
+    if not is_enabled:
+        return None
+    try:
+        return LeaderConfig(name, namespace, duration_s, renew_deadline_s, retry_period_s)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="'--lease-duration'") from e
+
+
+def command(
+    kubeconfig: KubeconfigOption = None,
+    leader_elect: LeaderElectOption = True,
+    lease_namespace: LeaseNamespaceOption = SYSTEM_NAMESPACE,
+    lease_name: Annotated[str, typer.Option("--lease-name", help="Name of the Lease.")] = (
+        CONTROLLER
+    ),
+    lease_identity: LeaseIdentityOption = None,
+    lease_duration: LeaseDurationOption = 15,
+    renew_deadline: RenewDeadlineOption = 10.0,
+    retry_period: RetryPeriodOption = 2.0,
+    metrics_address: MetricsAddressOption = f":{METRICS_PORT}",
+    health_address: HealthAddressOption = f":{HEALTH_PORT}",
+    resync_period: ResyncOption = 30.0,
+    debounce: DebounceOption = 0.5,
+    stale_after: Annotated[
+        float, typer.Option("--stale-after", help="Seconds until an observation is Stale.")
+    ] = 60.0,
+    expire_after: Annotated[
+        float,
+        typer.Option(
+            "--expire-after", help="Seconds of agent silence until a cluster gets no placements."
+        ),
+    ] = 300.0,
+    manage_ready: Annotated[
+        bool,
+        typer.Option(
+            "--manage-ready/--no-manage-ready",
+            help="Write each InferenceCluster's Ready condition from its agent's reports "
+            "(off: the platform team owns Ready).",
+        ),
+    ] = False,
+    log_format: LogFormatOption = LogFormat.JSON,
+    log_level: LogLevelOption = "info",
+) -> None:
+    """Run the hub controller: publish cluster status, schedule the fleet (leader only)."""
+    check_address(metrics_address, "--metrics-address")
+    check_address(health_address, "--health-address")
+    logs.configure(log_level, log_format.value)
+    leader = leader_config(
+        leader_elect, lease_name, lease_namespace, lease_duration, renew_deadline, retry_period
+    )
+    disable_created_series()
+    identity = lease_identity or default_identity()
+    hub = KubeStore(kube_config(kubeconfig))
+    daemon = ControllerDaemon(
+        hub,
+        identity,
+        lambda: datetime.now(UTC),
+        leader=leader,
+        loop_config=LoopConfig(debounce_s=debounce, resync_period_s=resync_period),
+        config=ControllerConfig(
+            stale_after_s=stale_after, expire_after_s=expire_after, manages_ready=manage_ready
+        ),
+    )
+    log.info(
+        "controller %s starting",
+        identity,
+        extra={"component": "controller", "identity": identity, "leader_elect": leader_elect},
+    )
+    try:
+        servers = endpoints(daemon.loop, daemon.metrics_response, metrics_address, health_address)
+    except BaseException:
+        hub.close()
+        raise
+    run_until_signalled(daemon.loop, servers, [hub])

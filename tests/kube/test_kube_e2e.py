@@ -1,0 +1,465 @@
+"""End to end over HTTP: the hub controller and two agents of one workload cluster, as the
+`gpufleet controller` and `gpufleet agent` daemons compose them, against two emulated API
+servers (hub and workload cluster).
+
+The daemons' loops are driven by `tick()` on clocks of their own that the test advances, so
+leases lapse and debounces elapse without sleeping; only the informers (real watches over HTTP)
+run in real time, and every wait for them is bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from kmockplus import Served, serve
+from kube_helpers import FAST
+
+from gpufleet.agent.runner import AgentConfig
+from gpufleet.cli.agent import AgentDaemon
+from gpufleet.cli.controller import ControllerDaemon
+from gpufleet.kube.daemon import DaemonLoop, LoopConfig, Trigger
+from gpufleet.kube.leader import LeaderConfig
+from gpufleet.kube.metrics import render
+from gpufleet.kube.store import KubeStore
+from gpufleet.store.port import (
+    DEPLOYMENT,
+    EVENT,
+    INFERENCE_CLUSTER,
+    LEASE,
+    MODEL_DEPLOYMENT,
+    MODEL_REPLICA,
+    POOL_OBSERVATION,
+    RESOURCE_CLAIM_TEMPLATE,
+    Obj,
+    kind_of,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+API = "gpufleet.io/v1alpha1"
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+CLUSTER = "a"
+OBS_NS = f"gpufleet-cluster-{CLUSTER}"
+LEASE_NS = "gpufleet-system"
+AGENT_LEASE = LeaderConfig("gpufleet-agent", LEASE_NS, 15, 10.0, 2.0)
+CONTROLLER_LEASE = LeaderConfig("gpufleet-controller", LEASE_NS, 15, 10.0, 2.0)
+#: Resync far away: a step in these tests is triggered by a change (or a term start).
+LOOP = LoopConfig(debounce_s=0.5, resync_period_s=3600.0, error_backoff_s=1.0)
+AGENT = AgentConfig(heartbeat_interval_s=30.0, min_push_interval_s=2.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+# --- objects ----------------------------------------------------------------------------------
+
+
+def gpu_class() -> Obj:
+    device = {
+        "name": "gpu",
+        "driver": "gpu.nvidia.com",
+        "claim": "DRA",
+        "deviceClassName": "gpu.nvidia.com",
+        "count": 4,
+    }
+    return {
+        "apiVersion": API,
+        "kind": "InferenceClass",
+        "metadata": {"name": "l4-4x"},
+        "spec": {"devices": [device]},
+    }
+
+
+def inference_cluster() -> tuple[Obj, Obj]:
+    """The cluster and the status its platform team gives it (Ready, a gateway)."""
+    body = {
+        "apiVersion": API,
+        "kind": "InferenceCluster",
+        "metadata": {"name": CLUSTER, "labels": {"gpufleet.io/region": "r1"}},
+        "spec": {"nodePools": [{"name": "l4", "className": "l4-4x", "nodeCount": 2}]},
+    }
+    status = {
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "PlatformReady",
+                "message": "",
+                "lastTransitionTime": "2026-11-29T09:00:00Z",
+            }
+        ],
+        "gateway": {"address": "10.0.0.1"},
+    }
+    return body, status
+
+
+def model_deployment(replicas: int = 1) -> Obj:
+    member = {
+        "role": "Standalone",
+        "nodeSelector": {
+            "devices": [
+                {
+                    "name": "gpu",
+                    "count": 2,
+                    "selectors": [{"cel": 'device.driver == "gpu.nvidia.com"'}],
+                }
+            ]
+        },
+        "template": {"spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai"}]}},
+    }
+    return {
+        "apiVersion": API,
+        "kind": "ModelDeployment",
+        "metadata": {"name": "llama", "namespace": "ml"},
+        "spec": {
+            "replicas": replicas,
+            "template": {"spec": {"engines": [{"name": "main", "copies": 1, "members": [member]}]}},
+        },
+    }
+
+
+def node(name: str) -> tuple[Obj, Obj]:
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"gpufleet.io/pool": "l4"}},
+        "spec": {"taints": []},
+    }
+    return body, {"conditions": [{"type": "Ready", "status": "True"}]}
+
+
+def resource_slice(node_name: str) -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node_name}-gpu"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node_name,
+            "devices": [{"name": f"gpu-{i}"} for i in range(4)],
+        },
+    }
+
+
+def foreign_claim(node_name: str, devices: range) -> tuple[Obj, Obj]:
+    """Another tenant's claim, allocated on `node_name`."""
+    return foreign_claim_on(node_name, "someone-elses", devices)
+
+
+def foreign_claim_on(node_name: str, name: str, devices: range) -> tuple[Obj, Obj]:
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "other"},
+        "spec": {"devices": {"requests": []}},
+    }
+    results = [
+        {"request": "gpu", "driver": "gpu.nvidia.com", "pool": node_name, "device": f"gpu-{i}"}
+        for i in devices
+    ]
+    return body, {"allocation": {"devices": {"results": results}}}
+
+
+def create(store: KubeStore, body: Obj, status: Obj | None = None) -> Obj:
+    created = store.create(body)
+    if status is not None:
+        meta = created["metadata"]
+        created = store.patch_status(kind_of(created), meta["name"], meta.get("namespace"), status)
+    return created
+
+
+# --- the fleet --------------------------------------------------------------------------------
+
+
+@dataclass
+class Daemon:
+    loop: DaemonLoop
+    clock: Clock
+
+    def tick(self, seconds: float = 0.25) -> Trigger | None:
+        self.clock.advance(seconds)
+        return self.loop.tick()
+
+
+@dataclass
+class Fleet:
+    hub_api: Served
+    workload_api: Served
+    hub: KubeStore  # the test's own view of each server
+    workload: KubeStore
+    controller: ControllerDaemon
+    agents: dict[str, AgentDaemon]
+    daemons: dict[str, Daemon] = field(default_factory=dict)
+
+    def run_until(
+        self, done: Callable[[], bool], *names: str, what: str, timeout_s: float = 10.0
+    ) -> None:
+        """Tick the named daemons (a quarter second of their time each round) until `done`."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if time.monotonic() > deadline:
+                pytest.fail(f"never happened: {what}")
+            for name in names:
+                self.daemons[name].tick()
+            time.sleep(0.02)  # let the informers deliver
+
+    def replicas(self) -> list[Obj]:
+        return self.hub.list(MODEL_REPLICA, "ml")
+
+    def pool_observation(self) -> Obj | None:
+        return self.hub.get(POOL_OBSERVATION, "l4", OBS_NS)
+
+
+def last_trigger(loop: DaemonLoop) -> Trigger | None:
+    return loop.last_trigger  # read afresh (mypy narrows an attribute across asserts)
+
+
+def histogram(observation: Obj | None) -> dict[int, int]:
+    status = (observation or {}).get("status") or {}
+    return {b["free"]["gpu.nvidia.com"]: b["nodes"] for b in status.get("freeDevices") or []}
+
+
+def epoch_of(observation: Obj | None) -> int | None:
+    agent = ((observation or {}).get("status") or {}).get("agent") or {}
+    epoch = agent.get("leaseEpoch")
+    return epoch if isinstance(epoch, int) else None
+
+
+@pytest.fixture
+def fleet() -> Iterator[Fleet]:
+    stores: list[KubeStore] = []
+
+    def store(served: Served) -> KubeStore:
+        stores.append(KubeStore.from_url(served.url, FAST))
+        return stores[-1]
+
+    with serve() as hub_api, serve() as workload_api:
+        try:
+            hub, workload = store(hub_api), store(workload_api)
+            create(hub, gpu_class())
+            create(hub, *inference_cluster())
+            clock = Clock()
+            controller = ControllerDaemon(
+                store(hub_api), "controller-0", clock, leader=CONTROLLER_LEASE, loop_config=LOOP
+            )
+            fleet = Fleet(hub_api, workload_api, hub, workload, controller, {})
+            fleet.daemons["controller"] = Daemon(controller.loop, clock)
+            for name in ("agent-a", "agent-b"):
+                clock = Clock()
+                agent = AgentDaemon(
+                    CLUSTER,
+                    store(workload_api),
+                    store(hub_api),
+                    name,
+                    clock,
+                    leader=AGENT_LEASE,
+                    loop_config=LOOP,
+                    config=AGENT,
+                )
+                fleet.agents[name] = agent
+                fleet.daemons[name] = Daemon(agent.loop, clock)
+            yield fleet
+            for name, daemon in fleet.daemons.items():
+                assert daemon.loop.failures == 0, (
+                    f"a step of {name} raised: {daemon.loop.last_error}"
+                )
+        finally:
+            for s in stores:
+                s.close()
+
+
+def start_reporting(fleet: Fleet) -> None:
+    """Agent a leads (epoch 0), b stands by; a reports 2 nodes: one with 2 free, one with 4."""
+    assert fleet.daemons["agent-a"].tick() is Trigger.START
+    assert fleet.daemons["agent-b"].tick() is None
+    assert fleet.agents["agent-a"].loop.epoch == 0 and not fleet.agents["agent-b"].loop.is_leading()
+    for name in ("n1", "n2"):
+        create(fleet.workload, *node(name))
+        create(fleet.workload, resource_slice(name))
+    create(fleet.workload, *foreign_claim("n1", range(2)))
+    fleet.run_until(
+        lambda: histogram(fleet.pool_observation()) == {2: 1, 4: 1},
+        "agent-a",
+        "agent-b",
+        what="agent a publishes the histogram {2 free: 1 node, 4 free: 1 node}",
+    )
+
+
+def test_agent_reports_controller_places_agent_materializes(fleet: Fleet) -> None:
+    start_reporting(fleet)
+    observation = fleet.pool_observation()
+    assert observation is not None
+    assert observation["status"]["agent"] == {"identity": "agent-a", "leaseEpoch": 0}
+    assert observation["status"]["observedNodes"] == 2
+
+    create(fleet.hub, model_deployment(replicas=1))
+    fleet.run_until(
+        lambda: len(fleet.replicas()) == 1, "controller", what="the controller places a replica"
+    )
+    replica = fleet.replicas()[0]
+    assert replica["metadata"]["labels"]["gpufleet.io/cluster"] == CLUSTER
+    cluster = fleet.hub.get(INFERENCE_CLUSTER, CLUSTER)
+    assert cluster is not None
+    pool = cluster["status"]["gpuPools"][0]
+    assert pool["observation"]["freeDevices"] == observation["status"]["freeDevices"]
+
+    # The agent sees the replica through its label-scoped watch of the hub and materializes it.
+    name = replica["metadata"]["name"]
+
+    def materialized() -> bool:
+        selector = {"gpufleet.io/replica": name}
+        return bool(fleet.workload.list(DEPLOYMENT, "ml", selector)) and bool(
+            fleet.workload.list(RESOURCE_CLAIM_TEMPLATE, "ml", selector)
+        )
+
+    fleet.run_until(materialized, "agent-a", "agent-b", what="the agent materializes the replica")
+    assert fleet.agents["agent-a"].loop.last_trigger is Trigger.CHANGE
+    # The standby never wrote anything: it has no term, hence no Agent.
+    assert fleet.agents["agent-b"].agent is None
+
+    controller_metrics = render(fleet.controller.registry).decode()
+    assert 'gpufleet_placements_total{cluster="a"} 1.0' in controller_metrics
+    assert 'gpufleet_leader{component="controller"} 1.0' in controller_metrics
+    assert 'gpufleet_observation_age_seconds{cluster="a",pool="l4"}' in controller_metrics
+    assert "gpufleet_decision_duration_seconds_count" in controller_metrics
+    agent_metrics = render(fleet.agents["agent-a"].registry).decode()
+    assert 'gpufleet_agent_reports_total{result="pushed"}' in agent_metrics
+    assert 'gpufleet_leader{component="agent"} 1.0' in agent_metrics
+    assert 'gpufleet_lease_epoch{component="agent"} 0.0' in agent_metrics
+    standby_metrics = render(fleet.agents["agent-b"].registry).decode()
+    assert 'gpufleet_leader{component="agent"} 0.0' in standby_metrics
+
+
+def test_the_agent_pushes_a_change_within_seconds_and_a_heartbeat_when_idle(
+    fleet: Fleet,
+) -> None:
+    start_reporting(fleet)
+    a = fleet.daemons["agent-a"]
+    # Settle: the push that showed the histogram may leave one requested step behind.
+    for _ in range(12):
+        a.tick()
+    pushed_at = a.clock()
+    create(fleet.workload, *foreign_claim_on("n2", "late", range(1)))
+    fleet.run_until(
+        lambda: histogram(fleet.pool_observation()) == {2: 1, 3: 1},
+        "agent-a",
+        what="agent a pushes the new claim",
+    )
+    # Within the debounce and the minimum push interval of the agent's own time.
+    latency_s = (a.clock() - pushed_at).total_seconds()
+    assert latency_s <= LOOP.debounce_s + 0.5
+    assert fleet.agents["agent-a"].loop.last_trigger is Trigger.CHANGE
+
+    # A change right after a push waits for the minimum push interval, then goes out.
+    pushed_at = a.clock()
+    create(fleet.workload, *foreign_claim_on("n2", "later", range(1, 2)))
+    fleet.run_until(
+        lambda: histogram(fleet.pool_observation()) == {2: 2},
+        "agent-a",
+        what="agent a pushes the second claim",
+    )
+    latency_s = (a.clock() - pushed_at).total_seconds()
+    # (The loop asks again a minimum push interval after the step that could not push.)
+    bound_s = LOOP.debounce_s + AGENT.min_push_interval_s + 0.25  # + one tick
+    assert AGENT.min_push_interval_s <= latency_s <= bound_s
+    assert last_trigger(fleet.agents["agent-a"].loop) is Trigger.REQUESTED
+
+    observation = fleet.pool_observation()
+    assert observation is not None
+    observed_at = observation["status"]["observedAt"]
+    a.tick(AGENT.heartbeat_interval_s)
+    assert last_trigger(fleet.agents["agent-a"].loop) is Trigger.RESYNC
+    heartbeat = fleet.pool_observation()
+    assert heartbeat is not None and heartbeat["status"]["observedAt"] != observed_at
+    assert histogram(heartbeat) == {2: 2}
+
+
+def test_standby_takes_over_when_the_lease_lapses_and_an_old_epoch_is_rejected(
+    fleet: Fleet,
+) -> None:
+    start_reporting(fleet)
+    fleet.run_until(
+        lambda: fleet.controller.loop.steps > 0, "controller", what="the controller steps"
+    )
+    old_agent = fleet.agents["agent-a"].agent
+    assert old_agent is not None and old_agent.lease_epoch == 0
+
+    # Agent a dies without releasing its Lease. b takes over once the record it last saw has not
+    # changed for the lease duration on b's own clock, and no sooner.
+    b = fleet.daemons["agent-b"]
+    b.tick(AGENT_LEASE.retry_period_s)
+    b.tick(AGENT_LEASE.lease_duration_s - 3)
+    assert not fleet.agents["agent-b"].loop.is_leading()
+    fleet.run_until(
+        lambda: epoch_of(fleet.pool_observation()) == 1,
+        "agent-b",
+        what="agent b leads with epoch 1 and reports under it",
+    )
+    lease = fleet.workload.get(LEASE, AGENT_LEASE.lease_name, LEASE_NS)
+    assert lease is not None
+    assert (lease["spec"]["holderIdentity"], lease["spec"]["leaseTransitions"]) == ("agent-b", 1)
+
+    def accepted_epoch() -> int | None:
+        cluster = fleet.hub.get(INFERENCE_CLUSTER, CLUSTER) or {}
+        return ((cluster.get("status") or {}).get("agent") or {}).get("leaseEpoch")
+
+    fleet.run_until(
+        lambda: accepted_epoch() == 1, "controller", what="the controller accepts epoch 1"
+    )
+
+    # The old leader, partitioned from its own Lease but not from the hub, reports once more.
+    fleet.daemons["agent-a"].clock.advance(AGENT.heartbeat_interval_s)
+    outcome = old_agent.step(fleet.daemons["agent-a"].clock())
+    assert outcome.is_pushed and epoch_of(fleet.pool_observation()) == 0
+
+    def stale_events() -> list[Obj]:
+        return [e for e in fleet.hub.list(EVENT) if e.get("reason") == "StaleAgentReport"]
+
+    fleet.run_until(
+        lambda: bool(stale_events()), "controller", what="a StaleAgentReport event is written"
+    )
+    result = fleet.controller.last_result
+    assert result is not None and result.rejected_reports
+    assert "lease epoch 0 ignored" in result.rejected_reports[0]
+    event = stale_events()[0]
+    assert event["involvedObject"]["name"] == CLUSTER and event["type"] == "Warning"
+    assert accepted_epoch() == 1  # the cluster still trusts epoch 1 only
+    metrics = render(fleet.controller.registry).decode()
+    assert "gpufleet_rejected_reports_total 1.0" in metrics
+
+
+def test_the_controller_loop_still_reacts_after_its_watches_are_killed(fleet: Fleet) -> None:
+    start_reporting(fleet)
+    create(fleet.hub, model_deployment(replicas=1))
+    fleet.run_until(lambda: len(fleet.replicas()) == 1, "controller", what="first placement")
+    # Let the loop settle: the steps its own writes triggered have run.
+    for _ in range(8):
+        fleet.daemons["controller"].tick(1.0)
+        time.sleep(0.02)
+    steps = fleet.controller.loop.steps
+
+    fleet.hub_api.api.kill_watches()
+    deployment = fleet.hub.get(MODEL_DEPLOYMENT, "llama", "ml")
+    assert deployment is not None
+    deployment["spec"]["replicas"] = 2
+    fleet.hub.update(deployment)
+    fleet.run_until(
+        lambda: len(fleet.replicas()) == 2,
+        "controller",
+        what="the controller places the second replica after its watch broke",
+    )
+    assert fleet.controller.loop.steps > steps
+    assert fleet.controller.loop.last_trigger is Trigger.CHANGE  # not a resync: it is an hour
