@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from gpufleet.agent.runner import Agent, AgentConfig, merge_patch
-from gpufleet.store import Change, Kind, MemoryStore, Obj, StoreError, kind_of
+from gpufleet.store import Change, Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -379,6 +379,29 @@ def test_workloads_not_owned_by_the_agent_are_left_alone() -> None:
     )
     w.agent().step(w.at(0))
     assert w.local.get(DEPLOYMENT, "someone-else", "ml") is not None
+
+
+class NoLeaderWorkerSets(MemoryStore):
+    """A cluster without the LeaderWorkerSet CRD: the API server answers 404 for the kind."""
+
+    def list(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> builtins.list[Obj]:
+        if kind == LEADER_WORKER_SET:
+            raise NotFound("the server could not find the requested resource")
+        return super().list(kind, namespace, label_selector)
+
+
+def test_a_cluster_without_leaderworkersets_still_gets_its_deployments() -> None:
+    w = World()
+    w.local = NoLeaderWorkerSets(clock=w.clock, uid_seed="local")
+    w.hub.create(model_replica("r1"))
+    out = w.agent().step(w.at(0))
+    assert out.errors == []
+    assert [o["metadata"]["name"] for o in w.local.list(DEPLOYMENT, "ml")] == ["r1-main"]
 
 
 class RacingStore(MemoryStore):

@@ -288,10 +288,13 @@ class Agent:
         for ns in namespaces:
             self._ensure_namespace(ns, outcome)
         for kind in OWNED_KINDS:
-            existing = {
-                (o["metadata"]["namespace"], o["metadata"]["name"]): o
-                for o in self.local.list(kind, None, OWNED_SELECTOR)
-            }
+            try:
+                listed = self.local.list(kind, None, OWNED_SELECTOR)
+            except NotFound:
+                # The kind is not served (LeaderWorkerSet without its CRD): nothing of it exists;
+                # a replica that needs it fails on create and says so, the others go on.
+                listed = []
+            existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed}
             for (k, ns, name), want in sorted(desired.items(), key=lambda i: i[0][1:]):
                 if k != kind:
                     continue
