@@ -17,8 +17,8 @@ test: install
 	$(BIN)/pytest
 
 lint: install
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check --no-cache src tests
+	$(BIN)/ruff format --no-cache --check src tests
 
 typecheck: install
 	$(BIN)/mypy
