@@ -296,7 +296,10 @@ def test_replica_observation_deleted_with_its_replica() -> None:
     w.hub.create(model_replica("elsewhere", cluster="b"))
     agent = w.agent(AgentConfig(min_push_interval_s=0))
     agent.step(w.at(0))
-    assert [o["metadata"]["name"] for o in w.hub.list(REPLICA_OBSERVATION, NS)] == ["ml.r1", "ml.r2"]
+    assert [o["metadata"]["name"] for o in w.hub.list(REPLICA_OBSERVATION, NS)] == [
+        "ml.r1",
+        "ml.r2",
+    ]
     w.hub.delete(MODEL_REPLICA, "r1", "ml")
     agent.step(w.at(1))
     assert [o["metadata"]["name"] for o in w.hub.list(REPLICA_OBSERVATION, NS)] == ["ml.r2"]
