@@ -219,14 +219,18 @@ class DaemonLoop:
                 extra=self._extra(epoch=term.epoch),
             )
             self._term = None
-        if is_leading and self._term is None:
-            log.info(
-                "%s: started leading (epoch %s)", self.component, epoch, extra=self._extra(epoch)
-            )
+        has_started = is_leading and self._term is None
+        if has_started:
             self._term = _Term(epoch, self.start(epoch))
             self._dirty_since = None
         if self.metrics is not None:
             self.metrics.set_leader(self._term is not None, epoch)
+        if has_started:
+            # Logged once the term and the gauge exist: whoever reads this line and then asks
+            # /readyz or /metrics sees "leading".
+            log.info(
+                "%s: started leading (epoch %s)", self.component, epoch, extra=self._extra(epoch)
+            )
 
     # --- steps ----------------------------------------------------------------------------
 
