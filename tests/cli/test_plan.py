@@ -221,7 +221,7 @@ def test_a_missing_path_is_one_error(tmp_path: Path) -> None:
     assert (result.exit_code, result.stdout) == (1, "")
     assert result.stderr.splitlines() == [
         f"✗ {tmp_path}/nowhere: no such file or directory",
-        "1 invalid (1 errors): nothing scheduled",
+        "1 invalid (1 error): nothing scheduled",
     ]
 
 

@@ -65,7 +65,7 @@ def test_bad_files_are_one_line_errors(tmp_path: Path, text: str, expected: str)
     path = tmp_path / "bad.yaml"
     path.write_text(text, encoding="utf-8")
     code, lines = run(path)
-    assert (code, lines) == (1, [f"✗ {path}{expected}", "0 valid, 1 invalid (1 errors)"])
+    assert (code, lines) == (1, [f"✗ {path}{expected}", "0 valid, 1 invalid (1 error)"])
 
 
 def test_wrong_types_and_unknown_fields_are_listed_together(tmp_path: Path) -> None:
@@ -90,5 +90,5 @@ def test_unreadable_path_is_one_line(tmp_path: Path) -> None:
     code, lines = run(tmp_path / "missing.yaml")
     assert (code, lines) == (
         1,
-        [f"✗ {tmp_path}/missing.yaml: no such file or directory", "0 valid, 1 invalid (1 errors)"],
+        [f"✗ {tmp_path}/missing.yaml: no such file or directory", "0 valid, 1 invalid (1 error)"],
     )

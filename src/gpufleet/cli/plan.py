@@ -32,7 +32,7 @@ from gpufleet.cli.render import (
     print_deployment,
     rfc3339,
 )
-from gpufleet.cli.validate import error_lines
+from gpufleet.cli.validate import count_of, error_lines
 from gpufleet.core.decision import Decision
 from gpufleet.core.model import Snapshot
 from gpufleet.core.schedule import SnapshotError, schedule
@@ -104,7 +104,7 @@ def load_and_schedule(paths: list[Path], now: str | None, *, recursive: bool) ->
             for line in error_lines(failure):
                 errors.print(line)
         count = sum(len(f.errors) for f in failures)
-        errors.print(f"{len(failures)} invalid ({count} errors): nothing scheduled")
+        errors.print(f"{len(failures)} invalid ({count_of(count, 'error')}): nothing scheduled")
         raise typer.Exit(code=1)
     snapshot = snapshot_from_manifests(r for r in results if isinstance(r, Manifest))
     try:

@@ -25,6 +25,11 @@ def _ok_line(manifest: Manifest) -> Text:
     return line
 
 
+def count_of(n: int, noun: str) -> str:
+    """`1 error`, `2 errors`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def error_lines(failure: ValidationFailed) -> list[Text]:
     """One line per error; the source follows the first line, continuation lines indent."""
     where = f"  ({failure.source})" if failure.kind and failure.source else ""
@@ -64,6 +69,6 @@ def command(
                 console.print(line)
     summary = f"{valid} valid, {invalid} invalid"
     if invalid:
-        console.print(f"{summary} ({errors} errors)")
+        console.print(f"{summary} ({count_of(errors, 'error')})")
         raise typer.Exit(code=1)
     console.print(summary)
