@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.agent.runner import Agent, AgentConfig, merge_patch
+from gpufleet.agent.runner import Agent, AgentConfig
 from gpufleet.store import Change, Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
 from gpufleet.store.port import (
     DEPLOYMENT,
@@ -506,26 +506,3 @@ def test_unreachable_hub_changes_nothing_and_push_is_retried() -> None:
 
 
 # --- merge patches ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PatchCase:
-    id: str
-    old: dict[str, Any]
-    new: dict[str, Any]
-    want: dict[str, Any]
-
-
-PATCH_CASES = [
-    PatchCase("equal", {"a": 1, "m": {"x": 1}}, {"a": 1, "m": {"x": 1}}, {}),
-    PatchCase("removed-key", {"a": 1, "b": 2}, {"a": 1}, {"b": None}),
-    PatchCase("nested-removed", {"m": {"x": 1, "y": 2}}, {"m": {"x": 1}}, {"m": {"y": None}}),
-    PatchCase("emptied-map", {"m": {"x": 1}}, {"m": {}}, {"m": {"x": None}}),
-    PatchCase("new-empty-map", {}, {"m": {}}, {"m": {}}),
-    PatchCase("list-replaced", {"l": [1, 2]}, {"l": [1]}, {"l": [1]}),
-]
-
-
-@pytest.mark.parametrize("case", PATCH_CASES, ids=lambda c: c.id)
-def test_merge_patch(case: PatchCase) -> None:
-    assert merge_patch(case.old, case.new) == case.want

@@ -48,6 +48,7 @@ from gpufleet.agent.observe import (
 )
 from gpufleet.api import labels
 from gpufleet.core.model import PoolName
+from gpufleet.store.merge import merge_patch
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -366,23 +367,6 @@ class Agent:
                     raise
                 log.debug("conflict; re-reading (attempt %d)", attempt + 1)
         raise AssertionError("unreachable")
-
-
-def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
-    """The JSON merge patch (RFC 7386) that turns `old` into `new`: removed keys become None."""
-    patch: Obj = {}
-    for key in old:
-        if key not in new:
-            patch[key] = None
-    for key, value in new.items():
-        before = old.get(key)
-        if isinstance(value, Mapping) and isinstance(before, Mapping):
-            sub = merge_patch(before, value)
-            if sub:
-                patch[key] = sub
-        elif before != value or key not in old:
-            patch[key] = value
-    return patch
 
 
 def _content(report: Report) -> dict[tuple[str, str], Obj]:

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from gpufleet.store import format_time
+from gpufleet.store.merge import merge_patch
 
 Obj = dict[str, Any]
 
@@ -52,26 +53,6 @@ def set_condition(
     if not found:
         out.append({**new, "lastTransitionTime": format_time(now)})
     return out
-
-
-def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
-    """The JSON merge patch (RFC 7386) turning `old` into `new`: removed keys map to None.
-
-    Lists are replaced whole, as a merge patch does.
-    """
-    patch: Obj = {}
-    for key in old:
-        if key not in new:
-            patch[key] = None
-    for key, value in new.items():
-        before = old.get(key)
-        if isinstance(value, Mapping) and isinstance(before, Mapping):
-            sub = merge_patch(before, value)
-            if sub:
-                patch[key] = sub
-        elif key not in old or before != value:
-            patch[key] = copy.deepcopy(value)
-    return patch
 
 
 def owned_patch(

@@ -2,6 +2,7 @@
 
 from gpufleet.store.labels import SelectorError, matches, parse_selector
 from gpufleet.store.memory import MemoryStore, format_time
+from gpufleet.store.merge import apply_merge_patch, merge_patch
 from gpufleet.store.port import (
     AlreadyExists,
     Change,
@@ -31,8 +32,10 @@ __all__ = [
     "SelectorError",
     "Store",
     "StoreError",
+    "apply_merge_patch",
     "format_time",
     "kind_of",
     "matches",
+    "merge_patch",
     "parse_selector",
 ]

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.store.labels import matches, parse_selector
+from gpufleet.store.merge import apply_merge_patch
 from gpufleet.store.port import (
     AlreadyExists,
     Change,
@@ -33,18 +34,6 @@ _Key = tuple[Kind, str, str]
 def format_time(at: datetime) -> str:
     """RFC 3339 in UTC with a `Z`, as the API server writes timestamps."""
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _merge(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """JSON merge patch (RFC 7386): None deletes a key, mappings merge, the rest replaces."""
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
-            _merge(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
-    return target
 
 
 class MemoryStore:
@@ -160,7 +149,7 @@ class MemoryStore:
         current = self._require(key)
         self._check_version(key, current, resource_version)
         stored = copy.deepcopy(current)
-        _merge(stored.setdefault("status", {}), status)
+        apply_merge_patch(stored.setdefault("status", {}), status)
         return self._commit(key, kind, stored)
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:

@@ -1,0 +1,44 @@
+"""JSON merge patches (RFC 7386): computing one from two objects, and applying one.
+
+Both the agent and the controller write status by merge patch, and `MemoryStore` applies them
+as the API server does, so the two directions live here together.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from gpufleet.store.port import Obj
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
+    """The merge patch turning `old` into `new`: removed keys map to None, lists are replaced
+    whole, and an empty patch means nothing changed."""
+    patch: Obj = {}
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            sub = merge_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif key not in old or before != value:
+            patch[key] = copy.deepcopy(value)
+    return patch
+
+
+def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply `patch` to `target` in place: None deletes a key, mappings merge, the rest
+    replaces. Returns `target`."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
+            apply_merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+    return target
