@@ -43,7 +43,7 @@ from gpufleet.core.model import (
 class ClusterLedger:
     """One cluster's pools (published order, first of each name) with its freshness."""
 
-    __slots__ = ("by_name", "cluster", "freshness", "policy", "pools")
+    __slots__ = ("by_name", "cluster", "freshness", "policy", "pools", "shape")
 
     def __init__(
         self,
@@ -57,6 +57,9 @@ class ClusterLedger:
         self.by_name: dict[PoolName, PoolLedger] = {p.pool.name: p for p in pools}
         self.freshness = freshness
         self.policy = policy
+        #: What matching sees of the cluster: its pools' classes and accounting modes, in
+        #: order. Clusters of one shape match a deployment alike.
+        self.shape = tuple((p.class_id, p.is_free_gpu) for p in pools)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +164,23 @@ def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> 
 
 
 def _mismatch(
+    engine: Engine,
+    pool: PoolLedger,
+    shape: _EngineOnClass,
+    claimable: tuple[bool, ...],
+    matcher: Matcher,
+) -> Reason | None:
+    """Why the engine cannot use the pool at all; the same for every pool of that name and
+    class, so explaining a thousand clusters builds each reason once."""
+    memo_key = ("mismatch", id(engine), pool.pool.name, pool.class_id, claimable)
+    if memo_key in matcher.memo:
+        return matcher.memo[memo_key]  # type: ignore[return-value]
+    found = _first_mismatch(engine, pool, shape, claimable)
+    matcher.memo[memo_key] = found
+    return found
+
+
+def _first_mismatch(
     engine: Engine, pool: PoolLedger, shape: _EngineOnClass, claimable: tuple[bool, ...]
 ) -> Reason | None:
     for member, match, is_claimable in zip(engine.members, shape.matches, claimable, strict=True):
@@ -171,6 +191,37 @@ def _mismatch(
         if is_claimable and not match.is_claiming:
             return diagnosis.member_stranded(pool.pool.name, member.role.value)
     return None
+
+
+def can_ever_host(ledger: ClusterLedger, deployment: Deployment, matcher: Matcher) -> bool:
+    """Whether every engine has a pool it could use if the pool were empty (capacity aside).
+
+    Matching does not change within a round, so a cluster that fails this never needs another
+    fill attempt for the deployment (it is still diagnosed in full).
+    """
+    memo_key = ("host", id(deployment), ledger.shape)
+    found = matcher.memo.get(memo_key)
+    if found is None:
+        found = _can_host(ledger, deployment, matcher)
+        matcher.memo[memo_key] = found
+    return bool(found)
+
+
+def _can_host(ledger: ClusterLedger, deployment: Deployment, matcher: Matcher) -> bool:
+    for engine in deployment.engines:
+        shapes = [_on_class(engine, pool, matcher) for pool in ledger.pools]
+        claimable = tuple(
+            any(shape.claiming[i] for shape in shapes) for i in range(len(engine.members))
+        )
+        if not any(claimable):
+            return False
+        if not any(
+            shape.is_match
+            and all(has or not wants for has, wants in zip(shape.claiming, claimable, strict=True))
+            for shape in shapes
+        ):
+            return False
+    return True
 
 
 def place_replica(
@@ -210,7 +261,7 @@ def place_replica(
             )
             if not is_usable:
                 if explain:
-                    mismatch = _mismatch(engine, pool, shape, claimable)
+                    mismatch = _mismatch(engine, pool, shape, claimable, matcher)
                     verdicts.append(
                         PoolVerdict(
                             pool.pool.name,

@@ -30,6 +30,8 @@ the first failure may leave capacity another order would use (may refuse, never 
 
 from __future__ import annotations
 
+import bisect
+
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -70,7 +72,7 @@ from gpufleet.core.model import (
     ReplicaMember,
     Snapshot,
 )
-from gpufleet.core.placement import ClusterLedger, commit, place_replica
+from gpufleet.core.placement import ClusterLedger, can_ever_host, commit, place_replica
 
 CONDITION_TYPE = "ReplicasScheduled"
 #: The reason of a True condition (Modelplane HEAD: partial shortfall is still True).
@@ -116,7 +118,10 @@ class _Work:
     created: list[Placement] = field(default_factory=list)
     counts: Counter[ClusterName] = field(default_factory=Counter)
     indices: dict[ClusterName, set[int]] = field(default_factory=dict)
-    candidates: list[ClusterLedger] = field(default_factory=list)
+    candidates: dict[ClusterName, ClusterLedger] = field(default_factory=dict)
+    #: Candidates in fill order: (this deployment's replicas there, cluster name), kept sorted
+    #: as replicas are added so a placement costs O(clusters) at worst, not a sort.
+    order: list[tuple[int, ClusterName]] = field(default_factory=list)
     is_stopped: bool = False
     diagnosis: Diagnosis | None = None
 
@@ -360,10 +365,8 @@ def _diagnose(
 
 def _fill_one(work: _Work, matcher: Matcher) -> bool:
     deployment = work.deployment
-    for ledger in sorted(
-        work.candidates, key=lambda c: (work.counts[c.cluster.name], c.cluster.name)
-    ):
-        cluster = ledger.cluster.name
+    for position, (count, cluster) in enumerate(work.order):
+        ledger = work.candidates[cluster]
         used = work.indices.setdefault(cluster, set())
         index = next(i for i in range(len(used) + 1) if i not in used)
         name = replica_name(deployment.key.name, cluster, index)
@@ -373,6 +376,8 @@ def _fill_one(work: _Work, matcher: Matcher) -> bool:
         commit(ledger, fitted)
         used.add(index)
         work.counts[cluster] += 1
+        del work.order[position]
+        bisect.insort(work.order, (count + 1, cluster))
         work.created.append(
             Placement(
                 name=name,
@@ -434,14 +439,28 @@ def plan(snapshot: Snapshot, now: datetime, *, record: bool = False) -> Plan:
             _charge(replica, engines, is_unchanged, ledger)
 
     config = snapshot.config
+    # Which clusters may take a deployment depends only on its selector and tolerations (the
+    # gates) and on which pool shapes it can match: deployments that share them share the scan.
+    by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
+    eligible: dict[object, tuple[ClusterName, ...]] = {}
     for work in works:
         d = work.deployment
-        work.candidates = [
-            ledger
-            for ledger in ledgers.values()
-            if is_selected(ledger.cluster, d.cluster_selector)
-            and not _gates(ledger, d, config.expire_after_s)
-        ]
+        gate_key = (tuple(sorted(d.cluster_selector.items())), d.tolerations)
+        hostable = frozenset(
+            shape for shape, sample in by_shape.items() if can_ever_host(sample, d, matcher)
+        )
+        names = eligible.get((gate_key, hostable))
+        if names is None:
+            names = tuple(
+                name
+                for name, ledger in ledgers.items()
+                if ledger.shape in hostable
+                and is_selected(ledger.cluster, d.cluster_selector)
+                and not _gates(ledger, d, config.expire_after_s)
+            )
+            eligible[(gate_key, hostable)] = names
+        work.candidates = {name: ledgers[name] for name in names}
+        work.order = sorted((work.counts[name], name) for name in names)
     active = [w for w in works if w.deployment.fill and w.pending > 0]
     while active:
         for work in active:
