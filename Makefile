@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -30,5 +30,8 @@ check: lint typecheck layers
 
 ci: check test
 
+bench: install
+	$(BIN)/gpufleet bench --write docs/performance.md
+
 demo: install
-	$(BIN)/gpufleet validate examples/fleet
+	$(BIN)/gpufleet simulate

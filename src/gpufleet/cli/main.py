@@ -6,7 +6,7 @@ parameters, docstring as help) and register it below with one line.
 
 import typer
 
-from gpufleet.cli import agent, controller, crds, explain, install, plan, validate
+from gpufleet.cli import agent, controller, crds, explain, install, plan, simulate, validate
 
 app = typer.Typer(
     name="gpufleet",
@@ -25,6 +25,7 @@ def _root() -> None:
 app.command(name="validate")(validate.command)
 app.command(name="plan")(plan.command)
 app.command(name="explain")(explain.command)
+app.command(name="simulate")(simulate.command)
 app.command(name="crds")(crds.command)
 app.add_typer(install.app, name="install")
 app.command(name="controller")(controller.command)

@@ -31,7 +31,6 @@ the first failure may leave capacity another order would use (may refuse, never 
 from __future__ import annotations
 
 import bisect
-
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field

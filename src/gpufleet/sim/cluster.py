@@ -59,6 +59,7 @@ from gpufleet.core.model import NodeChoice
 from gpufleet.sim import dra
 from gpufleet.sim.engine import EventLoop
 from gpufleet.store import MemoryStore, format_time
+from gpufleet.store.labels import matches, parse_selector
 from gpufleet.store.port import (
     DEPLOYMENT,
     EVENT,
@@ -167,6 +168,8 @@ class ClusterBehaviour:
     #: The agent: how often it observes, and how long its report takes to reach the hub.
     report_interval_s: float = 5.0
     report_delay_s: float = 0.0
+    #: The agent's heartbeat for this cluster; None: the fleet's `AgentConfig` default.
+    heartbeat_interval_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,9 +178,41 @@ class ClusterSpec:
     pools: tuple[PoolSpec, ...]
     behaviour: ClusterBehaviour = field(default_factory=ClusterBehaviour)
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Cluster-level taints (the InferenceCluster's `spec.taints`: `key`, `value`, `effect`).
+    taints: tuple[Mapping[str, str], ...] = ()
 
 
 # --- the cluster ------------------------------------------------------------------------
+
+
+class SimStore(MemoryStore):
+    """A `MemoryStore` with read paths that do not copy, for the emulated components only.
+
+    `peek`/`peek_one` hand out the stored objects themselves. They are safe to read because the
+    store never changes a stored object in place (every write stores a new object), and the
+    components never mutate what they peek: they write through the Store methods, which copy.
+    The agent reads through the `Store` port, which copies as an API client's decode does.
+    """
+
+    def peek(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> list[Obj]:
+        selector = parse_selector(label_selector) if label_selector else None
+        found = [
+            obj
+            for (k, ns, _), obj in self._objects.items()
+            if k == kind
+            and (namespace is None or ns == namespace)
+            and (selector is None or matches(selector, obj["metadata"].get("labels")))
+        ]
+        found.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        return found
+
+    def peek_one(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
+        return self._objects.get((kind, namespace or "", name))
 
 
 class WorkloadCluster:
@@ -187,7 +222,7 @@ class WorkloadCluster:
         self.spec = spec
         self.behaviour = spec.behaviour
         self.loop = loop
-        self.store = MemoryStore(clock=loop.clock, uid_seed=f"cluster/{spec.name}")
+        self.store = SimStore(clock=loop.clock, uid_seed=f"cluster/{spec.name}")
         self.pools = {p.name: p for p in spec.pools}
         self.class_drivers = {
             d.device_class_name: d.driver for p in spec.pools for d in p.devices if d.claim == "DRA"
@@ -203,6 +238,13 @@ class WorkloadCluster:
         self._foreign_seq = 0
         self._event_seq = 0
         self._last_scan: datetime | None = None
+        # Quiet ticks: the store revision after the last tick that ran, and the earliest time
+        # a timer (pod start, grace, slice publish, eviction, autoscaler scan) needs a tick.
+        self._settled_revision = -1
+        self._due: datetime | None = None
+        self._has_unschedulable = False
+        #: Ticks skipped because nothing changed and no timer was due (for benchmarks).
+        self.ticks_skipped = 0
         for pool in spec.pools:
             for _ in range(pool.node_count):
                 name = self.add_node(pool.name)
@@ -216,7 +258,28 @@ class WorkloadCluster:
         self.loop.every(self.behaviour.tick_s, self.tick, f"{self.name}/tick")
 
     def tick(self) -> None:
-        """Run every in-cluster component once, in a fixed order."""
+        """Run every in-cluster component once, in a fixed order.
+
+        A tick is skipped when the last tick that ran wrote nothing, the store has not changed
+        since, and no timer is due: every component is a function of the store and its timers,
+        so running it would change nothing (the same result, only faster).
+        """
+        now = self.loop.now
+        if self.store.revision == self._settled_revision and (self._due is None or now < self._due):
+            self.ticks_skipped += 1
+            return
+        self._due = None
+        before = self.store.revision
+        self._run_components()
+        # Settled only when the tick wrote nothing: a later component's write may concern an
+        # earlier one (the kubelet removes a pod; the claim controller must release its claim).
+        self._settled_revision = before if self.store.revision == before else -1
+
+    def _wake_at(self, when: datetime) -> None:
+        if self._due is None or when < self._due:
+            self._due = when
+
+    def _run_components(self) -> None:
         self._garbage_collect()
         self._deployment_controller()
         self._lws_controller()
@@ -231,6 +294,11 @@ class WorkloadCluster:
         ):
             self._last_scan = self.loop.now
             self._autoscaler()
+        if self.behaviour.is_autoscaling and (
+            self._has_unschedulable or self._idle_since or any(self._provisioning.values())
+        ):
+            assert self._last_scan is not None
+            self._wake_at(self._last_scan + timedelta(seconds=self.behaviour.autoscaler_scan_s))
 
     # --- scenario operations --------------------------------------------------------------
 
@@ -259,7 +327,7 @@ class WorkloadCluster:
 
     def remove_node(self, name: str) -> None:
         """Delete a node and its slices; its pods are removed and recreated elsewhere."""
-        for s in self.store.list(RESOURCE_SLICE):
+        for s in self.store.peek(RESOURCE_SLICE):
             if s["spec"].get("nodeName") == name:
                 self.store.delete(RESOURCE_SLICE, s["metadata"]["name"])
         for pod in self._pods_on(name):
@@ -322,9 +390,9 @@ class WorkloadCluster:
         self._foreign_seq += 1
         name = f"foreign-{self._foreign_seq}"
         request = dra.Request("device", device.driver, count, ())
-        devices = dra.published_devices(self.store.list(RESOURCE_SLICE)).get(node, [])
+        devices = dra.published_devices(self.store.peek(RESOURCE_SLICE)).get(node, [])
         results = dra.allocate(
-            [request], devices, dra.taken_devices(self.store.list(RESOURCE_CLAIM))
+            [request], devices, dra.taken_devices(self.store.peek(RESOURCE_CLAIM))
         )
         if results is None:
             raise ValueError(f"node {node} has fewer than {count} free {device.driver} devices")
@@ -363,15 +431,18 @@ class WorkloadCluster:
         sel = {labels.POOL: pool} if pool else None
         return self.store.list(NODE, None, sel)
 
+    def _peek_nodes(self, pool: str) -> list[Obj]:
+        return self.store.peek(NODE, None, {labels.POOL: pool})
+
     def free_devices(self) -> dict[str, int]:
         """Per node, devices published and not taken (what the scheduler sees as free)."""
-        published = dra.published_devices(self.store.list(RESOURCE_SLICE))
-        taken = dra.taken_devices(self.store.list(RESOURCE_CLAIM))
+        published = dra.published_devices(self.store.peek(RESOURCE_SLICE))
+        taken = dra.taken_devices(self.store.peek(RESOURCE_CLAIM))
         return {
             n["metadata"]["name"]: sum(
                 1 for d in published.get(n["metadata"]["name"], []) if d.key not in taken
             )
-            for n in self.store.list(NODE)
+            for n in self.store.peek(NODE)
         }
 
     # --- garbage collector ----------------------------------------------------------------
@@ -380,9 +451,9 @@ class WorkloadCluster:
         owners = {
             o["metadata"]["uid"]
             for kind in (DEPLOYMENT, LEADER_WORKER_SET)
-            for o in self.store.list(kind)
+            for o in self.store.peek(kind)
         }
-        for pod in self.store.list(POD):
+        for pod in self.store.peek(POD):
             refs = pod["metadata"].get("ownerReferences") or []
             if refs and not any(r["uid"] in owners for r in refs):
                 self._delete_pod(pod)
@@ -390,7 +461,7 @@ class WorkloadCluster:
     # --- Deployment controller ------------------------------------------------------------
 
     def _deployment_controller(self) -> None:
-        for dep in self.store.list(DEPLOYMENT):
+        for dep in self.store.peek(DEPLOYMENT):
             meta, spec = dep["metadata"], dep["spec"]
             replicas = int(spec.get("replicas", 1))
             template = spec["template"]
@@ -430,7 +501,7 @@ class WorkloadCluster:
     # --- LeaderWorkerSet controller -------------------------------------------------------
 
     def _lws_controller(self) -> None:
-        for lws in self.store.list(LEADER_WORKER_SET):
+        for lws in self.store.peek(LEADER_WORKER_SET):
             meta, spec = lws["metadata"], lws["spec"]
             replicas = int(spec.get("replicas", 1))
             lwt = spec["leaderWorkerTemplate"]
@@ -477,7 +548,7 @@ class WorkloadCluster:
     # --- resourceclaim controller ---------------------------------------------------------
 
     def _claim_controller(self) -> None:
-        pods = self.store.list(POD)
+        pods = self.store.peek(POD)
         live_uids = {p["metadata"]["uid"] for p in pods}
         for pod in pods:
             meta = pod["metadata"]
@@ -488,11 +559,13 @@ class WorkloadCluster:
                 template_name = ref.get("resourceClaimTemplateName")
                 if not template_name or ref["name"] in statuses:
                     continue
-                template = self.store.get(RESOURCE_CLAIM_TEMPLATE, template_name, meta["namespace"])
+                template = self.store.peek_one(
+                    RESOURCE_CLAIM_TEMPLATE, template_name, meta["namespace"]
+                )
                 if template is None:
                     continue  # as in Kubernetes: the pod waits for its template
                 claim_name = f"{meta['name']}-{ref['name']}"
-                existing = self.store.get(RESOURCE_CLAIM, claim_name, meta["namespace"])
+                existing = self.store.peek_one(RESOURCE_CLAIM, claim_name, meta["namespace"])
                 if existing is not None:
                     owners = existing["metadata"].get("ownerReferences") or []
                     if not any(r["uid"] == meta["uid"] for r in owners):
@@ -526,7 +599,7 @@ class WorkloadCluster:
                 pod = self.store.patch_status(
                     POD, meta["name"], meta["namespace"], {"resourceClaimStatuses": entries}
                 )
-        for claim in self.store.list(RESOURCE_CLAIM):
+        for claim in self.store.peek(RESOURCE_CLAIM):
             refs = [r for r in claim["metadata"].get("ownerReferences") or [] if r["kind"] == "Pod"]
             if refs and not any(r["uid"] in live_uids for r in refs):
                 self._delete(RESOURCE_CLAIM, claim)
@@ -534,16 +607,19 @@ class WorkloadCluster:
     # --- DRA driver -----------------------------------------------------------------------
 
     def _dra_driver(self) -> None:
-        published = {s["spec"].get("nodeName") for s in self.store.list(RESOURCE_SLICE)}
+        published = {s["spec"].get("nodeName") for s in self.store.peek(RESOURCE_SLICE)}
         delay = timedelta(seconds=self.behaviour.dra_publish_delay_s)
-        for node in self.store.list(NODE):
+        for node in self.store.peek(NODE):
             name = node["metadata"]["name"]
             created = self._node_created.get(name, self.loop.now)
-            if name not in published and _is_node_ready(node) and self.loop.now >= created + delay:
-                self._publish_slices(name)
+            if name not in published and _is_node_ready(node):
+                if self.loop.now >= created + delay:
+                    self._publish_slices(name)
+                else:
+                    self._wake_at(created + delay)
 
     def _publish_slices(self, node_name: str) -> None:
-        node = self.store.get(NODE, node_name)
+        node = self.store.peek_one(NODE, node_name)
         if node is None:
             return
         pool = self.pools.get(node["metadata"]["labels"].get(labels.POOL, ""))
@@ -584,6 +660,7 @@ class WorkloadCluster:
         delay = timedelta(seconds=self.behaviour.node_eviction_delay_s)
         for name, since in sorted(self._failed_at.items()):
             if self.loop.now < since + delay:
+                self._wake_at(since + delay)
                 continue
             for pod in self._pods_on(name):
                 if pod["status"].get("phase") not in ("Failed", "Succeeded"):
@@ -599,7 +676,7 @@ class WorkloadCluster:
     def _scheduler(self) -> None:
         pending = [
             p
-            for p in self.store.list(POD)
+            for p in self.store.peek(POD)
             if not p["spec"].get("nodeName")
             and _is_alive(p)
             and p["status"].get("phase", "Pending") == "Pending"
@@ -607,7 +684,7 @@ class WorkloadCluster:
         pending.sort(key=lambda p: (p["metadata"]["creationTimestamp"], _natural_pod_key(p)))
         if not pending:
             return
-        nodes = self.store.list(NODE)
+        nodes = self.store.peek(NODE)
         for pod in pending:
             self._schedule_one(pod, nodes)
 
@@ -615,18 +692,20 @@ class WorkloadCluster:
         meta, spec = pod["metadata"], pod["spec"]
         claims: list[Obj] = []
         for entry in pod["status"].get("resourceClaimStatuses") or []:
-            claim = self.store.get(RESOURCE_CLAIM, entry["resourceClaimName"], meta["namespace"])
+            claim = self.store.peek_one(
+                RESOURCE_CLAIM, entry["resourceClaimName"], meta["namespace"]
+            )
             if claim is not None:
                 claims.append(claim)
         if len(claims) < len(spec.get("resourceClaims") or []):
             return  # its claims are not made yet
-        published = dra.published_devices(self.store.list(RESOURCE_SLICE))
-        taken = dra.taken_devices(self.store.list(RESOURCE_CLAIM))
+        published = dra.published_devices(self.store.peek(RESOURCE_SLICE))
+        taken = dra.taken_devices(self.store.peek(RESOURCE_CLAIM))
         group = (meta.get("labels") or {}).get(LWS_GROUP_KEY)
         gang_nodes = (
             {
                 p["spec"].get("nodeName")
-                for p in self.store.list(POD, meta["namespace"], {LWS_GROUP_KEY: group})
+                for p in self.store.peek(POD, meta["namespace"], {LWS_GROUP_KEY: group})
                 if _is_alive(p)
             }
             if group
@@ -721,11 +800,11 @@ class WorkloadCluster:
 
     def _kubelet(self) -> None:
         now = self.loop.now
-        ready_nodes = {n["metadata"]["name"] for n in self.store.list(NODE) if _is_node_ready(n)}
+        ready_nodes = {n["metadata"]["name"] for n in self.store.peek(NODE) if _is_node_ready(n)}
         start = timedelta(seconds=self.behaviour.pod_start_delay_s)
         grace = timedelta(seconds=self.behaviour.termination_grace_s)
         seen: set[str] = set()
-        for pod in self.store.list(POD):
+        for pod in self.store.peek(POD):
             meta = pod["metadata"]
             uid = meta["uid"]
             seen.add(uid)
@@ -734,11 +813,15 @@ class WorkloadCluster:
                 since = self._terminating_at.setdefault(uid, now)
                 if not node or node not in ready_nodes or now >= since + grace:
                     self._finish(pod)
+                else:
+                    self._wake_at(since + grace)
                 continue
             if not node or node not in ready_nodes or pod["status"].get("phase") != "Pending":
                 continue
             bound = self._bound_at.setdefault(uid, now)
-            if now >= bound + start:
+            if now < bound + start:
+                self._wake_at(bound + start)
+            else:
                 conditions = [
                     c
                     for c in pod["status"].get("conditions") or []
@@ -780,7 +863,7 @@ class WorkloadCluster:
 
     def _scale_up(self) -> None:
         pending: dict[str, list[Obj]] = defaultdict(list)
-        for pod in self.store.list(POD):
+        for pod in self.store.peek(POD):
             if pod["spec"].get("nodeName") or not _is_alive(pod):
                 continue
             if not any(
@@ -791,7 +874,8 @@ class WorkloadCluster:
             pool = (pod["spec"].get("nodeSelector") or {}).get(labels.POOL)
             if pool in self.pools:
                 pending[pool].append(pod)
-        published = {s["spec"].get("nodeName") for s in self.store.list(RESOURCE_SLICE)}
+        self._has_unschedulable = bool(pending)
+        published = {s["spec"].get("nodeName") for s in self.store.peek(RESOURCE_SLICE)}
         for pool_name, pods in sorted(pending.items()):
             pool = self.pools[pool_name]
             template = self._template_devices(pool)
@@ -805,9 +889,9 @@ class WorkloadCluster:
                 demands.append((group, demand, pod))
             if not demands:
                 continue
-            existing = len(self.nodes(pool_name))
+            existing = len(self._peek_nodes(pool_name))
             upcoming = self._provisioning[pool_name] + sum(
-                1 for n in self.nodes(pool_name) if n["metadata"]["name"] not in published
+                1 for n in self._peek_nodes(pool_name) if n["metadata"]["name"] not in published
             )
             needed = _nodes_needed(demands, _full(pool), upcoming)
             ceiling = pool.max_node_count if pool.max_node_count is not None else existing
@@ -840,19 +924,19 @@ class WorkloadCluster:
     def _scale_down(self) -> None:
         now = self.loop.now
         taken_nodes: set[str] = set()
-        for claim in self.store.list(RESOURCE_CLAIM):
+        for claim in self.store.peek(RESOURCE_CLAIM):
             for term in _allocation_nodes(claim):
                 taken_nodes.add(term)
         busy = {
             p["spec"].get("nodeName")
-            for p in self.store.list(POD)
+            for p in self.store.peek(POD)
             if p["status"].get("phase") not in ("Failed", "Succeeded")
         }
         idle_for = timedelta(seconds=self.behaviour.scale_down_idle_s)
         for pool in self.spec.pools:
             if pool.max_node_count is None:
                 continue  # a fixed-size pool: no autoscaling node group behind it
-            nodes = self.nodes(pool.name)
+            nodes = self._peek_nodes(pool.name)
             count = len(nodes)
             for node in sorted(nodes, key=lambda n: dra.natural_key(n["metadata"]["name"])):
                 name = node["metadata"]["name"]
@@ -890,7 +974,7 @@ class WorkloadCluster:
         demand: dict[str, int] = defaultdict(int)
         taken: set[dra.DeviceKey] = set()
         for entry in pod["status"].get("resourceClaimStatuses") or []:
-            claim = self.store.get(
+            claim = self.store.peek_one(
                 RESOURCE_CLAIM, entry["resourceClaimName"], pod["metadata"]["namespace"]
             )
             if claim is None:
@@ -905,7 +989,7 @@ class WorkloadCluster:
 
     def _record_event(self, pod: Obj, reason: str, message: str) -> None:
         meta = pod["metadata"]
-        for e in self.store.list(EVENT, meta["namespace"]):
+        for e in self.store.peek(EVENT, meta["namespace"]):
             ref = e.get("involvedObject") or {}
             if ref.get("uid") == meta["uid"] and e.get("reason") == reason:
                 return
@@ -936,12 +1020,12 @@ class WorkloadCluster:
     def _owned_pods(self, owner_uid: str, namespace: str) -> list[Obj]:
         return [
             p
-            for p in self.store.list(POD, namespace)
+            for p in self.store.peek(POD, namespace)
             if any(r["uid"] == owner_uid for r in p["metadata"].get("ownerReferences") or [])
         ]
 
     def _pods_on(self, node: str) -> list[Obj]:
-        return [p for p in self.store.list(POD) if p["spec"].get("nodeName") == node]
+        return [p for p in self.store.peek(POD) if p["spec"].get("nodeName") == node]
 
     def _create_pod(self, owner: Obj, template: Obj, thash: str) -> Obj:
         name = f"{owner['metadata']['name']}-{thash}-{self._suffix()}"

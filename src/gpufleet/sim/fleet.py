@@ -21,6 +21,7 @@ that agent fail (`HubUnreachable`) until healed; the agent retries on its next s
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,10 +29,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from gpufleet.agent.runner import Agent, AgentConfig, Report
+from gpufleet.api import labels
 from gpufleet.sim.cluster import ClusterSpec, WorkloadCluster
 from gpufleet.sim.engine import EPOCH, EventLoop
 from gpufleet.store import MemoryStore
-from gpufleet.store.port import KNOWN_KINDS, Change, Kind, Obj, Store, StoreError
+from gpufleet.store.port import KNOWN_KINDS, MODEL_REPLICA, Change, Kind, Obj, Store, StoreError
 
 
 class HubController(Protocol):
@@ -117,6 +119,12 @@ class AgentSlot:
     lease_epoch: int = 0
     pushes: int = 0
     failed_pushes: int = 0
+    #: For quiet steps: the last report, the cluster store's revision after the step that made
+    #: it, and the hub change-feed cursor up to which ModelReplica changes were looked at.
+    last_report: Report | None = None
+    settled_revision: int = -1
+    replica_cursor: int = 0
+    quiet_steps: int = 0
 
 
 class Fleet:
@@ -175,17 +183,47 @@ class Fleet:
         agent = slot.agent
         if agent is None:
             return
+        if self._is_quiet(cluster, slot):
+            # Nothing the agent reads changed since its last step: observing would give the
+            # same report (the observation is a pure function of the objects and the agent's
+            # allocation clock) and materializing would change nothing. Only the heartbeat
+            # may be due; `push` decides, as it always does.
+            assert slot.last_report is not None
+            slot.quiet_steps += 1
+            report = dataclasses.replace(slot.last_report, observed_at=self.loop.now)
+            self._send(cluster, agent, report)
+            return
         replicas = agent.read_replicas()
         if replicas is None:
             slot.failed_pushes += 1
             return
+        local = self.clusters[cluster].store
+        before = local.revision
         report = agent.observe(self.loop.now, replicas)
+        self._send(cluster, agent, report)
+        agent.materialize(replicas)
+        slot.last_report = report
+        slot.settled_revision = before if local.revision == before else -1
+
+    def _send(self, cluster: str, agent: Agent, report: Report) -> None:
         delay = self.clusters[cluster].behaviour.report_delay_s
         if delay > 0:
             self.loop.after(delay, lambda: self._push(cluster, agent, report), f"{cluster}/push")
         else:
             self._push(cluster, agent, report)
-        agent.materialize(replicas)
+
+    def _is_quiet(self, cluster: str, slot: AgentSlot) -> bool:
+        """Whether nothing the agent reads changed since its last full step."""
+        changes, slot.replica_cursor = self.hub.changes(slot.replica_cursor, [MODEL_REPLICA])
+        is_replica_changed = any(
+            (c.obj["metadata"].get("labels") or {}).get(labels.CLUSTER) == cluster for c in changes
+        )
+        return (
+            not is_replica_changed
+            and not slot.link.is_partitioned
+            and slot.last_report is not None
+            and self.clusters[cluster].store.revision == slot.settled_revision
+        )
 
     def _push(self, cluster: str, agent: Agent, report: Report) -> None:
         slot = self.agents[cluster]
@@ -202,11 +240,16 @@ class Fleet:
     def restart_agent(self, cluster: str) -> Agent:
         slot = self.agents[cluster]
         slot.lease_epoch += 1
+        slot.last_report = None  # a new agent observes afresh (its allocation clock is empty)
+        config = self.spec.agent
+        heartbeat_s = self.clusters[cluster].behaviour.heartbeat_interval_s
+        if heartbeat_s is not None:
+            config = dataclasses.replace(config, heartbeat_interval_s=heartbeat_s)
         slot.agent = Agent(
             cluster,
             self.clusters[cluster].store,
             slot.link,
-            self.spec.agent,
+            config,
             identity=f"agent-{cluster}-{slot.lease_epoch}",
             lease_epoch=slot.lease_epoch,
         )
@@ -257,12 +300,15 @@ def inventory(clusters: Sequence[ClusterSpec]) -> list[Obj]:
             if p.max_node_count is not None:
                 pool["maxNodeCount"] = p.max_node_count
             pools.append(pool)
+        spec: Obj = {"nodePools": pools}
+        if c.taints:
+            spec["taints"] = [dict(t) for t in c.taints]
         out.append(
             {
                 "apiVersion": "gpufleet.io/v1alpha1",
                 "kind": "InferenceCluster",
                 "metadata": {"name": c.name, "labels": dict(c.labels)},
-                "spec": {"nodePools": pools},
+                "spec": spec,
             }
         )
     return [*(classes[k] for k in sorted(classes)), *out]

@@ -1,0 +1,102 @@
+"""Every built-in scenario is an end-to-end test: the real agent and controller on the simulated
+fleet, the scenario's own checks, and a few key numbers asserted here directly."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from gpufleet.sim.run import RunResult, run_scenario
+from gpufleet.sim.scenario import Accounting, builtin_names, load_scenario
+
+
+@functools.cache
+def run(name: str, accounting: Accounting | None = None) -> RunResult:
+    return run_scenario(load_scenario(name), accounting)
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_builtin_scenario_checks_pass(name: str) -> None:
+    result = run(name)
+    assert result.checks_run > 0
+    assert not result.failures, "\n".join(str(f) for f in result.failures)
+
+
+def deployment(result: RunResult, name: str) -> tuple[int, int, int]:
+    found = next(d for d in result.deployments if d.name.endswith(f"/{name}"))
+    return found.desired, found.placed, found.running
+
+
+def test_quickstart_tells_the_story() -> None:
+    result = run("quickstart")
+    # The fifth 1-GPU deployment is refused, with the numbers.
+    first = result.refusals[0]
+    assert (first.deployment, first.reason, first.placed) == (
+        "ml-team/qwen-2-7b",
+        "InsufficientGPU",
+        0,
+    )
+    assert first.numbers["best_node_free"] == 0
+    assert first.where == "cluster solo, pool l4"
+    # The scale-down let it in; the node is full again.
+    assert deployment(result, "qwen-2-7b") == (1, 1, 1)
+    assert deployment(result, "phi-4") == (0, 0, 0)
+    assert [(p.gpus_allocated, dict(p.histogram)) for p in result.pools] == [(4, {0: 1})]
+    assert result.wall_s < 10
+
+
+def test_eks_validation_refuses_two_gpus_with_one_free() -> None:
+    result = run("eks-validation")
+    foxtrot = [r for r in result.refusals if r.deployment == "ml/foxtrot"]
+    assert [(r.numbers["best_node_free"], r.numbers["requested_devices"]) for r in foxtrot] == [
+        (0, 2),
+        (1, 2),
+    ]
+    assert deployment(result, "foxtrot") == (1, 1, 1)
+
+
+def test_race_places_exactly_one() -> None:
+    result = run("race")
+    placed = [deployment(result, n)[1] for n in ("waiter-a", "waiter-b")]
+    assert sorted(placed) == [0, 1]
+
+
+def test_mixed_sizes_refusal_names_the_best_node() -> None:
+    result = run("mixed-sizes")
+    big = next(r for r in result.refusals if r.deployment == "ml/big")
+    assert (big.reason, big.numbers["best_node_free"], big.numbers["free_devices"]) == (
+        "InsufficientGPU",
+        3,
+        12,
+    )
+
+
+def test_whole_node_accounting_places_fewer_on_the_quickstart() -> None:
+    whole = run("quickstart", Accounting.WHOLE_NODE)
+    free = run("quickstart", Accounting.FREE_GPU)
+    assert sum(d.placed for d in whole.deployments) == 1
+    assert sum(d.placed for d in free.deployments) == 4
+    assert {r.reason for r in whole.refusals} == {"InsufficientNodes"}
+
+
+def test_runs_are_deterministic() -> None:
+    a = run_scenario(load_scenario("race")).to_json()
+    b = run_scenario(load_scenario("race")).to_json()
+    a.pop("stats")
+    b.pop("stats")
+    assert a == b
+
+
+def test_the_example_in_the_docs_runs_and_passes() -> None:
+    import re
+    from pathlib import Path
+
+    from gpufleet.sim.scenario import parse_scenario_text
+
+    docs = (Path(__file__).parents[2] / "docs" / "scenarios.md").read_text()
+    found = re.search(r"## Example\n\n```yaml\n(.*?)```", docs, re.S)
+    assert found is not None
+    result = run_scenario(parse_scenario_text(found.group(1), "docs/scenarios.md"))
+    assert result.checks_run == 2
+    assert not result.failures, "\n".join(str(f) for f in result.failures)

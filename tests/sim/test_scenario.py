@@ -1,0 +1,207 @@
+"""Scenario files: parsing into dataclasses, and every problem reported with its field path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from gpufleet.core.model import NodeChoice
+from gpufleet.sim.scenario import (
+    Accounting,
+    ActionKind,
+    NodeRef,
+    ScenarioInvalid,
+    builtin_names,
+    load_scenario,
+    parse_duration,
+    parse_scenario,
+    parse_scenario_text,
+)
+
+DEPLOYMENT = {
+    "apiVersion": "gpufleet.io/v1alpha1",
+    "kind": "ModelDeployment",
+    "metadata": {"name": "llama", "namespace": "ml"},
+    "spec": {
+        "replicas": 1,
+        "template": {
+            "spec": {
+                "engines": [
+                    {
+                        "name": "engine",
+                        "members": [
+                            {
+                                "role": "Standalone",
+                                "nodeSelector": {
+                                    "devices": [
+                                        {
+                                            "name": "gpu",
+                                            "count": 1,
+                                            "selectors": [{"cel": "device.driver != ''"}],
+                                        }
+                                    ]
+                                },
+                                "template": {"spec": {"containers": [{"name": "e"}]}},
+                            }
+                        ],
+                    }
+                ]
+            }
+        },
+    },
+}
+
+
+def base(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "t",
+        "end": "5m",
+        "classes": {
+            "l4-4x": {
+                "devices": [
+                    {
+                        "name": "gpu",
+                        "driver": "gpu.nvidia.com",
+                        "deviceClassName": "gpu.nvidia.com",
+                        "count": 4,
+                    }
+                ]
+            }
+        },
+        "fleet": {
+            "clusters": [
+                {
+                    "name": "a",
+                    "labels": {"gpufleet.io/region": "east"},
+                    "behaviour": {"nodeChoice": "Pack", "reportDelay": "3s"},
+                    "pools": [{"name": "l4", "class": "l4-4x", "nodeCount": 2}],
+                }
+            ]
+        },
+        "manifests": [DEPLOYMENT],
+    }
+    data.update(overrides)
+    return data
+
+
+@dataclass(frozen=True)
+class DurationCase:
+    id: str
+    text: object
+    seconds: float
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        DurationCase("number", 90, 90.0),
+        DurationCase("seconds", "45s", 45.0),
+        DurationCase("minutes", "30m", 1800.0),
+        DurationCase("hours", "2h", 7200.0),
+        DurationCase("compound", "1h30m", 5400.0),
+        DurationCase("plain-string", "12", 12.0),
+        DurationCase("days", "1d", 86400.0),
+    ],
+    ids=lambda c: c.id,
+)
+def test_parse_duration(case: DurationCase) -> None:
+    assert parse_duration(case.text) == case.seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "5x", "-3", True, "1h 30m"])
+def test_parse_duration_rejects(text: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_a_valid_scenario_parses_into_the_fleet_and_defaults() -> None:
+    s = parse_scenario(
+        base(
+            timeline=[
+                {"at": "1m", "action": "cordon", "cluster": "a", "pool": "l4", "index": 1},
+                {"at": 30, "action": "scale", "deployment": "llama", "replicas": 3},
+                {"at": "2m", "action": "taint", "cluster": "a", "key": "maintenance"},
+            ],
+            checks=[{"at": "5m", "expect": {"placements": {"llama": {"count": 1}}}}],
+        )
+    )
+    assert s.end_s == 300
+    assert s.controller.accounting is Accounting.FREE_GPU
+    cluster = s.fleet.clusters[0]
+    assert cluster.behaviour.node_choice is NodeChoice.PACK
+    assert cluster.behaviour.report_delay_s == 3.0
+    assert cluster.pools[0].node_count == 2
+    assert cluster.pools[0].devices[0].count == 4
+    assert s.manifests[0]["metadata"]["namespace"] == "ml"
+    # Sorted by time; deployments resolved to namespace/name.
+    assert [a.kind for a in s.timeline] == [ActionKind.SCALE, ActionKind.CORDON, ActionKind.TAINT]
+    assert s.timeline[0].deployment == "ml/llama"
+    assert s.timeline[1].target == NodeRef(pool="l4", index=1)
+    assert s.timeline[2].target is None  # a cluster-level taint
+    assert s.checks[0].placements["ml/llama"].count == 1
+
+
+def test_every_problem_is_reported_with_its_path() -> None:
+    bad_deployment = yaml.safe_load(yaml.safe_dump(DEPLOYMENT))
+    bad_deployment["spec"]["replicas"] = -1
+    data = base(
+        manifests=[bad_deployment],
+        timeline=[
+            {"at": "1m", "action": "cordonn", "cluster": "a", "node": "l4-0"},
+            {"at": "1m", "action": "cordon", "cluster": "zz", "node": "l4-0"},
+            {"at": "9m", "action": "heal", "cluster": "a"},
+        ],
+        checks=[{"at": "1m", "expect": {"freeGPUs": {"a/h100": 1}, "bogus": 1}}],
+    )
+    data["fleet"]["clusters"][0]["pools"][0]["class"] = "missing"
+    data["fleet"]["clusters"][0]["behaviour"]["nodeChoice"] = "Random"
+    with pytest.raises(ScenarioInvalid) as error:
+        parse_scenario(data)
+    problems = error.value.problems
+    expected = [
+        "fleet.clusters[0].behaviour.nodeChoice: must be one of Spread, Pack",
+        "fleet.clusters[0].pools[0].class: unknown class 'missing' (classes: l4-4x)",
+        "manifests[0].spec.replicas: must be at least 0",
+        "timeline[0].action: unknown action 'cordonn' (expected one of apply, delete, scale, "
+        "cordon, uncordon, taint, untaint, failNode, recoverNode, addNode, removeNode, "
+        "killAgent, startAgent, partition, heal, addForeignClaim, removeForeignClaim)",
+        "timeline[1].cluster: unknown cluster 'zz' (clusters: a)",
+        "timeline[2].at: is after the end (5m00s)",
+        "checks[0].expect.bogus: unknown field (expected one of placements, pending, "
+        "podsRunning, freeGPUs, observedFreeGPUs, allocatedGPUs, histogram, nodes, poolState, "
+        "conditions)",
+        "checks[0].expect.freeGPUs.a/h100: cluster a has no pool 'h100'",
+    ]
+    for line in expected:
+        assert line in problems, f"missing {line!r} in {problems}"
+    assert str(error.value).startswith("invalid scenario (")
+
+
+def test_an_unknown_deployment_in_the_timeline_names_the_known_ones() -> None:
+    with pytest.raises(ScenarioInvalid) as error:
+        parse_scenario(base(timeline=[{"at": 1, "action": "delete", "deployment": "nope"}]))
+    assert error.value.problems == (
+        "timeline[0].deployment: unknown deployment 'nope' (deployments: ml/llama)",
+    )
+
+
+def test_malformed_yaml_and_duplicate_keys_are_errors() -> None:
+    with pytest.raises(ScenarioInvalid, match="malformed YAML at line 1"):
+        parse_scenario_text("name: [", "x.yaml")
+    with pytest.raises(ScenarioInvalid, match="duplicate key 'name'"):
+        parse_scenario_text("name: a\nname: b\n")
+
+
+def test_an_unknown_scenario_lists_the_builtins(tmp_path: Any) -> None:
+    with pytest.raises(ScenarioInvalid, match="quickstart"):
+        load_scenario(str(tmp_path / "nope.yaml"))
+
+
+def test_builtins_are_listed_and_parse() -> None:
+    names = builtin_names()
+    assert "quickstart" in names and "eks-validation" in names
+    for name in names:
+        assert load_scenario(name).name == name
