@@ -6,7 +6,7 @@ parameters, docstring as help) and register it below with one line.
 
 import typer
 
-from gpufleet.cli import agent, controller, crds, explain, install, plan, simulate, validate
+from gpufleet.cli import agent, bench, controller, crds, explain, install, plan, simulate, validate
 
 app = typer.Typer(
     name="gpufleet",
@@ -30,3 +30,4 @@ app.command(name="crds")(crds.command)
 app.add_typer(install.app, name="install")
 app.command(name="controller")(controller.command)
 app.command(name="agent")(agent.command)
+app.command(name="bench")(bench.command)

@@ -1,0 +1,142 @@
+"""The benchmark runner at tiny sizes: every table is there and the numbers are sane.
+
+Benchmarks are not tests: nothing here asserts a time. The optimum is checked only when
+highspy is installed; the other checks never need it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpufleet.bench import optimum, packing, runner
+from gpufleet.bench.common import Section
+from gpufleet.cli.main import app
+
+
+@pytest.fixture(scope="module")
+def quick_sections() -> list[Section]:
+    return runner.run_benchmarks(list(runner.BENCHMARKS), quick=True)
+
+
+def test_every_benchmark_has_its_tables(quick_sections: list[Section]) -> None:
+    assert [s.key for s in quick_sections] == ["B1", "B2", "B3", "B4", "B5"]
+    titles = [t.title.split(":")[0] for s in quick_sections for t in s.tables]
+    assert titles == ["B1a", "B1b", "B2a", "B2b", "B3", "B4", "B5"]
+    for section in quick_sections:
+        for table in section.tables:
+            assert table.rows, table.title
+            assert all(len(r) == len(table.headers) for r in table.rows), table.title
+
+
+def test_speed_places_replicas_in_both_modes(quick_sections: list[Section]) -> None:
+    b1 = quick_sections[0].numbers
+    for mode in ("free-GPU", "whole-node"):
+        placed = [v for k, v in b1.items() if k.startswith(mode) and k.endswith("/placed")]
+        assert placed and all(p > 0 for p in placed)
+        times = [v for k, v in b1.items() if k.startswith(mode) and k.endswith("/seconds")]
+        assert all(t > 0 for t in times)
+
+
+def test_free_gpu_allocates_at_least_whole_node(quick_sections: list[Section]) -> None:
+    b2 = quick_sections[1].numbers
+    for g in (8, 4):
+        whole = b2[f"static/{g}/{packing.WHOLE_NODE}/all"]
+        for policy in (packing.SPREAD, packing.PACK):
+            assert b2[f"static/{g}/{policy}/all"] >= whole
+        assert (
+            b2[f"dynamic/{g}/{packing.PACK}/average"]
+            >= b2[f"dynamic/{g}/{packing.WHOLE_NODE}/average"]
+        )
+
+
+@pytest.mark.skipif(not optimum.is_available(), reason="highspy is not installed")
+def test_optimum_bounds_every_heuristic(quick_sections: list[Section]) -> None:
+    b2 = quick_sections[1].numbers
+    for g in (8, 4):
+        for metric in ("first", "all"):
+            best = b2[f"static/{g}/optimum/{metric}"]
+            for policy in packing.POLICIES:
+                assert b2[f"static/{g}/{policy}/{metric}"] <= best
+            assert best <= 8 * g  # the quick pool: 8 nodes
+
+
+@pytest.mark.skipif(not optimum.is_available(), reason="highspy is not installed")
+def test_optimum_on_a_hand_instance() -> None:
+    # Two 8-GPU nodes: 4+4 and 8 fit; a third 4 does not.
+    shapes: list[optimum.Shape] = [((4, 1),), ((8, 1),), ((4, 1),), ((4, 1),)]
+    assert optimum.longest_packable_prefix(shapes, 2, 8) == (3, True)
+    best = optimum.max_gpus({((4, 1),): 3, ((8, 1),): 1}, 2, 8)
+    assert best.value == 16 and best.is_optimal
+    assert optimum.min_nodes({2: 3, 4: 1, 8: 1}, 8).value == 3
+
+
+def test_packing_replay_never_overcommits() -> None:
+    trace = packing.static_trace(3, 6, 8)
+    for policy in (packing.SPREAD, packing.PACK):
+        model = packing.PoolModel(policy, 6, 8)
+        for arrival in trace:
+            model.offer(arrival)
+            assert all(0 <= f <= 8 for f in model.free)
+            assert model.allocated == 6 * 8 - sum(model.free)
+
+
+def test_misprediction_shares_are_shares(quick_sections: list[Section]) -> None:
+    b5 = quick_sections[4].numbers
+    shares = [v for k, v in b5.items() if k.endswith("/share")]
+    assert len(shares) == 4 and all(0.0 <= s <= 1.0 for s in shares)
+    assert all(v > 0 for k, v in b5.items() if k.endswith("/replicas"))
+
+
+def test_markdown_has_every_section_and_the_machine(
+    quick_sections: list[Section], tmp_path: Path
+) -> None:
+    machine = runner.Machine(cores=2, python="3.11.7", system="Linux", cpu="test cpu")
+    text = runner.render_markdown(
+        quick_sections,
+        command="gpufleet bench --quick",
+        date="2026-01-02",
+        machine=machine,
+        quick=True,
+        total_s=1.0,
+    )
+    for heading in ("## Targets", "## B1.", "## B2.", "## B3.", "## B4.", "## B5."):
+        assert heading in text
+    assert "2026-01-02" in text and "2 cores (test cpu), Python 3.11.7" in text
+    written = runner.write_report(tmp_path / "performance.md", text, quick_sections)
+    svgs = [p for p in written if p.suffix == ".svg"]
+    assert svgs and all(p.read_text().startswith("<svg") for p in svgs)
+    for p in svgs:
+        assert f"performance/{p.name}" in text
+
+
+def test_only_parses_and_rejects() -> None:
+    assert runner.parse_only("b3, B1") == ["B1", "B3"]
+    assert runner.parse_only(None) == list(runner.BENCHMARKS)
+    with pytest.raises(runner.UnknownBenchmark, match="B9"):
+        runner.parse_only("B9")
+
+
+def test_cli_quick_only_b1(tmp_path: Path) -> None:
+    out = tmp_path / "perf.md"
+    result = CliRunner().invoke(
+        app, ["bench", "--quick", "--only", "B1", "--write", str(out), "--date", "2026-01-03"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "B1a: time by clusters" in result.output
+    assert "2026-01-03" in out.read_text()
+    assert (tmp_path / "performance" / "b1-clusters.svg").exists()
+
+
+def test_cli_rejects_unknown_benchmark() -> None:
+    result = CliRunner().invoke(app, ["bench", "--only", "B7"])
+    assert result.exit_code == 2
+
+
+def test_packing_without_the_solver_skips_the_optimum() -> None:
+    section = packing.run(quick=True, with_optimum=False)
+    assert not any(k.startswith("static/8/optimum") for k in section.numbers)
+    assert any("highspy is not installed" in n for n in section.notes)
+    assert all(row[1] != "optimum" for row in section.tables[0].rows)
