@@ -156,6 +156,14 @@ class LaggingStore:
         found = self.inner.list(kind, namespace, label_selector)
         return [o for o in found if not self._is_hidden(kind, o)]
 
+    def view(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> list[Obj]:
+        return self.list(kind, namespace, label_selector)
+
     def create(self, obj: Obj) -> Obj:
         created = self.inner.create(obj)
         meta = created["metadata"]

@@ -176,11 +176,12 @@ class Agent:
 
     def observe(self, now: datetime, replicas: Sequence[Obj]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
+        # observe() only reads: views spare copying every object of the cluster each step.
         objects = ClusterObjects(
-            nodes=tuple(self.local.list(NODE)),
-            slices=tuple(self.local.list(RESOURCE_SLICE)),
-            claims=tuple(self.local.list(RESOURCE_CLAIM)),
-            pods=tuple(self.local.list(POD)),
+            nodes=tuple(self.local.view(NODE)),
+            slices=tuple(self.local.view(RESOURCE_SLICE)),
+            claims=tuple(self.local.view(RESOURCE_CLAIM)),
+            pods=tuple(self.local.view(POD)),
             replicas=tuple(replicas),
         )
         result, self.clock = observe(objects, self.clock, self.config.observe, now)

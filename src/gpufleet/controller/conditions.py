@@ -6,12 +6,11 @@ unchanged condition changes nothing and a controller can compare before it write
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from gpufleet.store import format_time
+from gpufleet.store import copy_json, format_time
 from gpufleet.store.merge import merge_patch
 
 Obj = dict[str, Any]
@@ -41,7 +40,7 @@ def set_condition(
     found = False
     for c in conditions:
         if c.get("type") != new["type"]:
-            out.append(copy.deepcopy(dict(c)))
+            out.append(copy_json(dict(c)))
             continue
         found = True
         merged = dict(new)

@@ -21,13 +21,12 @@ assume cache does); a non-numeric version is treated as "caught up" only when eq
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from gpufleet.controller.conditions import Obj
-from gpufleet.store import Kind
+from gpufleet.store import Kind, copy_json
 
 Key = tuple[Kind, str, str]
 
@@ -68,7 +67,7 @@ class AssumeLedger:
     def assume_written(self, kind: Kind, obj: Obj, now: datetime) -> None:
         """Record an object as a create, update or status patch returned it."""
         version = (obj.get("metadata") or {}).get("resourceVersion")
-        self._entries[object_key(kind, obj)] = Entry(copy.deepcopy(obj), version, now)
+        self._entries[object_key(kind, obj)] = Entry(copy_json(obj), version, now)
 
     def assume_deleted(self, kind: Kind, obj: Obj, now: datetime) -> None:
         """Record the delete of `obj` (the last version the controller saw of it)."""
@@ -102,7 +101,7 @@ class AssumeLedger:
             if shown is not None and is_newer_or_same(shown_version, entry.resource_version):
                 del self._entries[key]
                 continue
-            out[key] = copy.deepcopy(entry.obj)
+            out[key] = copy_json(entry.obj)
         return [out[k] for k in sorted(out, key=lambda k: (k[1], k[2]))]
 
     def is_assumed(self, kind: Kind, namespace: str, name: str) -> bool:

@@ -23,7 +23,6 @@ cannot be read: a partial view could delete replicas or double-book devices.
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 from collections import Counter
@@ -75,7 +74,7 @@ from gpufleet.controller.status import (
 from gpufleet.core.decision import Decision, DeploymentDecision, ReasonCode
 from gpufleet.core.model import Cluster, Deployment, Replica, Snapshot
 from gpufleet.core.schedule import SnapshotError, schedule
-from gpufleet.store import AlreadyExists, Conflict, Kind, NotFound, Store, StoreError
+from gpufleet.store import AlreadyExists, Conflict, Kind, NotFound, Store, StoreError, copy_json
 from gpufleet.store.port import (
     EVENT,
     INFERENCE_CLASS,
@@ -146,11 +145,11 @@ def _is_deleting(obj: Mapping[str, Any]) -> bool:
 
 def _with_status(obj: Obj, desired: Mapping[str, Any], owned: Sequence[str]) -> Obj:
     """`obj` as it would read with its `owned` status keys set to `desired`."""
-    out = copy.deepcopy(obj)
+    out = copy_json(obj)
     status = dict(out.get("status") or {})
     for key in owned:
         if key in desired:
-            status[key] = copy.deepcopy(desired[key])
+            status[key] = copy_json(desired[key])
         else:
             status.pop(key, None)
     out["status"] = status

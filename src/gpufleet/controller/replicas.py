@@ -8,7 +8,6 @@ requests come from the placement, the pod templates are copied from the deployme
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from enum import StrEnum
@@ -17,6 +16,7 @@ from typing import Any, Final
 from gpufleet.api import FieldError, labels
 from gpufleet.controller.conditions import Obj, condition, set_condition
 from gpufleet.core.decision import Condition, Placement
+from gpufleet.store import copy_json
 
 REPLICAS_SCHEDULED: Final = "ReplicasScheduled"
 #: The status keys of a ModelDeployment the controller writes.
@@ -86,7 +86,7 @@ def replica_spec(placement: Placement, deployment: Obj) -> Obj:
                     }
                     for r in member.requests
                 ]
-            body["template"] = copy.deepcopy(templates.get((engine.name, member.role.value), {}))
+            body["template"] = copy_json(templates.get((engine.name, member.role.value), {}))
             members.append(body)
         engine_body: Obj = {"name": engine.name, "copies": engine.copies}
         if engine.phase is not None:
@@ -131,7 +131,7 @@ def restamped(current: Obj, placement: Placement, deployment: Obj) -> Obj | None
     is_labelled = all(have_labels.get(k) == v for k, v in want_labels.items())
     if current.get("spec") == want_spec and is_labelled and has_owner:
         return None
-    updated = copy.deepcopy(current)
+    updated = copy_json(current)
     updated["spec"] = want_spec
     updated["metadata"]["labels"] = {**have_labels, **want_labels}
     if not has_owner:

@@ -19,7 +19,6 @@ change.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,7 +29,7 @@ from gpufleet.api import parse_object
 from gpufleet.api.models import PoolObservation, ReplicaObservation
 from gpufleet.controller.conditions import Obj, condition, find_condition, set_condition
 from gpufleet.controller.config import ControllerConfig
-from gpufleet.store import format_time
+from gpufleet.store import copy_json, format_time
 
 READY: Final = "Ready"
 POOLS_PUBLISHED: Final = "PoolsPublished"
@@ -187,7 +186,7 @@ def published_observation(report: AgentReport, now: datetime, config: Controller
     """
     status = report.body["status"]
     age_s, state = freshness(report.observed_at, now, config)
-    conditions: list[Obj] = copy.deepcopy(list(status.get("conditions") or []))
+    conditions: list[Obj] = copy_json(list(status.get("conditions") or []))
     observation: Obj = {
         "observedAt": status["observedAt"],
         "ageSeconds": age_s,
@@ -204,7 +203,7 @@ def published_observation(report: AgentReport, now: datetime, config: Controller
         conditions = [c for c in conditions if c.get("type") != HISTOGRAM_AVAILABLE]
         conditions.insert(0, capped)
     elif buckets is not None:
-        observation["freeDevices"] = copy.deepcopy(buckets)
+        observation["freeDevices"] = copy_json(buckets)
     if status.get("lastAllocationTime"):
         observation["lastAllocationTime"] = status["lastAllocationTime"]
     observation["excludedNodes"] = dict(status.get("excludedNodes") or {})
@@ -215,7 +214,7 @@ def published_observation(report: AgentReport, now: datetime, config: Controller
 
 def _aged(observation: Obj, now: datetime, config: ControllerConfig) -> Obj:
     """A previously published observation with its age and state brought up to `now`."""
-    aged = copy.deepcopy(observation)
+    aged = copy_json(observation)
     observed_at = parse_time(aged.get("observedAt"))
     if observed_at is not None:
         aged["ageSeconds"], aged["state"] = freshness(observed_at, now, config)
@@ -281,7 +280,7 @@ def cluster_status(
         entry: Obj = {
             "name": pool_name,
             "nodes": max_nodes if max_nodes is not None else pool.get("nodeCount", 1),
-            "devices": copy.deepcopy(klass["spec"]["devices"]),
+            "devices": copy_json(klass["spec"]["devices"]),
         }
         report = pool_reports.get(pool_name)
         previous = (published.get(pool_name) or {}).get("observation")
@@ -301,9 +300,9 @@ def cluster_status(
             **({"observedAt": format_time(observed_at)} if observed_at else {}),
         }
     elif agent is not None:
-        desired["agent"] = copy.deepcopy(agent)
+        desired["agent"] = copy_json(agent)
     if current.get("gateway") is not None:
-        desired["gateway"] = copy.deepcopy(current["gateway"])
+        desired["gateway"] = copy_json(current["gateway"])
     elif config.default_gateway_address:
         desired["gateway"] = {"address": config.default_gateway_address.format(cluster=name)}
 
@@ -321,7 +320,7 @@ def cluster_status(
 
 def without_ages(status: Mapping[str, Any]) -> Obj:
     """`status` without `gpuPools[].observation.ageSeconds`, for comparing publishes."""
-    stripped = copy.deepcopy(dict(status))
+    stripped = copy_json(dict(status))
     for pool in stripped.get("gpuPools") or []:
         observation = pool.get("observation")
         if isinstance(observation, dict):
@@ -355,7 +354,7 @@ def replica_status(
     if report is None:
         has_condition = find_condition(conditions, MODEL_PODS_SCHEDULED) is not None
         if is_rejected and has_condition:
-            return {k: copy.deepcopy(current[k]) for k in REPLICA_OWNED if k in current}
+            return {k: copy_json(current[k]) for k in REPLICA_OWNED if k in current}
         not_observed = condition(
             MODEL_PODS_SCHEDULED,
             "False",
@@ -366,7 +365,7 @@ def replica_status(
         return desired
     status = report.body["status"]
     observed_generation = status.get("observedGeneration")
-    pools = copy.deepcopy(list(status.get("pools") or []))
+    pools = copy_json(list(status.get("pools") or []))
     if observed_generation is not None:
         desired["observedGeneration"] = observed_generation
     desired["pools"] = pools

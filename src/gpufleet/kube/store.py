@@ -249,6 +249,15 @@ class KubeStore:
         found.sort(key=_key_of)
         return found
 
+    def view(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> builtins.list[Obj]:
+        # Every list is decoded afresh, so nothing is shared with anyone: a view is a list.
+        return self.list(kind, namespace, label_selector)
+
     def changes(
         self, cursor: int, kinds: Sequence[Kind] | None = None
     ) -> tuple[builtins.list[Change], int]:

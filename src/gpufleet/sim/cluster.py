@@ -59,7 +59,6 @@ from gpufleet.core.model import NodeChoice
 from gpufleet.sim import dra
 from gpufleet.sim.engine import EventLoop
 from gpufleet.store import MemoryStore, format_time
-from gpufleet.store.labels import matches, parse_selector
 from gpufleet.store.port import (
     DEPLOYMENT,
     EVENT,
@@ -186,33 +185,9 @@ class ClusterSpec:
 
 
 class SimStore(MemoryStore):
-    """A `MemoryStore` with read paths that do not copy, for the emulated components only.
-
-    `peek`/`peek_one` hand out the stored objects themselves. They are safe to read because the
-    store never changes a stored object in place (every write stores a new object), and the
-    components never mutate what they peek: they write through the Store methods, which copy.
-    The agent reads through the `Store` port, which copies as an API client's decode does.
-    """
-
-    def peek(
-        self,
-        kind: Kind,
-        namespace: str | None = None,
-        label_selector: str | Mapping[str, str] | None = None,
-    ) -> list[Obj]:
-        selector = parse_selector(label_selector) if label_selector else None
-        found = [
-            obj
-            for (k, ns, _), obj in self._objects.items()
-            if k == kind
-            and (namespace is None or ns == namespace)
-            and (selector is None or matches(selector, obj["metadata"].get("labels")))
-        ]
-        found.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-        return found
-
-    def peek_one(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
-        return self._objects.get((kind, namespace or "", name))
+    """The workload cluster's store. The emulated components read it with `peek`/`peek_one`
+    (no copies: they never change what they read and write through the Store methods); the
+    agent reads it through the `Store` port, which copies as an API client's decoding does."""
 
 
 class WorkloadCluster:

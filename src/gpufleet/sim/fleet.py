@@ -71,6 +71,15 @@ class HubLink:
         self._check()
         return self._hub.list(kind, namespace, label_selector)
 
+    def view(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> Sequence[Mapping[str, Any]]:
+        self._check()
+        return self._hub.view(kind, namespace, label_selector)
+
     def create(self, obj: Obj) -> Obj:
         self._check()
         return self._hub.create(obj)

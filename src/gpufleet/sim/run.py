@@ -103,6 +103,14 @@ class ObservationBlindStore:
     ) -> builtins.list[Obj]:
         return [] if kind in _HIDDEN else self._hub.list(kind, namespace, label_selector)
 
+    def view(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> Sequence[Mapping[str, Any]]:
+        return [] if kind in _HIDDEN else self._hub.view(kind, namespace, label_selector)
+
     def create(self, obj: Obj) -> Obj:
         return self._hub.create(obj)
 

@@ -7,14 +7,13 @@ come from one counter per store, as etcd's revision does, so they order every ch
 from __future__ import annotations
 
 import builtins
-import copy
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.store.labels import matches, parse_selector
-from gpufleet.store.merge import apply_merge_patch
+from gpufleet.store.merge import apply_merge_patch, copy_json
 from gpufleet.store.port import (
     AlreadyExists,
     Change,
@@ -43,7 +42,9 @@ class MemoryStore:
         self, clock: Callable[[], datetime] | None = None, uid_seed: str = "store"
     ) -> None:
         self._clock = clock or (lambda: datetime.now(UTC))
-        self._objects: dict[_Key, Obj] = {}
+        #: Per kind, (namespace, name) -> the stored object. A stored object is never changed
+        #: in place: every write stores a new one, so no-copy reads (`peek`) stay consistent.
+        self._objects: dict[Kind, dict[tuple[str, str], Obj]] = {}
         self._log: list[Change] = []
         self._revision = 0
         self._uid_seed = uid_seed
@@ -52,8 +53,8 @@ class MemoryStore:
     # --- reads ------------------------------------------------------------------------
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
-        obj = self._objects.get(self._key(kind, name, namespace))
-        return copy.deepcopy(obj) if obj is not None else None
+        obj = self.peek_one(kind, name, namespace)
+        return copy_json(obj) if obj is not None else None
 
     def list(
         self,
@@ -61,16 +62,38 @@ class MemoryStore:
         namespace: str | None = None,
         label_selector: str | Mapping[str, str] | None = None,
     ) -> list[Obj]:
-        selector = parse_selector(label_selector)
-        found = [
-            obj
-            for (k, ns, _), obj in self._objects.items()
-            if k == kind
-            and (namespace is None or ns == namespace)
-            and matches(selector, obj["metadata"].get("labels"))
-        ]
-        found.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
-        return copy.deepcopy(found)
+        return [copy_json(obj) for obj in self.peek(kind, namespace, label_selector)]
+
+    def peek(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> builtins.list[Obj]:
+        """`list` without copies: the stored objects themselves, which the caller must not
+        change. For the simulator's emulated components; the agent and the controller read
+        through the `Store` port, which copies as an API client's decoding does."""
+        selector = parse_selector(label_selector) if label_selector else ()
+        by_key = self._objects.get(kind, {})
+        keys = (
+            sorted(by_key) if namespace is None else sorted(k for k in by_key if k[0] == namespace)
+        )
+        found = [by_key[k] for k in keys]
+        if selector:
+            found = [o for o in found if matches(selector, o["metadata"].get("labels"))]
+        return found
+
+    def view(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> builtins.list[Obj]:
+        return self.peek(kind, namespace, label_selector)
+
+    def peek_one(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
+        """`get` without a copy (see `peek`)."""
+        return self._objects.get(kind, {}).get((namespace or "", name))
 
     def changes(
         self, cursor: int, kinds: Sequence[Kind] | None = None
@@ -79,7 +102,11 @@ class MemoryStore:
         if cursor < self._compacted:
             raise Expired(f"changes before {self._compacted} were compacted: list again")
         start = self._first_after(cursor)
-        picked = [c for c in self._log[start:] if wanted is None or c.kind in wanted]
+        picked = [
+            Change(c.cursor, c.type, c.kind, copy_json(c.obj))
+            for c in self._log[start:]
+            if wanted is None or c.kind in wanted
+        ]
         return picked, self._revision
 
     @property
@@ -100,9 +127,9 @@ class MemoryStore:
         if not name:
             raise Invalid(f"{kind.kind}: metadata.name is required")
         key = self._key(kind, name, namespace)
-        if key in self._objects:
+        if self._stored(key) is not None:
             raise AlreadyExists(f"{kind.kind} {self._show(key)} already exists")
-        stored = copy.deepcopy(obj)
+        stored = copy_json(obj)
         self._revision += 1
         stored_meta = stored.setdefault("metadata", {})
         stored_meta["uid"] = str(
@@ -112,9 +139,9 @@ class MemoryStore:
         stored_meta["creationTimestamp"] = format_time(self._clock())
         stored_meta["generation"] = 1
         stored_meta.pop("deletionTimestamp", None)
-        self._objects[key] = stored
-        self._log.append(Change(self._revision, ChangeType.ADDED, kind, copy.deepcopy(stored)))
-        return copy.deepcopy(stored)
+        self._put(key, stored)
+        self._log.append(Change(self._revision, ChangeType.ADDED, kind, stored))
+        return copy_json(stored)
 
     def update(self, obj: Obj) -> Obj:
         kind = kind_of(obj)
@@ -122,7 +149,7 @@ class MemoryStore:
         key = self._key(kind, meta.get("name", ""), meta.get("namespace"))
         current = self._require(key)
         self._check_version(key, current, meta.get("resourceVersion"))
-        stored = copy.deepcopy(obj)
+        stored = copy_json(obj)
         stored_meta = stored["metadata"]
         for field in ("uid", "creationTimestamp", "deletionTimestamp"):
             if field in current["metadata"]:
@@ -132,7 +159,7 @@ class MemoryStore:
             generation += 1
         stored_meta["generation"] = generation
         if "status" in current:
-            stored["status"] = copy.deepcopy(current["status"])
+            stored["status"] = copy_json(current["status"])
         else:
             stored.pop("status", None)
         return self._commit(key, kind, stored)
@@ -148,7 +175,7 @@ class MemoryStore:
         key = self._key(kind, name, namespace)
         current = self._require(key)
         self._check_version(key, current, resource_version)
-        stored = copy.deepcopy(current)
+        stored = copy_json(current)
         apply_merge_patch(stored.setdefault("status", {}), status)
         return self._commit(key, kind, stored)
 
@@ -157,13 +184,13 @@ class MemoryStore:
         current = self._require(key)
         if current["metadata"].get("finalizers"):
             if "deletionTimestamp" not in current["metadata"]:
-                stored = copy.deepcopy(current)
+                stored = copy_json(current)
                 stored["metadata"]["deletionTimestamp"] = format_time(self._clock())
                 self._commit(key, kind, stored)
             return
-        del self._objects[key]
+        self._pop(key)
         self._revision += 1
-        self._log.append(Change(self._revision, ChangeType.DELETED, kind, copy.deepcopy(current)))
+        self._log.append(Change(self._revision, ChangeType.DELETED, kind, current))
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -172,12 +199,21 @@ class MemoryStore:
         stored["metadata"]["resourceVersion"] = str(self._revision)
         if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
             # The last finalizer is gone: the object disappears, as on the API server.
-            del self._objects[key]
+            self._pop(key)
             self._log.append(Change(self._revision, ChangeType.DELETED, kind, stored))
-            return copy.deepcopy(stored)
-        self._objects[key] = stored
-        self._log.append(Change(self._revision, ChangeType.MODIFIED, kind, copy.deepcopy(stored)))
-        return copy.deepcopy(stored)
+            return copy_json(stored)
+        self._put(key, stored)
+        self._log.append(Change(self._revision, ChangeType.MODIFIED, kind, stored))
+        return copy_json(stored)
+
+    def _stored(self, key: _Key) -> Obj | None:
+        return self._objects.get(key[0], {}).get((key[1], key[2]))
+
+    def _put(self, key: _Key, obj: Obj) -> None:
+        self._objects.setdefault(key[0], {})[(key[1], key[2])] = obj
+
+    def _pop(self, key: _Key) -> None:
+        del self._objects[key[0]][(key[1], key[2])]
 
     def _key(self, kind: Kind, name: str, namespace: str | None) -> _Key:
         if kind.namespaced and not namespace:
@@ -187,7 +223,7 @@ class MemoryStore:
         return (kind, namespace or "", name)
 
     def _require(self, key: _Key) -> Obj:
-        current = self._objects.get(key)
+        current = self._stored(key)
         if current is None:
             raise NotFound(f"{key[0].kind} {self._show(key)} not found")
         return current

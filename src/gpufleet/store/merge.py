@@ -1,4 +1,4 @@
-"""JSON merge patches (RFC 7386): computing one from two objects, and applying one.
+"""JSON documents: merge patches (RFC 7386), computing one and applying one, and fast copies.
 
 Both the agent and the controller write status by merge patch, and `MemoryStore` applies them
 as the API server does, so the two directions live here together.
@@ -8,9 +8,29 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from gpufleet.store.port import Obj
+
+_T = TypeVar("_T")
+
+
+def copy_json(value: _T) -> _T:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars), several times faster than
+    `copy.deepcopy`, which the simulator's hot paths otherwise spend most of their time in.
+    Anything else is copied with `copy.deepcopy`."""
+    return cast(_T, _copy(value))
+
+
+def _copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {k: _copy(v) for k, v in value.items()}
+    if kind is list:
+        return [_copy(v) for v in value]
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    return copy.deepcopy(value)
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
@@ -27,7 +47,7 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
             if sub:
                 patch[key] = sub
         elif key not in old or before != value:
-            patch[key] = copy.deepcopy(value)
+            patch[key] = copy_json(value)
     return patch
 
 
@@ -40,5 +60,5 @@ def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[
         elif isinstance(value, Mapping) and isinstance(target.get(key), dict):
             apply_merge_patch(target[key], value)
         else:
-            target[key] = copy.deepcopy(value)
+            target[key] = copy_json(value)
     return target

@@ -156,6 +156,16 @@ class Store(Protocol):
         """Objects of a kind, sorted by (namespace, name); `namespace=None` means all."""
         ...
 
+    def view(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> Sequence[Mapping[str, Any]]:
+        """`list` for readers that never change what they read: the objects may be shared
+        with the store (no copies), so a caller must treat them as read-only."""
+        ...
+
     def create(self, obj: Obj) -> Obj: ...
 
     def update(self, obj: Obj) -> Obj: ...
