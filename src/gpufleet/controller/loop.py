@@ -144,16 +144,17 @@ def _is_deleting(obj: Mapping[str, Any]) -> bool:
 
 
 def _with_status(obj: Obj, desired: Mapping[str, Any], owned: Sequence[str]) -> Obj:
-    """`obj` as it would read with its `owned` status keys set to `desired`."""
-    out = copy_json(obj)
-    status = dict(out.get("status") or {})
+    """`obj` as it would read with its `owned` status keys set to `desired`.
+
+    A shallow copy: the step reads these objects and never changes them in place (every write
+    starts from `copy_json`), so copying each object whole on every step buys nothing."""
+    status = dict(obj.get("status") or {})
     for key in owned:
         if key in desired:
-            status[key] = copy_json(desired[key])
+            status[key] = desired[key]
         else:
             status.pop(key, None)
-    out["status"] = status
-    return out
+    return {**obj, "status": status}
 
 
 class Controller:
