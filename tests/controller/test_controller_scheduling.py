@@ -128,8 +128,9 @@ def test_two_deployments_waiting_for_one_free_gpu_exactly_one_is_placed() -> Non
 
 
 class LaggingStore:
-    """A view of a store that does not show objects created since the last `catch_up()`,
-    as an informer cache lags its own writes. Writes go through; reads hide the new ones."""
+    """A view of a store whose lists do not show objects created since the last `catch_up()`,
+    as an informer cache lags its own writes. Writes go through, and so does `get`: it reads
+    the server, as `KubeStore.get` (a direct GET) does."""
 
     def __init__(self, inner: MemoryStore) -> None:
         self.inner = inner
@@ -143,8 +144,6 @@ class LaggingStore:
         return (kind, meta.get("namespace") or "", meta["name"]) in self._hidden
 
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
-        if (kind, namespace or "", name) in self._hidden:
-            return None
         return self.inner.get(kind, name, namespace)
 
     def list(
@@ -218,6 +217,24 @@ def test_the_assume_ledger_charges_a_created_replica_the_lagging_view_does_not_s
     assert result.assumed == 0
     assert result.count("ModelReplica", "create") == 0
     assert len(_replicas(inner)) == 1
+
+
+def test_objects_deleted_after_the_controller_wrote_them_are_not_brought_back() -> None:
+    """The ledger holds zulu's deployment and replica from step 1. A user deletes both
+    (the garbage collector takes the replica): step 2 must neither write to them nor keep
+    charging the replica, so alpha gets the GPU."""
+    store = _fleet(deployment("zulu"))
+    controller = Controller(store, SIM, "ctl")
+    controller.step(at(1))
+    (replica,) = _replicas(store)
+    store.delete(MODEL_DEPLOYMENT, "zulu", "ml")
+    store.delete(MODEL_REPLICA, replica["metadata"]["name"], "ml")
+    store.create(deployment("alpha"))
+
+    result = controller.step(at(2))
+    assert result.errors == []
+    assert store.get(MODEL_DEPLOYMENT, "zulu", "ml") is None
+    assert [r["spec"]["deploymentName"] for r in _replicas(store)] == ["alpha"]
 
 
 def test_without_the_ledger_a_lagging_view_would_double_book() -> None:

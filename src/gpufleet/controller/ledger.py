@@ -104,6 +104,23 @@ class AssumeLedger:
             out[key] = copy_json(entry.obj)
         return [out[k] for k in sorted(out, key=lambda k: (k[1], k[2]))]
 
+    def unseen(self, kind: Kind, listed: Sequence[Obj]) -> list[Key]:
+        """Assumed-present objects of `kind` that `listed` does not show at all.
+
+        Either the view lags the write, or someone deleted the object since: the controller
+        asks the store directly (`get`) and calls `forget` when it is gone, so a deployment or
+        replica deleted right after the controller wrote it is not brought back until `ttl_s`.
+        """
+        shown = {object_key(kind, o) for o in listed}
+        return sorted(
+            key
+            for key, entry in self._entries.items()
+            if key[0] == kind and entry.obj is not None and key not in shown
+        )
+
+    def forget(self, key: Key) -> None:
+        self._entries.pop(key, None)
+
     def is_assumed(self, kind: Kind, namespace: str, name: str) -> bool:
         return (kind, namespace, name) in self._entries
 

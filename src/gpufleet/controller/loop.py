@@ -213,12 +213,21 @@ class Controller:
         hub, ledger = self.hub, self.ledger
         return _View(
             classes=hub.list(INFERENCE_CLASS),
-            clusters=ledger.overlay(INFERENCE_CLUSTER, hub.list(INFERENCE_CLUSTER)),
-            deployments=ledger.overlay(MODEL_DEPLOYMENT, hub.list(MODEL_DEPLOYMENT)),
-            replicas=ledger.overlay(MODEL_REPLICA, hub.list(MODEL_REPLICA)),
+            clusters=self._assumed(INFERENCE_CLUSTER, hub.list(INFERENCE_CLUSTER)),
+            deployments=self._assumed(MODEL_DEPLOYMENT, hub.list(MODEL_DEPLOYMENT)),
+            replicas=self._assumed(MODEL_REPLICA, hub.list(MODEL_REPLICA)),
             pool_observations=hub.list(POOL_OBSERVATION),
             replica_observations=hub.list(REPLICA_OBSERVATION),
         )
+
+    def _assumed(self, kind: Kind, listed: list[Obj]) -> list[Obj]:
+        """`listed` with the controller's own unseen writes; one the store no longer has
+        (deleted by someone else since) is forgotten rather than brought back."""
+        for key in self.ledger.unseen(kind, listed):
+            _, namespace, name = key
+            if self.hub.get(kind, name, namespace or None) is None:
+                self.ledger.forget(key)
+        return self.ledger.overlay(kind, listed)
 
     def _classes(self, objs: Iterable[Obj], result: StepResult) -> tuple[dict[str, Obj], bool]:
         classes: dict[str, Obj] = {}

@@ -144,7 +144,9 @@ class Change:
 
 class Store(Protocol):
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
-        """The object, or None when it does not exist."""
+        """The object, or None when it does not exist. Authoritative: it reads the server,
+        never a cache that may lag (the controller relies on this to tell a lagging list
+        from a deleted object)."""
         ...
 
     def list(
