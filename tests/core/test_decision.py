@@ -59,6 +59,46 @@ def test_summary_counts_each_code_once_per_cluster_and_sorts() -> None:
     assert diag.dominant_code() is ReasonCode.INSUFFICIENT_GPU
 
 
+@pytest.mark.parametrize(
+    ("verdicts", "dominant"),
+    [
+        # A silent agent is the root cause of the NotReady the controller sets for it.
+        (
+            (_verdict("east", ReasonCode.CLUSTER_NOT_READY, ReasonCode.OBSERVATION_EXPIRED),),
+            ReasonCode.OBSERVATION_EXPIRED,
+        ),
+        # Frequency still comes first.
+        (
+            (
+                _verdict("a", ReasonCode.INSUFFICIENT_GPU),
+                _verdict("b", ReasonCode.INSUFFICIENT_GPU),
+                _verdict("c", ReasonCode.TAINTED),
+            ),
+            ReasonCode.INSUFFICIENT_GPU,
+        ),
+        # A tie between a taint and capacity: the taint explains more.
+        (
+            (_verdict("a", ReasonCode.INSUFFICIENT_GPU), _verdict("b", ReasonCode.TAINTED)),
+            ReasonCode.TAINTED,
+        ),
+        # Not being selected is never the condition's reason while another code exists.
+        (
+            (
+                _verdict("a", ReasonCode.CLUSTER_NOT_SELECTED),
+                _verdict("b", ReasonCode.CLUSTER_NOT_SELECTED),
+                _verdict("c", ReasonCode.NO_MATCHING_POOL),
+            ),
+            ReasonCode.NO_MATCHING_POOL,
+        ),
+    ],
+    ids=["expired-before-not-ready", "most-frequent", "taint-before-capacity", "not-selected"],
+)
+def test_the_dominant_code_prefers_frequency_then_the_root_cause(
+    verdicts: tuple[ClusterVerdict, ...], dominant: ReasonCode
+) -> None:
+    assert Diagnosis(verdicts).dominant_code() is dominant
+
+
 def test_duplicate_deployment_key_is_invalid_input() -> None:
     with pytest.raises(SnapshotError) as error:
         schedule(snapshot([], [deployment("ml/x"), deployment("ml/x")]), NOW)

@@ -109,6 +109,26 @@ INFORMATIONAL_CODES = frozenset(
 )
 
 
+#: Tie-break for a condition's reason, root causes first: an expired agent explains the
+#: NotReady the controller then sets; taints and readiness explain more than capacity does.
+ROOT_CAUSE_ORDER: tuple[ReasonCode, ...] = (
+    ReasonCode.OBSERVATION_EXPIRED,
+    ReasonCode.TAINTED,
+    ReasonCode.CLUSTER_NOT_READY,
+    ReasonCode.NO_GATEWAY,
+    ReasonCode.NO_MATCHING_POOL,
+    ReasonCode.ENGINE_CANNOT_CLAIM,
+    ReasonCode.GANG_NEEDS_DISTINCT_NODES,
+    ReasonCode.INSUFFICIENT_GPU,
+    ReasonCode.INSUFFICIENT_NODES,
+)
+
+
+def _root_cause_rank(code: ReasonCode) -> tuple[int, str]:
+    order = ROOT_CAUSE_ORDER.index(code) if code in ROOT_CAUSE_ORDER else len(ROOT_CAUSE_ORDER)
+    return (order, code.value)
+
+
 class Accounting(StrEnum):
     """How a pool's capacity is counted."""
 
@@ -192,14 +212,16 @@ class Diagnosis:
 
     def dominant_code(self) -> ReasonCode | None:
         """The code a condition's `reason` should carry: deployment-wide first, then the most
-        frequent cluster code other than ClusterNotSelected (ties by name)."""
+        frequent cluster code other than ClusterNotSelected; ties go to the code nearer the
+        root cause (`ROOT_CAUSE_ORDER`: a silent agent before the NotReady it leads to)."""
         if self.reasons:
             return self.reasons[0].code
         counts = self.blocking_counts()
-        for code, _ in counts:
-            if code is not ReasonCode.CLUSTER_NOT_SELECTED:
-                return code
-        return counts[0][0] if counts else None
+        candidates = [(c, n) for c, n in counts if c is not ReasonCode.CLUSTER_NOT_SELECTED]
+        if not candidates:
+            return counts[0][0] if counts else None
+        top = max(n for _, n in candidates)
+        return min((c for c, n in candidates if n == top), key=_root_cause_rank)
 
 
 @dataclass(frozen=True, slots=True)
