@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from gpufleet.api import labels
+from gpufleet.core import labels
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
 from gpufleet.sim.fleet import Fleet, FleetSpec
 from gpufleet.store.port import MODEL_REPLICA, POOL_OBSERVATION, Obj, Store

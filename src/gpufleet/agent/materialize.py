@@ -31,7 +31,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
 
-from gpufleet.api import labels
+from gpufleet.core import labels
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,

@@ -71,6 +71,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, Final
 
+from gpufleet.core import labels
 from gpufleet.core.model import (
     MAX_HISTOGRAM_BUCKETS,
     Bucket,
@@ -88,11 +89,11 @@ from gpufleet.core.model import (
 #: A raw Kubernetes object as the API returns it (camelCase, possibly malformed).
 RawObject = Mapping[str, Any]
 
-POOL_LABEL: Final = "gpufleet.io/pool"
-REPLICA_LABEL: Final = "gpufleet.io/replica"
-ENGINE_LABEL: Final = "gpufleet.io/engine"
-MEMBER_LABEL: Final = "gpufleet.io/member"
-REPLICA_GENERATION_LABEL: Final = "gpufleet.io/replica-generation"
+POOL_LABEL: Final = labels.POOL
+REPLICA_LABEL: Final = labels.REPLICA
+ENGINE_LABEL: Final = labels.ENGINE
+MEMBER_LABEL: Final = labels.MEMBER
+REPLICA_GENERATION_LABEL: Final = labels.REPLICA_GENERATION
 
 #: How many object names a problem's message lists; the count says how many there are.
 _MAX_NAMES_IN_MESSAGE: Final = 5

@@ -46,7 +46,7 @@ from gpufleet.agent.observe import (
     format_time,
     observe,
 )
-from gpufleet.api import labels
+from gpufleet.core import labels
 from gpufleet.core.model import PoolName
 from gpufleet.store.merge import merge_patch
 from gpufleet.store.port import (

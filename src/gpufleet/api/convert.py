@@ -24,7 +24,6 @@ What is carried over, and the choices where the API and the core differ:
 
 from collections.abc import Iterable, Mapping
 
-from gpufleet.api.labels import REPLICA_INDEX
 from gpufleet.api.loader import Manifest
 from gpufleet.api.models import (
     ApiObject,
@@ -43,6 +42,7 @@ from gpufleet.api.models import (
     is_condition_true,
 )
 from gpufleet.cel import compile_selector
+from gpufleet.core.labels import REPLICA_INDEX
 from gpufleet.core.model import (
     Attribute,
     AttributeKind,

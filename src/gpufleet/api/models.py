@@ -39,7 +39,6 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from gpufleet.api.labels import RESERVED_LABEL_PREFIX
 from gpufleet.api.names import (
     DNS_LABEL_RULE,
     DNS_SUBDOMAIN_RULE,
@@ -47,6 +46,7 @@ from gpufleet.api.names import (
     is_dns_subdomain,
 )
 from gpufleet.cel import CelCompileError, compile_selector
+from gpufleet.core.labels import RESERVED_LABEL_PREFIX
 from gpufleet.core.model import ClaimMode, Phase, Role, ServingMode, TaintEffect, TolerationOperator
 from gpufleet.core.quantity import parse_quantity
 from gpufleet.core.semver import parse_semver

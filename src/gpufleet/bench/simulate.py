@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpufleet.api import labels
 from gpufleet.bench.common import Section, Table, count, percent, seconds
+from gpufleet.core import labels
 from gpufleet.core.model import NodeChoice
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
 from gpufleet.sim.engine import EPOCH

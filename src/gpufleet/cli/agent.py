@@ -34,7 +34,6 @@ from prometheus_client import CollectorRegistry
 
 from gpufleet.agent.materialize import OWNED_SELECTOR
 from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, observation_namespace
-from gpufleet.api import labels
 from gpufleet.api.names import is_dns_label
 from gpufleet.cli.controller import (
     DebounceOption,
@@ -56,6 +55,7 @@ from gpufleet.cli.controller import (
     kube_config,
     leader_config,
 )
+from gpufleet.core import labels
 from gpufleet.kube import logs
 from gpufleet.kube.daemon import (
     DaemonLoop,

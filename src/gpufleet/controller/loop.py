@@ -40,7 +40,6 @@ from gpufleet.api import (
     ValidationFailed,
     cluster_from_manifest,
     deployment_from_manifest,
-    labels,
     parse_object,
     replica_from_manifest,
     validate,
@@ -71,10 +70,11 @@ from gpufleet.controller.status import (
     replica_status,
     without_ages,
 )
+from gpufleet.core import labels
 from gpufleet.core.decision import Decision, DeploymentDecision, ReasonCode
 from gpufleet.core.model import Cluster, Deployment, Replica, Snapshot
 from gpufleet.core.schedule import SnapshotError, schedule
-from gpufleet.store import AlreadyExists, Conflict, Kind, NotFound, Store, StoreError, copy_json
+from gpufleet.store import AlreadyExists, Conflict, Kind, NotFound, Store, StoreError
 from gpufleet.store.port import (
     EVENT,
     INFERENCE_CLASS,
@@ -210,7 +210,7 @@ class Controller:
         return result
 
     def _read(self) -> _View:
-        hub, ledger = self.hub, self.ledger
+        hub = self.hub
         return _View(
             classes=hub.list(INFERENCE_CLASS),
             clusters=self._assumed(INFERENCE_CLUSTER, hub.list(INFERENCE_CLUSTER)),

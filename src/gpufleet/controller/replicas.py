@@ -13,8 +13,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
-from gpufleet.api import FieldError, labels
+from gpufleet.api import FieldError
 from gpufleet.controller.conditions import Obj, condition, set_condition
+from gpufleet.core import labels
 from gpufleet.core.decision import Condition, Placement
 from gpufleet.store import copy_json
 

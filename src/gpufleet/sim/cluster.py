@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from gpufleet.api import labels
+from gpufleet.core import labels
 from gpufleet.core.model import NodeChoice
 from gpufleet.sim import dra
 from gpufleet.sim.engine import EventLoop

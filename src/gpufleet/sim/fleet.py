@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from gpufleet.agent.runner import Agent, AgentConfig, Report
-from gpufleet.api import labels
+from gpufleet.core import labels
 from gpufleet.sim.cluster import ClusterSpec, WorkloadCluster
 from gpufleet.sim.engine import EPOCH, EventLoop
 from gpufleet.store import MemoryStore

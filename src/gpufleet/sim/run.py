@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpufleet.api import labels
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.loop import Controller, StepResult
+from gpufleet.core import labels
 from gpufleet.core.decision import Diagnosis, Reason
 from gpufleet.sim import dra
 from gpufleet.sim.cluster import WorkloadCluster
