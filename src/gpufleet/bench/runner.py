@@ -38,8 +38,8 @@ READING = """## Reading the numbers
   is a histogram of at most a few buckets. It grows about linearly with clusters (B1a): spread
   before pack scans every selected cluster for every placement, and each deployment left short
   is diagnosed against every (cluster, pool). Whole-node accounting is a little cheaper per
-  call and, on this fleet (far larger than the demand), places the same replicas. The 1,000-
-  cluster row is the one under the 1,000 placements/s target.
+  call and, on this fleet (far larger than the demand), places the same replicas. The
+  Targets table says which rows reach 1,000 placements/s.
 - **B2.** With exact prediction (the cluster binds where the fit says), free-GPU accounting with
   Pack prediction packs as well as the exact optimum on every static instance, and keeps
   1.7-2x whole-node's GPUs busy on the dynamic traces. Spread, the default because
@@ -52,11 +52,12 @@ READING = """## Reading the numbers
   scheduler) are what recovers the optimum.
 - **B3.** `observe()` is linear in objects and under 1 s at 5,000 nodes / 40,000 claims /
   40,000 pods on this machine.
-- **B4.** See `24 h would take` against the one-minute target. The simulator's cost per
-  simulated second grows with the objects of every cluster: each emulated component lists its
-  store every tick and `MemoryStore` returns deep copies, so a day's steady state (more pods
-  than the measured window) runs slower than the window. The simulator was being optimised
-  while these numbers were taken; rerun `gpufleet bench --only B4` for current ones.
+- **B4.** See `24 h would take` against the one-minute target. The simulator steps every
+  cluster's components, every agent and the controller at fixed cadences, and an agent step
+  lists and observes its whole cluster, so the cost is set by simulated time x clusters x
+  objects even while nothing changes (quiet steps are skipped cheaply, not for free). Reaching
+  one minute for a day needs an event-driven loop (jump to the next due event) and agents that
+  observe incrementally from the change feed.
 - **B5.** Misprediction is rare while reports are fresh: the fleet re-reads the real histogram
   every report, so a wrong guess only matters for placements made between two reports, and
   then only when the pool is nearly full. The matched diagonal is the control; what shows up
