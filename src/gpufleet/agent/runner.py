@@ -291,7 +291,8 @@ class Agent:
             self._ensure_namespace(ns, outcome)
         for kind in OWNED_KINDS:
             try:
-                listed = self.local.list(kind, None, OWNED_SELECTOR)
+                # Read-only here: an update re-reads the object it changes.
+                listed = self.local.view(kind, None, OWNED_SELECTOR)
             except NotFound:
                 # The kind is not served (LeaderWorkerSet without its CRD): nothing of it exists;
                 # a replica that needs it fails on create and says so, the others go on.
@@ -305,7 +306,9 @@ class Agent:
                 if (kind, ns, name) not in desired:
                     self._delete_local(kind, name, ns, outcome)
 
-    def _apply(self, kind: Kind, want: Obj, current: Obj | None, outcome: StepOutcome) -> None:
+    def _apply(
+        self, kind: Kind, want: Obj, current: Mapping[str, Any] | None, outcome: StepOutcome
+    ) -> None:
         ref = _ref(kind, want["metadata"]["namespace"], want["metadata"]["name"])
         try:
             if current is None:

@@ -187,7 +187,28 @@ class ClusterSpec:
 class SimStore(MemoryStore):
     """The workload cluster's store. The emulated components read it with `peek`/`peek_one`
     (no copies: they never change what they read and write through the Store methods); the
-    agent reads it through the `Store` port, which copies as an API client's decoding does."""
+    agent reads it through the `Store` port, which copies as an API client's decoding does.
+
+    `published()` and `taken()` are what the emulated DRA allocator sees; they are cached per
+    revision of the ResourceSlices and ResourceClaims, since every component asks for them and
+    they change far less often than pods do. Callers must not change what they return."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._published: tuple[int, dict[str, list[dra.PublishedDevice]]] = (-1, {})
+        self._taken: tuple[int, frozenset[dra.DeviceKey]] = (-1, frozenset())
+
+    def published(self) -> dict[str, list[dra.PublishedDevice]]:
+        revision = self.kind_revision(RESOURCE_SLICE)
+        if self._published[0] != revision:
+            self._published = (revision, dra.published_devices(self.peek(RESOURCE_SLICE)))
+        return self._published[1]
+
+    def taken(self) -> frozenset[dra.DeviceKey]:
+        revision = self.kind_revision(RESOURCE_CLAIM)
+        if self._taken[0] != revision:
+            self._taken = (revision, frozenset(dra.taken_devices(self.peek(RESOURCE_CLAIM))))
+        return self._taken[1]
 
 
 class WorkloadCluster:
@@ -365,10 +386,8 @@ class WorkloadCluster:
         self._foreign_seq += 1
         name = f"foreign-{self._foreign_seq}"
         request = dra.Request("device", device.driver, count, ())
-        devices = dra.published_devices(self.store.peek(RESOURCE_SLICE)).get(node, [])
-        results = dra.allocate(
-            [request], devices, dra.taken_devices(self.store.peek(RESOURCE_CLAIM))
-        )
+        devices = self.store.published().get(node, [])
+        results = dra.allocate([request], devices, set(self.store.taken()))
         if results is None:
             raise ValueError(f"node {node} has fewer than {count} free {device.driver} devices")
         self.store.create(
@@ -411,8 +430,8 @@ class WorkloadCluster:
 
     def free_devices(self) -> dict[str, int]:
         """Per node, devices published and not taken (what the scheduler sees as free)."""
-        published = dra.published_devices(self.store.peek(RESOURCE_SLICE))
-        taken = dra.taken_devices(self.store.peek(RESOURCE_CLAIM))
+        published = self.store.published()
+        taken = self.store.taken()
         return {
             n["metadata"]["name"]: sum(
                 1 for d in published.get(n["metadata"]["name"], []) if d.key not in taken
@@ -674,8 +693,8 @@ class WorkloadCluster:
                 claims.append(claim)
         if len(claims) < len(spec.get("resourceClaims") or []):
             return  # its claims are not made yet
-        published = dra.published_devices(self.store.peek(RESOURCE_SLICE))
-        taken = dra.taken_devices(self.store.peek(RESOURCE_CLAIM))
+        published = self.store.published()
+        taken = self.store.taken()
         group = (meta.get("labels") or {}).get(LWS_GROUP_KEY)
         gang_nodes = (
             {

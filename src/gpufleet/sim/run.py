@@ -45,7 +45,6 @@ from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.loop import Controller, StepResult
 from gpufleet.core import labels
 from gpufleet.core.decision import Diagnosis, Reason
-from gpufleet.sim import dra
 from gpufleet.sim.cluster import WorkloadCluster
 from gpufleet.sim.engine import EPOCH
 from gpufleet.sim.fleet import Fleet, FleetSpec
@@ -67,7 +66,6 @@ from gpufleet.store.port import (
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     RESOURCE_CLAIM,
-    RESOURCE_SLICE,
     Change,
     Kind,
     NotFound,
@@ -475,8 +473,8 @@ class _PoolTruth:
 
 def pool_truth(cluster: WorkloadCluster) -> dict[str, _PoolTruth]:
     """Per pool, what the cluster really has: nodes, published devices, taken, histogram."""
-    published = dra.published_devices(cluster.store.peek(RESOURCE_SLICE))
-    taken = dra.taken_devices(cluster.store.peek(RESOURCE_CLAIM))
+    published = cluster.store.published()
+    taken = cluster.store.taken()
     per_pool: dict[str, list[tuple[int, int]]] = {p: [] for p in cluster.pools}
     for node in cluster.store.peek(NODE):
         pool = (node["metadata"].get("labels") or {}).get(labels.POOL, "")

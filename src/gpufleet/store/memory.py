@@ -49,6 +49,8 @@ class MemoryStore:
         self._revision = 0
         self._uid_seed = uid_seed
         self._compacted = 0
+        #: Per kind, the revision of its last change (0: never changed).
+        self._kind_revisions: dict[Kind, int] = {}
 
     # --- reads ------------------------------------------------------------------------
 
@@ -113,6 +115,11 @@ class MemoryStore:
     def revision(self) -> int:
         return self._revision
 
+    def kind_revision(self, kind: Kind) -> int:
+        """The revision of the last change to an object of `kind` (0 when none): a cache of
+        something computed from one kind stays valid while this stays the same."""
+        return self._kind_revisions.get(kind, 0)
+
     def compact(self, cursor: int) -> None:
         """Forget changes at or before `cursor`; reading from before it raises `Expired`."""
         del self._log[: self._first_after(cursor)]
@@ -141,6 +148,7 @@ class MemoryStore:
         stored_meta.pop("deletionTimestamp", None)
         self._put(key, stored)
         self._log.append(Change(self._revision, ChangeType.ADDED, kind, stored))
+        self._kind_revisions[kind] = self._revision
         return copy_json(stored)
 
     def update(self, obj: Obj) -> Obj:
@@ -191,6 +199,7 @@ class MemoryStore:
         self._pop(key)
         self._revision += 1
         self._log.append(Change(self._revision, ChangeType.DELETED, kind, current))
+        self._kind_revisions[kind] = self._revision
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -201,9 +210,11 @@ class MemoryStore:
             # The last finalizer is gone: the object disappears, as on the API server.
             self._pop(key)
             self._log.append(Change(self._revision, ChangeType.DELETED, kind, stored))
+            self._kind_revisions[kind] = self._revision
             return copy_json(stored)
         self._put(key, stored)
         self._log.append(Change(self._revision, ChangeType.MODIFIED, kind, stored))
+        self._kind_revisions[kind] = self._revision
         return copy_json(stored)
 
     def _stored(self, key: _Key) -> Obj | None:
