@@ -106,17 +106,42 @@ def test_explain_json_is_the_deployment_and_the_pools() -> None:
     }
 
 
-def test_a_placed_deployment_says_there_is_no_shortfall() -> None:
+def test_a_placed_deployment_shows_where_one_more_replica_could_go() -> None:
     result = invoke("explain", "ml-team/qwen-7b", FLEET, "--now", NOW)
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[-4:] == [
-        "no shortfall (3 of 3 replicas placed): the scheduler takes verdicts only for a "
-        "shortfall; replicas per cluster:",
+    start = lines.index("no shortfall (3 of 3 replicas placed); replicas per cluster:")
+    assert lines[start + 1 : start + 8] == [
         "CLUSTER      REPLICAS",
         "eks-us-east  3",
         "gke-eu-west  0",
+        "",
+        "where one more replica could go now:",
+        "clusters: 1/2 fit",
+        "CLUSTER      FIT  REASON   MESSAGE                                                   "
+        "DETAILS",
     ]
+    # Why none went to gke-eu-west: its taint, with the numbers.
+    assert lines[start + 9].startswith(
+        "gke-eu-west  no   Tainted  untolerated taints: gpufleet.io/dedicated=llm:NoSchedule"
+    )
+    body = json.loads(
+        invoke("explain", "ml-team/qwen-7b", FLEET, "--now", NOW, "-o", "json").stdout
+    )
+    assert [(c["cluster"], c["fits"]) for c in body["oneMore"]["clusters"]] == [
+        ("eks-us-east", True),
+        ("gke-eu-west", False),
+    ]
+
+
+def test_explaining_does_not_change_the_decision() -> None:
+    plan_body = json.loads(invoke("plan", FLEET, "--now", NOW, "-o", "json").stdout)
+    body = json.loads(
+        invoke("explain", "ml-team/qwen-7b", FLEET, "--now", NOW, "-o", "json").stdout
+    )
+    assert body["pools"] == plan_body["pools"]
+    qwen = [d for d in plan_body["deployments"] if d["name"] == "qwen-7b"]
+    assert [body["deployment"]] == qwen
 
 
 def test_unknown_deployment_exits_1_naming_the_deployments() -> None:

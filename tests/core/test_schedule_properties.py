@@ -30,7 +30,11 @@ from gpufleet.core.model import (
 from gpufleet.core.schedule import plan, schedule
 
 GPU = DriverName("gpu.nvidia.com")
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=int(__import__("os").environ.get("GPUFLEET_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 
 
 @st.composite
@@ -223,3 +227,18 @@ def test_whole_node_never_places_more_than_free_gpu(
     assert placed(whole) <= placed(free_gpu)
     assert_diagnosed(free_gpu)
     assert_diagnosed(whole)
+
+
+@SETTINGS
+@given(clusters(), deployments())
+def test_explaining_changes_no_decision_and_answers_for_every_satisfied_deployment(
+    fleet: tuple[Cluster, ...], deps: tuple[Deployment, ...]
+) -> None:
+    snap = Snapshot(deployments=deps, clusters=fleet)
+    keys = frozenset(d.key for d in deps)
+    explained = plan(snap, NOW, explain=keys)
+    assert explained.decision == schedule(snap, NOW)
+    satisfied = {d.key for d in explained.decision.deployments if d.shortfall == 0}
+    assert set(explained.one_more) == satisfied
+    for key in satisfied:
+        assert len(explained.one_more[key].clusters) == len(fleet)

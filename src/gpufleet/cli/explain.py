@@ -38,6 +38,7 @@ from gpufleet.cli.render import (
     Table,
     clusters_table,
     deployment_json,
+    diagnosis_json,
     plural,
     pool_state_json,
     pool_verdicts_table,
@@ -63,9 +64,9 @@ def command(
     recursive: RecursiveOption = False,
 ) -> None:
     """Explain one deployment's decision: every cluster's verdict and every pool's fit."""
-    scheduled = load_and_schedule(paths, now, recursive=recursive)
-    decision = scheduled.decision
     key = parse_key(deployment)
+    scheduled = load_and_schedule(paths, now, recursive=recursive, explain=frozenset({key}))
+    decision = scheduled.decision
     try:
         chosen = decision.for_deployment(key)
     except KeyError:
@@ -80,6 +81,8 @@ def command(
             "clusters": [c.name for c in scheduled.snapshot.clusters],
             "pools": [pool_state_json(p) for p in pools],
         }
+        if key in scheduled.one_more:
+            body["oneMore"] = diagnosis_json(scheduled.one_more[key])
         typer.echo(json.dumps(body, indent=2))
         return
     printer = Printer(stdout())
@@ -96,7 +99,11 @@ def command(
     diagnosis = chosen.diagnosis
     if diagnosis is None:
         _print_placed(printer, chosen, clusters)
-        return
+        diagnosis = scheduled.one_more.get(key)
+        if diagnosis is None:
+            return
+        printer.line()
+        printer.line("where one more replica could go now:", style="bold")
     fitting = sum(1 for v in diagnosis.clusters if v.fits)
     printer.line(f"clusters: {fitting}/{len(diagnosis.clusters)} fit", style="bold")
     printer.table(clusters_table(diagnosis.clusters))
@@ -114,8 +121,8 @@ def _print_placed(
     """No shortfall, so no diagnosis: where the deployment's replicas are, cluster by cluster."""
     placed = len(chosen.placements)
     printer.line(
-        f"no shortfall ({placed} of {plural(chosen.desired, 'replica')} placed): the scheduler "
-        "takes verdicts only for a shortfall; replicas per cluster:",
+        f"no shortfall ({placed} of {plural(chosen.desired, 'replica')} placed); replicas per "
+        "cluster:",
         style="bold",
     )
     counts = Counter(p.cluster for p in chosen.placements)

@@ -14,7 +14,8 @@ The clock lives here, at the edge: `now` is the current UTC time unless `--now` 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -33,9 +34,9 @@ from gpufleet.cli.render import (
     rfc3339,
 )
 from gpufleet.cli.validate import count_of, error_lines
-from gpufleet.core.decision import Decision
-from gpufleet.core.model import Snapshot
-from gpufleet.core.schedule import SnapshotError, schedule
+from gpufleet.core.decision import Decision, Diagnosis
+from gpufleet.core.model import DeploymentKey, Snapshot
+from gpufleet.core.schedule import SnapshotError, plan
 
 PathsArgument = Annotated[
     list[Path],
@@ -67,6 +68,8 @@ class Scheduled:
     snapshot: Snapshot
     now: datetime
     decision: Decision
+    #: For deployments asked about that got every replica: the verdicts for one more.
+    one_more: Mapping[DeploymentKey, Diagnosis] = field(default_factory=dict)
 
 
 def stdout() -> Console:
@@ -93,7 +96,13 @@ def parse_now(value: str | None) -> datetime:
     return moment.astimezone(UTC)
 
 
-def load_and_schedule(paths: list[Path], now: str | None, *, recursive: bool) -> Scheduled:
+def load_and_schedule(
+    paths: list[Path],
+    now: str | None,
+    *,
+    recursive: bool,
+    explain: frozenset[DeploymentKey] = frozenset(),
+) -> Scheduled:
     """Validate, convert and schedule; on invalid input print every error and exit 1."""
     moment = parse_now(now)
     results = check_paths(paths, recursive=recursive)
@@ -108,11 +117,11 @@ def load_and_schedule(paths: list[Path], now: str | None, *, recursive: bool) ->
         raise typer.Exit(code=1)
     snapshot = snapshot_from_manifests(r for r in results if isinstance(r, Manifest))
     try:
-        decision = schedule(snapshot, moment)
+        planned = plan(snapshot, moment, explain=explain)
     except SnapshotError as error:
         errors.print(f"✗ {error}: nothing scheduled")
         raise typer.Exit(code=1) from None
-    return Scheduled(snapshot, moment, decision)
+    return Scheduled(snapshot, moment, planned.decision, planned.one_more)
 
 
 def command(

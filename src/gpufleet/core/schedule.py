@@ -100,6 +100,9 @@ class PoolTrace:
 class Plan:
     decision: Decision
     traces: Mapping[tuple[ClusterName, PoolName], PoolTrace] = field(default_factory=dict)
+    #: For each deployment asked about with `explain` that has no shortfall: where one more
+    #: replica could go, against the final ledger (the verdicts a shortfall would have had).
+    one_more: Mapping[DeploymentKey, Diagnosis] = field(default_factory=dict)
 
 
 def schedule(snapshot: Snapshot, now: datetime) -> Decision:
@@ -408,8 +411,15 @@ def _condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
     )
 
 
-def plan(snapshot: Snapshot, now: datetime, *, record: bool = False) -> Plan:
-    """`schedule`, plus (with `record`) every pod the ledger took, for tests and explain."""
+def plan(
+    snapshot: Snapshot,
+    now: datetime,
+    *,
+    record: bool = False,
+    explain: frozenset[DeploymentKey] = frozenset(),
+) -> Plan:
+    """`schedule`, plus (with `record`) every pod the ledger took, for tests and explain, and
+    (for the deployments in `explain` that got every replica) the verdicts for one more."""
     _check(snapshot)
     matcher = Matcher()
     ledgers = _build_ledgers(snapshot, now, matcher, record)
@@ -502,4 +512,10 @@ def plan(snapshot: Snapshot, now: datetime, *, record: bool = False) -> Plan:
                     initial[(name, pool.pool.name)],
                     tuple(a for a in pool.log if isinstance(a, Assignment)),
                 )
-    return Plan(Decision(tuple(decisions), tuple(pools)), traces)
+    satisfied = {d.key for d in decisions if d.shortfall == 0}
+    one_more = {
+        work.deployment.key: _diagnose(work, ledgers, matcher, snapshot)
+        for work in works
+        if work.deployment.key in explain and work.deployment.key in satisfied
+    }
+    return Plan(Decision(tuple(decisions), tuple(pools)), traces, one_more)
