@@ -9,6 +9,7 @@ histogram of nodes by free GPUs. With several runs (`--compare`) each run gets i
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
@@ -65,6 +66,9 @@ def line_chart(
     dashed = dashed or {}
     values = [v for series in (*lines.values(), *dashed.values()) for v in series]
     y_max = max([1.0, *values])
+    if all(float(v).is_integer() for v in values):
+        # Counts (GPUs, replicas): whole-number gridlines, four of them.
+        y_max = float(max(4, math.ceil(y_max / 4) * 4))
     t_max = max([1.0, *times_s])
     x0, x1 = _PAD_L, _W - _PAD_R
     y0, y1 = _H - _PAD_B, _PAD_T
@@ -78,8 +82,9 @@ def line_chart(
     for i in range(5):
         t = t_max * i / 4
         x = _scale(t, 0, t_max, x0, x1)
+        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
         parts.append(
-            f'<text x="{x:.1f}" y="{y0 + 14}" text-anchor="middle">{format_duration(t)}</text>'
+            f'<text x="{x:.1f}" y="{y0 + 14}" text-anchor="{anchor}">{format_duration(t)}</text>'
         )
     if y_label:
         parts.append(f'<text x="{x0}" y="{y1 - 2}">{_esc(y_label)}</text>')
@@ -282,7 +287,8 @@ def render_html(results: Sequence[RunResult]) -> str:
         f"<body><h1>gpufleet simulate: {_esc(scenario.name)}</h1>",
         f"<p>{_esc(scenario.description)}</p>",
         f"<p>Seed {scenario.seed}, {format_duration(scenario.end_s)} simulated, "
-        f"{len(scenario.fleet.clusters)} clusters. Report written {made}.</p>",
+        f"{len(scenario.fleet.clusters)} cluster{'' if len(scenario.fleet.clusters) == 1 else 's'}."
+        f" Report written {made}.</p>",
     ]
     body += [_section(r) for r in results]
     body.append("</body></html>")
