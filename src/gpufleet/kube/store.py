@@ -51,7 +51,7 @@ from lightkube.core.generic_client import ALL_NS
 from lightkube.types import PatchType
 
 from gpufleet.kube.resources import resource_class, to_obj
-from gpufleet.store.labels import Op, parse_selector
+from gpufleet.store.labels import Op, matches, parse_selector
 from gpufleet.store.port import (
     AlreadyExists,
     Change,
@@ -255,8 +255,25 @@ class KubeStore:
         namespace: str | None = None,
         label_selector: str | Mapping[str, str] | None = None,
     ) -> builtins.list[Obj]:
-        # Every list is decoded afresh, so nothing is shared with anyone: a view is a list.
-        return self.list(kind, namespace, label_selector)
+        """From the watch cache when a watch of `kind` covering the request (unfiltered, or of
+        exactly this namespace and selector) has synced, so no request reaches the API server
+        (the agent views its whole cluster every step); else a `list`. The
+        cache is as fresh as the watch: it may lag this store's own writes by the watch's
+        latency, which readers of observations tolerate by design."""
+        informer = self._informers.get(_WatchKey(kind, None, None))
+        if isinstance(label_selector, str) or label_selector is None:
+            # A watch of exactly this scope (the agent's own workloads) serves it too.
+            informer = self._informers.get(_WatchKey(kind, namespace, label_selector), informer)
+        if informer is None or not informer.synced.is_set():
+            return self.list(kind, namespace, label_selector)
+        selector = parse_selector(label_selector)
+        with self._lock:
+            return [
+                obj
+                for key, obj in sorted(informer.cached().items())
+                if (namespace is None or key[0] == namespace)
+                and matches(selector, obj["metadata"].get("labels"))
+            ]
 
     def changes(
         self, cursor: int, kinds: Sequence[Kind] | None = None
@@ -436,6 +453,10 @@ class _Informer:
         self.last_error: str | None = None
         self.lists = 0  # how many lists succeeded: observable in tests and metrics
         self._version = ""  # the last resourceVersion delivered (list or watch)
+
+    def cached(self) -> dict[_ObjKey, Obj]:
+        """The objects as last listed or watched; the caller holds the store's lock."""
+        return self._cache
 
     @property
     def _scope(self) -> str | None:
