@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpufleet.core.quantity import (
@@ -390,13 +390,32 @@ def test_canonical_round_trips(generated: Generated) -> None:
     assert parse_quantity(quantity.canonical()) == quantity
 
 
+def is_saturated(generated: Generated) -> bool:
+    return generated.is_binary and abs(generated.value) > MAX_INT64
+
+
 @given(quantity_texts(), quantity_texts())
+@example(  # found by hypothesis: a clamped binary value against an exact decimal one
+    Generated("-10000000.0Ti", Fraction(-10995116277760000000), is_binary=True),
+    Generated("-10000000000.0e9", Fraction(-(10**19)), is_binary=False),
+)
 def test_orders_like_the_exact_value(left: Generated, right: Generated) -> None:
+    if any(is_saturated(g) for g in (left, right)):
+        # Kubernetes clamps an overflowing binary quantity at +-(2^63-1) but keeps a decimal
+        # one exact, so -10000000Ti (clamped) orders above -1e19: order follows the clamped
+        # value, as it does in Kubernetes.
+        left_quantity, right_quantity = parse_quantity(left.text), parse_quantity(right.text)
+        left_expected, right_expected = expected_quantity(left), expected_quantity(right)
+        assert (left_quantity < right_quantity, left_quantity == right_quantity) == (
+            left_expected < right_expected,
+            left_expected == right_expected,
+        )
+        return
     if not all(
         abs(g.value) <= MAX_INT64 and (g.value * NANOS_PER_UNIT).denominator == 1
         for g in (left, right)
     ):
-        # Saturation and nano rounding may merge values; they never reorder them.
+        # Nano rounding may merge values; it never reorders them.
         assert not (
             left.value < right.value and parse_quantity(left.text) > parse_quantity(right.text)
         )
