@@ -14,6 +14,8 @@ from gpufleet.store import copy_json, format_time
 from gpufleet.store.merge import merge_patch
 
 Obj = dict[str, Any]
+#: An object the controller reads and never changes (a store view may share it).
+ReadObj = Mapping[str, Any]
 
 
 def condition(type_: str, status: str, reason: str, message: str = "") -> Obj:

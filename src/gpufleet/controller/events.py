@@ -21,7 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
-from gpufleet.controller.conditions import Obj
+from gpufleet.controller.conditions import Obj, ReadObj
 from gpufleet.controller.config import CLUSTER_EVENT_NAMESPACE
 from gpufleet.store import format_time
 
@@ -114,7 +114,7 @@ def event_body(event: Event, now: datetime, component: str, instance: str) -> Ob
     }
 
 
-def repeated(existing: Obj, now: datetime) -> Obj:
+def repeated(existing: ReadObj, now: datetime) -> Obj:
     """An existing Event recorded once more."""
     updated = dict(existing)
     updated["count"] = int(existing.get("count") or 1) + 1

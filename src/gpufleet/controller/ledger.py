@@ -21,17 +21,18 @@ assume cache does); a non-numeric version is treated as "caught up" only when eq
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from gpufleet.controller.conditions import Obj
-from gpufleet.store import Kind, copy_json
+from gpufleet.controller.conditions import Obj, ReadObj
+from gpufleet.store import Kind, copy_json, copy_obj
 
 Key = tuple[Kind, str, str]
 
 
-def object_key(kind: Kind, obj: Obj) -> Key:
+def object_key(kind: Kind, obj: Mapping[str, Any]) -> Key:
     meta = obj.get("metadata") or {}
     return (kind, meta.get("namespace") or "", meta.get("name", ""))
 
@@ -64,12 +65,12 @@ class AssumeLedger:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def assume_written(self, kind: Kind, obj: Obj, now: datetime) -> None:
+    def assume_written(self, kind: Kind, obj: ReadObj, now: datetime) -> None:
         """Record an object as a create, update or status patch returned it."""
         version = (obj.get("metadata") or {}).get("resourceVersion")
-        self._entries[object_key(kind, obj)] = Entry(copy_json(obj), version, now)
+        self._entries[object_key(kind, obj)] = Entry(copy_obj(obj), version, now)
 
-    def assume_deleted(self, kind: Kind, obj: Obj, now: datetime) -> None:
+    def assume_deleted(self, kind: Kind, obj: ReadObj, now: datetime) -> None:
         """Record the delete of `obj` (the last version the controller saw of it)."""
         version = (obj.get("metadata") or {}).get("resourceVersion")
         self._entries[object_key(kind, obj)] = Entry(None, version, now)
@@ -79,13 +80,13 @@ class AssumeLedger:
         for key in [k for k, e in self._entries.items() if _age_s(e, now) > self.ttl_s]:
             del self._entries[key]
 
-    def overlay(self, kind: Kind, listed: Sequence[Obj]) -> list[Obj]:
+    def overlay(self, kind: Kind, listed: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """`listed` with the assumed writes of `kind` applied; caught-up entries are forgotten.
 
         The result is sorted by (namespace, name), as a Store lists.
         """
-        seen: dict[Key, Obj] = {object_key(kind, o): o for o in listed}
-        out: dict[Key, Obj] = dict(seen)
+        seen: dict[Key, Mapping[str, Any]] = {object_key(kind, o): o for o in listed}
+        out: dict[Key, Mapping[str, Any]] = dict(seen)
         for key, entry in list(self._entries.items()):
             if key[0] != kind:
                 continue
@@ -104,7 +105,7 @@ class AssumeLedger:
             out[key] = copy_json(entry.obj)
         return [out[k] for k in sorted(out, key=lambda k: (k[1], k[2]))]
 
-    def unseen(self, kind: Kind, listed: Sequence[Obj]) -> list[Key]:
+    def unseen(self, kind: Kind, listed: Sequence[Mapping[str, Any]]) -> list[Key]:
         """Assumed-present objects of `kind` that `listed` does not show at all.
 
         Either the view lags the write, or someone deleted the object since: the controller

@@ -46,7 +46,7 @@ from gpufleet.api import (
 )
 from gpufleet.cel import CelCompileError
 from gpufleet.controller import replicas as replica_docs
-from gpufleet.controller.conditions import Obj, owned_patch
+from gpufleet.controller.conditions import Obj, ReadObj, owned_patch
 from gpufleet.controller.config import OBSERVATION_NAMESPACE_PREFIX, ControllerConfig
 from gpufleet.controller.events import (
     Event,
@@ -125,12 +125,12 @@ class StepResult:
 class _View:
     """Everything one step reads (deletion-pending objects included)."""
 
-    classes: list[Obj]
-    clusters: list[Obj]
-    deployments: list[Obj]
-    replicas: list[Obj]
-    pool_observations: list[Obj]
-    replica_observations: list[Obj]
+    classes: Sequence[Mapping[str, Any]]
+    clusters: Sequence[Mapping[str, Any]]
+    deployments: Sequence[Mapping[str, Any]]
+    replicas: Sequence[Mapping[str, Any]]
+    pool_observations: Sequence[Mapping[str, Any]]
+    replica_observations: Sequence[Mapping[str, Any]]
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -143,7 +143,7 @@ def _is_deleting(obj: Mapping[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
-def _with_status(obj: Obj, desired: Mapping[str, Any], owned: Sequence[str]) -> Obj:
+def _with_status(obj: ReadObj, desired: Mapping[str, Any], owned: Sequence[str]) -> Obj:
     """`obj` as it would read with its `owned` status keys set to `desired`.
 
     A shallow copy: the step reads these objects and never changes them in place (every write
@@ -211,16 +211,18 @@ class Controller:
 
     def _read(self) -> _View:
         hub = self.hub
+        # Read-only views (typed Mapping, so mypy holds the step to never changing what it
+        # reads): the whole hub is not copied on every step.
         return _View(
-            classes=hub.list(INFERENCE_CLASS),
-            clusters=self._assumed(INFERENCE_CLUSTER, hub.list(INFERENCE_CLUSTER)),
-            deployments=self._assumed(MODEL_DEPLOYMENT, hub.list(MODEL_DEPLOYMENT)),
-            replicas=self._assumed(MODEL_REPLICA, hub.list(MODEL_REPLICA)),
-            pool_observations=hub.list(POOL_OBSERVATION),
-            replica_observations=hub.list(REPLICA_OBSERVATION),
+            classes=hub.view(INFERENCE_CLASS),
+            clusters=self._assumed(INFERENCE_CLUSTER, hub.view(INFERENCE_CLUSTER)),
+            deployments=self._assumed(MODEL_DEPLOYMENT, hub.view(MODEL_DEPLOYMENT)),
+            replicas=self._assumed(MODEL_REPLICA, hub.view(MODEL_REPLICA)),
+            pool_observations=hub.view(POOL_OBSERVATION),
+            replica_observations=hub.view(REPLICA_OBSERVATION),
         )
 
-    def _assumed(self, kind: Kind, listed: list[Obj]) -> list[Obj]:
+    def _assumed(self, kind: Kind, listed: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """`listed` with the controller's own unseen writes; one the store no longer has
         (deleted by someone else since) is forgotten rather than brought back."""
         for key in self.ledger.unseen(kind, listed):
@@ -229,8 +231,10 @@ class Controller:
                 self.ledger.forget(key)
         return self.ledger.overlay(kind, listed)
 
-    def _classes(self, objs: Iterable[Obj], result: StepResult) -> tuple[dict[str, Obj], bool]:
-        classes: dict[str, Obj] = {}
+    def _classes(
+        self, objs: Iterable[ReadObj], result: StepResult
+    ) -> tuple[dict[str, ReadObj], bool]:
+        classes: dict[str, ReadObj] = {}
         is_complete = True
         for obj in objs:
             try:
@@ -294,15 +298,15 @@ class Controller:
 
     def _publish_cluster(
         self,
-        cluster: Obj,
-        classes: Mapping[str, Obj],
+        cluster: ReadObj,
+        classes: Mapping[str, ReadObj],
         trust: Trust | None,
         now: datetime,
         result: StepResult,
     ) -> Obj:
         trust = trust or Trust(None, (), ())
 
-        def desire(current: Obj) -> Obj:
+        def desire(current: ReadObj) -> Obj:
             return cluster_status(current, classes, trust, now, self.config)
 
         return self._write_status(
@@ -310,7 +314,7 @@ class Controller:
         )
 
     def _publish_replica(
-        self, replica: Obj, trusts: Mapping[str, Trust], now: datetime, result: StepResult
+        self, replica: ReadObj, trusts: Mapping[str, Trust], now: datetime, result: StepResult
     ) -> Obj:
         namespace = replica["metadata"].get("namespace") or ""
         name = replica["metadata"]["name"]
@@ -329,7 +333,7 @@ class Controller:
         is_rejected = bool(mine(trust.rejected)) if trust else False
         report = accepted[0] if accepted else None
 
-        def desire(current: Obj) -> Obj:
+        def desire(current: ReadObj) -> Obj:
             return replica_status(current, report, is_rejected, now)
 
         return self._write_status(MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result)
@@ -338,10 +342,10 @@ class Controller:
 
     def _schedule(
         self,
-        classes: Mapping[str, Obj],
-        clusters: Sequence[Obj],
-        deployments: Sequence[Obj],
-        replicas: Sequence[Obj],
+        classes: Mapping[str, ReadObj],
+        clusters: Sequence[ReadObj],
+        deployments: Sequence[ReadObj],
+        replicas: Sequence[ReadObj],
         now: datetime,
         result: StepResult,
     ) -> None:
@@ -375,7 +379,7 @@ class Controller:
                 self._error(result, f"scheduling skipped: cannot read {line}")
             return
 
-        valid: dict[tuple[str, str], tuple[Obj, Deployment]] = {}
+        valid: dict[tuple[str, str], tuple[ReadObj, Deployment]] = {}
         alive: set[tuple[str, ...]] = set()
         for obj in deployments:
             if _is_deleting(obj):
@@ -416,10 +420,10 @@ class Controller:
         self.recorder.forget_missing("refusal", alive)
 
     @staticmethod
-    def _key(obj: Obj) -> tuple[str, str]:
+    def _key(obj: ReadObj) -> tuple[str, str]:
         return (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
 
-    def _check_deployment(self, obj: Obj) -> Deployment | list[FieldError]:
+    def _check_deployment(self, obj: ReadObj) -> Deployment | list[FieldError]:
         """The deployment as the core reads it, or every error that stops it being read.
 
         Only the spec is validated: the status is the controller's own to rewrite.
@@ -438,9 +442,9 @@ class Controller:
 
     def _invalid_deployment(
         self,
-        obj: Obj,
+        obj: ReadObj,
         errors: list[FieldError],
-        replicas: Sequence[Obj],
+        replicas: Sequence[ReadObj],
         now: datetime,
         result: StepResult,
     ) -> None:
@@ -456,7 +460,7 @@ class Controller:
         ]
         ready = sum(1 for r in mine if is_pods_scheduled(r.get("status") or {}))
 
-        def desire(current: Obj) -> Obj:
+        def desire(current: ReadObj) -> Obj:
             return replica_docs.deployment_status(current, scheduled, len(mine), ready, now)
 
         self._write_status(
@@ -467,9 +471,9 @@ class Controller:
 
     def _apply(
         self,
-        deployment: Obj,
+        deployment: ReadObj,
         decided: DeploymentDecision,
-        replicas: Mapping[tuple[str, str], Obj],
+        replicas: Mapping[tuple[str, str], ReadObj],
         now: datetime,
         result: StepResult,
     ) -> None:
@@ -542,7 +546,7 @@ class Controller:
         )
         scheduled = replica_docs.decision_condition(decided.condition)
 
-        def desire(current: Obj) -> Obj:
+        def desire(current: ReadObj) -> Obj:
             return replica_docs.deployment_status(current, scheduled, total, ready, now)
 
         self._write_status(
@@ -567,7 +571,7 @@ class Controller:
     def _retries(self) -> int:
         return max(1, self.config.max_conflict_retries)
 
-    def _reread(self, kind: Kind, obj: Obj) -> Obj:
+    def _reread(self, kind: Kind, obj: ReadObj) -> Obj:
         meta = obj["metadata"]
         fresh = self.hub.get(kind, meta["name"], meta.get("namespace"))
         if fresh is None:
@@ -577,8 +581,8 @@ class Controller:
     def _write_status(
         self,
         kind: Kind,
-        obj: Obj,
-        desire: Callable[[Obj], Obj],
+        obj: ReadObj,
+        desire: Callable[[ReadObj], Obj],
         owned: Sequence[str],
         now: datetime,
         result: StepResult,
@@ -617,8 +621,8 @@ class Controller:
     def _update(
         self,
         kind: Kind,
-        obj: Obj,
-        change: Callable[[Obj], Obj | None],
+        obj: ReadObj,
+        change: Callable[[ReadObj], Obj | None],
         now: datetime,
         result: StepResult,
     ) -> None:
@@ -642,7 +646,7 @@ class Controller:
         self,
         kind: Kind,
         body: Obj,
-        change: Callable[[Obj], Obj | None],
+        change: Callable[[ReadObj], Obj | None],
         now: datetime,
         result: StepResult,
     ) -> None:
@@ -664,12 +668,12 @@ class Controller:
         if kind == MODEL_REPLICA:
             # Its first status (NotObserved) now, not one step later: a step leaves nothing
             # for the next one to write when nothing changes.
-            def desire(current: Obj) -> Obj:
+            def desire(current: ReadObj) -> Obj:
                 return replica_status(current, None, False, now)
 
             self._write_status(kind, written, desire, REPLICA_OWNED, now, result)
 
-    def _delete(self, kind: Kind, obj: Obj, now: datetime, result: StepResult) -> None:
+    def _delete(self, kind: Kind, obj: ReadObj, now: datetime, result: StepResult) -> None:
         meta = obj["metadata"]
         try:
             self.hub.delete(kind, meta["name"], meta.get("namespace"))

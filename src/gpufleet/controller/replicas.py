@@ -14,10 +14,10 @@ from enum import StrEnum
 from typing import Any, Final
 
 from gpufleet.api import FieldError
-from gpufleet.controller.conditions import Obj, condition, set_condition
+from gpufleet.controller.conditions import Obj, ReadObj, condition, set_condition
 from gpufleet.core import labels
 from gpufleet.core.decision import Condition, Placement
-from gpufleet.store import copy_json
+from gpufleet.store import copy_json, copy_obj
 
 REPLICAS_SCHEDULED: Final = "ReplicasScheduled"
 #: The status keys of a ModelDeployment the controller writes.
@@ -43,7 +43,7 @@ def replica_labels(placement: Placement) -> dict[str, str]:
     }
 
 
-def owner_reference(deployment: Obj) -> Obj:
+def owner_reference(deployment: ReadObj) -> Obj:
     meta = deployment["metadata"]
     return {
         "apiVersion": deployment["apiVersion"],
@@ -55,7 +55,7 @@ def owner_reference(deployment: Obj) -> Obj:
     }
 
 
-def _templates(deployment: Obj) -> dict[tuple[str, str], Any]:
+def _templates(deployment: ReadObj) -> dict[tuple[str, str], Any]:
     engines = deployment["spec"]["template"]["spec"]["engines"]
     return {
         (engine["name"], member.get("role", "Standalone")): member.get("template") or {}
@@ -64,7 +64,7 @@ def _templates(deployment: Obj) -> dict[tuple[str, str], Any]:
     }
 
 
-def replica_spec(placement: Placement, deployment: Obj) -> Obj:
+def replica_spec(placement: Placement, deployment: ReadObj) -> Obj:
     """The ModelReplica spec for a placement of `deployment` (shapes.md)."""
     templates = _templates(deployment)
     serving = deployment["spec"]["template"]["spec"].get("serving") or {}
@@ -102,7 +102,7 @@ def replica_spec(placement: Placement, deployment: Obj) -> Obj:
     }
 
 
-def replica_body(placement: Placement, deployment: Obj) -> Obj:
+def replica_body(placement: Placement, deployment: ReadObj) -> Obj:
     """A new ModelReplica for `placement`, owned by `deployment`."""
     return {
         "apiVersion": deployment["apiVersion"],
@@ -117,7 +117,7 @@ def replica_body(placement: Placement, deployment: Obj) -> Obj:
     }
 
 
-def restamped(current: Obj, placement: Placement, deployment: Obj) -> Obj | None:
+def restamped(current: ReadObj, placement: Placement, deployment: ReadObj) -> Obj | None:
     """`current` with the spec, labels and owner the placement wants; None when it has them.
 
     Labels and owner references other writers added are kept.
@@ -132,7 +132,7 @@ def restamped(current: Obj, placement: Placement, deployment: Obj) -> Obj | None
     is_labelled = all(have_labels.get(k) == v for k, v in want_labels.items())
     if current.get("spec") == want_spec and is_labelled and has_owner:
         return None
-    updated = copy_json(current)
+    updated = copy_obj(current)
     updated["spec"] = want_spec
     updated["metadata"]["labels"] = {**have_labels, **want_labels}
     if not has_owner:
@@ -164,7 +164,7 @@ def decision_condition(decided: Condition) -> Obj:
 
 
 def deployment_status(
-    deployment: Obj, scheduled: Obj, total: int, ready: int, now: datetime
+    deployment: ReadObj, scheduled: ReadObj, total: int, ready: int, now: datetime
 ) -> Obj:
     """The desired `DEPLOYMENT_OWNED` keys of a deployment's status.
 

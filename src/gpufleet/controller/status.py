@@ -27,9 +27,9 @@ from typing import Any, Final
 
 from gpufleet.api import parse_object
 from gpufleet.api.models import PoolObservation, ReplicaObservation
-from gpufleet.controller.conditions import Obj, condition, find_condition, set_condition
+from gpufleet.controller.conditions import Obj, ReadObj, condition, find_condition, set_condition
 from gpufleet.controller.config import ControllerConfig
-from gpufleet.store import copy_json, format_time
+from gpufleet.store import copy_json, copy_obj, format_time
 
 READY: Final = "Ready"
 POOLS_PUBLISHED: Final = "PoolsPublished"
@@ -80,10 +80,10 @@ class AgentReport:
     identity: str
     lease_epoch: int
     observed_at: datetime
-    body: Obj
+    body: ReadObj
 
 
-def parse_report(obj: Obj) -> AgentReport | None:
+def parse_report(obj: ReadObj) -> AgentReport | None:
     """The report an observation object carries; None when its status is not written yet.
 
     Raises ValidationFailed (a ValueError) when the object is malformed.
@@ -143,7 +143,7 @@ def judge(reports: Iterable[AgentReport], known_epoch: int | None) -> Trust:
     )
 
 
-def known_epoch(cluster: Obj) -> int | None:
+def known_epoch(cluster: ReadObj) -> int | None:
     """The lease epoch persisted in a cluster's `status.agent.leaseEpoch`."""
     agent = (cluster.get("status") or {}).get("agent") or {}
     epoch = agent.get("leaseEpoch")
@@ -212,9 +212,9 @@ def published_observation(report: AgentReport, now: datetime, config: Controller
     return observation
 
 
-def _aged(observation: Obj, now: datetime, config: ControllerConfig) -> Obj:
+def _aged(observation: ReadObj, now: datetime, config: ControllerConfig) -> Obj:
     """A previously published observation with its age and state brought up to `now`."""
-    aged = copy_json(observation)
+    aged = copy_obj(observation)
     observed_at = parse_time(aged.get("observedAt"))
     if observed_at is not None:
         aged["ageSeconds"], aged["state"] = freshness(observed_at, now, config)
@@ -222,7 +222,11 @@ def _aged(observation: Obj, now: datetime, config: ControllerConfig) -> Obj:
 
 
 def _ready(
-    current: Sequence[Obj], trust: Trust, agent: Obj | None, now: datetime, config: ControllerConfig
+    current: Sequence[ReadObj],
+    trust: Trust,
+    agent: ReadObj | None,
+    now: datetime,
+    config: ControllerConfig,
 ) -> Obj | None:
     """The controller's `Ready` condition, or None when it must not write one."""
     if not config.manages_ready:
@@ -253,8 +257,8 @@ def _ready(
 
 
 def cluster_status(
-    cluster: Obj,
-    classes: Mapping[str, Obj],
+    cluster: ReadObj,
+    classes: Mapping[str, ReadObj],
     trust: Trust,
     now: datetime,
     config: ControllerConfig,
@@ -338,7 +342,7 @@ def _pods_message(pools: Sequence[Mapping[str, Any]]) -> str:
 
 
 def replica_status(
-    replica: Obj, report: AgentReport | None, is_rejected: bool, now: datetime
+    replica: ReadObj, report: AgentReport | None, is_rejected: bool, now: datetime
 ) -> Obj:
     """The desired `REPLICA_OWNED` keys of a ModelReplica's status.
 

@@ -2,7 +2,7 @@
 
 from gpufleet.store.labels import SelectorError, matches, parse_selector
 from gpufleet.store.memory import MemoryStore, format_time
-from gpufleet.store.merge import apply_merge_patch, copy_json, merge_patch
+from gpufleet.store.merge import apply_merge_patch, copy_json, copy_obj, merge_patch
 from gpufleet.store.port import (
     AlreadyExists,
     Change,
@@ -34,6 +34,7 @@ __all__ = [
     "StoreError",
     "apply_merge_patch",
     "copy_json",
+    "copy_obj",
     "format_time",
     "kind_of",
     "matches",

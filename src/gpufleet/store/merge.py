@@ -22,6 +22,11 @@ def copy_json(value: _T) -> _T:
     return cast(_T, _copy(value))
 
 
+def copy_obj(obj: Mapping[str, Any]) -> Obj:
+    """`copy_json` of an object: a private, changeable dict from one that may be shared."""
+    return cast(Obj, _copy(obj))
+
+
 def _copy(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
