@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from gpufleet.api import (
     FieldError,
@@ -157,6 +157,66 @@ def _with_status(obj: ReadObj, desired: Mapping[str, Any], owned: Sequence[str])
     return {**obj, "status": status}
 
 
+_T = TypeVar("_T")
+
+
+def _check_deployment(obj: ReadObj) -> Deployment | list[FieldError]:
+    """The deployment as the core reads it, or every error that stops it being read.
+
+    Only the spec is validated: the status is the controller's own to rewrite.
+    """
+    body = {k: v for k, v in obj.items() if k != "status"}
+    try:
+        parsed = validate(body)
+    except ValidationFailed as e:
+        return list(e.errors)
+    if not isinstance(parsed, ModelDeployment):
+        return [FieldError("kind", "must be ModelDeployment")]
+    try:
+        return deployment_from_manifest(parsed)
+    except CelCompileError as e:
+        return [FieldError("spec.template.spec.engines.members.nodeSelector", e.message)]
+
+
+def _core_replica(obj: ReadObj) -> Replica | None:
+    replica = parse_object(obj)
+    return replica_from_manifest(replica) if isinstance(replica, ModelReplica) else None
+
+
+class ParseCache:
+    """What the step computed from an object (parsed, converted), by the object's identity.
+
+    A store view hands out the same object until it changes (a stored object is replaced on
+    every write, never changed in place), so an object seen again costs a dictionary lookup,
+    not a validation. An entry holds its object, so the identity cannot be reused while it is
+    cached; entries no step used are dropped when the next step ends. Failures are cached too
+    and raised again.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, int], tuple[ReadObj, object, bool]] = {}
+        self._used: dict[tuple[str, int], tuple[ReadObj, object, bool]] = {}
+        #: How many objects were computed afresh (for tests and metrics).
+        self.misses = 0
+
+    def get(self, what: str, obj: ReadObj, compute: Callable[[ReadObj], _T]) -> _T:
+        key = (what, id(obj))
+        hit = self._used.get(key) or self._entries.get(key)
+        if hit is None or hit[0] is not obj:
+            self.misses += 1
+            try:
+                hit = (obj, compute(obj), False)
+            except (ValidationFailed, ValueError, CelCompileError) as e:
+                hit = (obj, e, True)
+        self._used[key] = hit
+        if hit[2]:
+            raise cast(Exception, hit[1])
+        return cast(_T, hit[1])
+
+    def end_step(self) -> None:
+        self._entries, self._used = self._used, {}
+
+
 class Controller:
     """The hub controller. Not thread-safe: one loop calls `step`.
 
@@ -177,6 +237,7 @@ class Controller:
         self.identity = identity
         self.timer = timer
         self.ledger = AssumeLedger(self.config.assume_ttl_s)
+        self.parsed = ParseCache()
         self.recorder = Recorder()
         #: The highest lease epoch accepted per cluster (also persisted in its status).
         self.epochs: dict[str, int] = {}
@@ -207,6 +268,7 @@ class Controller:
         else:
             self._error(result, "scheduling skipped: an InferenceClass cannot be read")
         result.assumed = len(self.ledger)
+        self.parsed.end_step()
         return result
 
     def _read(self) -> _View:
@@ -238,7 +300,7 @@ class Controller:
         is_complete = True
         for obj in objs:
             try:
-                parse_object(obj)
+                self.parsed.get("object", obj, parse_object)
             except ValidationFailed as e:
                 self._error(result, f"InferenceClass {_name(obj)} is invalid: {e}")
                 is_complete = False
@@ -262,7 +324,7 @@ class Controller:
                 )
                 continue
             try:
-                report = parse_report(obj)
+                report = self.parsed.get("report", obj, parse_report)
             except ValueError as e:
                 self._error(result, f"{obj['kind']} {_name(obj)} is invalid: {e}")
                 continue
@@ -303,7 +365,7 @@ class Controller:
         trust: Trust | None,
         now: datetime,
         result: StepResult,
-    ) -> Obj:
+    ) -> ReadObj:
         trust = trust or Trust(None, (), ())
 
         def desire(current: ReadObj) -> Obj:
@@ -315,7 +377,7 @@ class Controller:
 
     def _publish_replica(
         self, replica: ReadObj, trusts: Mapping[str, Trust], now: datetime, result: StepResult
-    ) -> Obj:
+    ) -> ReadObj:
         namespace = replica["metadata"].get("namespace") or ""
         name = replica["metadata"]["name"]
         trust = trusts.get((replica.get("spec") or {}).get("clusterName", ""))
@@ -352,14 +414,14 @@ class Controller:
         sched_config = self.config.scheduling()
         typed_classes: dict[str, InferenceClass] = {}
         for name, obj in classes.items():
-            parsed = parse_object(obj)
+            parsed = self.parsed.get("object", obj, parse_object)
             if isinstance(parsed, InferenceClass):
                 typed_classes[name] = parsed
         core_clusters: list[Cluster] = []
         unreadable: list[str] = []
         for obj in clusters:
             try:
-                cluster = parse_object(obj)
+                cluster = self.parsed.get("object", obj, parse_object)
             except ValidationFailed as e:
                 unreadable.append(f"InferenceCluster {_name(obj)}: {e}")
                 continue
@@ -368,12 +430,12 @@ class Controller:
         core_replicas: list[Replica] = []
         for obj in replicas:
             try:
-                replica = parse_object(obj)
+                core = self.parsed.get("replica", obj, _core_replica)
             except ValidationFailed as e:
                 unreadable.append(f"ModelReplica {_name(obj)}: {e}")
                 continue
-            if isinstance(replica, ModelReplica):
-                core_replicas.append(replica_from_manifest(replica))
+            if core is not None:
+                core_replicas.append(core)
         if unreadable:
             for line in unreadable:
                 self._error(result, f"scheduling skipped: cannot read {line}")
@@ -384,7 +446,7 @@ class Controller:
         for obj in deployments:
             if _is_deleting(obj):
                 continue
-            checked = self._check_deployment(obj)
+            checked = self.parsed.get("deployment", obj, _check_deployment)
             if isinstance(checked, Deployment):
                 valid[(checked.key.namespace, checked.key.name)] = (obj, checked)
                 continue
@@ -422,23 +484,6 @@ class Controller:
     @staticmethod
     def _key(obj: ReadObj) -> tuple[str, str]:
         return (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
-
-    def _check_deployment(self, obj: ReadObj) -> Deployment | list[FieldError]:
-        """The deployment as the core reads it, or every error that stops it being read.
-
-        Only the spec is validated: the status is the controller's own to rewrite.
-        """
-        body = {k: v for k, v in obj.items() if k != "status"}
-        try:
-            parsed = validate(body)
-        except ValidationFailed as e:
-            return list(e.errors)
-        if not isinstance(parsed, ModelDeployment):
-            return [FieldError("kind", "must be ModelDeployment")]
-        try:
-            return deployment_from_manifest(parsed)
-        except CelCompileError as e:
-            return [FieldError("spec.template.spec.engines.members.nodeSelector", e.message)]
 
     def _invalid_deployment(
         self,
@@ -587,7 +632,7 @@ class Controller:
         now: datetime,
         result: StepResult,
         normalize: Callable[[Mapping[str, Any]], Obj] = dict,
-    ) -> Obj:
+    ) -> ReadObj:
         """Make the `owned` status keys of `obj` what `desire` computes; returns the object as
         it reads afterwards (written or not). Errors are recorded, and the object is returned
         as desired, so the rest of the step works from what the controller believes."""
@@ -597,6 +642,10 @@ class Controller:
                 desired = desire(current)
                 status = current.get("status") or {}
                 if not owned_patch(normalize(status), normalize(desired), owned):
+                    if not owned_patch(status, desired, owned):
+                        # Exactly as stored: the same object, so what was computed from it
+                        # (ParseCache) still holds.
+                        return current
                     return _with_status(current, desired, owned)
                 meta = current["metadata"]
                 try:
