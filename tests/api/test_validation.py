@@ -313,7 +313,14 @@ CASES = [
         "replica members shaped too",
         model_replica,
         {"spec.engines[0].members[0].role": "Worker"},
-        (FieldError("spec.engines[0].members[0].worker", "is required for a Worker member"),),
+        (
+            FieldError("spec.engines[0].members[0].worker", "is required for a Worker member"),
+            # Reported in the same pass, though the member itself is invalid.
+            FieldError(
+                "spec.engines[0].members",
+                "must be exactly one Standalone member, or one Leader and one Worker (got Worker)",
+            ),
+        ),
     ),
     # devices
     Case(
@@ -555,6 +562,37 @@ def test_rule_rejects_with_path_and_message(case: Case) -> None:
         assert len(cel_errors) == 1 and cel_errors[0].message.startswith("does not compile: ")
         errors = tuple(e for e in errors if e.path != cel_path)
     assert sorted(errors, key=str) == sorted(case.errors, key=str)
+
+
+def test_shape_rules_are_reported_with_the_field_errors_of_the_same_members() -> None:
+    """pydantic skips an engine's rules while its members have invalid fields; validation
+    reports them anyway, in the same pass, and never twice."""
+    body = edited(
+        model_deployment(),
+        {f"{MEMBER}.role": "Worker", f"{MEMBER}.nodeSelector.devices[0].count": 0},
+    )
+    with pytest.raises(ValidationFailed) as raised:
+        parse_object(body)
+    assert sorted(raised.value.errors, key=str) == sorted(
+        (
+            FieldError(f"{MEMBER}.nodeSelector.devices[0].count", "must be at least 1"),
+            FieldError(f"{MEMBER}.worker", "is required for a Worker member"),
+            FieldError(
+                f"{ENGINE}.members",
+                "must be exactly one Standalone member, or one Leader and one Worker (got Worker)",
+            ),
+        ),
+        key=str,
+    )
+
+
+def test_a_shape_rule_the_main_pass_reports_is_not_repeated() -> None:
+    body = edited(model_deployment(), {f"{MEMBER}.role": "Leader", "spec.replicas": -1})
+    with pytest.raises(ValidationFailed) as raised:
+        parse_object(body)
+    paths = [e.path for e in raised.value.errors]
+    assert sorted(paths) == sorted(set(paths))
+    assert f"{ENGINE}.members" in paths
 
 
 VALID = [

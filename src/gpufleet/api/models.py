@@ -446,10 +446,15 @@ class WorkerSpec(ApiModel):
 PodTemplate = dict[str, Any]
 
 
-class RoleMember(ApiModel):
-    """The role of a member; `worker` belongs on a Worker, and only there."""
+class MemberRole(ApiModel):
+    """A member's role alone (what an engine's shape is made of)."""
 
     role: Role = Role.STANDALONE
+
+
+class RoleMember(MemberRole):
+    """The role of a member; `worker` belongs on a Worker, and only there."""
+
     worker: WorkerSpec | None = None
 
     @model_validator(mode="after")
@@ -474,7 +479,7 @@ _MEMBER_SHAPES: Final = (
 )
 
 
-def _members_rule(rules: _Rules, members: Sequence[RoleMember]) -> None:
+def _members_rule(rules: _Rules, members: Sequence[MemberRole]) -> None:
     roles = tuple(sorted((m.role for m in members), key=list(Role).index))
     if roles not in _MEMBER_SHAPES:
         got = ", ".join(roles)
@@ -482,6 +487,21 @@ def _members_rule(rules: _Rules, members: Sequence[RoleMember]) -> None:
             ("members",),
             f"must be exactly one Standalone member, or one Leader and one Worker (got {got})",
         )
+
+
+class MembersShape(ApiModel):
+    """Only the roles of an engine's members: validation checks an engine's shape with it
+    when other fields of its members are invalid, so the rule is reported in the same pass
+    instead of after the first fix (it is the engines' rule, `_members_rule`)."""
+
+    members: Annotated[list[MemberRole], Field(min_length=1, max_length=2)]
+
+    @model_validator(mode="after")
+    def _rules(self) -> Self:
+        rules = _Rules("MembersShape")
+        _members_rule(rules, self.members)
+        rules.raise_if_any()
+        return self
 
 
 class EngineSpec(ApiModel):
