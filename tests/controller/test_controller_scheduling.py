@@ -3,7 +3,6 @@ deployments, conflicts, the assume ledger and idempotence."""
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,7 +23,8 @@ from controller_builders import (
 
 from gpufleet.controller import Controller
 from gpufleet.core.decision import replica_name
-from gpufleet.store import Change, Kind, MemoryStore, Obj, StoreError, format_time
+from gpufleet.store import Kind, MemoryStore, Obj, StoreError, format_time, kind_of
+from gpufleet.store.forwarding import ForwardingStore
 from gpufleet.store.port import EVENT, MODEL_DEPLOYMENT, MODEL_REPLICA, POOL_OBSERVATION
 
 
@@ -127,24 +127,21 @@ def test_two_deployments_waiting_for_one_free_gpu_exactly_one_is_placed() -> Non
     assert (result.placements, result.shortfall) == (1, 1)
 
 
-class LaggingStore:
+class LaggingStore(ForwardingStore):
     """A view of a store whose lists do not show objects created since the last `catch_up()`,
     as an informer cache lags its own writes. Writes go through, and so does `get`: it reads
     the server, as `KubeStore.get` (a direct GET) does."""
 
     def __init__(self, inner: MemoryStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._hidden: set[tuple[Kind, str, str]] = set()
 
     def catch_up(self) -> None:
         self._hidden.clear()
 
-    def _is_hidden(self, kind: Kind, obj: Obj) -> bool:
+    def _is_hidden(self, kind: Kind, obj: Mapping[str, Any]) -> bool:
         meta = obj["metadata"]
         return (kind, meta.get("namespace") or "", meta["name"]) in self._hidden
-
-    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
-        return self.inner.get(kind, name, namespace)
 
     def list(
         self,
@@ -160,37 +157,15 @@ class LaggingStore:
         kind: Kind,
         namespace: str | None = None,
         label_selector: str | Mapping[str, str] | None = None,
-    ) -> list[Obj]:
-        return self.list(kind, namespace, label_selector)
+    ) -> list[Mapping[str, Any]]:
+        found = self.inner.view(kind, namespace, label_selector)
+        return [o for o in found if not self._is_hidden(kind, o)]
 
     def create(self, obj: Obj) -> Obj:
         created = self.inner.create(obj)
         meta = created["metadata"]
-        from gpufleet.store import kind_of
-
         self._hidden.add((kind_of(created), meta.get("namespace") or "", meta["name"]))
         return created
-
-    def update(self, obj: Obj) -> Obj:
-        return self.inner.update(obj)
-
-    def patch_status(
-        self,
-        kind: Kind,
-        name: str,
-        namespace: str | None,
-        status: Mapping[str, Any],
-        resource_version: str | None = None,
-    ) -> Obj:
-        return self.inner.patch_status(kind, name, namespace, status, resource_version)
-
-    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
-        self.inner.delete(kind, name, namespace)
-
-    def changes(
-        self, cursor: int, kinds: Sequence[Kind] | None = None
-    ) -> tuple[builtins.list[Change], int]:
-        return self.inner.changes(cursor, kinds)
 
 
 def test_the_assume_ledger_charges_a_created_replica_the_lagging_view_does_not_show() -> None:

@@ -20,20 +20,20 @@ that agent fail (`HubUnreachable`) until healed; the agent retries on its next s
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpufleet.agent.runner import Agent, AgentConfig, Report
 from gpufleet.core import labels
 from gpufleet.sim.cluster import ClusterSpec, WorkloadCluster
 from gpufleet.sim.engine import EPOCH, EventLoop
 from gpufleet.store import MemoryStore
-from gpufleet.store.port import KNOWN_KINDS, MODEL_REPLICA, Change, Kind, Obj, Store, StoreError
+from gpufleet.store.forwarding import ForwardingStore
+from gpufleet.store.port import KNOWN_KINDS, MODEL_REPLICA, Obj, Store, StoreError
 
 
 class HubController(Protocol):
@@ -46,68 +46,17 @@ class HubUnreachable(StoreError):
     """The agent's link to the hub is partitioned."""
 
 
-class HubLink:
+class HubLink(ForwardingStore):
     """One agent's view of the hub store: every call fails while `is_partitioned`."""
 
     def __init__(self, hub: Store, cluster: str) -> None:
-        self._hub = hub
+        super().__init__(hub)
         self._cluster = cluster
         self.is_partitioned = False
 
-    def _check(self) -> None:
+    def before_call(self) -> None:
         if self.is_partitioned:
             raise HubUnreachable(f"cluster {self._cluster}: hub unreachable (partitioned)")
-
-    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
-        self._check()
-        return self._hub.get(kind, name, namespace)
-
-    def list(
-        self,
-        kind: Kind,
-        namespace: str | None = None,
-        label_selector: str | Mapping[str, str] | None = None,
-    ) -> builtins.list[Obj]:
-        self._check()
-        return self._hub.list(kind, namespace, label_selector)
-
-    def view(
-        self,
-        kind: Kind,
-        namespace: str | None = None,
-        label_selector: str | Mapping[str, str] | None = None,
-    ) -> Sequence[Mapping[str, Any]]:
-        self._check()
-        return self._hub.view(kind, namespace, label_selector)
-
-    def create(self, obj: Obj) -> Obj:
-        self._check()
-        return self._hub.create(obj)
-
-    def update(self, obj: Obj) -> Obj:
-        self._check()
-        return self._hub.update(obj)
-
-    def patch_status(
-        self,
-        kind: Kind,
-        name: str,
-        namespace: str | None,
-        status: Mapping[str, Any],
-        resource_version: str | None = None,
-    ) -> Obj:
-        self._check()
-        return self._hub.patch_status(kind, name, namespace, status, resource_version)
-
-    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
-        self._check()
-        self._hub.delete(kind, name, namespace)
-
-    def changes(
-        self, cursor: int, kinds: Sequence[Kind] | None = None
-    ) -> tuple[builtins.list[Change], int]:
-        self._check()
-        return self._hub.changes(cursor, kinds)
 
 
 @dataclass(frozen=True, slots=True)

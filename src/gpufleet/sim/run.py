@@ -57,6 +57,7 @@ from gpufleet.sim.scenario import (
     format_duration,
 )
 from gpufleet.store import MemoryStore, format_time
+from gpufleet.store.forwarding import ForwardingStore
 from gpufleet.store.port import (
     INFERENCE_CLUSTER,
     MODEL_DEPLOYMENT,
@@ -84,14 +85,11 @@ PoolKey = tuple[str, str]
 # --- the whole-node edge ------------------------------------------------------------------
 
 
-class ObservationBlindStore:
+class ObservationBlindStore(ForwardingStore):
     """The hub as a controller without observations sees it: no Pool/ReplicaObservations."""
 
-    def __init__(self, hub: Store) -> None:
-        self._hub = hub
-
     def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
-        return None if kind in _HIDDEN else self._hub.get(kind, name, namespace)
+        return None if kind in _HIDDEN else self.inner.get(kind, name, namespace)
 
     def list(
         self,
@@ -99,7 +97,7 @@ class ObservationBlindStore:
         namespace: str | None = None,
         label_selector: str | Mapping[str, str] | None = None,
     ) -> builtins.list[Obj]:
-        return [] if kind in _HIDDEN else self._hub.list(kind, namespace, label_selector)
+        return [] if kind in _HIDDEN else self.inner.list(kind, namespace, label_selector)
 
     def view(
         self,
@@ -107,31 +105,12 @@ class ObservationBlindStore:
         namespace: str | None = None,
         label_selector: str | Mapping[str, str] | None = None,
     ) -> Sequence[Mapping[str, Any]]:
-        return [] if kind in _HIDDEN else self._hub.view(kind, namespace, label_selector)
-
-    def create(self, obj: Obj) -> Obj:
-        return self._hub.create(obj)
-
-    def update(self, obj: Obj) -> Obj:
-        return self._hub.update(obj)
-
-    def patch_status(
-        self,
-        kind: Kind,
-        name: str,
-        namespace: str | None,
-        status: Mapping[str, Any],
-        resource_version: str | None = None,
-    ) -> Obj:
-        return self._hub.patch_status(kind, name, namespace, status, resource_version)
-
-    def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
-        self._hub.delete(kind, name, namespace)
+        return [] if kind in _HIDDEN else self.inner.view(kind, namespace, label_selector)
 
     def changes(
         self, cursor: int, kinds: Sequence[Kind] | None = None
     ) -> tuple[builtins.list[Change], int]:
-        found, cursor = self._hub.changes(cursor, kinds)
+        found, cursor = self.inner.changes(cursor, kinds)
         return [c for c in found if c.kind not in _HIDDEN], cursor
 
 
