@@ -19,10 +19,16 @@ from controller_builders import (
     replica_obs,
 )
 
-from gpufleet.controller import Controller, ControllerConfig
+from gpufleet.controller import Controller, ControllerConfig, observation_namespace
 from gpufleet.controller.status import AgentReport, judge
 from gpufleet.store import Obj, format_time
-from gpufleet.store.port import EVENT, INFERENCE_CLUSTER, MODEL_REPLICA, POOL_OBSERVATION
+from gpufleet.store.port import (
+    EVENT,
+    INFERENCE_CLUSTER,
+    MODEL_REPLICA,
+    POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
+)
 
 CLASS_DEVICES = gpu_class()["spec"]["devices"]
 
@@ -423,3 +429,41 @@ def test_judge_accepts_the_highest_epoch(case: JudgeCase) -> None:
         tuple(r.name for r in trust.accepted),
         tuple(r.name for r in trust.rejected),
     ) == (case.want_epoch, case.want_accepted, case.want_rejected)
+
+
+def test_replica_status_follows_its_report_across_steps_and_skips_heartbeats() -> None:
+    """Statuses settled in one step are not recomputed while their inputs stay (SettledCache),
+    and are recomputed as soon as one of them moves; a heartbeat (observedAt only) is not one."""
+    store = hub(gpu_class(), cluster(), _replica(), replica_obs("orphan-0", pods_scheduled=False))
+    controller = Controller(store, SIM, "ctl")
+
+    def report(seconds: float, pods_scheduled: bool, epoch: int = 1) -> None:
+        fresh = replica_obs(
+            "orphan-0", pods_scheduled=pods_scheduled, epoch=epoch, observed_at=at(seconds)
+        )
+        namespace = observation_namespace("a")
+        # The allocation times stay: only the agent's clock moves between reports.
+        before = store.get(REPLICA_OBSERVATION, "orphan-0", namespace)
+        assert before is not None
+        allocated = before["status"]["pools"][0]["lastAllocationTime"]
+        fresh["status"]["pools"][0]["lastAllocationTime"] = allocated
+        store.patch_status(REPLICA_OBSERVATION, "orphan-0", namespace, fresh["status"], None)
+
+    def pods() -> tuple[str, str] | None:
+        return brief(condition_of(store.get(MODEL_REPLICA, "orphan-0", "ml"), "ModelPodsScheduled"))
+
+    controller.step(at(1))
+    assert pods() == ("False", "PodsPending")
+    controller.step(at(11))  # nothing moved: found in place, and remembered as settled
+    hits = controller.settled.hits
+    report(20, pods_scheduled=False)  # a heartbeat: only observedAt moved
+    result = controller.step(at(21))
+    assert result.count("ModelReplica", "patch_status") == 0
+    assert controller.settled.hits > hits
+    report(40, pods_scheduled=True)
+    result = controller.step(at(41))
+    assert pods() == ("True", "AllPodsAllocated")
+    assert result.count("ModelReplica", "patch_status") == 1
+    report(60, pods_scheduled=False)
+    controller.step(at(61))
+    assert pods() == ("False", "PodsPending")

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from gpufleet.api import (
     FieldError,
@@ -46,7 +46,7 @@ from gpufleet.api import (
 )
 from gpufleet.cel import CelCompileError
 from gpufleet.controller import replicas as replica_docs
-from gpufleet.controller.conditions import Obj, ReadObj, owned_patch
+from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal, owned_patch
 from gpufleet.controller.config import OBSERVATION_NAMESPACE_PREFIX, ControllerConfig
 from gpufleet.controller.events import (
     Event,
@@ -183,6 +183,43 @@ def _core_replica(obj: ReadObj) -> Replica | None:
     return replica_from_manifest(replica) if isinstance(replica, ModelReplica) else None
 
 
+#: The fields of a ReplicaObservation's status that `replica_status` reads.
+_REPLICA_REPORT_KEYS: Final = ("observedGeneration", "podsScheduled", "pools")
+
+
+@dataclass(frozen=True, slots=True)
+class _ReplicaReports:
+    """A replica's report among its cluster's judged reports."""
+
+    #: The accepted ReplicaObservation (the first, in the cluster's report order).
+    accepted: AgentReport | None
+    #: Whether one was rejected (an older lease epoch).
+    is_rejected: bool
+
+
+def _replica_reports(trusts: Mapping[str, Trust]) -> dict[tuple[str, str, str], _ReplicaReports]:
+    """Each replica's reports by (cluster, namespace, name), found once per step rather than
+    by scanning every report for every replica."""
+    out: dict[tuple[str, str, str], _ReplicaReports] = {}
+    for cluster, trust in trusts.items():
+        for reports, is_accepted in ((trust.accepted, True), (trust.rejected, False)):
+            for r in reports:
+                if r.kind != "ReplicaObservation":
+                    continue
+                spec = r.body.get("spec") or {}
+                namespace, name = spec.get("replicaNamespace"), spec.get("replicaName")
+                if not isinstance(namespace, str) or not isinstance(name, str):
+                    continue  # names no replica
+                key = (cluster, namespace, name)
+                found = out.get(key) or _ReplicaReports(None, False)
+                if is_accepted and found.accepted is None:
+                    found = _ReplicaReports(r, found.is_rejected)
+                elif not is_accepted:
+                    found = _ReplicaReports(found.accepted, True)
+                out[key] = found
+    return out
+
+
 class ParseCache:
     """What the step computed from an object (parsed, converted), by the object's identity.
 
@@ -217,6 +254,39 @@ class ParseCache:
         self._entries, self._used = self._used, {}
 
 
+class SettledCache:
+    """Writes a step found already in place: by (what, object key), the object read and the
+    inputs its desired state was computed from.
+
+    A desired status or spec is a function of the object and some inputs, and of `now` only
+    through a transition time set when a condition's status changes, which a write that was
+    not needed did not do. So when the same object (identity: a view hands out the same object
+    until it changes) meets equal inputs again, the write is still not needed and computing it
+    can be skipped. Inputs compare by value (identical objects compare at once). Entries no step
+    used are dropped when the next step ends, like `ParseCache`.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, ...], tuple[ReadObj, tuple[object, ...]]] = {}
+        self._used: dict[tuple[str, ...], tuple[ReadObj, tuple[object, ...]]] = {}
+        #: How many checks were answered from the cache (for tests and metrics).
+        self.hits = 0
+
+    def is_settled(self, key: tuple[str, ...], obj: ReadObj, inputs: tuple[object, ...]) -> bool:
+        hit = self._used.get(key) or self._entries.get(key)
+        if hit is None or hit[0] is not obj or hit[1] != inputs:
+            return False
+        self._used[key] = hit
+        self.hits += 1
+        return True
+
+    def settle(self, key: tuple[str, ...], obj: ReadObj, inputs: tuple[object, ...]) -> None:
+        self._used[key] = (obj, inputs)
+
+    def end_step(self) -> None:
+        self._entries, self._used = self._used, {}
+
+
 class Controller:
     """The hub controller. Not thread-safe: one loop calls `step`.
 
@@ -238,6 +308,7 @@ class Controller:
         self.timer = timer
         self.ledger = AssumeLedger(self.config.assume_ttl_s)
         self.parsed = ParseCache()
+        self.settled = SettledCache()
         self.recorder = Recorder()
         #: The highest lease epoch accepted per cluster (also persisted in its status).
         self.epochs: dict[str, int] = {}
@@ -258,8 +329,9 @@ class Controller:
             self._publish_cluster(c, classes, trusts.get(c["metadata"]["name"]), now, result)
             for c in view.clusters
         ]
+        reports = _replica_reports(trusts)
         replicas = [
-            self._publish_replica(r, trusts, now, result)
+            self._publish_replica(r, reports, now, result)
             for r in view.replicas
             if not _is_deleting(r)
         ]
@@ -269,6 +341,7 @@ class Controller:
             self._error(result, "scheduling skipped: an InferenceClass cannot be read")
         result.assumed = len(self.ledger)
         self.parsed.end_step()
+        self.settled.end_step()
         return result
 
     def _read(self) -> _View:
@@ -376,29 +449,28 @@ class Controller:
         )
 
     def _publish_replica(
-        self, replica: ReadObj, trusts: Mapping[str, Trust], now: datetime, result: StepResult
+        self,
+        replica: ReadObj,
+        reports: Mapping[tuple[str, str, str], _ReplicaReports],
+        now: datetime,
+        result: StepResult,
     ) -> ReadObj:
-        namespace = replica["metadata"].get("namespace") or ""
-        name = replica["metadata"]["name"]
-        trust = trusts.get((replica.get("spec") or {}).get("clusterName", ""))
-
-        def mine(reports: Iterable[AgentReport]) -> list[AgentReport]:
-            return [
-                r
-                for r in reports
-                if r.kind == "ReplicaObservation"
-                and (r.body.get("spec") or {}).get("replicaName") == name
-                and (r.body.get("spec") or {}).get("replicaNamespace") == namespace
-            ]
-
-        accepted = mine(trust.accepted) if trust else []
-        is_rejected = bool(mine(trust.rejected)) if trust else False
-        report = accepted[0] if accepted else None
+        meta = replica["metadata"]
+        cluster = (replica.get("spec") or {}).get("clusterName", "")
+        mine = reports.get((cluster, meta.get("namespace") or "", meta["name"]))
+        report = mine.accepted if mine else None
+        is_rejected = mine.is_rejected if mine else False
 
         def desire(current: ReadObj) -> Obj:
             return replica_status(current, report, is_rejected, now)
 
-        return self._write_status(MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result)
+        # What replica_status reads of the report: the rest (observedAt) moves on every
+        # heartbeat without changing the replica's status.
+        seen = (report.body.get("status") or {}) if report else None
+        inputs = (is_rejected, *((seen.get(k) for k in _REPLICA_REPORT_KEYS) if seen else ()))
+        return self._write_status(
+            MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result, inputs=inputs
+        )
 
     # --- scheduling -----------------------------------------------------------------------
 
@@ -509,7 +581,13 @@ class Controller:
             return replica_docs.deployment_status(current, scheduled, len(mine), ready, now)
 
         self._write_status(
-            MODEL_DEPLOYMENT, obj, desire, replica_docs.DEPLOYMENT_OWNED, now, result
+            MODEL_DEPLOYMENT,
+            obj,
+            desire,
+            replica_docs.DEPLOYMENT_OWNED,
+            now,
+            result,
+            inputs=(scheduled, len(mine), ready),
         )
         event = Event(obj, EventType.WARNING, EventReason.INVALID_SPEC, scheduled["message"])
         self._record_once(("invalid", namespace, name), event, now, result)
@@ -543,6 +621,15 @@ class Controller:
         for placement in decided.retained:
             current = replicas.get((namespace, placement.name))
             if current is None:
+                continue
+            settle_key = ("restamp", namespace, placement.name)
+            inputs = (placement, deployment)
+            if self.settled.is_settled(settle_key, current, inputs):
+                continue
+            if replica_docs.restamped(current, placement, deployment) is None:
+                # As the placement wants it: the same replica, placement and deployment
+                # will not need an update next step either (restamped reads nothing else).
+                self.settled.settle(settle_key, current, inputs)
                 continue
             restamp = functools.partial(
                 replica_docs.restamped, placement=placement, deployment=deployment
@@ -595,7 +682,13 @@ class Controller:
             return replica_docs.deployment_status(current, scheduled, total, ready, now)
 
         self._write_status(
-            MODEL_DEPLOYMENT, deployment, desire, replica_docs.DEPLOYMENT_OWNED, now, result
+            MODEL_DEPLOYMENT,
+            deployment,
+            desire,
+            replica_docs.DEPLOYMENT_OWNED,
+            now,
+            result,
+            inputs=(scheduled, total, ready),
         )
 
     # --- writes ---------------------------------------------------------------------------
@@ -632,19 +725,30 @@ class Controller:
         now: datetime,
         result: StepResult,
         normalize: Callable[[Mapping[str, Any]], Obj] = dict,
+        *,
+        inputs: tuple[object, ...] | None = None,
     ) -> ReadObj:
         """Make the `owned` status keys of `obj` what `desire` computes; returns the object as
         it reads afterwards (written or not). Errors are recorded, and the object is returned
-        as desired, so the rest of the step works from what the controller believes."""
+        as desired, so the rest of the step works from what the controller believes.
+
+        `inputs`: everything `desire` reads besides the object and `now` (see `SettledCache`);
+        None when that cannot be said, and the status is computed every step."""
+        meta = obj["metadata"]
+        settle_key = (kind.kind, meta.get("namespace") or "", meta["name"])
+        if inputs is not None and self.settled.is_settled(settle_key, obj, inputs):
+            return obj
         current = obj
         try:
             for _ in range(self._retries()):
                 desired = desire(current)
                 status = current.get("status") or {}
-                if not owned_patch(normalize(status), normalize(desired), owned):
-                    if not owned_patch(status, desired, owned):
+                if is_owned_equal(normalize(status), normalize(desired), owned):
+                    if is_owned_equal(status, desired, owned):
                         # Exactly as stored: the same object, so what was computed from it
                         # (ParseCache) still holds.
+                        if inputs is not None and current is obj:
+                            self.settled.settle(settle_key, obj, inputs)
                         return current
                     return _with_status(current, desired, owned)
                 meta = current["metadata"]

@@ -323,13 +323,23 @@ def cluster_status(
 
 
 def without_ages(status: Mapping[str, Any]) -> Obj:
-    """`status` without `gpuPools[].observation.ageSeconds`, for comparing publishes."""
-    stripped = copy_json(dict(status))
-    for pool in stripped.get("gpuPools") or []:
-        observation = pool.get("observation")
-        if isinstance(observation, dict):
-            observation.pop("ageSeconds", None)
+    """`status` without `gpuPools[].observation.ageSeconds`, for comparing publishes.
+
+    Only the path to each observation is copied: the result is for comparing, never written
+    or changed, so it shares the rest with `status`."""
+    stripped = dict(status)
+    pools = stripped.get("gpuPools")
+    if isinstance(pools, list):
+        stripped["gpuPools"] = [_without_age(pool) for pool in pools]
     return stripped
+
+
+def _without_age(pool: Any) -> Any:
+    observation = pool.get("observation") if isinstance(pool, Mapping) else None
+    if not isinstance(observation, Mapping) or "ageSeconds" not in observation:
+        return pool
+    aged = {k: v for k, v in observation.items() if k != "ageSeconds"}
+    return {**pool, "observation": aged}
 
 
 # --- replica status -----------------------------------------------------------------------
