@@ -467,3 +467,28 @@ def test_replica_status_follows_its_report_across_steps_and_skips_heartbeats() -
     report(60, pods_scheduled=False)
     controller.step(at(61))
     assert pods() == ("False", "PodsPending")
+
+
+def test_a_silent_agent_ages_into_stale_and_expired_while_nothing_else_moves() -> None:
+    """A settled cluster status is still published again when an observation's freshness
+    state moves with time alone, and is not rewritten for its age in between."""
+    store = hub(gpu_class(), cluster(), pool_obs())
+    controller = Controller(store, SIM, "ctl")
+
+    def published() -> tuple[str, tuple[str, str] | None]:
+        got = store.get(INFERENCE_CLUSTER, "a")
+        assert got is not None
+        state = got["status"]["gpuPools"][0]["observation"]["state"]
+        return state, brief(condition_of(got, "Ready"))
+
+    controller.step(at(1))
+    controller.step(at(11))
+    assert published() == ("Fresh", ("True", "AgentReporting"))
+    result = controller.step(at(50))  # older, still fresh: the age alone is not written
+    assert result.count("InferenceCluster", "patch_status") == 0
+    controller.step(at(61))
+    assert published() == ("Stale", ("True", "AgentReporting"))
+    controller.step(at(200))
+    assert published() == ("Stale", ("True", "AgentReporting"))
+    controller.step(at(301))
+    assert published() == ("Expired", ("False", "AgentExpired"))

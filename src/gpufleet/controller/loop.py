@@ -62,6 +62,7 @@ from gpufleet.controller.status import (
     REPLICA_OWNED,
     AgentReport,
     Trust,
+    cluster_states,
     cluster_status,
     is_pods_scheduled,
     judge,
@@ -72,7 +73,7 @@ from gpufleet.controller.status import (
 )
 from gpufleet.core import labels
 from gpufleet.core.decision import Decision, DeploymentDecision, ReasonCode
-from gpufleet.core.model import Cluster, Deployment, Replica, Snapshot
+from gpufleet.core.model import Cluster, Deployment, Replica, SchedulingConfig, Snapshot
 from gpufleet.core.schedule import SnapshotError, schedule
 from gpufleet.store import AlreadyExists, Conflict, Kind, NotFound, Store, StoreError
 from gpufleet.store.port import (
@@ -309,6 +310,12 @@ class Controller:
         self.ledger = AssumeLedger(self.config.assume_ttl_s)
         self.parsed = ParseCache()
         self.settled = SettledCache()
+        #: Core clusters by name: (parsed cluster, what it was converted with, the result);
+        #: the entries used in a step replace the others when it ends.
+        self._core_clusters: dict[str, tuple[InferenceCluster, tuple[object, ...], Cluster]] = {}
+        self._core_clusters_used: dict[
+            str, tuple[InferenceCluster, tuple[object, ...], Cluster]
+        ] = {}
         self.recorder = Recorder()
         #: The highest lease epoch accepted per cluster (also persisted in its status).
         self.epochs: dict[str, int] = {}
@@ -342,6 +349,7 @@ class Controller:
         result.assumed = len(self.ledger)
         self.parsed.end_step()
         self.settled.end_step()
+        self._core_clusters, self._core_clusters_used = self._core_clusters_used, {}
         return result
 
     def _read(self) -> _View:
@@ -444,8 +452,16 @@ class Controller:
         def desire(current: ReadObj) -> Obj:
             return cluster_status(current, classes, trust, now, self.config)
 
+        states = cluster_states(cluster, trust, now, self.config)
         return self._write_status(
-            INFERENCE_CLUSTER, cluster, desire, CLUSTER_OWNED, now, result, without_ages
+            INFERENCE_CLUSTER,
+            cluster,
+            desire,
+            CLUSTER_OWNED,
+            now,
+            result,
+            without_ages,
+            inputs=(tuple(classes.items()), trust, states),
         )
 
     def _publish_replica(
@@ -498,7 +514,7 @@ class Controller:
                 unreadable.append(f"InferenceCluster {_name(obj)}: {e}")
                 continue
             if isinstance(cluster, InferenceCluster):
-                core_clusters.append(cluster_from_manifest(cluster, typed_classes, sched_config))
+                core_clusters.append(self._core_cluster(cluster, typed_classes, sched_config))
         core_replicas: list[Replica] = []
         for obj in replicas:
             try:
@@ -552,6 +568,24 @@ class Controller:
             if decided.shortfall > 0:
                 alive.add(("refusal", decided.key.namespace, decided.key.name))
         self.recorder.forget_missing("refusal", alive)
+
+    def _core_cluster(
+        self,
+        cluster: InferenceCluster,
+        classes: Mapping[str, InferenceClass],
+        config: SchedulingConfig,
+    ) -> Cluster:
+        """`cluster_from_manifest`, computed again only when the parsed cluster (the same
+        object while its manifest is unchanged, from ParseCache), a class or the config
+        changed."""
+        deps = (cluster, tuple(classes.items()), config)
+        hit = self._core_clusters.get(cluster.metadata.name)
+        if hit is not None and hit[0] is cluster and hit[1] == deps:
+            self._core_clusters_used[cluster.metadata.name] = hit
+            return hit[2]
+        core = cluster_from_manifest(cluster, classes, config)
+        self._core_clusters_used[cluster.metadata.name] = (cluster, deps, core)
+        return core
 
     @staticmethod
     def _key(obj: ReadObj) -> tuple[str, str]:
@@ -744,13 +778,12 @@ class Controller:
                 desired = desire(current)
                 status = current.get("status") or {}
                 if is_owned_equal(normalize(status), normalize(desired), owned):
-                    if is_owned_equal(status, desired, owned):
-                        # Exactly as stored: the same object, so what was computed from it
-                        # (ParseCache) still holds.
-                        if inputs is not None and current is obj:
-                            self.settled.settle(settle_key, obj, inputs)
-                        return current
-                    return _with_status(current, desired, owned)
+                    # As stored, or different only in what `normalize` drops (ages), which is
+                    # not written and which nothing downstream reads: the same object, so what
+                    # was computed from it (ParseCache) still holds.
+                    if inputs is not None and current is obj:
+                        self.settled.settle(settle_key, obj, inputs)
+                    return current
                 meta = current["metadata"]
                 try:
                     written = self.hub.patch_status(

@@ -322,6 +322,26 @@ def cluster_status(
     return desired
 
 
+def cluster_states(
+    cluster: ReadObj, trust: Trust, now: datetime, config: ControllerConfig
+) -> tuple[str, ...]:
+    """Everything `cluster_status` derives from `now`, ages aside: the freshness state of each
+    time it judges (the newest report, for `Ready`; each pool's accepted report; a rejected
+    pool's previous publication; the agent's last published report). With the same cluster
+    object, classes and trust, equal states mean an equal status but for ages."""
+    current = cluster.get("status") or {}
+    times: list[datetime | None] = [
+        trust.observed_at,
+        parse_time((current.get("agent") or {}).get("observedAt")),
+    ]
+    times += [r.observed_at for r in trust.accepted if r.kind == "PoolObservation"]
+    times += [
+        parse_time((pool.get("observation") or {}).get("observedAt"))
+        for pool in current.get("gpuPools") or []
+    ]
+    return tuple("" if t is None else freshness(t, now, config)[1] for t in times)
+
+
 def without_ages(status: Mapping[str, Any]) -> Obj:
     """`status` without `gpuPools[].observation.ageSeconds`, for comparing publishes.
 
