@@ -356,13 +356,13 @@ class _HubStep:
     def _next_age_crossing(self, now: datetime) -> datetime | None:
         """The earliest time after `now` an observation on the hub turns Stale or Expired."""
         times: list[str] = []
-        for obj in self.hub.list(INFERENCE_CLUSTER):
+        for obj in self.hub.view(INFERENCE_CLUSTER):
             status = obj.get("status") or {}
             times.append((status.get("agent") or {}).get("observedAt") or "")
             for pool in status.get("gpuPools") or []:
                 times.append((pool.get("observation") or {}).get("observedAt") or "")
         for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION):
-            for obj in self.hub.list(kind):
+            for obj in self.hub.view(kind):
                 times.append((obj.get("status") or {}).get("observedAt") or "")
         due: datetime | None = None
         for text in set(times):
@@ -492,7 +492,7 @@ def _deployment_key(obj: Obj) -> str:
 
 def _replicas_by_deployment(hub: Store) -> dict[str, Counter[str]]:
     out: dict[str, Counter[str]] = {}
-    for r in hub.list(MODEL_REPLICA):
+    for r in hub.view(MODEL_REPLICA):
         if r["metadata"].get("deletionTimestamp"):
             continue
         ns = r["metadata"].get("namespace") or "default"
@@ -531,7 +531,7 @@ class _State:
     def deployments(self) -> dict[str, Obj]:
         if self._deployments is None:
             self._deployments = {
-                _deployment_key(d): d for d in self.fleet.hub.list(MODEL_DEPLOYMENT)
+                _deployment_key(d): d for d in self.fleet.hub.view(MODEL_DEPLOYMENT)
             }
         return self._deployments
 
@@ -688,13 +688,18 @@ def delete_deployment(hub: Store, key: str) -> None:
         return
     hub.delete(MODEL_DEPLOYMENT, name, namespace)
     uid = current["metadata"].get("uid")
-    for r in hub.list(MODEL_REPLICA, namespace):
-        owners = r["metadata"].get("ownerReferences") or []
-        if any(o.get("uid") == uid for o in owners) or (
-            (r.get("spec") or {}).get("deploymentName") == name and not owners
-        ):
-            with contextlib.suppress(NotFound):
-                hub.delete(MODEL_REPLICA, r["metadata"]["name"], namespace)
+    owned = [
+        r["metadata"]["name"]
+        for r in hub.view(MODEL_REPLICA, namespace)  # read-only: nothing copied to be deleted
+        if any(o.get("uid") == uid for o in r["metadata"].get("ownerReferences") or [])
+        or (
+            (r.get("spec") or {}).get("deploymentName") == name
+            and not r["metadata"].get("ownerReferences")
+        )
+    ]
+    for replica in owned:
+        with contextlib.suppress(NotFound):
+            hub.delete(MODEL_REPLICA, replica, namespace)
 
 
 def scale_deployment(hub: Store, key: str, replicas: int) -> None:
