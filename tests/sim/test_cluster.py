@@ -133,3 +133,21 @@ def test_pods_of_a_failed_node_are_found_and_moved() -> None:
     moved = pod_of(c, "d1")
     assert moved["spec"]["nodeName"] != node and moved["status"]["phase"] == "Running"
     assert c.store.pods_on(node) == []
+
+
+def test_the_dra_driver_and_the_kubelet_follow_nodes_as_they_come_and_fail() -> None:
+    loop, c = cluster(nodes=1)
+    loop.run_for(5)
+    assert c.store.unpublished_nodes() == [] and c.store.ready_nodes() == {"l4-0"}
+    added = c.add_node("l4")
+    c.fail_node(added)
+    assert c.store.unpublished_nodes() == [] and c.store.ready_nodes() == {"l4-0"}
+    loop.run_for(5)
+    assert c.free_devices()[added] == 0
+    c.recover_node(added)
+    assert c.store.unpublished_nodes() == [added]
+    assert c.store.ready_nodes() == {"l4-0", added}
+    loop.run_for(5)
+    assert c.store.unpublished_nodes() == [] and c.free_devices()[added] == 4
+    c.remove_node(added)
+    assert c.store.ready_nodes() == {"l4-0"} and added not in c.free_devices()

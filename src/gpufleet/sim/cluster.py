@@ -201,9 +201,33 @@ class SimStore(MemoryStore):
         super().__init__(*args, **kwargs)
         self._published: tuple[int, dict[str, list[dra.PublishedDevice]]] = (-1, {})
         self._taken: tuple[int, frozenset[dra.DeviceKey]] = (-1, frozenset())
+        self._ready_nodes: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._unpublished: tuple[tuple[int, int], list[str]] = ((-1, -1), [])
         self.add_index(POD, _BY_OWNER, _owner_uids)
         self.add_index(POD, _BY_NODE, _node_name)
         self.add_index(EVENT, _BY_OBJECT, _involved_uid)
+
+    def ready_nodes(self) -> frozenset[str]:
+        """The names of the Ready nodes (cached per revision of the Nodes)."""
+        revision = self.kind_revision(NODE)
+        if self._ready_nodes[0] != revision:
+            ready = frozenset(n["metadata"]["name"] for n in self.peek(NODE) if _is_node_ready(n))
+            self._ready_nodes = (revision, ready)
+        return self._ready_nodes[1]
+
+    def unpublished_nodes(self) -> list[str]:
+        """The Ready nodes no ResourceSlice names yet, in node order (cached per revision of
+        the Nodes and the ResourceSlices): what the DRA driver still has to publish."""
+        revisions = (self.kind_revision(NODE), self.kind_revision(RESOURCE_SLICE))
+        if self._unpublished[0] != revisions:
+            published = {s["spec"].get("nodeName") for s in self.peek(RESOURCE_SLICE)}
+            waiting = [
+                n["metadata"]["name"]
+                for n in self.peek(NODE)
+                if n["metadata"]["name"] not in published and _is_node_ready(n)
+            ]
+            self._unpublished = (revisions, waiting)
+        return self._unpublished[1]
 
     def owned_pods(self, owner_uid: str, namespace: str) -> list[Obj]:
         """The pods of `namespace` with an ownerReference to `owner_uid`, in `peek` order."""
@@ -675,16 +699,13 @@ class WorkloadCluster:
     # --- DRA driver -----------------------------------------------------------------------
 
     def _dra_driver(self) -> None:
-        published = {s["spec"].get("nodeName") for s in self.store.peek(RESOURCE_SLICE)}
         delay = timedelta(seconds=self.behaviour.dra_publish_delay_s)
-        for node in self.store.peek(NODE):
-            name = node["metadata"]["name"]
+        for name in list(self.store.unpublished_nodes()):
             created = self._node_created.get(name, self.loop.now)
-            if name not in published and _is_node_ready(node):
-                if self.loop.now >= created + delay:
-                    self._publish_slices(name)
-                else:
-                    self._wake_at(created + delay)
+            if self.loop.now >= created + delay:
+                self._publish_slices(name)
+            else:
+                self._wake_at(created + delay)
 
     def _publish_slices(self, node_name: str) -> None:
         node = self.store.peek_one(NODE, node_name)
@@ -871,7 +892,7 @@ class WorkloadCluster:
 
     def _kubelet(self) -> None:
         now = self.loop.now
-        ready_nodes = {n["metadata"]["name"] for n in self.store.peek(NODE) if _is_node_ready(n)}
+        ready_nodes = self.store.ready_nodes()
         start = timedelta(seconds=self.behaviour.pod_start_delay_s)
         grace = timedelta(seconds=self.behaviour.termination_grace_s)
         seen: set[str] = set()
