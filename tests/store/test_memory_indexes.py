@@ -99,8 +99,10 @@ def test_a_caller_index_follows_re_owning_and_deletes() -> None:
     assert names(store.peek_indexed(POD, "owner", "d1")) == ["p2"]
     assert names(store.peek_indexed(POD, "owner", "d2")) == ["p3"]
     assert names(store.peek_indexed(POD, "owner", "d3")) == ["p1"]
+    assert sorted(map(str, store.indexed_values(POD, "owner"))) == ["d1", "d2", "d3"]
     store.delete(POD, "p2", "ml")
     assert store.peek_indexed(POD, "owner", "d1") == []
+    assert sorted(map(str, store.indexed_values(POD, "owner"))) == ["d2", "d3"]
     assert store.peek_indexed(POD, "owner", "d3", "other") == []
 
 

@@ -237,6 +237,13 @@ class MemoryStore:
             raise KeyError(f"no index {name!r} of {kind.kind}")
         return table.indexed(name, value, namespace)
 
+    def indexed_values(self, kind: Kind, name: str) -> builtins.list[Hashable]:
+        """Every value the index `name` files at least one object under (in no order)."""
+        table = self._tables.get(kind)
+        if table is None or name not in table.indexes:
+            raise KeyError(f"no index {name!r} of {kind.kind}")
+        return builtins.list(table.indexes[name].buckets)
+
     def changes(
         self, cursor: int, kinds: Sequence[Kind] | None = None
     ) -> tuple[builtins.list[Change], int]:
