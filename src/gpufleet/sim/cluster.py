@@ -191,12 +191,69 @@ class SimStore(MemoryStore):
 
     `published()` and `taken()` are what the emulated DRA allocator sees; they are cached per
     revision of the ResourceSlices and ResourceClaims, since every component asks for them and
-    they change far less often than pods do. Callers must not change what they return."""
+    they change far less often than pods do. Callers must not change what they return.
+
+    Pods are indexed by owner uid (`owned_pods`), node (`pods_on`), and Events by the uid of
+    their object (`events_of`): the controllers ask these on every pass, and a scan of every pod
+    per owner made a pass quadratic in the number of pods."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._published: tuple[int, dict[str, list[dra.PublishedDevice]]] = (-1, {})
         self._taken: tuple[int, frozenset[dra.DeviceKey]] = (-1, frozenset())
+        self._ready_nodes: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._unpublished: tuple[tuple[int, int], list[str]] = ((-1, -1), [])
+        self.add_index(POD, _BY_OWNER, _owner_uids)
+        self.add_index(POD, _BY_NODE, _node_name)
+        self.add_index(EVENT, _BY_OBJECT, _involved_uid)
+
+    def ready_nodes(self) -> frozenset[str]:
+        """The names of the Ready nodes (cached per revision of the Nodes)."""
+        revision = self.kind_revision(NODE)
+        if self._ready_nodes[0] != revision:
+            ready = frozenset(n["metadata"]["name"] for n in self.peek(NODE) if _is_node_ready(n))
+            self._ready_nodes = (revision, ready)
+        return self._ready_nodes[1]
+
+    def unpublished_nodes(self) -> list[str]:
+        """The Ready nodes no ResourceSlice names yet, in node order (cached per revision of
+        the Nodes and the ResourceSlices): what the DRA driver still has to publish."""
+        revisions = (self.kind_revision(NODE), self.kind_revision(RESOURCE_SLICE))
+        if self._unpublished[0] != revisions:
+            published = {s["spec"].get("nodeName") for s in self.peek(RESOURCE_SLICE)}
+            waiting = [
+                n["metadata"]["name"]
+                for n in self.peek(NODE)
+                if n["metadata"]["name"] not in published and _is_node_ready(n)
+            ]
+            self._unpublished = (revisions, waiting)
+        return self._unpublished[1]
+
+    def owned_pods(self, owner_uid: str, namespace: str) -> list[Obj]:
+        """The pods of `namespace` with an ownerReference to `owner_uid`, in `peek` order."""
+        return self.peek_indexed(POD, _BY_OWNER, owner_uid, namespace)
+
+    def orphans(self, owners: set[str]) -> list[Obj]:
+        """The pods with ownerReferences none of which is in `owners`, in `peek` order: found
+        through the owner index, from the owners that are gone, not by scanning every pod."""
+        found: dict[tuple[str, str], Obj] = {}
+        for uid in self.indexed_values(POD, _BY_OWNER):
+            if uid not in owners:
+                for p in self.peek_indexed(POD, _BY_OWNER, uid):
+                    found[(p["metadata"]["namespace"], p["metadata"]["name"])] = p
+        return [
+            found[k]
+            for k in sorted(found)
+            if not any(r["uid"] in owners for r in found[k]["metadata"]["ownerReferences"])
+        ]
+
+    def pods_on(self, node: str) -> list[Obj]:
+        """The pods bound to `node`, in `peek` order."""
+        return self.peek_indexed(POD, _BY_NODE, node)
+
+    def events_of(self, uid: str, namespace: str) -> list[Obj]:
+        """The Events of `namespace` about the object `uid`, in `peek` order."""
+        return self.peek_indexed(EVENT, _BY_OBJECT, uid, namespace)
 
     def published(self) -> dict[str, list[dra.PublishedDevice]]:
         revision = self.kind_revision(RESOURCE_SLICE)
@@ -209,6 +266,25 @@ class SimStore(MemoryStore):
         if self._taken[0] != revision:
             self._taken = (revision, frozenset(dra.taken_devices(self.peek(RESOURCE_CLAIM))))
         return self._taken[1]
+
+
+_BY_OWNER: Final = "owner"
+_BY_NODE: Final = "node"
+_BY_OBJECT: Final = "involvedObject"
+
+
+def _owner_uids(obj: Obj) -> list[str]:
+    return [r["uid"] for r in obj["metadata"].get("ownerReferences") or []]
+
+
+def _node_name(pod: Obj) -> list[str]:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return [node] if node else []
+
+
+def _involved_uid(event: Obj) -> list[str]:
+    uid = (event.get("involvedObject") or {}).get("uid")
+    return [uid] if uid else []
 
 
 class WorkloadCluster:
@@ -241,6 +317,11 @@ class WorkloadCluster:
         self._has_unschedulable = False
         #: Ticks skipped because nothing changed and no timer was due (for benchmarks).
         self.ticks_skipped = 0
+        # Per workload uid, what its controller read on its last pass (see `_inputs`).
+        self._deployments_seen: dict[str, _Inputs] = {}
+        self._lws_seen: dict[str, _Inputs] = {}
+        #: Per workload uid, its template (the stored object itself) and that template's hash.
+        self._template_hashes: dict[str, tuple[Obj, str]] = {}
         for pool in spec.pools:
             for _ in range(pool.node_count):
                 name = self.add_node(pool.name)
@@ -303,7 +384,7 @@ class WorkloadCluster:
         self._node_seq[pool_name] += 1
         name = f"{pool_name}-{self._node_seq[pool_name] - 1}"
         taints = [dict(GPU_TAINT)] if self.behaviour.has_gpu_taint else []
-        self.store.create(
+        self.store.create_shared(
             {
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -411,7 +492,7 @@ class WorkloadCluster:
                 },
             }
         )
-        self.store.patch_status(
+        self.store.patch_status_shared(
             RESOURCE_CLAIM, name, namespace, {"allocation": _allocation(results, node)}
         )
         return name
@@ -447,97 +528,126 @@ class WorkloadCluster:
             for kind in (DEPLOYMENT, LEADER_WORKER_SET)
             for o in self.store.peek(kind)
         }
-        for pod in self.store.peek(POD):
-            refs = pod["metadata"].get("ownerReferences") or []
-            if refs and not any(r["uid"] in owners for r in refs):
-                self._delete_pod(pod)
+        for pod in self.store.orphans(owners):
+            self._delete_pod(pod)
 
     # --- Deployment controller ------------------------------------------------------------
 
     def _deployment_controller(self) -> None:
+        seen: dict[str, _Inputs] = {}
         for dep in self.store.peek(DEPLOYMENT):
-            meta, spec = dep["metadata"], dep["spec"]
-            replicas = int(spec.get("replicas", 1))
-            template = spec["template"]
-            thash = _hash(template)
+            meta = dep["metadata"]
             pods = self._owned_pods(meta["uid"], meta["namespace"])
-            for pod in pods:
-                if pod["status"].get("phase") in ("Failed", "Succeeded"):
-                    self._delete_pod(pod)
-            alive = [p for p in pods if _is_alive(p)]
-            new = [p for p in alive if p["metadata"]["labels"].get(POD_TEMPLATE_HASH) == thash]
-            old = [p for p in alive if p not in new]
-            surge = max(1, math.ceil(replicas * 0.25)) if replicas else 0
-            unavailable = math.floor(replicas * 0.25)
-            # Scale the new set down first (unbound pods first, then newest).
-            excess = len(new) - replicas
-            for pod in sorted(new, key=_scale_down_order)[: max(0, excess)]:
+            inputs = seen[meta["uid"]] = _inputs(dep, pods)
+            if self._deployments_seen.get(meta["uid"]) != inputs:
+                self._reconcile_deployment(dep, pods)
+        self._deployments_seen = seen
+
+    def _reconcile_deployment(self, dep: Obj, pods: list[Obj]) -> None:
+        meta, spec = dep["metadata"], dep["spec"]
+        replicas = int(spec.get("replicas", 1))
+        template = spec["template"]
+        thash = self._template_hash(meta["uid"], template)
+        for pod in pods:
+            if pod["status"].get("phase") in ("Failed", "Succeeded"):
+                self._delete_pod(pod)
+        alive = [p for p in pods if _is_alive(p)]
+        new = [p for p in alive if p["metadata"]["labels"].get(POD_TEMPLATE_HASH) == thash]
+        is_new = {id(p) for p in new}
+        old = [p for p in alive if id(p) not in is_new]
+        surge = max(1, math.ceil(replicas * 0.25)) if replicas else 0
+        unavailable = math.floor(replicas * 0.25)
+        # Scale the new set down first (unbound pods first, then newest).
+        excess = len(new) - replicas
+        if excess > 0:
+            for pod in sorted(new, key=_scale_down_order)[:excess]:
                 self._delete_pod(pod)
                 new.remove(pod)
-            while len(new) < replicas and len(new) + len(old) < replicas + surge:
-                new.append(self._create_pod(dep, template, thash))
-            ready_new = sum(1 for p in new if _is_ready(p))
-            ready_old = sum(1 for p in old if _is_ready(p))
-            for pod in sorted(old, key=_scale_down_order):
-                if not _is_ready(pod):
-                    self._delete_pod(pod)
-                elif ready_new + ready_old - 1 >= replicas - unavailable or replicas == 0:
-                    self._delete_pod(pod)
-                    ready_old -= 1
-            status = {
-                "observedGeneration": meta.get("generation", 1),
-                "replicas": len(new) + len(old),
-                "updatedReplicas": len(new),
-                "readyReplicas": ready_new + ready_old,
-            }
-            self._patch_status_if_changed(dep, status)
+        while len(new) < replicas and len(new) + len(old) < replicas + surge:
+            new.append(self._create_pod(dep, template, thash))
+        ready_new = sum(1 for p in new if _is_ready(p))
+        ready_old = sum(1 for p in old if _is_ready(p))
+        for pod in sorted(old, key=_scale_down_order):
+            if not _is_ready(pod):
+                self._delete_pod(pod)
+            elif ready_new + ready_old - 1 >= replicas - unavailable or replicas == 0:
+                self._delete_pod(pod)
+                ready_old -= 1
+        status = {
+            "observedGeneration": meta.get("generation", 1),
+            "replicas": len(new) + len(old),
+            "updatedReplicas": len(new),
+            "readyReplicas": ready_new + ready_old,
+        }
+        self._patch_status_if_changed(dep, status)
+
+    def _template_hash(self, uid: str, template: Obj) -> str:
+        """`_hash(template)`, remembered while the workload keeps the same template object:
+        stored objects never change in place, and a status write shares the spec."""
+        cached = self._template_hashes.get(uid)
+        if cached is not None and cached[0] is template:
+            return cached[1]
+        thash = _hash(template)
+        self._template_hashes[uid] = (template, thash)
+        return thash
 
     # --- LeaderWorkerSet controller -------------------------------------------------------
 
     def _lws_controller(self) -> None:
+        seen: dict[str, _Inputs] = {}
         for lws in self.store.peek(LEADER_WORKER_SET):
-            meta, spec = lws["metadata"], lws["spec"]
-            replicas = int(spec.get("replicas", 1))
-            lwt = spec["leaderWorkerTemplate"]
-            size = int(lwt.get("size", 1))
-            thash = _hash(lwt)
-            groups: dict[int, list[Obj]] = defaultdict(list)
-            for pod in self._owned_pods(meta["uid"], meta["namespace"]):
-                groups[int(pod["metadata"]["labels"][LWS_GROUP_INDEX])].append(pod)
-            # Roll one group at a time: only while every group is whole and ready.
-            is_rolling = any(
-                len(groups[g]) < size or not all(_is_ready(p) for p in groups[g])
-                for g in groups
-                if g < replicas
-            )
-            for g in sorted(groups):
-                pods = groups[g]
-                broken = (
-                    any(
-                        p["status"].get("phase") in ("Failed", "Succeeded") or not _is_alive(p)
-                        for p in pods
-                    )
-                    or len(pods) < size
+            meta = lws["metadata"]
+            pods = self._owned_pods(meta["uid"], meta["namespace"])
+            inputs = seen[meta["uid"]] = _inputs(lws, pods)
+            if self._lws_seen.get(meta["uid"]) != inputs:
+                self._reconcile_lws(lws, pods)
+        self._lws_seen = seen
+        for gone in self._template_hashes.keys() - self._deployments_seen.keys() - seen.keys():
+            del self._template_hashes[gone]
+
+    def _reconcile_lws(self, lws: Obj, owned: list[Obj]) -> None:
+        meta, spec = lws["metadata"], lws["spec"]
+        replicas = int(spec.get("replicas", 1))
+        lwt = spec["leaderWorkerTemplate"]
+        size = int(lwt.get("size", 1))
+        thash = self._template_hash(meta["uid"], lwt)
+        groups: dict[int, list[Obj]] = defaultdict(list)
+        for pod in owned:
+            groups[int(pod["metadata"]["labels"][LWS_GROUP_INDEX])].append(pod)
+        # Roll one group at a time: only while every group is whole and ready.
+        is_rolling = any(
+            len(groups[g]) < size or not all(_is_ready(p) for p in groups[g])
+            for g in groups
+            if g < replicas
+        )
+        for g in sorted(groups):
+            pods = groups[g]
+            broken = (
+                any(
+                    p["status"].get("phase") in ("Failed", "Succeeded") or not _is_alive(p)
+                    for p in pods
                 )
-                stale = any(p["metadata"]["labels"].get(LWS_TEMPLATE_HASH) != thash for p in pods)
-                if g >= replicas or (broken and len(pods) > 0 and _any_alive(pods)):
-                    for p in pods:
-                        self._delete_pod(p)
-                    is_rolling = is_rolling or g < replicas
-                elif stale and not is_rolling:
-                    for p in pods:
-                        self._delete_pod(p)
-                    is_rolling = True
-            ready = 0
-            for g in range(replicas):
-                if groups.get(g):
-                    ready += all(_is_ready(p) for p in groups[g]) and len(groups[g]) == size
-                    continue
-                for w in range(size):
-                    template = lwt["leaderTemplate"] if w == 0 else lwt["workerTemplate"]
-                    self._create_lws_pod(lws, template, thash, g, w)
-            status = {"replicas": len(groups), "readyReplicas": ready}
-            self._patch_status_if_changed(lws, status)
+                or len(pods) < size
+            )
+            stale = any(p["metadata"]["labels"].get(LWS_TEMPLATE_HASH) != thash for p in pods)
+            if g >= replicas or (broken and len(pods) > 0 and _any_alive(pods)):
+                for p in pods:
+                    self._delete_pod(p)
+                is_rolling = is_rolling or g < replicas
+            elif stale and not is_rolling:
+                for p in pods:
+                    self._delete_pod(p)
+                is_rolling = True
+        ready = 0
+        for g in range(replicas):
+            if groups.get(g):
+                ready += all(_is_ready(p) for p in groups[g]) and len(groups[g]) == size
+                continue
+            for w in range(size):
+                template = lwt["leaderTemplate"] if w == 0 else lwt["workerTemplate"]
+                self._create_lws_pod(lws, template, thash, g, w)
+        status = {"replicas": len(groups), "readyReplicas": ready}
+        self._patch_status_if_changed(lws, status)
 
     # --- resourceclaim controller ---------------------------------------------------------
 
@@ -568,7 +678,7 @@ class WorkloadCluster:
                         # `<pod>-<claim>` and wait instead).
                         continue
                 else:
-                    self.store.create(
+                    self.store.create_shared(
                         {
                             "apiVersion": RESOURCE_CLAIM.api_version,
                             "kind": RESOURCE_CLAIM.kind,
@@ -590,7 +700,7 @@ class WorkloadCluster:
                     *(pod["status"].get("resourceClaimStatuses") or []),
                     {"name": ref["name"], "resourceClaimName": claim_name},
                 ]
-                pod = self.store.patch_status(
+                pod = self.store.patch_status_shared(
                     POD, meta["name"], meta["namespace"], {"resourceClaimStatuses": entries}
                 )
         for claim in self.store.peek(RESOURCE_CLAIM):
@@ -601,16 +711,13 @@ class WorkloadCluster:
     # --- DRA driver -----------------------------------------------------------------------
 
     def _dra_driver(self) -> None:
-        published = {s["spec"].get("nodeName") for s in self.store.peek(RESOURCE_SLICE)}
         delay = timedelta(seconds=self.behaviour.dra_publish_delay_s)
-        for node in self.store.peek(NODE):
-            name = node["metadata"]["name"]
+        for name in list(self.store.unpublished_nodes()):
             created = self._node_created.get(name, self.loop.now)
-            if name not in published and _is_node_ready(node):
-                if self.loop.now >= created + delay:
-                    self._publish_slices(name)
-                else:
-                    self._wake_at(created + delay)
+            if self.loop.now >= created + delay:
+                self._publish_slices(name)
+            else:
+                self._wake_at(created + delay)
 
     def _publish_slices(self, node_name: str) -> None:
         node = self.store.peek_one(NODE, node_name)
@@ -631,7 +738,7 @@ class WorkloadCluster:
                     device["capacity"] = {k: {"value": v} for k, v in d.capacity.items()}
                 by_driver[d.driver].append(device)
         for driver, devices in sorted(by_driver.items()):
-            self.store.create(
+            self.store.create_shared(
                 {
                     "apiVersion": RESOURCE_SLICE.api_version,
                     "kind": RESOURCE_SLICE.kind,
@@ -658,7 +765,7 @@ class WorkloadCluster:
                 continue
             for pod in self._pods_on(name):
                 if pod["status"].get("phase") not in ("Failed", "Succeeded"):
-                    self.store.patch_status(
+                    self.store.patch_status_shared(
                         POD,
                         pod["metadata"]["name"],
                         pod["metadata"]["namespace"],
@@ -742,7 +849,7 @@ class WorkloadCluster:
             feasible.sort(key=lambda f: (-f[1], dra.natural_key(f[0])))
         node_name, _, allocations = feasible[0]
         for claim, results in allocations:
-            self.store.patch_status(
+            self.store.patch_status_shared(
                 RESOURCE_CLAIM,
                 claim["metadata"]["name"],
                 claim["metadata"]["namespace"],
@@ -752,11 +859,12 @@ class WorkloadCluster:
                 },
             )
         try:
-            current = self.store.get(POD, meta["name"], meta["namespace"])
+            current = self.store.peek_one(POD, meta["name"], meta["namespace"])
             if current is None:
                 return
-            current["spec"]["nodeName"] = node_name
-            self.store.update(current)
+            self.store.update_shared(
+                {**current, "spec": {**current["spec"], "nodeName": node_name}}
+            )
         except Conflict:
             return
         conditions = [
@@ -769,7 +877,9 @@ class WorkloadCluster:
                 "lastTransitionTime": format_time(self.loop.now),
             }
         )
-        self.store.patch_status(POD, meta["name"], meta["namespace"], {"conditions": conditions})
+        self.store.patch_status_shared(
+            POD, meta["name"], meta["namespace"], {"conditions": conditions}
+        )
 
     def _mark_unschedulable(self, pod: Obj, message: str) -> None:
         conditions = pod["status"].get("conditions") or []
@@ -786,7 +896,7 @@ class WorkloadCluster:
                 "lastTransitionTime": format_time(self.loop.now),
             }
         )
-        self.store.patch_status(
+        self.store.patch_status_shared(
             POD, pod["metadata"]["name"], pod["metadata"]["namespace"], {"conditions": conditions}
         )
 
@@ -794,7 +904,7 @@ class WorkloadCluster:
 
     def _kubelet(self) -> None:
         now = self.loop.now
-        ready_nodes = {n["metadata"]["name"] for n in self.store.peek(NODE) if _is_node_ready(n)}
+        ready_nodes = self.store.ready_nodes()
         start = timedelta(seconds=self.behaviour.pod_start_delay_s)
         grace = timedelta(seconds=self.behaviour.termination_grace_s)
         seen: set[str] = set()
@@ -825,7 +935,7 @@ class WorkloadCluster:
                     {"type": "ContainersReady", "status": "True"},
                     {"type": "Ready", "status": "True"},
                 ]
-                self.store.patch_status(
+                self.store.patch_status_shared(
                     POD,
                     meta["name"],
                     meta["namespace"],
@@ -839,13 +949,15 @@ class WorkloadCluster:
     def _finish(self, pod: Obj) -> None:
         meta = pod["metadata"]
         try:
-            current = self.store.get(POD, meta["name"], meta["namespace"])
+            current = self.store.peek_one(POD, meta["name"], meta["namespace"])
             if current is None:
                 return
-            current["metadata"]["finalizers"] = [
+            finalizers = [
                 f for f in current["metadata"].get("finalizers") or [] if f != KUBELET_FINALIZER
             ]
-            self.store.update(current)
+            self.store.update_shared(
+                {**current, "metadata": {**current["metadata"], "finalizers": finalizers}}
+            )
         except (Conflict, NotFound):
             return
 
@@ -983,12 +1095,11 @@ class WorkloadCluster:
 
     def _record_event(self, pod: Obj, reason: str, message: str) -> None:
         meta = pod["metadata"]
-        for e in self.store.peek(EVENT, meta["namespace"]):
-            ref = e.get("involvedObject") or {}
-            if ref.get("uid") == meta["uid"] and e.get("reason") == reason:
+        for e in self.store.events_of(meta["uid"], meta["namespace"]):
+            if e.get("reason") == reason:
                 return
         self._event_seq += 1
-        self.store.create(
+        self.store.create_shared(
             {
                 "apiVersion": "v1",
                 "kind": "Event",
@@ -1012,14 +1123,10 @@ class WorkloadCluster:
     # --- helpers --------------------------------------------------------------------------
 
     def _owned_pods(self, owner_uid: str, namespace: str) -> list[Obj]:
-        return [
-            p
-            for p in self.store.peek(POD, namespace)
-            if any(r["uid"] == owner_uid for r in p["metadata"].get("ownerReferences") or [])
-        ]
+        return self.store.owned_pods(owner_uid, namespace)
 
     def _pods_on(self, node: str) -> list[Obj]:
-        return [p for p in self.store.peek(POD) if p["spec"].get("nodeName") == node]
+        return self.store.pods_on(node)
 
     def _create_pod(self, owner: Obj, template: Obj, thash: str) -> Obj:
         name = f"{owner['metadata']['name']}-{thash}-{self._suffix()}"
@@ -1042,7 +1149,7 @@ class WorkloadCluster:
         self, owner: Obj, template: Obj, name: str, extra_labels: Mapping[str, str]
     ) -> Obj:
         tmeta = template.get("metadata") or {}
-        return self.store.create(
+        return self.store.create_shared(
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
@@ -1080,7 +1187,7 @@ class WorkloadCluster:
             return
         kind = DEPLOYMENT if obj["kind"] == "Deployment" else LEADER_WORKER_SET
         with contextlib.suppress(StoreError):
-            self.store.patch_status(
+            self.store.patch_status_shared(
                 kind, obj["metadata"]["name"], obj["metadata"]["namespace"], status
             )
 
@@ -1103,10 +1210,24 @@ class WorkloadCluster:
                 "reason": "KubeletReady" if is_ready else "NodeStatusUnknown",
             }
         )
-        self.store.patch_status(NODE, name, None, {"conditions": conditions})
+        self.store.patch_status_shared(NODE, name, None, {"conditions": conditions})
 
 
 # --- pure helpers -----------------------------------------------------------------------
+
+
+#: A workload controller's inputs for one workload: the resourceVersions of the workload and of
+#: its pods. Versions are unique in a store, so equal inputs mean the same objects unchanged.
+_Inputs = tuple[str, tuple[str, ...]]
+
+
+def _inputs(workload: Obj, pods: list[Obj]) -> _Inputs:
+    """What a workload controller's pass over `workload` reads. A pass is a function of these
+    alone (no clock; the random pod-name suffix is drawn only when it creates a pod, which
+    changes them), so a pass that would see the inputs of a previous one whose writes changed
+    nothing would write nothing either: it can be skipped."""
+    versions = tuple(p["metadata"]["resourceVersion"] for p in pods)
+    return (workload["metadata"]["resourceVersion"], versions)
 
 
 def _hash(obj: Any) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
@@ -23,13 +23,19 @@ EPOCH: Final = datetime(2026, 1, 1, tzinfo=UTC)
 Action = Callable[[], object]
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class _Event:
     at: datetime
     seq: int
-    name: str = field(compare=False)
-    action: Action = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
+    name: str
+    action: Action
+    cancelled: bool = False
+
+
+#: A queue entry: (time, sequence, event). Tuples compare in C, and a sequence number is never
+#: repeated, so the event itself is never compared; a dataclass's generated ordering cost a
+#: Python call per comparison, a dozen per event.
+_Entry = tuple[datetime, int, _Event]
 
 
 class Handle:
@@ -52,7 +58,7 @@ class EventLoop:
     def __init__(self, seed: int = 0, start: datetime = EPOCH) -> None:
         self.rng = random.Random(seed)
         self._now = start
-        self._queue: list[_Event] = []
+        self._queue: list[_Entry] = []
         self._seq = 0
         self.events_run = 0
 
@@ -68,7 +74,7 @@ class EventLoop:
         """Run `action` at `when` (never in the past: a past time means now)."""
         self._seq += 1
         event = _Event(max(when, self._now), self._seq, name, action)
-        heapq.heappush(self._queue, event)
+        heapq.heappush(self._queue, (event.at, event.seq, event))
         return Handle(event)
 
     def after(self, delay_s: float, action: Action, name: str = "") -> Handle:
@@ -94,8 +100,8 @@ class EventLoop:
 
     def run_until(self, until: datetime) -> None:
         """Run every event due at or before `until`, then set the clock to `until`."""
-        while self._queue and self._queue[0].at <= until:
-            event = heapq.heappop(self._queue)
+        while self._queue and self._queue[0][0] <= until:
+            event = heapq.heappop(self._queue)[2]
             if event.cancelled:
                 continue
             self._now = event.at
@@ -108,4 +114,4 @@ class EventLoop:
 
     @property
     def pending(self) -> int:
-        return sum(1 for e in self._queue if not e.cancelled)
+        return sum(1 for _, _, e in self._queue if not e.cancelled)

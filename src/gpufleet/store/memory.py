@@ -6,14 +6,15 @@ come from one counter per store, as etcd's revision does, so they order every ch
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from gpufleet.store.labels import matches, parse_selector
-from gpufleet.store.merge import apply_merge_patch, copy_json
+from gpufleet.store.labels import Op, Selector, matches, parse_selector
+from gpufleet.store.merge import copy_json, merged
 from gpufleet.store.port import (
     AlreadyExists,
     Change,
@@ -28,6 +29,8 @@ from gpufleet.store.port import (
 )
 
 _Key = tuple[Kind, str, str]
+#: An object's key within its kind: (namespace or "", name). Sorting keys sorts as `list` does.
+_ObjKey = tuple[str, str]
 
 
 def format_time(at: datetime) -> str:
@@ -35,16 +38,134 @@ def format_time(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _label_items(obj: Obj) -> Iterable[Hashable]:
+    """The (key, value) pairs of an object's labels (string values only: a selector matches
+    nothing else)."""
+    found = obj["metadata"].get("labels") or {}
+    return [(k, v) for k, v in found.items() if type(v) is str]
+
+
+class _Index:
+    """The keys of the objects of one kind, by each value `values(obj)` gives (a label pair,
+    an owner's uid...), kept as objects are written, so a lookup never scans the kind."""
+
+    def __init__(self, values: Callable[[Obj], Iterable[Hashable]]) -> None:
+        self.values = values
+        self.buckets: dict[Hashable, set[_ObjKey]] = {}
+
+    def add(self, key: _ObjKey, obj: Obj) -> None:
+        for value in self.values(obj):
+            self.buckets.setdefault(value, set()).add(key)
+
+    def remove(self, key: _ObjKey, obj: Obj) -> None:
+        for value in self.values(obj):
+            bucket = self.buckets.get(value)
+            if bucket is not None:
+                bucket.discard(key)
+                if not bucket:
+                    del self.buckets[value]
+
+    def replace(self, key: _ObjKey, old: Obj, new: Obj) -> None:
+        before, after = set(self.values(old)), set(self.values(new))
+        if before == after:
+            return
+        for value in before - after:
+            bucket = self.buckets[value]
+            bucket.discard(key)
+            if not bucket:
+                del self.buckets[value]
+        for value in after - before:
+            self.buckets.setdefault(value, set()).add(key)
+
+    def keys(self, value: Hashable) -> set[_ObjKey]:
+        return self.buckets.get(value, set())
+
+
+class _Table:
+    """The objects of one kind, with what makes reading them cheap: their keys in order, a
+    label index, any indexes a caller added, and the last full listing (until a write)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[_ObjKey, Obj] = {}
+        #: Every key, sorted: what `peek` returns, in its order, without sorting per call.
+        self.keys: list[_ObjKey] = []
+        self.labels = _Index(_label_items)
+        self.indexes: dict[str, _Index] = {}
+        self.listing: list[Obj] | None = None
+
+    def put(self, key: _ObjKey, obj: Obj) -> None:
+        old = self.objects.get(key)
+        self.objects[key] = obj
+        self.listing = None
+        if old is None:
+            bisect.insort(self.keys, key)
+            for index in (self.labels, *self.indexes.values()):
+                index.add(key, obj)
+        else:
+            for index in (self.labels, *self.indexes.values()):
+                index.replace(key, old, obj)
+
+    def pop(self, key: _ObjKey) -> None:
+        old = self.objects.pop(key)
+        self.listing = None
+        del self.keys[bisect.bisect_left(self.keys, key)]
+        for index in (self.labels, *self.indexes.values()):
+            index.remove(key, old)
+
+    def all(self) -> builtins.list[Obj]:
+        if self.listing is None:
+            self.listing = [self.objects[k] for k in self.keys]
+        return builtins.list(self.listing)
+
+    def in_namespace(self, namespace: str) -> builtins.list[Obj]:
+        # Keys sort by namespace first, so one namespace's keys are one run: from
+        # (namespace, "") to the first key of the next namespace, which sorts at or after
+        # namespace + "\0" (the least string greater than every (namespace, name)).
+        lo = bisect.bisect_left(self.keys, (namespace, ""))
+        hi = bisect.bisect_left(self.keys, (namespace + "\0", ""), lo)
+        return [self.objects[k] for k in self.keys[lo:hi]]
+
+    def selected(self, namespace: str | None, selector: Selector) -> builtins.list[Obj]:
+        """Objects matching `selector`, found through the label index when the selector has
+        an equality or `in` term (any match must carry one of its pairs), else by scanning."""
+        candidates: set[_ObjKey] | None = None
+        for r in selector:
+            if r.op not in (Op.EQUALS, Op.IN):
+                continue
+            keys: set[_ObjKey] = set()
+            for value in r.values:
+                keys |= self.labels.keys((r.key, value))
+            candidates = keys if candidates is None else candidates & keys
+            if not candidates:
+                return []
+        if candidates is None:
+            scanned = self.all() if namespace is None else self.in_namespace(namespace)
+            return [o for o in scanned if matches(selector, o["metadata"].get("labels"))]
+        keys_in = sorted(k for k in candidates if namespace is None or k[0] == namespace)
+        found = [self.objects[k] for k in keys_in]
+        return [o for o in found if matches(selector, o["metadata"].get("labels"))]
+
+    def indexed(self, name: str, value: Hashable, namespace: str | None) -> builtins.list[Obj]:
+        keys = self.indexes[name].keys(value)
+        in_order = sorted(k for k in keys if namespace is None or k[0] == namespace)
+        return [self.objects[k] for k in in_order]
+
+
 class MemoryStore:
-    """A `Store` held in a dict. Not thread-safe: one event loop drives it."""
+    """A `Store` held in a dict. Not thread-safe: one event loop drives it.
+
+    Stored objects are never changed in place: every write stores a new object, which shares
+    the subtrees it did not change with the one it replaces (a status patch copies the
+    status it changes, not the spec). So no-copy reads (`peek`) stay consistent, and the
+    Store methods copy only at the boundary: what the caller hands in, and what it gets back.
+    """
 
     def __init__(
         self, clock: Callable[[], datetime] | None = None, uid_seed: str = "store"
     ) -> None:
         self._clock = clock or (lambda: datetime.now(UTC))
-        #: Per kind, (namespace, name) -> the stored object. A stored object is never changed
-        #: in place: every write stores a new one, so no-copy reads (`peek`) stay consistent.
-        self._objects: dict[Kind, dict[tuple[str, str], Obj]] = {}
+        #: Per kind, its objects (see `_Table`).
+        self._tables: dict[Kind, _Table] = {}
         self._log: list[Change] = []
         self._revision = 0
         self._uid_seed = uid_seed
@@ -63,7 +184,7 @@ class MemoryStore:
         kind: Kind,
         namespace: str | None = None,
         label_selector: str | Mapping[str, str] | None = None,
-    ) -> list[Obj]:
+    ) -> builtins.list[Obj]:
         return [copy_json(obj) for obj in self.peek(kind, namespace, label_selector)]
 
     def peek(
@@ -76,14 +197,12 @@ class MemoryStore:
         change. For the simulator's emulated components; the agent and the controller read
         through the `Store` port, which copies as an API client's decoding does."""
         selector = parse_selector(label_selector) if label_selector else ()
-        by_key = self._objects.get(kind, {})
-        keys = (
-            sorted(by_key) if namespace is None else sorted(k for k in by_key if k[0] == namespace)
-        )
-        found = [by_key[k] for k in keys]
+        table = self._tables.get(kind)
+        if table is None:
+            return []
         if selector:
-            found = [o for o in found if matches(selector, o["metadata"].get("labels"))]
-        return found
+            return table.selected(namespace, selector)
+        return table.all() if namespace is None else table.in_namespace(namespace)
 
     def view(
         self,
@@ -95,7 +214,35 @@ class MemoryStore:
 
     def peek_one(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
         """`get` without a copy (see `peek`)."""
-        return self._objects.get(kind, {}).get((namespace or "", name))
+        table = self._tables.get(kind)
+        return None if table is None else table.objects.get((namespace or "", name))
+
+    def add_index(self, kind: Kind, name: str, values: Callable[[Obj], Iterable[Hashable]]) -> None:
+        """Index the objects of `kind` by each value `values(obj)` gives (kept as they are
+        written), for `peek_indexed`: what a client-go indexer does for a controller that
+        asks "which pods does this owner have" on every pass."""
+        table = self._table(kind)
+        index = _Index(values)
+        for key, obj in table.objects.items():
+            index.add(key, obj)
+        table.indexes[name] = index
+
+    def peek_indexed(
+        self, kind: Kind, name: str, value: Hashable, namespace: str | None = None
+    ) -> builtins.list[Obj]:
+        """The objects (no copies, see `peek`) the index `name` files under `value`, in
+        `list` order; `namespace` narrows them as `list`'s does."""
+        table = self._tables.get(kind)
+        if table is None or name not in table.indexes:
+            raise KeyError(f"no index {name!r} of {kind.kind}")
+        return table.indexed(name, value, namespace)
+
+    def indexed_values(self, kind: Kind, name: str) -> builtins.list[Hashable]:
+        """Every value the index `name` files at least one object under (in no order)."""
+        table = self._tables.get(kind)
+        if table is None or name not in table.indexes:
+            raise KeyError(f"no index {name!r} of {kind.kind}")
+        return builtins.list(table.indexes[name].buckets)
 
     def changes(
         self, cursor: int, kinds: Sequence[Kind] | None = None
@@ -128,6 +275,12 @@ class MemoryStore:
     # --- writes -----------------------------------------------------------------------
 
     def create(self, obj: Obj) -> Obj:
+        return copy_json(self.create_shared(copy_json(obj)))
+
+    def create_shared(self, obj: Obj) -> Obj:
+        """`create` without copies, for the simulator's emulated components: the store takes
+        `obj` over (its subtrees may be shared with stored objects; the caller must not change
+        it afterwards) and returns the stored object, which the caller must not change."""
         kind = kind_of(obj)
         meta = obj.get("metadata") or {}
         name, namespace = meta.get("name"), meta.get("namespace")
@@ -136,9 +289,9 @@ class MemoryStore:
         key = self._key(kind, name, namespace)
         if self._stored(key) is not None:
             raise AlreadyExists(f"{kind.kind} {self._show(key)} already exists")
-        stored = copy_json(obj)
+        stored = dict(obj)
         self._revision += 1
-        stored_meta = stored.setdefault("metadata", {})
+        stored_meta = stored["metadata"] = dict(meta)
         stored_meta["uid"] = str(
             uuid.uuid5(uuid.NAMESPACE_URL, f"{self._uid_seed}/{self._revision}/{key}")
         )
@@ -149,16 +302,21 @@ class MemoryStore:
         self._put(key, stored)
         self._log.append(Change(self._revision, ChangeType.ADDED, kind, stored))
         self._kind_revisions[kind] = self._revision
-        return copy_json(stored)
+        return stored
 
     def update(self, obj: Obj) -> Obj:
+        return copy_json(self.update_shared(copy_json(obj)))
+
+    def update_shared(self, obj: Obj) -> Obj:
+        """`update` without copies (see `create_shared`): `obj` may be built from a peeked
+        object by replacing the parts that change, sharing the rest."""
         kind = kind_of(obj)
         meta = obj.get("metadata") or {}
         key = self._key(kind, meta.get("name", ""), meta.get("namespace"))
         current = self._require(key)
         self._check_version(key, current, meta.get("resourceVersion"))
-        stored = copy_json(obj)
-        stored_meta = stored["metadata"]
+        stored = dict(obj)
+        stored_meta = stored["metadata"] = dict(obj["metadata"])
         for field in ("uid", "creationTimestamp", "deletionTimestamp"):
             if field in current["metadata"]:
                 stored_meta[field] = current["metadata"][field]
@@ -167,7 +325,7 @@ class MemoryStore:
             generation += 1
         stored_meta["generation"] = generation
         if "status" in current:
-            stored["status"] = copy_json(current["status"])
+            stored["status"] = current["status"]  # shared: stored objects never change
         else:
             stored.pop("status", None)
         return self._commit(key, kind, stored)
@@ -180,11 +338,25 @@ class MemoryStore:
         status: Mapping[str, Any],
         resource_version: str | None = None,
     ) -> Obj:
+        return copy_json(self.patch_status_shared(kind, name, namespace, status, resource_version))
+
+    def patch_status_shared(
+        self,
+        kind: Kind,
+        name: str,
+        namespace: str | None,
+        status: Mapping[str, Any],
+        resource_version: str | None = None,
+    ) -> Obj:
+        """`patch_status` returning the stored object (which the caller must not change)
+        rather than a copy. The new object shares every subtree the patch leaves alone with
+        the one it replaces; what the patch brings is copied."""
         key = self._key(kind, name, namespace)
         current = self._require(key)
         self._check_version(key, current, resource_version)
-        stored = copy_json(current)
-        apply_merge_patch(stored.setdefault("status", {}), status)
+        stored = dict(current)
+        stored["metadata"] = dict(current["metadata"])
+        stored["status"] = merged(current.get("status") or {}, status)
         return self._commit(key, kind, stored)
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None:
@@ -192,7 +364,8 @@ class MemoryStore:
         current = self._require(key)
         if current["metadata"].get("finalizers"):
             if "deletionTimestamp" not in current["metadata"]:
-                stored = copy_json(current)
+                stored = dict(current)
+                stored["metadata"] = dict(current["metadata"])
                 stored["metadata"]["deletionTimestamp"] = format_time(self._clock())
                 self._commit(key, kind, stored)
             return
@@ -204,6 +377,8 @@ class MemoryStore:
     # --- helpers ----------------------------------------------------------------------
 
     def _commit(self, key: _Key, kind: Kind, stored: Obj) -> Obj:
+        """Store `stored` (a new object: its own top level and metadata, which this stamps)
+        as the next revision of `key`, and return it (no copy)."""
         self._revision += 1
         stored["metadata"]["resourceVersion"] = str(self._revision)
         if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
@@ -211,20 +386,27 @@ class MemoryStore:
             self._pop(key)
             self._log.append(Change(self._revision, ChangeType.DELETED, kind, stored))
             self._kind_revisions[kind] = self._revision
-            return copy_json(stored)
+            return stored
         self._put(key, stored)
         self._log.append(Change(self._revision, ChangeType.MODIFIED, kind, stored))
         self._kind_revisions[kind] = self._revision
-        return copy_json(stored)
+        return stored
+
+    def _table(self, kind: Kind) -> _Table:
+        table = self._tables.get(kind)
+        if table is None:
+            table = self._tables[kind] = _Table()
+        return table
 
     def _stored(self, key: _Key) -> Obj | None:
-        return self._objects.get(key[0], {}).get((key[1], key[2]))
+        table = self._tables.get(key[0])
+        return None if table is None else table.objects.get((key[1], key[2]))
 
     def _put(self, key: _Key, obj: Obj) -> None:
-        self._objects.setdefault(key[0], {})[(key[1], key[2])] = obj
+        self._table(key[0]).put((key[1], key[2]), obj)
 
     def _pop(self, key: _Key) -> None:
-        del self._objects[key[0]][(key[1], key[2])]
+        self._tables[key[0]].pop((key[1], key[2]))
 
     def _key(self, kind: Kind, name: str, namespace: str | None) -> _Key:
         if kind.namespaced and not namespace:

@@ -27,15 +27,51 @@ def copy_obj(obj: Mapping[str, Any]) -> Obj:
     return cast(Obj, _copy(obj))
 
 
+#: Types copied by reference: immutable, and exact (a subclass goes to `copy.deepcopy`).
+_ATOMS: frozenset[type] = frozenset({str, int, float, bool, type(None)})
+
+
 def _copy(value: Any) -> Any:
     kind = type(value)
     if kind is dict:
-        return {k: _copy(v) for k, v in value.items()}
+        return _copy_dict(value)
     if kind is list:
-        return [_copy(v) for v in value]
-    if kind in (str, int, float, bool) or value is None:
+        return _copy_list(value)
+    if kind in _ATOMS:
         return value
     return copy.deepcopy(value)
+
+
+def _copy_dict(value: dict[Any, Any]) -> dict[Any, Any]:
+    # Leaves are dispatched inline: most values are strings, and a call per leaf is most of
+    # the cost of a copy.
+    out = {}
+    for k, v in value.items():
+        kind = type(v)
+        if kind in _ATOMS:
+            out[k] = v
+        elif kind is dict:
+            out[k] = _copy_dict(v)
+        elif kind is list:
+            out[k] = _copy_list(v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def _copy_list(value: list[Any]) -> list[Any]:
+    out = []
+    for v in value:
+        kind = type(v)
+        if kind in _ATOMS:
+            out.append(v)
+        elif kind is dict:
+            out.append(_copy_dict(v))
+        elif kind is list:
+            out.append(_copy_list(v))
+        else:
+            out.append(copy.deepcopy(v))
+    return out
 
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
@@ -54,6 +90,21 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
         elif key not in old or before != value:
             patch[key] = copy_json(value)
     return patch
+
+
+def merged(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """`apply_merge_patch` to a copy of `target`, copying only what the patch changes: the
+    result shares every subtree the patch leaves alone with `target` (so neither may be
+    changed in place afterwards) and owns copies of what the patch brings."""
+    out = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy_json(value)
+    return out
 
 
 def apply_merge_patch(target: dict[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
