@@ -3,6 +3,7 @@ deployments, conflicts, the assume ledger and idempotence."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,11 +22,17 @@ from controller_builders import (
     pool_obs,
 )
 
-from gpufleet.controller import Controller
+from gpufleet.controller import Controller, observation_namespace
 from gpufleet.core.decision import replica_name
 from gpufleet.store import Kind, MemoryStore, Obj, StoreError, format_time, kind_of
 from gpufleet.store.forwarding import ForwardingStore
-from gpufleet.store.port import EVENT, MODEL_DEPLOYMENT, MODEL_REPLICA, POOL_OBSERVATION
+from gpufleet.store.port import (
+    EVENT,
+    INFERENCE_CLUSTER,
+    MODEL_DEPLOYMENT,
+    MODEL_REPLICA,
+    POOL_OBSERVATION,
+)
 
 
 def _replicas(store: Any) -> list[Obj]:
@@ -447,3 +454,56 @@ def test_a_refusal_that_recurs_increments_its_events_count() -> None:
         format_time(at(3)),
         format_time(at(5)),
     )
+
+
+def test_heartbeats_keep_a_cluster_fresh_without_rewriting_its_status() -> None:
+    """A report that only moves the observation time is published at most every
+    `status_refresh_s`, but the scheduler judges freshness from the reports themselves: a
+    cluster whose published time is past expiry still takes replicas while its agent reports,
+    and stops taking them once the agent falls silent."""
+    config = dataclasses.replace(SIM, status_refresh_s=1000)
+    store = _fleet()
+    controller = Controller(store, config, "ctl")
+
+    def heartbeat(seconds: float) -> None:
+        namespace = observation_namespace("a")
+        patch = {"observedAt": format_time(at(seconds))}
+        store.patch_status(POOL_OBSERVATION, "l4", namespace, patch, None)
+
+    def published_at() -> str:
+        got = store.get(INFERENCE_CLUSTER, "a")
+        assert got is not None
+        return str(got["status"]["agent"]["observedAt"])
+
+    controller.step(at(1))
+    for seconds in range(30, 400, 30):
+        heartbeat(seconds)
+        result = controller.step(at(seconds + 1))
+        assert result.count("InferenceCluster", "patch_status") == 0
+    assert published_at() == format_time(at(0))
+
+    store.create(deployment("llama"))
+    result = controller.step(at(400))
+    assert result.placements == 1  # fresh by its reports, though published 400 s ago
+
+    store.create(deployment("mistral"))
+    result = controller.step(at(700))  # the agent's last report was at 390 s: Expired
+    assert result.placements == 0
+    assert published_at() == format_time(at(390))  # the state changed, so it was published
+
+
+def test_a_heartbeat_is_published_once_the_refresh_interval_passed() -> None:
+    store = _fleet()
+    controller = Controller(store, SIM, "ctl")
+    controller.step(at(1))
+    namespace = observation_namespace("a")
+    for seconds in (30, 60, 90, 120, 150):
+        patch = {"observedAt": format_time(at(seconds))}
+        store.patch_status(POOL_OBSERVATION, "l4", namespace, patch, None)
+        result = controller.step(at(seconds + 1))
+        written = result.count("InferenceCluster", "patch_status")
+        assert written == (1 if seconds == 120 else 0), seconds
+    got = store.get(INFERENCE_CLUSTER, "a")
+    assert got is not None
+    assert got["status"]["agent"]["observedAt"] == format_time(at(120))
+    assert got["status"]["gpuPools"][0]["observation"]["observedAt"] == format_time(at(120))

@@ -36,6 +36,11 @@ class ControllerConfig:
     #: replaced by its name (the simulator has no real gateways). A gateway another writer
     #: set is never changed.
     default_gateway_address: str = ""
+    #: A cluster status whose only change is that its agent reported again (the observation
+    #: times moved, nothing else did) is rewritten at most this often. Freshness is judged
+    #: from the reports themselves, so this only bounds how far the published `observedAt`
+    #: lags (as a Node's status lags its Lease heartbeats in Kubernetes).
+    status_refresh_s: float = 120.0
     #: How often a write that hit a stale resourceVersion is re-read and retried in one step.
     max_conflict_retries: int = 5
     #: How long an assumed write (the controller's own, not yet visible in its view of the

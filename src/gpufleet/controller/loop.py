@@ -23,6 +23,7 @@ cannot be read: a partial view could delete replicas or double-book devices.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections import Counter
@@ -65,11 +66,13 @@ from gpufleet.controller.status import (
     cluster_states,
     cluster_status,
     is_pods_scheduled,
+    is_refresh_due,
     judge,
     known_epoch,
     parse_report,
     replica_status,
     without_ages,
+    without_times,
 )
 from gpufleet.core import labels
 from gpufleet.core.decision import Decision, DeploymentDecision, ReasonCode
@@ -221,6 +224,14 @@ def _replica_reports(trusts: Mapping[str, Trust]) -> dict[tuple[str, str, str], 
     return out
 
 
+def _reported(cluster: Cluster, trust: Trust | None) -> Cluster:
+    """`cluster` as fresh as its accepted reports: the published `status.agent.observedAt`
+    is not rewritten for every heartbeat (`status_refresh_s`), the reports are."""
+    if trust is None or not trust.accepted or cluster.agent_observed_at == trust.observed_at:
+        return cluster
+    return dataclasses.replace(cluster, agent_observed_at=trust.observed_at)
+
+
 class ParseCache:
     """What the step computed from an object (parsed, converted), by the object's identity.
 
@@ -343,7 +354,7 @@ class Controller:
             if not _is_deleting(r)
         ]
         if is_complete:
-            self._schedule(classes, clusters, view.deployments, replicas, now, result)
+            self._schedule(classes, clusters, trusts, view.deployments, replicas, now, result)
         else:
             self._error(result, "scheduling skipped: an InferenceClass cannot be read")
         result.assumed = len(self.ledger)
@@ -453,6 +464,9 @@ class Controller:
             return cluster_status(current, classes, trust, now, self.config)
 
         states = cluster_states(cluster, trust, now, self.config)
+        # A report that only moved the observation times is published at most every
+        # status_refresh_s: the scheduler reads freshness from the reports (`_schedule`).
+        is_due = is_refresh_due(cluster, now, self.config)
         return self._write_status(
             INFERENCE_CLUSTER,
             cluster,
@@ -460,8 +474,8 @@ class Controller:
             CLUSTER_OWNED,
             now,
             result,
-            without_ages,
-            inputs=(tuple(classes.items()), trust, states),
+            without_ages if is_due else without_times,
+            inputs=(tuple(classes.items()), trust, states, is_due),
         )
 
     def _publish_replica(
@@ -494,6 +508,7 @@ class Controller:
         self,
         classes: Mapping[str, ReadObj],
         clusters: Sequence[ReadObj],
+        trusts: Mapping[str, Trust],
         deployments: Sequence[ReadObj],
         replicas: Sequence[ReadObj],
         now: datetime,
@@ -514,7 +529,8 @@ class Controller:
                 unreadable.append(f"InferenceCluster {_name(obj)}: {e}")
                 continue
             if isinstance(cluster, InferenceCluster):
-                core_clusters.append(self._core_cluster(cluster, typed_classes, sched_config))
+                converted = self._core_cluster(cluster, typed_classes, sched_config)
+                core_clusters.append(_reported(converted, trusts.get(converted.name)))
         core_replicas: list[Replica] = []
         for obj in replicas:
             try:

@@ -342,6 +342,34 @@ def cluster_states(
     return tuple("" if t is None else freshness(t, now, config)[1] for t in times)
 
 
+def is_refresh_due(cluster: ReadObj, now: datetime, config: ControllerConfig) -> bool:
+    """Whether the published report time is `status_refresh_s` old (or absent): a report that
+    only moved the observation times is then published again."""
+    agent = (cluster.get("status") or {}).get("agent") or {}
+    published = parse_time(agent.get("observedAt"))
+    return published is None or (now - published).total_seconds() >= config.status_refresh_s
+
+
+def without_times(status: Mapping[str, Any]) -> Obj:
+    """`status` without the observation times (`agent.observedAt`, and each pool's
+    `observedAt` and `ageSeconds`): what a report that only heartbeats leaves unchanged."""
+    stripped = without_ages(status)
+    agent = stripped.get("agent")
+    if isinstance(agent, Mapping) and "observedAt" in agent:
+        stripped["agent"] = {k: v for k, v in agent.items() if k != "observedAt"}
+    pools = stripped.get("gpuPools")
+    if isinstance(pools, list):
+        stripped["gpuPools"] = [_without_key(pool, "observedAt") for pool in pools]
+    return stripped
+
+
+def _without_key(pool: Any, key: str) -> Any:
+    observation = pool.get("observation") if isinstance(pool, Mapping) else None
+    if not isinstance(observation, Mapping) or key not in observation:
+        return pool
+    return {**pool, "observation": {k: v for k, v in observation.items() if k != key}}
+
+
 def without_ages(status: Mapping[str, Any]) -> Obj:
     """`status` without `gpuPools[].observation.ageSeconds`, for comparing publishes.
 
@@ -355,11 +383,7 @@ def without_ages(status: Mapping[str, Any]) -> Obj:
 
 
 def _without_age(pool: Any) -> Any:
-    observation = pool.get("observation") if isinstance(pool, Mapping) else None
-    if not isinstance(observation, Mapping) or "ageSeconds" not in observation:
-        return pool
-    aged = {k: v for k, v in observation.items() if k != "ageSeconds"}
-    return {**pool, "observation": aged}
+    return _without_key(pool, "ageSeconds")
 
 
 # --- replica status -----------------------------------------------------------------------
