@@ -492,3 +492,23 @@ def test_a_silent_agent_ages_into_stale_and_expired_while_nothing_else_moves() -
     assert published() == ("Stale", ("True", "AgentReporting"))
     controller.step(at(301))
     assert published() == ("Expired", ("False", "AgentExpired"))
+
+
+@pytest.mark.parametrize("observed_at", ["2026-11-29T10:00:30", "not a time", ""])
+def test_a_heartbeat_with_a_bad_time_is_refused_as_a_new_report_would_be(
+    observed_at: object,
+) -> None:
+    """A report that only moved `observedAt` is not validated again (the controller re-times
+    the last one), unless the new time is not one the API accepts."""
+    store = hub(gpu_class(), cluster(), pool_obs())
+    controller = Controller(store, SIM, "ctl")
+    assert controller.step(at(1)).errors == []
+    namespace = observation_namespace("a")
+    good = {"observedAt": format_time(at(20))}
+    store.patch_status(POOL_OBSERVATION, "l4", namespace, good, None)
+    assert controller.step(at(21)).errors == []
+    store.patch_status(POOL_OBSERVATION, "l4", namespace, {"observedAt": observed_at}, None)
+    errors = controller.step(at(41)).errors
+    assert len(errors) == 1
+    assert "PoolObservation gpufleet-cluster-a/l4 is invalid" in errors[0]
+    assert "observedAt" in errors[0]

@@ -63,6 +63,7 @@ from gpufleet.controller.status import (
     REPLICA_OWNED,
     AgentReport,
     Trust,
+    cluster_inputs,
     cluster_states,
     cluster_status,
     is_pods_scheduled,
@@ -224,6 +225,32 @@ def _replica_reports(trusts: Mapping[str, Trust]) -> dict[tuple[str, str, str], 
     return out
 
 
+def _is_heartbeat(old: ReadObj, new: ReadObj) -> bool:
+    """Whether `new` is `old` with nothing changed but `status.observedAt` (and the version)."""
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    old_status, new_status = old.get("status") or {}, new.get("status") or {}
+    return (
+        old.get("apiVersion") == new.get("apiVersion")
+        and old.get("spec") == new.get("spec")
+        and old_meta.get("labels") == new_meta.get("labels")
+        and old_meta.get("annotations") == new_meta.get("annotations")
+        and old_meta.get("deletionTimestamp") == new_meta.get("deletionTimestamp")
+        and old_status.keys() == new_status.keys()
+        and all(v == old_status[k] for k, v in new_status.items() if k != "observedAt")
+    )
+
+
+def _strict_time(value: object) -> datetime | None:
+    """An RFC 3339 time with its offset (as the API accepts it); None otherwise."""
+    if not isinstance(value, str) or len(value) < 20 or value[10] != "T":
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
 def _reported(cluster: Cluster, trust: Trust | None) -> Cluster:
     """`cluster` as fresh as its accepted reports: the published `status.agent.observedAt`
     is not rewritten for every heartbeat (`status_refresh_s`), the reports are."""
@@ -324,6 +351,10 @@ class Controller:
         #: Core clusters by name: (parsed cluster, what it was converted with, the result);
         #: the entries used in a step replace the others when it ends.
         self._core_clusters: dict[str, tuple[InferenceCluster, tuple[object, ...], Cluster]] = {}
+        #: The last report parsed from each observation object, by (kind, namespace, name),
+        #: for `_parse_report`; swapped like the others.
+        self._reports: dict[tuple[str, str, str], tuple[ReadObj, AgentReport | None]] = {}
+        self._reports_used: dict[tuple[str, str, str], tuple[ReadObj, AgentReport | None]] = {}
         self._core_clusters_used: dict[
             str, tuple[InferenceCluster, tuple[object, ...], Cluster]
         ] = {}
@@ -405,7 +436,8 @@ class Controller:
     def _judge(self, view: _View, now: datetime, result: StepResult) -> dict[str, Trust]:
         names = {c["metadata"]["name"] for c in view.clusters}
         reports: dict[str, list[AgentReport]] = {n: [] for n in names}
-        for obj in (*view.pool_observations, *view.replica_observations):
+        observations = (*view.pool_observations, *view.replica_observations)
+        for obj in observations:
             namespace = (obj.get("metadata") or {}).get("namespace") or ""
             cluster = namespace.removeprefix(OBSERVATION_NAMESPACE_PREFIX)
             if not namespace.startswith(OBSERVATION_NAMESPACE_PREFIX) or cluster not in names:
@@ -416,12 +448,13 @@ class Controller:
                 )
                 continue
             try:
-                report = self.parsed.get("report", obj, parse_report)
+                report = self.parsed.get("report", obj, self._parse_report)
             except ValueError as e:
                 self._error(result, f"{obj['kind']} {_name(obj)} is invalid: {e}")
                 continue
             if report is not None:
                 reports[cluster].append(report)
+        self._keep_reports(observations)
         trusts: dict[str, Trust] = {}
         alive: set[tuple[str, ...]] = set()
         by_name = {c["metadata"]["name"]: c for c in view.clusters}
@@ -447,6 +480,40 @@ class Controller:
                 self._record_once(subject, event, now, result)
         self.recorder.forget_missing("stale", alive)
         return trusts
+
+    def _keep_reports(self, observations: Sequence[ReadObj]) -> None:
+        """Remember the reports parsed this step (`_parse_report`), and forget those of
+        deleted observations once they are more than a few (amortised: no step pays for it)."""
+        self._reports.update(self._reports_used)
+        self._reports_used = {}
+        if len(self._reports) <= len(observations) + 64:
+            return
+        alive = {
+            (
+                str(o.get("kind")),
+                str(o["metadata"].get("namespace")),
+                str(o["metadata"].get("name")),
+            )
+            for o in observations
+        }
+        self._reports = {k: v for k, v in self._reports.items() if k in alive}
+
+    def _parse_report(self, obj: ReadObj) -> AgentReport | None:
+        """`parse_report`, without validating again a report that only heartbeated: one equal
+        to the last version of the same object but for `status.observedAt` (a valid time) is
+        that version's report at the new time."""
+        meta = obj.get("metadata") or {}
+        key = (str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
+        last = self._reports.get(key)
+        report: AgentReport | None = None
+        if last is not None and last[1] is not None and _is_heartbeat(last[0], obj):
+            at = _strict_time(obj["status"]["observedAt"])
+            if at is not None:
+                report = dataclasses.replace(last[1], observed_at=at, body=obj)
+        if report is None:
+            report = parse_report(obj)
+        self._reports_used[key] = (obj, report)
+        return report
 
     # --- published status -----------------------------------------------------------------
 
@@ -475,7 +542,7 @@ class Controller:
             now,
             result,
             without_ages if is_due else without_times,
-            inputs=(tuple(classes.items()), trust, states, is_due),
+            inputs=(tuple(classes.items()), cluster_inputs(trust, is_due), states),
         )
 
     def _publish_replica(

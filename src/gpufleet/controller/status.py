@@ -342,6 +342,25 @@ def cluster_states(
     return tuple("" if t is None else freshness(t, now, config)[1] for t in times)
 
 
+def cluster_inputs(trust: Trust, is_refresh_due: bool) -> tuple[object, ...]:
+    """What `cluster_status` reads of the judged reports, for `SettledCache`: the epoch and
+    identity, and each pool report but for its time. The times enter through the freshness
+    states (`cluster_states`), and themselves only when a refresh is due, so a heartbeat
+    that changed nothing else leaves these inputs equal."""
+    pools = tuple(
+        (r.name, r.identity, r.lease_epoch, _untimed(r.body))
+        for r in trust.accepted
+        if r.kind == "PoolObservation"
+    )
+    rejected = tuple(r.name for r in trust.rejected if r.kind == "PoolObservation")
+    when = trust.observed_at if is_refresh_due else None
+    return (trust.epoch, trust.identity, pools, rejected, is_refresh_due, when)
+
+
+def _untimed(body: ReadObj) -> dict[str, Any]:
+    return {k: v for k, v in (body.get("status") or {}).items() if k != "observedAt"}
+
+
 def is_refresh_due(cluster: ReadObj, now: datetime, config: ControllerConfig) -> bool:
     """Whether the published report time is `status_refresh_s` old (or absent): a report that
     only moved the observation times is then published again."""
