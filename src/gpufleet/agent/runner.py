@@ -40,6 +40,7 @@ from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materiali
 from gpufleet.agent.observe import (
     AllocationClock,
     ClusterObjects,
+    IdentityMemo,
     ObservationResult,
     ObserveConfig,
     ObservedPool,
@@ -149,6 +150,10 @@ class Agent:
         self.namespace = observation_namespace(cluster_name)
         self._last_push_at: datetime | None = None
         self._last_pushed: dict[tuple[str, str], Obj] | None = None
+        #: The desired objects of each replica, by the replica's identity (`_desired_of`).
+        self._desired = IdentityMemo[tuple[_Desired, ...] | ReplicaInvalid]()
+        #: Local objects known to hold what is desired of them: (local, desired) by identity.
+        self._agreeing: dict[tuple[int, int], tuple[Mapping[str, Any], Obj]] = {}
 
     # --- the step -------------------------------------------------------------------------
 
@@ -163,10 +168,13 @@ class Agent:
         self.materialize(replicas, outcome)
         return outcome
 
-    def read_replicas(self, outcome: StepOutcome | None = None) -> list[Obj] | None:
-        """The ModelReplicas assigned to this cluster, or None when the hub is unreachable."""
+    def read_replicas(self, outcome: StepOutcome | None = None) -> list[Mapping[str, Any]] | None:
+        """The ModelReplicas assigned to this cluster (read-only), or None when the hub is
+        unreachable."""
         try:
-            found = self.hub.list(MODEL_REPLICA, None, {labels.CLUSTER: self.cluster_name})
+            # Only read (observe and materialize copy what they keep), and a view hands out
+            # the same object until it changes, so what was derived from it can be reused.
+            found = self.hub.view(MODEL_REPLICA, None, {labels.CLUSTER: self.cluster_name})
         except StoreError as e:
             if outcome is not None:
                 outcome.is_hub_reachable = False
@@ -174,7 +182,7 @@ class Agent:
             return None
         return [r for r in found if not r["metadata"].get("deletionTimestamp")]
 
-    def observe(self, now: datetime, replicas: Sequence[Obj]) -> Report:
+    def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
         # observe() only reads: views spare copying every object of the cluster each step.
         objects = ClusterObjects(
@@ -272,23 +280,25 @@ class Agent:
 
     # --- materialize ----------------------------------------------------------------------
 
-    def materialize(self, replicas: Sequence[Obj], outcome: StepOutcome | None = None) -> None:
+    def materialize(
+        self, replicas: Sequence[Mapping[str, Any]], outcome: StepOutcome | None = None
+    ) -> None:
         """Make the local workloads equal the desired set for `replicas`."""
         outcome = outcome if outcome is not None else StepOutcome()
-        desired: dict[tuple[Kind, str, str], Obj] = {}
+        desired: dict[Kind, dict[tuple[str, str], Obj]] = {kind: {} for kind in OWNED_KINDS}
         for replica in replicas:
-            try:
-                objs = materialize(replica)
-            except ReplicaInvalid as e:
+            objs = self._desired.get(replica, _desired_of)
+            if isinstance(objs, ReplicaInvalid):
                 meta = replica.get("metadata") or {}
-                outcome.errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {e}")
+                outcome.errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
                 continue
-            for obj in objs:
-                meta = obj["metadata"]
-                desired[(_kind(obj), meta["namespace"], meta["name"])] = obj
-        namespaces = sorted({ns for (_, ns, _) in desired})
+            for kind, key, obj in objs:
+                desired[kind][key] = obj
+        self._desired.end_call()
+        namespaces = sorted({ns for by_key in desired.values() for (ns, _) in by_key})
         for ns in namespaces:
             self._ensure_namespace(ns, outcome)
+        agreeing, self._agreeing = self._agreeing, {}
         for kind in OWNED_KINDS:
             try:
                 # Read-only here: an update re-reads the object it changes.
@@ -298,33 +308,42 @@ class Agent:
                 # a replica that needs it fails on create and says so, the others go on.
                 listed = []
             existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed}
-            for (k, ns, name), want in sorted(desired.items(), key=lambda i: i[0][1:]):
-                if k != kind:
+            wanted = desired[kind]
+            for key in sorted(wanted):
+                want, current = wanted[key], existing.get(key)
+                pair = (id(current), id(want))
+                if current is not None and pair in agreeing:
+                    # Neither changed since they were found to agree (both are held there,
+                    # so the identities are still theirs).
+                    self._agreeing[pair] = agreeing[pair]
                     continue
-                self._apply(kind, want, existing.get((ns, name)), outcome)
-            for (ns, name), _obj in sorted(existing.items()):
-                if (kind, ns, name) not in desired:
-                    self._delete_local(kind, name, ns, outcome)
+                if self._apply(kind, want, current, outcome):
+                    assert current is not None
+                    self._agreeing[pair] = (current, want)
+            for key in sorted(existing):
+                if key not in wanted:
+                    self._delete_local(kind, key[1], key[0], outcome)
 
     def _apply(
         self, kind: Kind, want: Obj, current: Mapping[str, Any] | None, outcome: StepOutcome
-    ) -> None:
+    ) -> bool:
+        """Create or update the local object to hold `want`; True when it already did."""
         ref = _ref(kind, want["metadata"]["namespace"], want["metadata"]["name"])
         try:
             if current is None:
                 self.local.create(want)
                 outcome.created.append(ref)
-                return
+                return False
             if _contains(current, {"metadata": {"labels": want["metadata"]["labels"]}}) and (
                 _contains(current.get("spec"), want["spec"])
             ):
-                return
+                return True
             if kind == RESOURCE_CLAIM_TEMPLATE:
                 # Immutable spec: replace it. Pods already running keep the claims they have.
                 self.local.delete(kind, want["metadata"]["name"], want["metadata"]["namespace"])
                 self.local.create(want)
                 outcome.updated.append(ref)
-                return
+                return False
 
             def update() -> None:
                 latest = self.local.get(
@@ -341,6 +360,7 @@ class Agent:
             outcome.updated.append(ref)
         except StoreError as e:
             outcome.errors.append(f"apply {ref}: {e}")
+        return False
 
     def _delete_local(self, kind: Kind, name: str, ns: str, outcome: StepOutcome) -> None:
         try:
@@ -371,6 +391,19 @@ class Agent:
                     raise
                 log.debug("conflict; re-reading (attempt %d)", attempt + 1)
         raise AssertionError("unreachable")
+
+
+#: One desired local object: its kind, (namespace, name) and body (shared: never changed).
+_Desired = tuple[Kind, tuple[str, str], Obj]
+
+
+def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInvalid:
+    """`materialize(replica)` keyed for the diff; the error when the replica is invalid."""
+    try:
+        objs = materialize(replica)
+    except ReplicaInvalid as e:
+        return e
+    return tuple((_kind(o), (o["metadata"]["namespace"], o["metadata"]["name"]), o) for o in objs)
 
 
 def _content(report: Report) -> dict[tuple[str, str], Obj]:
