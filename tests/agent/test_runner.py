@@ -321,6 +321,66 @@ def test_pool_that_vanishes_is_reported_empty(is_restarted: bool) -> None:
     assert (status["observedNodes"], status["freeDevices"]) == (0, [])
 
 
+def test_an_observation_changed_on_the_hub_is_written_whole_again() -> None:
+    """The agent patches its own last write without reading it again; when someone else
+    wrote the observation since (spec or status), the next push reads it and corrects it."""
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    w.hub.create(model_replica("r1"))
+    agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1))
+    agent.step(w.at(0))
+    agent.step(w.at(1))
+    want = w.hub.get(REPLICA_OBSERVATION, "ml.r1", NS)
+    assert want is not None
+    w.hub.patch_status(REPLICA_OBSERVATION, "ml.r1", NS, {"podsScheduled": True, "extra": 1})
+    pool = w.hub.get(POOL_OBSERVATION, "l4", NS)
+    assert pool is not None
+    pool["spec"]["poolName"] = "other"
+    w.hub.update(pool)
+    assert agent.step(w.at(2)).is_pushed
+    got = w.hub.get(REPLICA_OBSERVATION, "ml.r1", NS)
+    assert got is not None
+    assert got["status"] == {**want["status"], "observedAt": "2026-11-29T10:00:02Z"}
+    assert pool_status(w)["observedAt"] == "2026-11-29T10:00:02Z"
+    pool = w.hub.get(POOL_OBSERVATION, "l4", NS)
+    assert pool is not None and pool["spec"]["poolName"] == "l4"
+
+
+def test_an_observation_deleted_on_the_hub_is_created_again() -> None:
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    w.hub.create(model_replica("r1"))
+    agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1))
+    agent.step(w.at(0))
+    agent.step(w.at(1))
+    w.hub.delete(REPLICA_OBSERVATION, "ml.r1", NS)
+    w.hub.delete(POOL_OBSERVATION, "l4", NS)
+    assert agent.step(w.at(2)).is_pushed
+    rep = w.hub.get(REPLICA_OBSERVATION, "ml.r1", NS)
+    assert rep is not None and rep["status"]["observedAt"] == "2026-11-29T10:00:02Z"
+    assert pool_status(w)["observedNodes"] == 1
+
+
+def test_a_heartbeat_writes_each_observation_once() -> None:
+    """Unchanged content is not read again: one status patch per observation, no more."""
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    w.hub.create(model_replica("r1"))
+    w.hub.create(model_replica("r2"))
+    agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1))
+    agent.step(w.at(0))
+    agent.step(w.at(1))
+    before = w.hub.revision
+    assert agent.step(w.at(2)).is_pushed
+    changes, _ = w.hub.changes(before)
+    assert sorted((c.kind.kind, c.name) for c in changes) == [
+        ("PoolObservation", "l4"),
+        ("ReplicaObservation", "ml.r1"),
+        ("ReplicaObservation", "ml.r2"),
+    ]
+    assert {c.obj["status"]["observedAt"] for c in changes} == {"2026-11-29T10:00:02Z"}
+
+
 # --- materializing ----------------------------------------------------------------------
 
 

@@ -42,8 +42,10 @@ from gpufleet.agent.observe import (
     ClusterObjects,
     IdentityMemo,
     ObservationResult,
+    ObserveCache,
     ObserveConfig,
     ObservedPool,
+    ObservedReplica,
     format_time,
     observe,
 )
@@ -150,10 +152,21 @@ class Agent:
         self.namespace = observation_namespace(cluster_name)
         self._last_push_at: datetime | None = None
         self._last_pushed: dict[tuple[str, str], Obj] | None = None
+        #: What observe read from each object it saw last step (by identity: views only).
+        self._observed = ObserveCache()
+        #: The last status body made from each pool's and replica's observation: an equal
+        #: observation reuses it, so unchanged content is the same object step after step and
+        #: compares (and diffs) by identity.
+        self._pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
+        self._replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
         #: The desired objects of each replica, by the replica's identity (`_desired_of`).
         self._desired = IdentityMemo[tuple[_Desired, ...] | ReplicaInvalid]()
         #: Local objects known to hold what is desired of them: (local, desired) by identity.
         self._agreeing: dict[tuple[int, int], tuple[Mapping[str, Any], Obj]] = {}
+        #: Per observation (kind, name), the object as our last write left it, and the status
+        #: content (without agent/observedAt) written then. The next write patches it blind,
+        #: guarded by its resourceVersion, instead of reading it again.
+        self._written: dict[tuple[str, str], tuple[Obj, Obj]] = {}
 
     # --- the step -------------------------------------------------------------------------
 
@@ -192,16 +205,24 @@ class Agent:
             pods=tuple(self.local.view(POD)),
             replicas=tuple(replicas),
         )
-        result, self.clock = observe(objects, self.clock, self.config.observe, now)
-        pools: dict[str, Obj] = {str(p.name): p.to_status() for p in result.pools}
+        result, self.clock = observe(objects, self.clock, self.config.observe, now, self._observed)
+        pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
+        for p in result.pools:
+            pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
+        self._pool_statuses = pool_statuses
+        replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
         reps: dict[str, tuple[Obj, Obj]] = {}
         for r in result.replicas:
+            name = replica_observation_name(r.namespace, r.name)
+            replica_statuses[name] = _status_of(r, self._replica_statuses.get(name))
             spec = {
                 "clusterName": self.cluster_name,
                 "replicaName": r.name,
                 "replicaNamespace": r.namespace,
             }
-            reps[replica_observation_name(r.namespace, r.name)] = (spec, r.to_status())
+            reps[name] = (spec, replica_statuses[name][1])
+        self._replica_statuses = replica_statuses
+        pools = {name: status for name, (_, status) in pool_statuses.items()}
         return Report(now, result, pools, reps)
 
     def is_push_due(self, report: Report, now: datetime) -> bool:
@@ -226,17 +247,20 @@ class Agent:
         is_complete = True
         try:
             pools = dict(report.pools)
-            for obj in self.hub.list(POOL_OBSERVATION, self.namespace):
+            for obj in self.hub.view(POOL_OBSERVATION, self.namespace):
                 # Reported before (by this agent or an earlier one), gone now: say so.
                 pools.setdefault(obj["metadata"]["name"], _EMPTY_POOL_STATUS)
-            for pool, status in sorted(pools.items()):
+            for pool, content in sorted(pools.items()):
                 spec = {"clusterName": self.cluster_name, "poolName": pool}
-                self._write_observation(POOL_OBSERVATION, pool, spec, {**status, **stamp})
-            for name, (spec, status) in sorted(report.replicas.items()):
-                self._write_observation(REPLICA_OBSERVATION, name, spec, {**status, **stamp})
-            for obj in self.hub.list(REPLICA_OBSERVATION, self.namespace):
-                name = obj["metadata"]["name"]
+                self._write_observation(POOL_OBSERVATION, pool, spec, content, stamp)
+            for name, (spec, content) in sorted(report.replicas.items()):
+                self._write_observation(REPLICA_OBSERVATION, name, spec, content, stamp)
+            on_hub = [
+                o["metadata"]["name"] for o in self.hub.view(REPLICA_OBSERVATION, self.namespace)
+            ]
+            for name in on_hub:
                 if name not in report.replicas:
+                    self._written.pop((REPLICA_OBSERVATION.kind, name), None)
                     with contextlib.suppress(NotFound):
                         self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
         except StoreError as e:
@@ -251,8 +275,34 @@ class Agent:
         outcome.is_pushed = True
         return True
 
-    def _write_observation(self, kind: Kind, name: str, spec: Obj, status: Obj) -> None:
-        def write() -> None:
+    def _write_observation(
+        self, kind: Kind, name: str, spec: Obj, content: Obj, stamp: Mapping[str, Any]
+    ) -> None:
+        """Make the observation `name` hold `spec` and the status `content` + `stamp`.
+
+        When this agent wrote it last, it patches what that write left, guarded by its
+        resourceVersion, without reading it again; a conflict or a deletion (someone else
+        wrote) falls back to reading it, as a first write does. Either way the object ends
+        as one read-modify-write would leave it.
+        """
+        key = (kind.kind, name)
+        known = self._written.pop(key, None)
+        if known is not None:
+            obj, last_content = known
+            patch = _status_patch(obj.get("status") or {}, last_content, content, stamp)
+            if patch and obj.get("spec") == spec:
+                try:
+                    written = self.hub.patch_status(
+                        kind, name, self.namespace, patch, obj["metadata"]["resourceVersion"]
+                    )
+                except (Conflict, NotFound):
+                    pass  # changed or deleted since: read it, below
+                else:
+                    self._written[key] = (written, content)
+                    return
+        status = {**content, **stamp}
+
+        def write() -> Obj:
             current = self.hub.get(kind, name, self.namespace)
             if current is None:
                 body: Obj = {
@@ -271,12 +321,13 @@ class Agent:
                 current["spec"] = spec
                 current = self.hub.update(current)
             patch = merge_patch(current.get("status") or {}, status)
-            if patch:
-                self.hub.patch_status(
-                    kind, name, self.namespace, patch, current["metadata"]["resourceVersion"]
-                )
+            if not patch:
+                return current
+            return self.hub.patch_status(
+                kind, name, self.namespace, patch, current["metadata"]["resourceVersion"]
+            )
 
-        self._retry(write)
+        self._written[key] = (self._retry(write), content)
 
     # --- materialize ----------------------------------------------------------------------
 
@@ -391,6 +442,27 @@ class Agent:
                     raise
                 log.debug("conflict; re-reading (attempt %d)", attempt + 1)
         raise AssertionError("unreachable")
+
+
+_O = TypeVar("_O", ObservedPool, ObservedReplica)
+
+
+def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
+    """The status body of `observed`: the last one made, when the observation is equal."""
+    if last is not None and last[0] == observed:
+        return last
+    return observed, observed.to_status()
+
+
+def _status_patch(
+    written: Mapping[str, Any], last_content: Obj, content: Obj, stamp: Mapping[str, Any]
+) -> Obj:
+    """The merge patch from `written` (the status our last write left: `last_content` and a
+    stamp) to `content` and `stamp`. Unchanged content is the same object (`_status_of`), so
+    then only the stamp is compared."""
+    if content is last_content:
+        return merge_patch({k: written[k] for k in stamp if k in written}, stamp)
+    return merge_patch(written, {**content, **stamp})
 
 
 #: One desired local object: its kind, (namespace, name) and body (shared: never changed).
