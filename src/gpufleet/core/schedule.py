@@ -69,6 +69,7 @@ from gpufleet.core.model import (
     Replica,
     ReplicaEngine,
     ReplicaMember,
+    SchedulingConfig,
     Snapshot,
 )
 from gpufleet.core.placement import ClusterLedger, can_ever_host, commit, place_replica
@@ -365,6 +366,41 @@ def _diagnose(
     return Diagnosis(tuple(verdicts), tuple(wide))
 
 
+def _find_candidates(
+    works: list[_Work],
+    ledgers: Mapping[ClusterName, ClusterLedger],
+    matcher: Matcher,
+    config: SchedulingConfig,
+) -> None:
+    """Set where each deployment to fill may go, in fill order.
+
+    Only deployments that still need replicas ask: in the steady state most have all they
+    want, and asking costs a match of every engine against every class of pool. Which
+    clusters may take a deployment depends only on its selector and tolerations (the gates)
+    and on which pool shapes it can match: deployments that share them share the scan.
+    """
+    by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
+    eligible: dict[object, tuple[ClusterName, ...]] = {}
+    for work in works:
+        d = work.deployment
+        gate_key = (tuple(sorted(d.cluster_selector.items())), d.tolerations)
+        hostable = frozenset(
+            shape for shape, sample in by_shape.items() if can_ever_host(sample, d, matcher)
+        )
+        names = eligible.get((gate_key, hostable))
+        if names is None:
+            names = tuple(
+                name
+                for name, ledger in ledgers.items()
+                if ledger.shape in hostable
+                and is_selected(ledger.cluster, d.cluster_selector)
+                and not _gates(ledger, d, config.expire_after_s)
+            )
+            eligible[(gate_key, hostable)] = names
+        work.candidates = {name: ledgers[name] for name in names}
+        work.order = sorted((work.counts[name], name) for name in names)
+
+
 def _fill_one(work: _Work, matcher: Matcher) -> bool:
     deployment = work.deployment
     for position, (count, cluster) in enumerate(work.order):
@@ -447,30 +483,8 @@ def plan(
         if ledger is not None:
             _charge(replica, engines, is_unchanged, ledger)
 
-    config = snapshot.config
-    # Which clusters may take a deployment depends only on its selector and tolerations (the
-    # gates) and on which pool shapes it can match: deployments that share them share the scan.
-    by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
-    eligible: dict[object, tuple[ClusterName, ...]] = {}
-    for work in works:
-        d = work.deployment
-        gate_key = (tuple(sorted(d.cluster_selector.items())), d.tolerations)
-        hostable = frozenset(
-            shape for shape, sample in by_shape.items() if can_ever_host(sample, d, matcher)
-        )
-        names = eligible.get((gate_key, hostable))
-        if names is None:
-            names = tuple(
-                name
-                for name, ledger in ledgers.items()
-                if ledger.shape in hostable
-                and is_selected(ledger.cluster, d.cluster_selector)
-                and not _gates(ledger, d, config.expire_after_s)
-            )
-            eligible[(gate_key, hostable)] = names
-        work.candidates = {name: ledgers[name] for name in names}
-        work.order = sorted((work.counts[name], name) for name in names)
     active = [w for w in works if w.deployment.fill and w.pending > 0]
+    _find_candidates(active, ledgers, matcher, snapshot.config)
     while active:
         for work in active:
             if not _fill_one(work, matcher):
