@@ -10,7 +10,7 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
    most loaded cluster (ties: the later name), highest index first.
 3. Charge every surviving replica of every deployment, and every replica whose deployment is
    not in the snapshot (they still hold devices), in canonical order (replica name), per pod
-   (accounting.py). Dropped and scaled-down replicas are not charged.
+   (accounting.py, charging.py). Dropped and scaled-down replicas are not charged.
 4. Fill round-robin: each round, each deployment in key order places one replica; a deployment
    stops at its first failure, and its diagnosis is taken against the ledger at that moment.
    One placement: among clusters that are selected, tolerated (NoSchedule and NoExecute),
@@ -37,13 +37,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpufleet.core import diagnosis
-from gpufleet.core.accounting import accounted_fn, demand_shape, engine_units, node_cost
+from gpufleet.core.accounting import demand_shape
 from gpufleet.core.capacity import (
     PoolLedger,
     Vector,
     cluster_freshness,
     policy_for,
 )
+from gpufleet.core.charging import Charge, Kept, apply_charges, charges_of, replica_order
 from gpufleet.core.decision import (
     ClusterVerdict,
     Condition,
@@ -59,7 +60,7 @@ from gpufleet.core.decision import (
     ReasonCode,
     replica_name,
 )
-from gpufleet.core.fit import Assignment, Unit, charge
+from gpufleet.core.fit import Assignment
 from gpufleet.core.matching import DRAINS, REPELS_NEW, Matcher, is_selected, untolerated
 from gpufleet.core.model import (
     ClusterName,
@@ -106,6 +107,23 @@ class Plan:
     one_more: Mapping[DeploymentKey, Diagnosis] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class _Retained:
+    """What retaining decided for one deployment (step 2), before anything is placed.
+
+    A deployment settled by retaining alone (nothing pending) skips the round: its decision
+    is already made.
+    """
+
+    #: Kept replicas as placements, by (cluster, index).
+    retained: tuple[Placement, ...]
+    dropped: tuple[DroppedReplica, ...]
+    #: Kept replicas to charge, in canonical order.
+    kept: tuple[Kept, ...]
+    #: The deployment's decision when retaining is all it needs (nothing pending), else None.
+    settled: DeploymentDecision | None
+
+
 def schedule(snapshot: Snapshot, now: datetime) -> Decision:
     """Decide, for every deployment of the snapshot, which replicas to keep, create and drop."""
     return plan(snapshot, now).decision
@@ -117,7 +135,7 @@ class _Work:
 
     deployment: Deployment
     retained: list[Placement]
-    dropped: list[DroppedReplica]
+    dropped: tuple[DroppedReplica, ...]
     created: list[Placement] = field(default_factory=list)
     counts: Counter[ClusterName] = field(default_factory=Counter)
     indices: dict[ClusterName, set[int]] = field(default_factory=dict)
@@ -132,20 +150,31 @@ class _Work:
     def pending(self) -> int:
         return max(0, self.deployment.replicas) - len(self.retained) - len(self.created)
 
+    @classmethod
+    def start(cls, deployment: Deployment, retained: _Retained) -> _Work:
+        work = cls(deployment, list(retained.retained), retained.dropped)
+        for placement in retained.retained:
+            work.counts[placement.cluster] += 1
+            work.indices.setdefault(placement.cluster, set()).add(placement.index)
+        return work
+
 
 def _check(snapshot: Snapshot) -> None:
-    keys = Counter(d.key for d in snapshot.deployments)
-    for key, n in sorted(keys.items(), key=lambda kv: (kv[0].namespace, kv[0].name)):
-        if n > 1:
-            raise SnapshotError(f"deployments[{key}]", f"{n} deployments share this key")
+    deployments = snapshot.deployments
+    if len({(d.key.namespace, d.key.name) for d in deployments}) < len(deployments):
+        _check_keys(deployments)
     names = Counter(c.name for c in snapshot.clusters)
     for name, n in sorted(names.items()):
         if n > 1:
             raise SnapshotError(f"clusters[{name}]", f"{n} clusters share this name")
 
 
-def _replica_order(r: Replica) -> tuple[str, str, str, str, int]:
-    return (r.name, r.deployment.namespace, r.deployment.name, r.cluster, r.index)
+def _check_keys(deployments: tuple[Deployment, ...]) -> None:
+    """Raise for the first shared key (by key order); found only when there is one."""
+    keys = Counter(d.key for d in deployments)
+    for key, n in sorted(keys.items(), key=lambda kv: (kv[0].namespace, kv[0].name)):
+        if n > 1:
+            raise SnapshotError(f"deployments[{key}]", f"{n} deployments share this key")
 
 
 def _deployment_order(d: Deployment) -> tuple[str, str]:
@@ -223,11 +252,10 @@ def _placed_engines(engines: tuple[ReplicaEngine, ...]) -> tuple[PlacedEngine, .
 
 def _retain(
     deployment: Deployment,
-    replicas: list[Replica],
+    replicas: tuple[Replica, ...],
     ledgers: Mapping[ClusterName, ClusterLedger],
     matcher: Matcher,
-    charged: list[tuple[Replica, tuple[ReplicaEngine, ...], bool]],
-) -> _Work:
+) -> _Retained:
     kept: list[tuple[Replica, tuple[ReplicaEngine, ...]]] = []
     dropped: list[DroppedReplica] = []
     holders: dict[tuple[ClusterName, int], str] = {}
@@ -264,12 +292,8 @@ def _retain(
         victim = max((k for k in kept if k[0].cluster == cluster), key=lambda k: k[0].index)
         kept.remove(victim)
         drop(victim[0], diagnosis.scaled_down(desired, len(kept)))
-    work = _Work(deployment, [], sorted(dropped, key=lambda d: (d.name, d.cluster, d.index)))
-    for replica, restamped in kept:
-        charged.append(
-            (replica, restamped, demand_shape(restamped) == demand_shape(replica.engines))
-        )
-        work.retained.append(
+    retained = sorted(
+        (
             Placement(
                 name=replica.name,
                 deployment=deployment.key,
@@ -278,44 +302,26 @@ def _retain(
                 engines=_placed_engines(restamped),
                 gateway_address=ledgers[replica.cluster].cluster.gateway_address,
             )
-        )
-        work.counts[replica.cluster] += 1
-        work.indices.setdefault(replica.cluster, set()).add(replica.index)
-    work.retained.sort(key=lambda p: (p.cluster, p.index))
-    return work
-
-
-def _charge(
-    replica: Replica,
-    engines: tuple[ReplicaEngine, ...],
-    is_shape_unchanged: bool,
-    ledger: ClusterLedger,
-) -> None:
-    pinned = sorted(
-        {m.pool for e in replica.engines for m in e.members}
-        | {m.pool for e in engines for m in e.members}
+            for replica, restamped in kept
+        ),
+        key=lambda p: (p.cluster, p.index),
     )
-    for name in pinned:
-        pool = ledger.by_name.get(name)
-        if pool is None:
-            continue
-        if not pool.is_free_gpu:
-            cost = node_cost(replica.engines, name)
-            if cost:
-                pool.take_nodes(cost)
-            continue
-        accounted = accounted_fn(replica, pool, is_shape_unchanged)
-        units: list[Unit] = []
-        for engine in engines:
-            units.extend(engine_units(engine, name, pool, accounted))
-        if not units:
-            continue
-        free, log = charge(
-            pool.free, units, ledger.policy, owner=replica.name, record=pool.log is not None
+    gone = tuple(sorted(dropped, key=lambda d: (d.name, d.cluster, d.index)))
+    settled = None
+    if len(retained) == desired:
+        condition = _condition(desired, desired, None)
+        settled = DeploymentDecision(
+            deployment.key, desired, tuple(retained), (), gone, 0, None, condition
         )
-        pool.set_free(free)
-        if pool.log is not None:
-            pool.log.extend(log)
+    return _Retained(
+        tuple(retained),
+        gone,
+        tuple(
+            (replica, restamped, demand_shape(restamped) == demand_shape(replica.engines))
+            for replica, restamped in kept
+        ),
+        settled,
+    )
 
 
 def _gates(ledger: ClusterLedger, deployment: Deployment, expire_after_s: float) -> list[Reason]:
@@ -335,12 +341,11 @@ def _gates(ledger: ClusterLedger, deployment: Deployment, expire_after_s: float)
 
 
 def _diagnose(
-    work: _Work,
+    deployment: Deployment,
     ledgers: Mapping[ClusterName, ClusterLedger],
     matcher: Matcher,
     snapshot: Snapshot,
 ) -> Diagnosis:
-    deployment = work.deployment
     config = snapshot.config
     verdicts: list[ClusterVerdict] = []
     selected = 0
@@ -447,6 +452,70 @@ def _condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
     )
 
 
+def _by_deployment(
+    deployments: list[Deployment], replicas: tuple[Replica, ...]
+) -> tuple[list[list[Replica]], list[Replica]]:
+    """Each deployment's replicas in snapshot order, and in canonical order the replicas whose
+    deployment is gone (their devices are not, yet: they are still charged)."""
+    # Keyed by (namespace, name): a tuple of strings hashes and compares without Python code.
+    groups: dict[tuple[str, str], list[Replica]] = {
+        (d.key.namespace, d.key.name): [] for d in deployments
+    }
+    orphans: list[Replica] = []
+    for replica in replicas:
+        key = replica.deployment
+        group = groups.get((key.namespace, key.name))
+        if group is None:
+            orphans.append(replica)
+        else:
+            group.append(replica)
+    orphans.sort(key=replica_order)
+    return list(groups.values()), orphans
+
+
+def _fill(
+    works: list[_Work],
+    ledgers: Mapping[ClusterName, ClusterLedger],
+    matcher: Matcher,
+    snapshot: Snapshot,
+) -> None:
+    """Step 4: round-robin over the deployments with replicas pending."""
+    active = [w for w in works if w.deployment.fill and w.pending > 0]
+    _find_candidates(active, ledgers, matcher, snapshot.config)
+    while active:
+        for work in active:
+            if not _fill_one(work, matcher):
+                work.is_stopped = True
+                work.diagnosis = _diagnose(work.deployment, ledgers, matcher, snapshot)
+        active = [w for w in active if not w.is_stopped and w.pending > 0]
+
+
+def _decide(
+    work: _Work,
+    ledgers: Mapping[ClusterName, ClusterLedger],
+    matcher: Matcher,
+    snapshot: Snapshot,
+) -> DeploymentDecision:
+    desired = max(0, work.deployment.replicas)
+    placed = len(work.retained) + len(work.created)
+    shortfall = max(0, desired - placed)
+    diag = work.diagnosis
+    if shortfall > 0 and diag is None:
+        diag = _diagnose(work.deployment, ledgers, matcher, snapshot)
+    if shortfall == 0:
+        diag = None
+    return DeploymentDecision(
+        key=work.deployment.key,
+        desired=desired,
+        retained=tuple(work.retained),
+        created=tuple(sorted(work.created, key=lambda p: (p.cluster, p.index))),
+        dropped=work.dropped,
+        shortfall=shortfall,
+        diagnosis=diag,
+        condition=_condition(desired, placed, diag),
+    )
+
+
 def plan(
     snapshot: Snapshot,
     now: datetime,
@@ -466,54 +535,25 @@ def plan(
     )
 
     deployments = sorted(snapshot.deployments, key=_deployment_order)
-    keys = {d.key for d in deployments}
-    by_deployment: dict[DeploymentKey, list[Replica]] = {k: [] for k in keys}
-    charged: list[tuple[Replica, tuple[ReplicaEngine, ...], bool]] = []
-    for replica in sorted(snapshot.replicas, key=_replica_order):
-        if replica.deployment in by_deployment:
-            by_deployment[replica.deployment].append(replica)
-        else:
-            charged.append((replica, replica.engines, True))
-
-    works = [_retain(d, by_deployment[d.key], ledgers, matcher, charged) for d in deployments]
-
-    charged.sort(key=lambda c: _replica_order(c[0]))
-    for replica, engines, is_unchanged in charged:
+    groups, orphans = _by_deployment(deployments, snapshot.replicas)
+    charges: list[Charge] = []
+    for replica in orphans:
         ledger = ledgers.get(replica.cluster)
         if ledger is not None:
-            _charge(replica, engines, is_unchanged, ledger)
+            charges.extend(charges_of(replica, replica.engines, True, ledger))
+    # Per deployment, its decision when retaining settles it, else its work for the round.
+    outcomes: list[DeploymentDecision | _Work] = []
+    for d, group in zip(deployments, groups, strict=True):
+        retained = _retain(d, tuple(sorted(group, key=replica_order)), ledgers, matcher)
+        for replica, engines, is_unchanged in retained.kept:
+            charges.extend(charges_of(replica, engines, is_unchanged, ledgers[replica.cluster]))
+        outcomes.append(retained.settled or _Work.start(d, retained))
+    apply_charges(charges, ledgers)
+    _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, matcher, snapshot)
 
-    active = [w for w in works if w.deployment.fill and w.pending > 0]
-    _find_candidates(active, ledgers, matcher, snapshot.config)
-    while active:
-        for work in active:
-            if not _fill_one(work, matcher):
-                work.is_stopped = True
-                work.diagnosis = _diagnose(work, ledgers, matcher, snapshot)
-        active = [w for w in active if not w.is_stopped and w.pending > 0]
-
-    decisions: list[DeploymentDecision] = []
-    for work in works:
-        desired = max(0, work.deployment.replicas)
-        placed = len(work.retained) + len(work.created)
-        shortfall = max(0, desired - placed)
-        diag = work.diagnosis
-        if shortfall > 0 and diag is None:
-            diag = _diagnose(work, ledgers, matcher, snapshot)
-        if shortfall == 0:
-            diag = None
-        decisions.append(
-            DeploymentDecision(
-                key=work.deployment.key,
-                desired=desired,
-                retained=tuple(work.retained),
-                created=tuple(sorted(work.created, key=lambda p: (p.cluster, p.index))),
-                dropped=tuple(work.dropped),
-                shortfall=shortfall,
-                diagnosis=diag,
-                condition=_condition(desired, placed, diag),
-            )
-        )
+    decisions = [
+        _decide(o, ledgers, matcher, snapshot) if isinstance(o, _Work) else o for o in outcomes
+    ]
 
     pools = []
     traces: dict[tuple[ClusterName, PoolName], PoolTrace] = {}
@@ -526,10 +566,10 @@ def plan(
                     initial[(name, pool.pool.name)],
                     tuple(a for a in pool.log if isinstance(a, Assignment)),
                 )
-    satisfied = {d.key for d in decisions if d.shortfall == 0}
+    satisfied = {d.key for d in decisions if d.shortfall == 0} if explain else set()
     one_more = {
-        work.deployment.key: _diagnose(work, ledgers, matcher, snapshot)
-        for work in works
-        if work.deployment.key in explain and work.deployment.key in satisfied
+        d.key: _diagnose(d, ledgers, matcher, snapshot)
+        for d in deployments
+        if d.key in explain and d.key in satisfied
     }
     return Plan(Decision(tuple(decisions), tuple(pools)), traces, one_more)
