@@ -24,6 +24,11 @@ Invariants: pure and deterministic (no clock but `now`, no randomness, every inp
 sorted before use, so permuting any snapshot tuple changes nothing); no two placements are
 given the same free device; a deployment with shortfall > 0 has a non-empty diagnosis.
 
+Memo. A caller that schedules the same fleet again and again (the hub controller, every step)
+may pass one `ScheduleMemo` to every call: matching a deployment's members against the classes
+of pool is then answered from what an earlier call derived while the deployment object is the
+same. The memo is an argument, not a global, and changes no result: only the time a call takes.
+
 Which way it errs: the ledger errs toward full (see accounting.py); round-robin with a stop at
 the first failure may leave capacity another order would use (may refuse, never overcommits).
 """
@@ -73,7 +78,13 @@ from gpufleet.core.model import (
     SchedulingConfig,
     Snapshot,
 )
-from gpufleet.core.placement import ClusterLedger, can_ever_host, commit, place_replica
+from gpufleet.core.placement import (
+    ClusterLedger,
+    PlacementMemo,
+    can_ever_host,
+    commit,
+    place_replica,
+)
 
 CONDITION_TYPE = "ReplicasScheduled"
 #: The reason of a True condition (Modelplane HEAD: partial shortfall is still True).
@@ -124,9 +135,41 @@ class _Retained:
     settled: DeploymentDecision | None
 
 
-def schedule(snapshot: Snapshot, now: datetime) -> Decision:
-    """Decide, for every deployment of the snapshot, which replicas to keep, create and drop."""
-    return plan(snapshot, now).decision
+class ScheduleMemo:
+    """What `plan` derived from objects a later call may see again, for a caller that
+    schedules a slowly changing fleet over and over (the hub controller, every step).
+
+    It holds member matches and engine shapes per class of pool (placement.py, matching.py),
+    keyed by the identity of the snapshot's Deployment objects and their parts (an entry
+    holds its object, so no id can answer for another object while the entry lives) and by
+    pool class (by value).
+
+    Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
+    about two snapshots' worth of derived values. Reusable across any sequence of snapshots:
+    a call's result is the same as with a fresh memo. Not thread-safe: one caller at a time.
+    """
+
+    __slots__ = ("placement",)
+
+    def __init__(self) -> None:
+        self.placement = PlacementMemo()
+
+    def advance(self) -> None:
+        """Start a call."""
+        self.placement.advance()
+
+    def size(self) -> int:
+        """Entries held: about what the last two calls derived, never the history."""
+        return self.placement.size()
+
+
+def schedule(snapshot: Snapshot, now: datetime, *, memo: ScheduleMemo | None = None) -> Decision:
+    """Decide, for every deployment of the snapshot, which replicas to keep, create and drop.
+
+    `memo` (default: a fresh one) may be kept by a caller that calls again on a later snapshot
+    of the same fleet: it only saves time, the decision is the same.
+    """
+    return plan(snapshot, now, memo=memo).decision
 
 
 @dataclass(slots=True)
@@ -343,7 +386,7 @@ def _gates(ledger: ClusterLedger, deployment: Deployment, expire_after_s: float)
 def _diagnose(
     deployment: Deployment,
     ledgers: Mapping[ClusterName, ClusterLedger],
-    matcher: Matcher,
+    memo: PlacementMemo,
     snapshot: Snapshot,
 ) -> Diagnosis:
     config = snapshot.config
@@ -357,7 +400,7 @@ def _diagnose(
             continue
         selected += 1
         gates = _gates(ledger, deployment, config.expire_after_s)
-        fitted = place_replica(ledger, deployment, matcher, explain=True)
+        fitted = place_replica(ledger, deployment, memo, explain=True)
         fits = not gates and fitted.engines is not None
         reasons: list[Reason] = gates or list(fitted.reasons)
         if ledger.freshness.state is ObservationState.STALE:
@@ -374,7 +417,7 @@ def _diagnose(
 def _find_candidates(
     works: list[_Work],
     ledgers: Mapping[ClusterName, ClusterLedger],
-    matcher: Matcher,
+    memo: PlacementMemo,
     config: SchedulingConfig,
 ) -> None:
     """Set where each deployment to fill may go, in fill order.
@@ -390,7 +433,7 @@ def _find_candidates(
         d = work.deployment
         gate_key = (tuple(sorted(d.cluster_selector.items())), d.tolerations)
         hostable = frozenset(
-            shape for shape, sample in by_shape.items() if can_ever_host(sample, d, matcher)
+            shape for shape, sample in by_shape.items() if can_ever_host(sample, d, memo)
         )
         names = eligible.get((gate_key, hostable))
         if names is None:
@@ -406,14 +449,14 @@ def _find_candidates(
         work.order = sorted((work.counts[name], name) for name in names)
 
 
-def _fill_one(work: _Work, matcher: Matcher) -> bool:
+def _fill_one(work: _Work, memo: PlacementMemo) -> bool:
     deployment = work.deployment
     for position, (count, cluster) in enumerate(work.order):
         ledger = work.candidates[cluster]
         used = work.indices.setdefault(cluster, set())
         index = next(i for i in range(len(used) + 1) if i not in used)
         name = replica_name(deployment.key.name, cluster, index)
-        fitted = place_replica(ledger, deployment, matcher, owner=name)
+        fitted = place_replica(ledger, deployment, memo, owner=name)
         if fitted.engines is None:
             continue
         commit(ledger, fitted)
@@ -476,24 +519,24 @@ def _by_deployment(
 def _fill(
     works: list[_Work],
     ledgers: Mapping[ClusterName, ClusterLedger],
-    matcher: Matcher,
+    memo: PlacementMemo,
     snapshot: Snapshot,
 ) -> None:
     """Step 4: round-robin over the deployments with replicas pending."""
     active = [w for w in works if w.deployment.fill and w.pending > 0]
-    _find_candidates(active, ledgers, matcher, snapshot.config)
+    _find_candidates(active, ledgers, memo, snapshot.config)
     while active:
         for work in active:
-            if not _fill_one(work, matcher):
+            if not _fill_one(work, memo):
                 work.is_stopped = True
-                work.diagnosis = _diagnose(work.deployment, ledgers, matcher, snapshot)
+                work.diagnosis = _diagnose(work.deployment, ledgers, memo, snapshot)
         active = [w for w in active if not w.is_stopped and w.pending > 0]
 
 
 def _decide(
     work: _Work,
     ledgers: Mapping[ClusterName, ClusterLedger],
-    matcher: Matcher,
+    memo: PlacementMemo,
     snapshot: Snapshot,
 ) -> DeploymentDecision:
     desired = max(0, work.deployment.replicas)
@@ -501,7 +544,7 @@ def _decide(
     shortfall = max(0, desired - placed)
     diag = work.diagnosis
     if shortfall > 0 and diag is None:
-        diag = _diagnose(work.deployment, ledgers, matcher, snapshot)
+        diag = _diagnose(work.deployment, ledgers, memo, snapshot)
     if shortfall == 0:
         diag = None
     return DeploymentDecision(
@@ -522,12 +565,18 @@ def plan(
     *,
     record: bool = False,
     explain: frozenset[DeploymentKey] = frozenset(),
+    memo: ScheduleMemo | None = None,
 ) -> Plan:
     """`schedule`, plus (with `record`) every pod the ledger took, for tests and explain, and
-    (for the deployments in `explain` that got every replica) the verdicts for one more."""
+    (for the deployments in `explain` that got every replica) the verdicts for one more.
+
+    `memo` (default: a fresh one): see `ScheduleMemo`; it never changes the result."""
     _check(snapshot)
-    matcher = Matcher()
-    ledgers = _build_ledgers(snapshot, now, matcher, record)
+    if memo is None:
+        memo = ScheduleMemo()
+    memo.advance()
+    placing = memo.placement
+    ledgers = _build_ledgers(snapshot, now, placing.matcher, record)
     initial = (
         {(c, p.pool.name): dict(p.free) for c, cl in ledgers.items() for p in cl.pools}
         if record
@@ -544,15 +593,16 @@ def plan(
     # Per deployment, its decision when retaining settles it, else its work for the round.
     outcomes: list[DeploymentDecision | _Work] = []
     for d, group in zip(deployments, groups, strict=True):
-        retained = _retain(d, tuple(sorted(group, key=replica_order)), ledgers, matcher)
+        in_order = tuple(sorted(group, key=replica_order))
+        retained = _retain(d, in_order, ledgers, placing.matcher)
         for replica, engines, is_unchanged in retained.kept:
             charges.extend(charges_of(replica, engines, is_unchanged, ledgers[replica.cluster]))
         outcomes.append(retained.settled or _Work.start(d, retained))
     apply_charges(charges, ledgers)
-    _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, matcher, snapshot)
+    _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, placing, snapshot)
 
     decisions = [
-        _decide(o, ledgers, matcher, snapshot) if isinstance(o, _Work) else o for o in outcomes
+        _decide(o, ledgers, placing, snapshot) if isinstance(o, _Work) else o for o in outcomes
     ]
 
     pools = []
@@ -568,7 +618,7 @@ def plan(
                 )
     satisfied = {d.key for d in decisions if d.shortfall == 0} if explain else set()
     one_more = {
-        d.key: _diagnose(d, ledgers, matcher, snapshot)
+        d.key: _diagnose(d, ledgers, placing, snapshot)
         for d in deployments
         if d.key in explain and d.key in satisfied
     }
