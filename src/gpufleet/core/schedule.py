@@ -25,9 +25,10 @@ sorted before use, so permuting any snapshot tuple changes nothing); no two plac
 given the same free device; a deployment with shortfall > 0 has a non-empty diagnosis.
 
 Memo. A caller that schedules the same fleet again and again (the hub controller, every step)
-may pass one `ScheduleMemo` to every call: matching a deployment's members against the classes
-of pool is then answered from what an earlier call derived while the deployment object is the
-same. The memo is an argument, not a global, and changes no result: only the time a call takes.
+may pass one `ScheduleMemo` to every call: matching, and steps 2 and 3 of a deployment whose
+objects, replicas and pools did not change, are then answered from what an earlier call
+derived. The memo is an argument, not a global, and changes no result: only the time a call
+takes (most of which, in a steady fleet, was steps 2 and 3 and the matching behind them).
 
 Which way it errs: the ledger errs toward full (see accounting.py); round-robin with a stop at
 the first failure may leave capacity another order would use (may refuse, never overcommits).
@@ -49,7 +50,19 @@ from gpufleet.core.capacity import (
     cluster_freshness,
     policy_for,
 )
-from gpufleet.core.charging import Charge, Kept, apply_charges, charges_of, replica_order
+from gpufleet.core.charging import (
+    Charge,
+    HeldCharges,
+    Kept,
+    PoolKey,
+    PoolView,
+    allocation_time,
+    apply_charges,
+    charge_view,
+    charges_of,
+    held_charges,
+    replica_order,
+)
 from gpufleet.core.decision import (
     ClusterVerdict,
     Condition,
@@ -67,6 +80,7 @@ from gpufleet.core.decision import (
 )
 from gpufleet.core.fit import Assignment
 from gpufleet.core.matching import DRAINS, REPELS_NEW, Matcher, is_selected, untolerated
+from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
     ClusterName,
     Deployment,
@@ -122,8 +136,8 @@ class Plan:
 class _Retained:
     """What retaining decided for one deployment (step 2), before anything is placed.
 
-    A deployment settled by retaining alone (nothing pending) skips the round: its decision
-    is already made.
+    A function of the deployment, its replicas (in canonical order) and what retaining reads
+    of the clusters (`_retain_view`), so a memo can answer it again while those are unchanged.
     """
 
     #: Kept replicas as placements, by (cluster, index).
@@ -135,32 +149,88 @@ class _Retained:
     settled: DeploymentDecision | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Remembered:
+    """A deployment's memo entry: what its retain result was derived from besides the
+    deployment (the fleet's retain view id, its replicas' ids in snapshot order), that
+    result, and its kept replicas' charges with the pool states they hold for."""
+
+    source: tuple[int, tuple[int, ...]]
+    retained: _Retained
+    charges: HeldCharges
+
+
 class ScheduleMemo:
     """What `plan` derived from objects a later call may see again, for a caller that
     schedules a slowly changing fleet over and over (the hub controller, every step).
 
-    It holds member matches and engine shapes per class of pool (placement.py, matching.py),
-    keyed by the identity of the snapshot's Deployment objects and their parts (an entry
-    holds its object, so no id can answer for another object while the entry lives) and by
-    pool class (by value).
+    It holds, keyed by the identity of the snapshot's Deployment objects (an entry holds the
+    deployment and the replicas whose ids it compares, so no id can answer for another
+    object while the entry lives) and by pool class: member matches and engine shapes per
+    class of pool, and per deployment its retain result (kept replicas re-stamped, dropped
+    ones, its whole decision when nothing is pending) and its kept replicas' charges. A
+    retain result is recomputed when the deployment, its replicas or what retaining reads of
+    the clusters (names, labels, taints, gateways, pools by name and class) change; charges
+    when a pool they pin changes class or accounting, or its allocation time leaves the
+    window they hold for (charging.py).
 
     Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
     about two snapshots' worth of derived values. Reusable across any sequence of snapshots:
     a call's result is the same as with a fresh memo. Not thread-safe: one caller at a time.
     """
 
-    __slots__ = ("placement",)
+    __slots__ = ("_fleet", "_pools", "_views", "deployments", "placement")
 
     def __init__(self) -> None:
         self.placement = PlacementMemo()
+        #: Per deployment (by id), its latest retain result and charges.
+        self.deployments: Generations[int, _Remembered] = Generations()
+        self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
+        self._pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
+        self._views = 0
 
-    def advance(self) -> None:
-        """Start a call."""
+    def advance(
+        self, ledgers: Mapping[ClusterName, ClusterLedger]
+    ) -> tuple[int, dict[PoolKey, PoolView]]:
+        """Start a call (after its ledgers are built). Returns the id of the fleet's retain
+        view and each pool's `PoolView`: a view id stays the same while the view does, and
+        is never given to another view."""
         self.placement.advance()
+        self.deployments.advance()
+        fleet = tuple(_retain_view(ledger) for ledger in ledgers.values())
+        if fleet != self._fleet[0]:
+            self._fleet = (fleet, self._new_view())
+        pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
+        views: dict[PoolKey, PoolView] = {}
+        for name, ledger in ledgers.items():
+            for pool in ledger.pools:
+                key = (name, pool.pool.name)
+                view = charge_view(pool)
+                known = self._pools.get(key)
+                pools[key] = known if known and known[0] == view else (view, self._new_view())
+                views[key] = (pools[key][1], allocation_time(pool))
+        self._pools = pools
+        return self._fleet[1], views
+
+    def _new_view(self) -> int:
+        self._views += 1
+        return self._views
 
     def size(self) -> int:
         """Entries held: about what the last two calls derived, never the history."""
-        return self.placement.size()
+        return self.placement.size() + len(self.deployments)
+
+
+def _retain_view(ledger: ClusterLedger) -> tuple[object, ...]:
+    """Everything `_retain` reads of a cluster: what decides keeping and re-stamping."""
+    cluster = ledger.cluster
+    return (
+        cluster.name,
+        tuple(sorted(cluster.labels.items())),
+        cluster.taints,
+        cluster.gateway_address,
+        tuple((p.pool.name, p.class_id) for p in ledger.pools),
+    )
 
 
 def schedule(snapshot: Snapshot, now: datetime, *, memo: ScheduleMemo | None = None) -> Decision:
@@ -291,6 +361,35 @@ def _placed_engines(engines: tuple[ReplicaEngine, ...]) -> tuple[PlacedEngine, .
         )
         for e in engines
     )
+
+
+def _retain_and_charge(
+    deployment: Deployment,
+    replicas: tuple[Replica, ...],
+    ledgers: Mapping[ClusterName, ClusterLedger],
+    memo: ScheduleMemo,
+    fleet: int,
+    views: Mapping[PoolKey, PoolView],
+) -> tuple[_Retained, tuple[Charge, ...]]:
+    """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
+    ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
+
+    Keyed by the deployment alone (an int key is cheap to hash) with its latest result: the
+    entry holds the replicas whose ids it compares, so an id cannot answer for another."""
+    source = (fleet, tuple(map(id, replicas)))
+    found = memo.deployments.get(id(deployment))
+    known = found[0] if found is not None and found[0].source == source else None
+    if known is not None and known.charges.hold(views):
+        return known.retained, known.charges.charges
+    if known is not None:
+        retained = known.retained
+    else:
+        in_order = tuple(sorted(replicas, key=replica_order))
+        retained = _retain(deployment, in_order, ledgers, memo.placement.matcher)
+    charges = held_charges(retained.kept, ledgers, views)
+    remembered = _Remembered(source, retained, charges)
+    memo.deployments.put(id(deployment), remembered, (deployment, replicas))
+    return retained, charges.charges
 
 
 def _retain(
@@ -498,8 +597,9 @@ def _condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
 def _by_deployment(
     deployments: list[Deployment], replicas: tuple[Replica, ...]
 ) -> tuple[list[list[Replica]], list[Replica]]:
-    """Each deployment's replicas in snapshot order, and in canonical order the replicas whose
-    deployment is gone (their devices are not, yet: they are still charged)."""
+    """Each deployment's replicas in snapshot order (retaining sorts them; a memo hit need
+    not), and in canonical order the replicas whose deployment is gone (their devices are
+    not, yet: they are still charged)."""
     # Keyed by (namespace, name): a tuple of strings hashes and compares without Python code.
     groups: dict[tuple[str, str], list[Replica]] = {
         (d.key.namespace, d.key.name): [] for d in deployments
@@ -574,9 +674,9 @@ def plan(
     _check(snapshot)
     if memo is None:
         memo = ScheduleMemo()
-    memo.advance()
+    ledgers = _build_ledgers(snapshot, now, memo.placement.matcher, record)
+    fleet, pool_views = memo.advance(ledgers)
     placing = memo.placement
-    ledgers = _build_ledgers(snapshot, now, placing.matcher, record)
     initial = (
         {(c, p.pool.name): dict(p.free) for c, cl in ledgers.items() for p in cl.pools}
         if record
@@ -593,10 +693,8 @@ def plan(
     # Per deployment, its decision when retaining settles it, else its work for the round.
     outcomes: list[DeploymentDecision | _Work] = []
     for d, group in zip(deployments, groups, strict=True):
-        in_order = tuple(sorted(group, key=replica_order))
-        retained = _retain(d, in_order, ledgers, placing.matcher)
-        for replica, engines, is_unchanged in retained.kept:
-            charges.extend(charges_of(replica, engines, is_unchanged, ledgers[replica.cluster]))
+        retained, kept = _retain_and_charge(d, tuple(group), ledgers, memo, fleet, pool_views)
+        charges.extend(kept)
         outcomes.append(retained.settled or _Work.start(d, retained))
     apply_charges(charges, ledgers)
     _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, placing, snapshot)
