@@ -27,6 +27,7 @@ from observe_builders import (
 from gpufleet.agent.observe import (
     AllocationClock,
     ClusterObjects,
+    ObserveCache,
     ObserveConfig,
     ObservedPool,
     ObservedReplica,
@@ -824,3 +825,101 @@ def test_over_the_cap_says_so_and_falls_back_in_core() -> None:
 )
 def test_count_quantities(text: object, expected: int | None) -> None:
     assert parse_count_quantity(text) == expected
+
+
+# --- the cache between calls ------------------------------------------------------------
+
+CONFIG = ObserveConfig()
+
+
+def _cluster() -> ClusterObjects:
+    return objs(
+        nodes=[node("n0", "a"), node("n1", "a"), node("n2", "b")],
+        slices=[rslice("n0"), rslice("n1"), rslice("n2")],
+        claims=[claim("c0", [("n0", "gpu-0")]), claim("c2", [("n2", "gpu-0")])],
+        pods=[pod("p0", "r0", claims=["c0"]), pod("p2", "r1", claims=["c2"])],
+        replicas=[replica("r0", member(pool="a")), replica("r1", member(pool="b"))],
+    )
+
+
+def _replaced(objects: ClusterObjects, **kinds: list[Any]) -> ClusterObjects:
+    return ClusterObjects(
+        **{
+            k: tuple(kinds[k]) if k in kinds else getattr(objects, k)
+            for k in ("nodes", "slices", "claims", "pods", "replicas")
+        }
+    )
+
+
+def test_observing_the_same_objects_again_computes_nothing_again() -> None:
+    cache = ObserveCache()
+    objects = _cluster()
+    first, clock = observe(objects, AllocationClock(), CONFIG, T0, cache)
+    runs = dict(cache.runs)
+    # The clock it returned, later: every claim's time is known, so nothing is redone.
+    again, _ = observe(objects, clock, CONFIG, T1, cache)
+    assert (again, dict(cache.runs)) == (first, runs)
+
+
+@dataclass(frozen=True)
+class CacheCase:
+    id: str
+    #: The changed objects, by kind (the others stay the same objects).
+    change: dict[str, list[Any]]
+    #: How many times each stage ran again.
+    runs: dict[str, int]
+
+
+CACHE_CASES = [
+    CacheCase(
+        "node-cordoned",
+        {"nodes": [node("n0", "a", cordoned=True), node("n1", "a"), node("n2", "b")]},
+        {"nodes": 1, "pools": 2},
+    ),
+    CacheCase(
+        "node-relabelled-to-another-pool",
+        {"nodes": [node("n0", "a"), node("n1", "b"), node("n2", "b")]},
+        {"nodes": 1, "inventory": 1, "claims": 1, "pools": 2, "replicas": 2},
+    ),
+    CacheCase(
+        "slice-gone",
+        {"slices": [rslice("n0"), rslice("n2")]},
+        {"inventory": 1, "claims": 1, "pools": 2},
+    ),
+    CacheCase(
+        "claim-deallocated",
+        {"claims": [claim("c0", [("n0", "gpu-0")]), claim("c2", [], allocated=False)]},
+        {"claims": 1, "pools": 1, "replicas": 1},
+    ),
+    CacheCase(
+        "pod-deleted",
+        {"pods": [pod("p2", "r1", claims=["c2"])]},
+        {"replicas": 1},
+    ),
+    CacheCase(
+        "replica-removed",
+        {"replicas": [replica("r1", member(pool="b"))]},
+        {},
+    ),
+    CacheCase(
+        "replica-changed",
+        {"replicas": [replica("r0", member(pool="a"), copies=2), replica("r1", member(pool="b"))]},
+        {"replicas": 1},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CACHE_CASES, ids=lambda c: c.id)
+def test_a_changed_object_is_read_again_and_only_what_it_touches_is_redone(
+    case: CacheCase,
+) -> None:
+    cache = ObserveCache()
+    objects = _cluster()
+    _, clock = observe(objects, AllocationClock(), CONFIG, T0, cache)
+    runs = dict(cache.runs)
+    changed = _replaced(objects, **case.change)
+    got = observe(changed, clock, CONFIG, T1, cache)
+    assert got == observe(changed, clock, CONFIG, T1)
+    assert {k: v - runs.get(k, 0) for k, v in cache.runs.items() if v != runs.get(k, 0)} == (
+        case.runs
+    )

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from gpufleet.agent.runner import Agent, AgentConfig
-from gpufleet.store import Change, Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
+from gpufleet.store import Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
+from gpufleet.store.forwarding import ForwardingStore
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -320,6 +321,66 @@ def test_pool_that_vanishes_is_reported_empty(is_restarted: bool) -> None:
     assert (status["observedNodes"], status["freeDevices"]) == (0, [])
 
 
+def test_an_observation_changed_on_the_hub_is_written_whole_again() -> None:
+    """The agent patches its own last write without reading it again; when someone else
+    wrote the observation since (spec or status), the next push reads it and corrects it."""
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    w.hub.create(model_replica("r1"))
+    agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1))
+    agent.step(w.at(0))
+    agent.step(w.at(1))
+    want = w.hub.get(REPLICA_OBSERVATION, "ml.r1", NS)
+    assert want is not None
+    w.hub.patch_status(REPLICA_OBSERVATION, "ml.r1", NS, {"podsScheduled": True, "extra": 1})
+    pool = w.hub.get(POOL_OBSERVATION, "l4", NS)
+    assert pool is not None
+    pool["spec"]["poolName"] = "other"
+    w.hub.update(pool)
+    assert agent.step(w.at(2)).is_pushed
+    got = w.hub.get(REPLICA_OBSERVATION, "ml.r1", NS)
+    assert got is not None
+    assert got["status"] == {**want["status"], "observedAt": "2026-11-29T10:00:02Z"}
+    assert pool_status(w)["observedAt"] == "2026-11-29T10:00:02Z"
+    pool = w.hub.get(POOL_OBSERVATION, "l4", NS)
+    assert pool is not None and pool["spec"]["poolName"] == "l4"
+
+
+def test_an_observation_deleted_on_the_hub_is_created_again() -> None:
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    w.hub.create(model_replica("r1"))
+    agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1))
+    agent.step(w.at(0))
+    agent.step(w.at(1))
+    w.hub.delete(REPLICA_OBSERVATION, "ml.r1", NS)
+    w.hub.delete(POOL_OBSERVATION, "l4", NS)
+    assert agent.step(w.at(2)).is_pushed
+    rep = w.hub.get(REPLICA_OBSERVATION, "ml.r1", NS)
+    assert rep is not None and rep["status"]["observedAt"] == "2026-11-29T10:00:02Z"
+    assert pool_status(w)["observedNodes"] == 1
+
+
+def test_a_heartbeat_writes_each_observation_once() -> None:
+    """Unchanged content is not read again: one status patch per observation, no more."""
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    w.hub.create(model_replica("r1"))
+    w.hub.create(model_replica("r2"))
+    agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1))
+    agent.step(w.at(0))
+    agent.step(w.at(1))
+    before = w.hub.revision
+    assert agent.step(w.at(2)).is_pushed
+    changes, _ = w.hub.changes(before)
+    assert sorted((c.kind.kind, c.name) for c in changes) == [
+        ("PoolObservation", "l4"),
+        ("ReplicaObservation", "ml.r1"),
+        ("ReplicaObservation", "ml.r2"),
+    ]
+    assert {c.obj["status"]["observedAt"] for c in changes} == {"2026-11-29T10:00:02Z"}
+
+
 # --- materializing ----------------------------------------------------------------------
 
 
@@ -370,6 +431,45 @@ def test_materialize_creates_updates_and_deletes() -> None:
     assert labels["gpufleet.io/replica-generation"] == "2"
 
 
+def test_a_workload_changed_by_someone_else_is_put_back() -> None:
+    """The agent remembers which workloads already hold what it wants; a workload changed
+    since (a new object) is compared again, even when its replica did not change."""
+    w = World()
+    agent = w.agent()
+    w.hub.create(model_replica("r1"))
+    agent.step(w.at(0))
+    agent.step(w.at(1))
+    dep = w.local.get(DEPLOYMENT, "r1-main", "ml")
+    assert dep is not None
+    dep["spec"]["replicas"] = 5
+    del dep["metadata"]["labels"]["gpufleet.io/engine"]
+    w.local.update(dep)
+    out = agent.step(w.at(2))
+    assert out.updated == ["Deployment ml/r1-main"]
+    dep = w.local.get(DEPLOYMENT, "r1-main", "ml")
+    assert dep is not None and dep["spec"]["replicas"] == 1
+    assert dep["metadata"]["labels"]["gpufleet.io/engine"] == "main"
+    # And left alone once it agrees again.
+    before = w.local.revision
+    assert agent.step(w.at(3)).updated == []
+    assert w.local.revision == before
+
+
+def test_a_workload_deleted_by_someone_else_is_created_again() -> None:
+    w = World()
+    agent = w.agent()
+    w.hub.create(model_replica("r1"))
+    agent.step(w.at(0))
+    agent.step(w.at(1))
+    w.local.delete(DEPLOYMENT, "r1-main", "ml")
+    w.local.delete(RESOURCE_CLAIM_TEMPLATE, "r1-main-standalone", "ml")
+    out = agent.step(w.at(2))
+    assert sorted(out.created) == [
+        "Deployment ml/r1-main",
+        "ResourceClaimTemplate ml/r1-main-standalone",
+    ]
+
+
 def test_workloads_not_owned_by_the_agent_are_left_alone() -> None:
     w = World()
     w.add(
@@ -396,6 +496,16 @@ class NoLeaderWorkerSets(MemoryStore):
         if kind == LEADER_WORKER_SET:
             raise NotFound("the server could not find the requested resource")
         return super().list(kind, namespace, label_selector)
+
+    def view(
+        self,
+        kind: Kind,
+        namespace: str | None = None,
+        label_selector: str | Mapping[str, str] | None = None,
+    ) -> builtins.list[Obj]:
+        if kind == LEADER_WORKER_SET:
+            raise NotFound("the server could not find the requested resource")
+        return super().view(kind, namespace, label_selector)
 
 
 def test_a_cluster_without_leaderworkersets_still_gets_its_deployments() -> None:
@@ -447,46 +557,23 @@ class Unreachable(StoreError):
     pass
 
 
-class FlakyHub(MemoryStore):
-    """A hub that refuses every call while `is_down`."""
+class FlakyHub(ForwardingStore):
+    """A hub that refuses every call (reads and writes alike) while `is_down`."""
 
     is_down = False
 
-    def _check(self) -> None:
+    def before_call(self) -> None:
         if self.is_down:
             raise Unreachable("hub down")
-
-    def get(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
-        self._check()
-        return super().get(kind, name, namespace)
-
-    def list(
-        self,
-        kind: Kind,
-        namespace: str | None = None,
-        label_selector: str | Mapping[str, str] | None = None,
-    ) -> builtins.list[Obj]:
-        self._check()
-        return super().list(kind, namespace, label_selector)
-
-    def create(self, obj: Obj) -> Obj:
-        self._check()
-        return super().create(obj)
-
-    def changes(
-        self, cursor: int, kinds: Sequence[Kind] | None = None
-    ) -> tuple[builtins.list[Change], int]:
-        self._check()
-        return super().changes(cursor, kinds)
 
 
 def test_unreachable_hub_changes_nothing_and_push_is_retried() -> None:
     w = World()
-    hub = FlakyHub(clock=w.clock, uid_seed="hub")
-    w.hub = hub
+    hub = FlakyHub(w.hub)
     w.add(node("n0"), slice_("n0"))
     hub.create(model_replica("r1"))
-    agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1000))
+    config = AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1000)
+    agent = Agent("a", w.local, hub, config, identity="agent-1", lease_epoch=1)
     agent.step(w.at(0))
     assert owned(w) == [
         "ResourceClaimTemplate r1-main-standalone replicas=-",

@@ -19,6 +19,7 @@ from gpufleet.sim.cluster import ClusterSpec
 from gpufleet.sim.engine import EPOCH
 from gpufleet.sim.fleet import Fleet
 from gpufleet.store.port import (
+    DEPLOYMENT,
     EVENT,
     MODEL_REPLICA,
     NODE,
@@ -327,6 +328,25 @@ def test_agent_restart_bumps_the_lease_epoch() -> None:
     f.restart_agent("a")
     f.run_for(5)
     assert pool_status(f)["agent"] == {"identity": "agent-a-2", "leaseEpoch": 2}
+
+
+@pytest.mark.parametrize("for_cluster", ["a", "b"])
+def test_a_replica_change_wakes_its_own_clusters_agent_only(for_cluster: str) -> None:
+    """Both agents are quiet (nothing they read changes). The hub's ModelReplica changes are
+    read once for all agents: whichever agent ticks first, a replica for one cluster wakes
+    that cluster's agent, which materializes it, and leaves the other agent quiet."""
+    f, _ = fleet(cluster("a"), cluster("b"))
+    f.run_for(60)
+    other = "b" if for_cluster == "a" else "a"
+    quiet = {name: slot.quiet_steps for name, slot in f.agents.items()}
+    f.hub.create(model_replica("r", cluster=for_cluster))
+    f.run_for(20)
+    assert [d["metadata"]["name"] for d in f.clusters[for_cluster].store.peek(DEPLOYMENT)] == [
+        "r-main"
+    ]
+    assert f.clusters[other].store.peek(DEPLOYMENT) == []
+    ticks = 20 / f.clusters[other].behaviour.report_interval_s
+    assert f.agents[other].quiet_steps - quiet[other] == ticks
 
 
 def scenario(seed: int) -> Fleet:

@@ -61,15 +61,16 @@ objects).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from gpufleet.core import labels
 from gpufleet.core.model import (
@@ -97,6 +98,20 @@ REPLICA_GENERATION_LABEL: Final = labels.REPLICA_GENERATION
 
 #: How many object names a problem's message lists; the count says how many there are.
 _MAX_NAMES_IN_MESSAGE: Final = 5
+
+_V = TypeVar("_V")
+#: A replica's observation and what it was computed from (`ObserveCache.observed_replica`).
+_ReplicaResult = tuple[tuple[object, ...], "ObservedReplica"]
+
+
+class _Keyed(Protocol):
+    """What a read object says, with the key that identifies the object among its kind."""
+
+    @property
+    def key(self) -> Any: ...
+
+
+_R = TypeVar("_R", bound=_Keyed)
 
 
 # --- inputs -----------------------------------------------------------------------------
@@ -450,8 +465,18 @@ class _Problems:
             lambda: defaultdict(set)
         )
 
+    def __bool__(self) -> bool:
+        return bool(self._by_scope)
+
     def add(self, scope: str | None, code: ProblemCode, name: str) -> None:
         self._by_scope[scope][code].add(name)
+
+    def merge(self, other: _Problems) -> None:
+        """Add every problem `other` holds (what a cached read found, reported again)."""
+        for scope, by_code in other._by_scope.items():
+            mine = self._by_scope[scope]
+            for code, names in by_code.items():
+                mine[code].update(names)
 
     def add_for_pools(self, pools: Iterable[str], code: ProblemCode, name: str) -> None:
         """Report on each pool in `pools`, or on the cluster when there are none."""
@@ -510,6 +535,32 @@ def _dedupe(
         problems.add(None, ProblemCode.DUPLICATE_OBJECT, f"{kind} {k}")
         if _canonical(obj) < _canonical(prev):
             out[k] = obj
+    return out
+
+
+def _read_each(
+    objects: Iterable[object],
+    kind: str,
+    problems: _Problems,
+    memo: IdentityMemo[_R],
+    read: Callable[[RawObject], _R],
+) -> dict[Any, tuple[RawObject, _R]]:
+    """`_dedupe(_mappings(objects))` by each object's own key, with what `read` made of each
+    object (read once per object: `memo`) kept beside it."""
+    out: dict[Any, tuple[RawObject, _R]] = {}
+    for obj in objects:
+        if not (type(obj) is dict or isinstance(obj, Mapping)):
+            problems.add(None, _MALFORMED[kind], f"{kind} that is a {type(obj).__name__}")
+            continue
+        info = memo.get(obj, read)
+        k = info.key
+        prev = out.get(k)
+        if prev is None:
+            out[k] = (obj, info)
+            continue
+        problems.add(None, ProblemCode.DUPLICATE_OBJECT, f"{kind} {k}")
+        if _canonical(obj) < _canonical(prev[0]):
+            out[k] = (obj, info)
     return out
 
 
@@ -584,6 +635,108 @@ def _add_extended_resources(
         totals[key] = totals.get(key, 0) + count
 
 
+@dataclass(frozen=True, slots=True)
+class _NodeInfo:
+    """What one pooled Node says, read once per object (`ObserveCache`)."""
+
+    pool: str
+    #: "" when the node has no name (it counts, but nothing can be published for it).
+    name: str
+    #: The exclusion reason, ignoring NoSlices (decided after slices).
+    excluded: str | None
+    extended: Mapping[str, int]
+    #: The node's own problems; reported only for the node kept among duplicates.
+    problems: _Problems | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _NodeTable:
+    """The cluster's pooled nodes as the Node objects say (everything but the slices)."""
+
+    #: Named pooled node -> its pool, by name.
+    node_pool: Mapping[str, str]
+    #: Named pooled node -> its exclusion reason (NoSlices aside).
+    excluded: Mapping[str, str | None]
+    #: Pool -> its named nodes, sorted.
+    pool_nodes: Mapping[str, tuple[str, ...]]
+    #: Pool -> how many of its nodes have no name.
+    unnamed: Mapping[str, int]
+    #: Pool -> extended resource -> total over its nodes.
+    extended: Mapping[str, Mapping[str, int]]
+    #: Every pool a node is in (named or not).
+    pools: frozenset[str]
+    problems: _Problems
+
+
+def _read_node_table(
+    objects: Iterable[object], config: ObserveConfig, memo: IdentityMemo[_NodeInfo | None]
+) -> _NodeTable:
+    """Pool membership, exclusions (except NoSlices) and extended resources. A pooled node
+    without a name still counts: nothing can be published for it."""
+    problems = _Problems()
+    pool_names: set[str] = set()
+    extended: dict[str, dict[str, int]] = defaultdict(dict)
+    unnamed_per_pool: dict[str, int] = defaultdict(int)
+    named: dict[str, RawObject] = {}
+    infos: dict[int, _NodeInfo] = {}
+    read_node = functools.partial(_read_node, config=config)
+    for node in _mappings(objects, "node", problems):
+        info = memo.get(node, read_node)
+        if info is None:
+            continue
+        pool_names.add(info.pool)
+        if not info.name:
+            unnamed_per_pool[info.pool] += 1
+            problems.add(info.pool, ProblemCode.MALFORMED_NODE, "<unnamed>: metadata.name")
+            continue
+        infos[id(node)] = info
+        prev = named.get(info.name)
+        if prev is None:
+            named[info.name] = node
+            continue
+        problems.add(None, ProblemCode.DUPLICATE_OBJECT, f"node {info.name}")
+        if _canonical(node) < _canonical(prev):
+            named[info.name] = node
+    node_pool: dict[str, str] = {}
+    node_excluded: dict[str, str | None] = {}
+    pool_nodes: dict[str, list[str]] = defaultdict(list)
+    for name in sorted(named):
+        info = infos[id(named[name])]
+        node_pool[name] = info.pool
+        node_excluded[name] = info.excluded
+        pool_nodes[info.pool].append(name)
+        totals = extended[info.pool]
+        for key, count in info.extended.items():
+            totals[key] = totals.get(key, 0) + count
+        if info.problems is not None:
+            problems.merge(info.problems)
+    return _NodeTable(
+        node_pool=node_pool,
+        excluded=node_excluded,
+        pool_nodes={pool: tuple(names) for pool, names in pool_nodes.items()},
+        unnamed=dict(unnamed_per_pool),
+        extended={pool: dict(sorted(totals.items())) for pool, totals in extended.items()},
+        pools=frozenset(pool_names),
+        problems=problems,
+    )
+
+
+def _read_node(node: RawObject, config: ObserveConfig) -> _NodeInfo | None:
+    """The node's pool, exclusion and extended resources; None when it is in no pool."""
+    meta = _map(node.get("metadata"))
+    pool = _map(meta.get("labels")).get(config.pool_label)
+    if not isinstance(pool, str) or not pool:
+        return None
+    name = _str(meta.get("name"))
+    if not name:
+        return _NodeInfo(pool, "", None, {}, None)
+    problems = _Problems()
+    excluded = _exclusion(node, name, config, problems, pool)
+    extended: dict[str, int] = {}
+    _add_extended_resources(node, name, extended, problems, pool)
+    return _NodeInfo(pool, name, excluded, extended, problems if problems else None)
+
+
 # --- slices -----------------------------------------------------------------------------
 
 _DevKey = tuple[str, str, str]  # (driver, DRA pool, device name)
@@ -615,6 +768,18 @@ class _Inventory:
         self.dra_pool_nodes: dict[tuple[str, str], set[str]] = defaultdict(set)
         #: (driver, DRA pool) pairs whose devices are not counted
         self.unusable: set[tuple[str, str]] = set()
+
+    def working_copy(self) -> _Inventory:
+        """A copy whose poisoned nodes can grow (claims add to them) without changing this
+        one; the rest is only read once built, so it is shared."""
+        inv = _Inventory()
+        inv.device_node = self.device_node
+        inv.published = self.published
+        inv.poisoned = defaultdict(set, {n: set(d) for n, d in self.poisoned.items()})
+        inv.poisoned_all = set(self.poisoned_all)
+        inv.dra_pool_nodes = self.dra_pool_nodes
+        inv.unusable = self.unusable
+        return inv
 
 
 def _slice_nodes(spec: Mapping[str, Any]) -> tuple[str | None, bool]:
@@ -758,26 +923,90 @@ def _selector_node(allocation: Mapping[str, Any]) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _ClaimInfo:
+    """A ResourceClaim's allocation, read once per object (`ObserveCache`)."""
+
+    key: tuple[str, str]
+    #: metadata.uid, None when missing or not a string.
+    uid: str | None
+    #: None when the claim is not allocated.
+    allocation: Mapping[str, Any] | None
+    #: `status.allocation.devices.results` as found (possibly malformed).
+    results: object
+    #: Every result's (driver, DRA pool, device) when all are well-formed; else None.
+    keys: tuple[_DevKey, ...] | None
+
+
+def _read_claim(claim: RawObject) -> _ClaimInfo:
+    key = _ns_name(claim)
+    status = claim.get("status")
+    if not (type(status) is dict or isinstance(status, Mapping)):
+        return _ClaimInfo(key, None, None, None, None)
+    allocation = status.get("allocation")
+    if allocation is None:
+        return _ClaimInfo(key, None, None, None, None)
+    uid = _map(claim.get("metadata")).get("uid")
+    allocation = _map(allocation)
+    results = _map(allocation.get("devices")).get("results", ())
+    keys: tuple[_DevKey, ...] | None = None
+    if isinstance(results, list | tuple):
+        found: list[_DevKey] = []
+        for result in results:
+            if not (type(result) is dict or isinstance(result, Mapping)):
+                break
+            driver, dra_pool, device = (
+                result.get("driver"),
+                result.get("pool"),
+                result.get("device"),
+            )
+            if type(driver) is not str or type(dra_pool) is not str or type(device) is not str:
+                break
+            found.append((driver, dra_pool, device))
+        else:
+            keys = tuple(found)
+    return _ClaimInfo(key, uid if type(uid) is str and uid else None, allocation, results, keys)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _ClaimsRead:
+    """What the allocated claims say, given the inventory (`_read_claims`)."""
+
+    #: (namespace, name) of each allocated claim -> its allocation time.
+    allocated: Mapping[tuple[str, str], datetime]
+    #: The new allocation clock: uid -> first seen allocated.
+    clock: AllocationClock
+    #: node -> driver -> taken devices.
+    taken: Mapping[str, Mapping[str, int]]
+    #: node -> latest allocation time of a claim holding devices on it.
+    node_last: Mapping[str, datetime]
+    #: The inventory with the nodes bad claims leave with nothing free.
+    inventory: _Inventory
+    problems: _Problems
+    #: Whether an allocation time is `now` (a claim the clock had not seen, or without uid).
+    uses_now: bool
+    #: Whether an allocated claim has no uid (its allocation time is always `now`).
+    has_uidless: bool
+
+
 def _read_claims(
-    claims: Mapping[tuple[str, str], RawObject],
+    claims: Mapping[tuple[str, str], tuple[RawObject, _ClaimInfo]],
     inv: _Inventory,
     node_pool: Mapping[str, str],
     prev: Mapping[str, datetime],
     now: datetime,
     problems: _Problems,
-) -> tuple[
-    dict[tuple[str, str], datetime],
-    dict[str, datetime],
-    dict[str, dict[str, int]],
-    dict[str, datetime],
-]:
-    """Allocated claims' times, the new clock, taken counts per node/driver, latest per node."""
+) -> _ClaimsRead:
+    """Allocated claims' times, the new clock, taken counts per node/driver, latest per node.
+
+    `inv` is a working copy: claims whose devices are unknown poison more of its nodes."""
     allocated: dict[tuple[str, str], datetime] = {}
     clock: dict[str, datetime] = {}
     taken_devices: set[_DevKey] = set()
     node_last: dict[str, datetime] = {}
     device_node = inv.device_node
     unusable = inv.unusable
+    uses_now = has_uidless = False
 
     def touch(node: str, t: datetime) -> None:
         last = node_last.get(node)
@@ -787,36 +1016,32 @@ def _read_claims(
     def pools_of(nodes: Iterable[str]) -> set[str]:
         return {node_pool[n] for n in nodes if n in node_pool}
 
-    for (ns, name), claim in claims.items():
-        status = claim.get("status")
-        if not (type(status) is dict or isinstance(status, Mapping)):
-            continue
-        allocation = status.get("allocation")
+    for (ns, name), (_, info) in claims.items():
+        allocation = info.allocation
         if allocation is None:
             continue
-        uid = _map(claim.get("metadata")).get("uid")
-        if type(uid) is str and uid:
-            t = prev.get(uid, now)
+        uid = info.uid
+        if uid is not None:
+            t = prev.get(uid)
+            if t is None:
+                t, uses_now = now, True
             clock[uid] = t
         else:
-            t = now
+            t, uses_now, has_uidless = now, True, True
             problems.add(None, ProblemCode.CLAIM_WITHOUT_UID, f"claim {ns}/{name}")
         allocated[(ns, name)] = t
-        allocation = _map(allocation)
-        results = _map(allocation.get("devices")).get("results", ())
-        if type(results) is list and len(results) == 1:
-            # The common case (one device, known), without the general bookkeeping.
-            result = results[0]
-            if type(result) is dict:
-                key = (result.get("driver"), result.get("pool"), result.get("device"))
-                node = device_node.get(key)  # type: ignore[arg-type]
-                if node is not None:
-                    taken_devices.add(key)  # type: ignore[arg-type]
-                    last = node_last.get(node)
-                    if last is None or t > last:
-                        node_last[node] = t
-                    continue
+        keys = info.keys
+        if keys is not None and all(k in device_node for k in keys):
+            # The common case (every device known), without the general bookkeeping.
+            for key in keys:
+                taken_devices.add(key)
+                holder = device_node[key]
+                last = node_last.get(holder)
+                if last is None or t > last:
+                    node_last[holder] = t
+            continue
         label = f"{ns}/{name}"
+        results = info.results
         if not isinstance(results, list | tuple):
             node = _selector_node(allocation)
             if node is not None:
@@ -835,10 +1060,10 @@ def _read_claims(
                 device = result.get("device")
             if isinstance(driver, str) and isinstance(dra_pool, str) and isinstance(device, str):
                 key = (driver, dra_pool, device)
-                node = device_node.get(key)
-                if node is not None:
+                found = device_node.get(key)
+                if found is not None:
                     taken_devices.add(key)
-                    touch(node, t)
+                    touch(found, t)
                     continue
                 if (driver, dra_pool) in unusable:
                     # Its nodes already have nothing free of this driver.
@@ -872,7 +1097,10 @@ def _read_claims(
     for key in taken_devices:
         per_driver = taken[device_node[key]]
         per_driver[key[0]] = per_driver.get(key[0], 0) + 1
-    return allocated, clock, taken, node_last
+    new_clock = AllocationClock(MappingProxyType(dict(sorted(clock.items()))))
+    return _ClaimsRead(
+        allocated, new_clock, dict(taken), node_last, inv, problems, uses_now, has_uidless
+    )
 
 
 # --- replicas ---------------------------------------------------------------------------
@@ -901,6 +1129,26 @@ class _Replica:
     problems: set[str] = field(default_factory=set)
     #: pool -> latest allocation time over the replica's pods' claims there
     pool_last: dict[str, datetime] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.namespace, self.name
+
+    def fresh(self) -> _Replica:
+        """A copy with nothing counted yet: a cached read is shared between calls."""
+        members = {
+            key: _Member(m.engine, m.role, m.pool, m.is_claiming, m.pods_needed)
+            for key, m in self.members.items()
+        }
+        return _Replica(
+            self.namespace,
+            self.name,
+            self.generation,
+            members,
+            self.generation_label,
+            self.is_readable,
+            set(self.problems),
+        )
 
 
 def _read_replica(obj: RawObject) -> _Replica:
@@ -1019,43 +1267,82 @@ def _pod_claim_names(pod: RawObject) -> tuple[list[str], bool] | None:
     return names, is_complete
 
 
+@dataclass(frozen=True, slots=True)
+class _PodInfo:
+    """What a Pod says about the replica it belongs to, read once per object."""
+
+    key: tuple[str, str]
+    #: The replica label; None when the pod belongs to no replica (the rest is then unread).
+    replica: str | None
+    engine: str = ""
+    member: str = ""
+    #: The replica-generation label as found (compared with the replica's generation).
+    generation: object = None
+    #: The claims it names, and whether every claim it asks for has been created.
+    claim_names: tuple[str, ...] = ()
+    is_complete: bool = False
+    #: Its claim fields are malformed (reported on the replica, never counted allocated).
+    is_malformed: bool = False
+    #: Neither Succeeded, Failed nor deleting.
+    is_live: bool = False
+    node_name: str = ""
+
+
+def _read_pod(pod: RawObject) -> _PodInfo:
+    key = _ns_name(pod)
+    meta = pod.get("metadata")
+    if not (type(meta) is dict or isinstance(meta, Mapping)):
+        return _PodInfo(key, None)
+    labels = meta.get("labels")
+    if not (type(labels) is dict or isinstance(labels, Mapping)):
+        return _PodInfo(key, None)
+    replica_name = labels.get(REPLICA_LABEL)
+    if not isinstance(replica_name, str):
+        return _PodInfo(key, None)
+    claim_info = _pod_claim_names(pod)
+    if claim_info is None:
+        claim_names: tuple[str, ...] = ()
+        is_complete = False
+    else:
+        claim_names, is_complete = tuple(claim_info[0]), claim_info[1]
+    phase = _map(pod.get("status")).get("phase")
+    return _PodInfo(
+        key=key,
+        replica=replica_name,
+        engine=_str(labels.get(ENGINE_LABEL)),
+        member=_str(labels.get(MEMBER_LABEL)),
+        generation=labels.get(REPLICA_GENERATION_LABEL),
+        claim_names=claim_names,
+        is_complete=is_complete,
+        is_malformed=claim_info is None,
+        is_live=phase not in ("Succeeded", "Failed") and meta.get("deletionTimestamp") is None,
+        node_name=_str(_map(pod.get("spec")).get("nodeName")),
+    )
+
+
 def _count_pods(
-    pods: Mapping[tuple[str, str], RawObject],
-    replicas: Mapping[tuple[str, str], _Replica],
+    rep: _Replica,
+    pods: Iterable[_PodInfo],
     allocated: Mapping[tuple[str, str], datetime],
     node_pool: Mapping[str, str],
 ) -> None:
-    for (ns, pod_name), pod in pods.items():
-        meta = pod.get("metadata")
-        if not (type(meta) is dict or isinstance(meta, Mapping)):
-            continue
-        labels = meta.get("labels")
-        if not (type(labels) is dict or isinstance(labels, Mapping)):
-            continue
-        replica_name = labels.get(REPLICA_LABEL)
-        if not isinstance(replica_name, str):
-            continue
-        rep = replicas.get((ns, replica_name))
-        if rep is None:
-            continue
-        claim_info = _pod_claim_names(pod)
-        if claim_info is None:
-            rep.problems.add(f"pod {pod_name}: resourceClaims")
-            claim_names: list[str] = []
-            is_complete = False
-        else:
-            claim_names, is_complete = claim_info
+    """Count the replica's pods (those labelled with it, in its namespace) into `rep`."""
+    ns = rep.namespace
+    for info in pods:
+        if info.is_malformed:
+            rep.problems.add(f"pod {info.key[1]}: resourceClaims")
+        claim_names = info.claim_names
         times = []
         for c in claim_names:
             t = allocated.get((ns, c))
             if t is not None:
                 times.append(t)
-        is_allocated = is_complete and bool(claim_names) and len(times) == len(claim_names)
-        member = rep.members.get((_str(labels.get(ENGINE_LABEL)), _str(labels.get(MEMBER_LABEL))))
+        is_allocated = info.is_complete and bool(claim_names) and len(times) == len(claim_names)
+        member = rep.members.get((info.engine, info.member))
         if times:
             pool = member.pool if member is not None else None
             if pool is None:
-                pool = node_pool.get(_str(_map(pod.get("spec")).get("nodeName")))
+                pool = node_pool.get(info.node_name)
             if pool is not None:
                 latest = max(times)
                 prev = rep.pool_last.get(pool)
@@ -1063,11 +1350,10 @@ def _count_pods(
                     rep.pool_last[pool] = latest
         if member is None or rep.generation is None:
             continue
-        pod_generation = labels.get(REPLICA_GENERATION_LABEL)
+        pod_generation = info.generation
         if pod_generation != rep.generation_label and _int(pod_generation) != rep.generation:
             continue
-        phase = _map(pod.get("status")).get("phase")
-        if phase in ("Succeeded", "Failed") or meta.get("deletionTimestamp") is not None:
+        if not info.is_live:
             continue
         member.live_pods += 1
         if is_allocated:
@@ -1101,147 +1387,425 @@ def _observed_replica(rep: _Replica) -> ObservedReplica:
     return ObservedReplica(rep.namespace, rep.name, rep.generation, is_scheduled, pools, problems)
 
 
+# --- the cache between calls -------------------------------------------------------------
+
+
+class IdentityMemo(Generic[_V]):
+    """Values computed from read-only objects, by the object's identity.
+
+    An entry holds its object, so the identity cannot be taken by another object while the
+    entry lives; entries no call used are dropped when the call ends (`end_call`).
+    """
+
+    __slots__ = ("_entries", "_used", "misses")
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[RawObject, _V]] = {}
+        self._used: dict[int, tuple[RawObject, _V]] = {}
+        #: How many objects were read afresh (for tests).
+        self.misses = 0
+
+    def get(self, obj: RawObject, compute: Callable[[RawObject], _V]) -> _V:
+        key = id(obj)
+        hit = self._used.get(key)
+        if hit is None:
+            hit = self._entries.get(key)
+            if hit is None or hit[0] is not obj:
+                self.misses += 1
+                hit = (obj, compute(obj))
+            self._used[key] = hit
+        return hit[1]
+
+    def end_call(self) -> None:
+        self._entries, self._used = self._used, {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class ObserveCache:
+    """What `observe` computed, kept between calls so that a call costs what changed.
+
+    The agent lists its cluster with `Store.view`, which hands out the same object until the
+    object changes (a changed object is replaced, never changed in place). So:
+
+    - each node, claim, pod and replica is read once (`IdentityMemo`);
+    - a stage whose inputs are the same objects as last call is not run again: the node table
+      (all nodes the same), the DRA inventory (slices and node pools), the claims (claims,
+      inventory, clock, and the time when it was used);
+    - a pool whose nodes, inventory, taken devices and problems are as last call keeps its
+      observation, and so does a replica whose own read, pods and their claims' times are.
+
+    The result is the same with or without a cache: `observe` stays a pure function of its
+    inputs. A cache must only ever be given objects that are never changed in place.
+    """
+
+    def __init__(self) -> None:
+        self._config: ObserveConfig | None = None
+        self.nodes: IdentityMemo[_NodeInfo | None] = IdentityMemo()
+        self.replicas: IdentityMemo[_Replica] = IdentityMemo()
+        self.claims: IdentityMemo[_ClaimInfo] = IdentityMemo()
+        self.pods: IdentityMemo[_PodInfo] = IdentityMemo()
+        #: Each stage's last inputs (held: their identities stay theirs) and output.
+        self._table: tuple[tuple[object, ...], _NodeTable] | None = None
+        self._inventory: tuple[tuple[object, ...], Mapping[str, str], _Inventory, _Problems]
+        self._inventory = ((), {}, _Inventory(), _Problems())
+        self._claims: _ClaimsCall | None = None
+        self._pools: dict[str, _PoolResult] = {}
+        self._next_pools: dict[str, _PoolResult] = {}
+        self._replica_results: dict[tuple[str, str], _ReplicaResult] = {}
+        self._next_replicas: dict[tuple[str, str], _ReplicaResult] = {}
+        self._nodes: tuple[tuple[tuple[ObservedNode, ...], ...], tuple[ObservedNode, ...]]
+        self._nodes = ((), ())
+        #: How many times each stage ran (for tests).
+        self.runs: dict[str, int] = defaultdict(int)
+
+    def begin_call(self, config: ObserveConfig) -> None:
+        if config != self._config:
+            # What a node says depends on the pool label and the tolerations.
+            self.nodes = IdentityMemo()
+            self._table = None
+            self._pools = {}
+            self._config = config
+
+    def end_call(self) -> None:
+        # The memos of the nodes and the claims turn over only when their stage runs.
+        self.replicas.end_call()
+        self.pods.end_call()
+        self._pools, self._next_pools = self._next_pools, {}
+        self._replica_results, self._next_replicas = self._next_replicas, {}
+
+    def node_table(self, objects: tuple[object, ...], config: ObserveConfig) -> _NodeTable:
+        if self._table is None or not _same(self._table[0], objects):
+            self.runs["nodes"] += 1
+            self._table = (objects, _read_node_table(objects, config, self.nodes))
+            self.nodes.end_call()
+        return self._table[1]
+
+    def inventory(
+        self, objects: tuple[object, ...], node_pool: Mapping[str, str], problems: _Problems
+    ) -> _Inventory:
+        """The DRA inventory of the slices (read-only: claims use a working copy)."""
+        held, pools, inv, found = self._inventory
+        if not (_same(held, objects) and (pools is node_pool or pools == node_pool)):
+            self.runs["inventory"] += 1
+            found = _Problems()
+            slices = _dedupe(
+                _mappings(objects, "slice", found),
+                lambda s: _str(_map(s.get("metadata")).get("name")) or _canonical(s),
+                "slice",
+                found,
+            )
+            inv = _build_inventory(slices.values(), node_pool, found)
+            self._inventory = (objects, node_pool, inv, found)
+        problems.merge(found)
+        return inv
+
+    def claims_read(
+        self,
+        objects: tuple[object, ...],
+        inv: _Inventory,
+        node_pool: Mapping[str, str],
+        clock: AllocationClock,
+        now: datetime,
+    ) -> _ClaimsRead:
+        """`_read_claims`, or what it gave last call when that is what it would give."""
+        prev = clock.first_seen
+        if self._claims is not None and self._claims.is_valid(objects, inv, node_pool, prev, now):
+            return self._claims.read
+        self.runs["claims"] += 1
+        found = _Problems()
+        claims = _read_each(objects, "claim", found, self.claims, _read_claim)
+        self.claims.end_call()
+        read = _read_claims(claims, inv.working_copy(), node_pool, prev, now, found)
+        self._claims = _ClaimsCall(objects, inv, node_pool, prev, now, read)
+        return read
+
+    def observed_pool(
+        self,
+        pool: str,
+        table: _NodeTable,
+        claims: _ClaimsRead,
+        problems: tuple[Problem, ...],
+        max_buckets: int,
+    ) -> tuple[ObservedPool, tuple[ObservedNode, ...]]:
+        """`_observe_pool`, or what it gave last call when nothing it reads differs."""
+        last = self._pools.get(pool)
+        if last is None or not (
+            last.table is table
+            and last.claims is claims
+            and last.problems == problems
+            and last.max_buckets == max_buckets
+        ):
+            inputs = _pool_inputs(pool, table, claims)
+            if (
+                last is None
+                or last.table is not table
+                or last.problems != problems
+                or last.max_buckets != max_buckets
+                or last.inputs != inputs
+            ):
+                self.runs["pools"] += 1
+                result = _observe_pool(pool, table, claims, problems, max_buckets)
+                last = _PoolResult(table, claims, inputs, problems, max_buckets, *result)
+            else:
+                last = _PoolResult(
+                    table, claims, inputs, problems, max_buckets, last.pool, last.nodes
+                )
+        self._next_pools[pool] = last
+        return last.pool, last.nodes
+
+    def observed_replica(
+        self,
+        rep: _Replica,
+        pods: tuple[_PodInfo, ...],
+        allocated: Mapping[tuple[str, str], datetime],
+        table: _NodeTable,
+    ) -> ObservedReplica:
+        """`_observed_replica` of the replica with its pods counted, or what it gave last
+        call when the replica's read, its pods and their claims' times are as they were."""
+        ns = rep.namespace
+        times = tuple(tuple(allocated.get((ns, c)) for c in pod.claim_names) for pod in pods)
+        inputs = (rep, pods, times, table.node_pool)
+        last = self._replica_results.get(rep.key)
+        if last is None or last[0] != inputs:
+            self.runs["replicas"] += 1
+            counted = rep.fresh()
+            _count_pods(counted, pods, allocated, table.node_pool)
+            last = (inputs, _observed_replica(counted))
+        self._next_replicas[rep.key] = last
+        return last[1]
+
+    def observed_nodes(
+        self, per_pool: tuple[tuple[ObservedNode, ...], ...]
+    ) -> tuple[ObservedNode, ...]:
+        """Every pool's nodes, sorted by name (the same tuple as last call when no pool's
+        nodes differ)."""
+        held, nodes = self._nodes
+        if not _same(held, per_pool):
+            nodes = tuple(sorted((n for ns in per_pool for n in ns), key=lambda n: n.name))
+            self._nodes = (per_pool, nodes)
+        return nodes
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _ClaimsCall:
+    """One `_read_claims` call: its inputs (held) and its result."""
+
+    objects: tuple[object, ...]
+    inventory: _Inventory
+    node_pool: Mapping[str, str]
+    prev: Mapping[str, datetime]
+    now: datetime
+    read: _ClaimsRead
+
+    def is_valid(
+        self,
+        objects: tuple[object, ...],
+        inv: _Inventory,
+        node_pool: Mapping[str, str],
+        prev: Mapping[str, datetime],
+        now: datetime,
+    ) -> bool:
+        """Whether `_read_claims` would give `read` again for these inputs.
+
+        The claims, the inventory and the node pools must be the same. Then with the same
+        clock as before, the result is the same unless it used `now` and `now` moved. With
+        the clock it returned (what the agent passes next), every allocated claim's time
+        is the one it had, so only a claim without a uid (stamped `now`) can differ.
+        """
+        if not (
+            _same(self.objects, objects)
+            and self.inventory is inv
+            and (self.node_pool is node_pool or self.node_pool == node_pool)
+        ):
+            return False
+        read = self.read
+        if read.clock.first_seen is prev or read.clock.first_seen == prev:
+            return not read.has_uidless or now == self.now
+        if self.prev is prev or self.prev == prev:
+            return not read.uses_now or now == self.now
+        return False
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _PoolResult:
+    """A pool's observation and what it was computed from (`ObserveCache.observed_pool`)."""
+
+    table: _NodeTable
+    claims: _ClaimsRead
+    inputs: tuple[object, ...]
+    problems: tuple[Problem, ...]
+    max_buckets: int
+    pool: ObservedPool
+    nodes: tuple[ObservedNode, ...]
+
+
+def _same(held: tuple[object, ...], objects: tuple[object, ...]) -> bool:
+    """Whether two tuples hold the same objects, in order (identity, not equality)."""
+    return len(held) == len(objects) and all(a is b for a, b in zip(held, objects, strict=True))
+
+
+def _pool_inputs(pool: str, table: _NodeTable, claims: _ClaimsRead) -> tuple[object, ...]:
+    """What `_observe_pool` reads of the claims and the inventory for one pool's nodes."""
+    inv = claims.inventory
+    members = table.pool_nodes.get(pool, ())
+    taken, last = claims.taken, claims.node_last
+    state = tuple([(taken.get(n), last.get(n)) for n in members])
+    poisoned: tuple[object, ...] = ()
+    if inv.poisoned or inv.poisoned_all:
+        poisoned = tuple([(inv.poisoned.get(n), n in inv.poisoned_all) for n in members])
+    return inv.published, state, poisoned
+
+
+def _observe_pool(
+    pool: str,
+    table: _NodeTable,
+    claims: _ClaimsRead,
+    problems: tuple[Problem, ...],
+    max_buckets: int,
+) -> tuple[ObservedPool, tuple[ObservedNode, ...]]:
+    """Per node free vectors and the pool's histogram."""
+    inv = claims.inventory
+    taken, node_last = claims.taken, claims.node_last
+    members = table.pool_nodes.get(pool, ())
+    unnamed = table.unnamed.get(pool, 0)
+    drivers: set[str] = set()
+    for n in members:
+        drivers.update(inv.published.get(n, ()))
+        drivers.update(inv.poisoned.get(n, ()))
+    driver_order = sorted(drivers)
+    counts: dict[tuple[int, ...], int] = defaultdict(int)
+    excluded: dict[str, int] = defaultdict(int)
+    if unnamed:
+        excluded[str(ExclusionReason.NO_SLICES)] += unnamed
+        counts[(0,) * len(driver_order)] += unnamed
+    last: datetime | None = None
+    observed_nodes: list[ObservedNode] = []
+    for n in members:
+        published = inv.published.get(n, {})
+        reason = table.excluded[n]
+        if reason is None and not published:
+            reason = str(ExclusionReason.NO_SLICES)
+        if reason is not None or n in inv.poisoned_all:
+            vector = (0,) * len(driver_order)
+        else:
+            node_taken = taken.get(n, {})
+            poisoned = inv.poisoned.get(n, ())
+            vector = tuple(
+                0 if d in poisoned else max(0, published.get(d, 0) - node_taken.get(d, 0))
+                for d in driver_order
+            )
+        counts[vector] += 1
+        if reason is not None:
+            excluded[reason] += 1
+        t = node_last.get(n)
+        if t is not None and (last is None or t > last):
+            last = t
+        observed_nodes.append(
+            ObservedNode(
+                n,
+                PoolName(pool),
+                {DriverName(d): c for d, c in sorted(published.items())},
+                {DriverName(d): v for d, v in zip(driver_order, vector, strict=True)},
+                reason,
+            )
+        )
+    buckets = tuple(
+        Bucket({DriverName(d): v for d, v in zip(driver_order, vector, strict=True)}, c)
+        for vector, c in sorted(counts.items())
+    )
+    observed = ObservedPool(
+        name=PoolName(pool),
+        observed_nodes=len(members) + unnamed,
+        free_devices=buckets if len(buckets) <= max_buckets else None,
+        last_allocation_time=last,
+        excluded_nodes=dict(sorted(excluded.items())),
+        extended_resources=dict(table.extended.get(pool, {})),
+        bucket_count=len(buckets),
+        problems=problems,
+    )
+    return observed, tuple(observed_nodes)
+
+
 # --- observe ----------------------------------------------------------------------------
 
 
 def observe(
-    objects: ClusterObjects, clock: AllocationClock, config: ObserveConfig, now: datetime
+    objects: ClusterObjects,
+    clock: AllocationClock,
+    config: ObserveConfig,
+    now: datetime,
+    cache: ObserveCache | None = None,
 ) -> tuple[ObservationResult, AllocationClock]:
     """Observe one workload cluster: pool and replica observations, and the new clock.
 
     Pure and deterministic: the result does not depend on the order of any input tuple, and
-    bad input is reported in the result, never raised.
+    bad input is reported in the result, never raised. `cache` (kept by the caller between
+    calls) spares computing again what the objects seen last time gave; it never changes the
+    result.
     """
-    problems = _Problems()
-    raw_nodes = _mappings(objects.nodes, "node", problems)
+    if cache is None:
+        cache = ObserveCache()
+    cache.begin_call(config)
+    result = _observe(objects, clock, config, now, cache)
+    cache.end_call()
+    return result
 
-    # Nodes: pool membership, exclusions (except NoSlices), extended resources. A pooled node
-    # without a name still counts: nothing can be published for it.
-    node_pool: dict[str, str] = {}
-    node_excluded: dict[str, str | None] = {}
-    pool_names: set[str] = set()
-    extended: dict[str, dict[str, int]] = defaultdict(dict)
-    unnamed_per_pool: dict[str, int] = defaultdict(int)
-    named: list[RawObject] = []
-    for node in raw_nodes:
-        meta = _map(node.get("metadata"))
-        pool = _map(meta.get("labels")).get(config.pool_label)
-        if not isinstance(pool, str) or not pool:
-            continue
-        pool_names.add(pool)
-        if _str(meta.get("name")):
-            named.append(node)
-        else:
-            unnamed_per_pool[pool] += 1
-            problems.add(pool, ProblemCode.MALFORMED_NODE, "<unnamed>: metadata.name")
-    nodes = _dedupe(named, lambda n: n["metadata"]["name"], "node", problems)
-    for name in sorted(nodes):
-        node = nodes[name]
-        pool = node["metadata"]["labels"][config.pool_label]
-        node_pool[name] = pool
-        node_excluded[name] = _exclusion(node, name, config, problems, pool)
-        _add_extended_resources(node, name, extended[pool], problems, pool)
+
+def _observe(
+    objects: ClusterObjects,
+    clock: AllocationClock,
+    config: ObserveConfig,
+    now: datetime,
+    cache: ObserveCache,
+) -> tuple[ObservationResult, AllocationClock]:
+    problems = _Problems()
+    table = cache.node_table(objects.nodes, config)
+    problems.merge(table.problems)
 
     # Replicas name pools too.
-    replica_objs = _dedupe(
-        _mappings(objects.replicas, "replica", problems), _ns_name, "replica", problems
-    )
+    pool_names = set(table.pools)
+    replica_reads = _read_each(objects.replicas, "replica", problems, cache.replicas, _read_replica)
     replicas: dict[tuple[str, str], _Replica] = {}
-    for key in sorted(replica_objs):
+    for key in sorted(replica_reads):
         if not key[1]:
             problems.add(None, ProblemCode.MALFORMED_REPLICA, "<unnamed>: metadata.name")
             continue
-        rep = _read_replica(replica_objs[key])
+        rep = replica_reads[key][1]
         replicas[key] = rep
         pool_names.update(m.pool for m in rep.members.values() if m.pool is not None)
 
     # Slices and claims.
-    slices = _dedupe(
-        _mappings(objects.slices, "slice", problems),
-        lambda s: _str(_map(s.get("metadata")).get("name")) or _canonical(s),
-        "slice",
-        problems,
-    )
-    inv = _build_inventory(slices.values(), node_pool, problems)
-    claims = _dedupe(_mappings(objects.claims, "claim", problems), _ns_name, "claim", problems)
-    allocated, new_clock, taken, node_last = _read_claims(
-        claims, inv, node_pool, clock.first_seen, now, problems
-    )
+    inv = cache.inventory(objects.slices, table.node_pool, problems)
+    claims = cache.claims_read(objects.claims, inv, table.node_pool, clock, now)
+    problems.merge(claims.problems)
 
     # Per node free vectors, per pool histograms.
-    pool_nodes: dict[str, list[str]] = defaultdict(list)
-    for name in sorted(node_pool):
-        pool_nodes[node_pool[name]].append(name)
-    observed_nodes: list[ObservedNode] = []
     observed_pools: list[ObservedPool] = []
+    per_pool: list[tuple[ObservedNode, ...]] = []
     for pool in sorted(pool_names):
-        members = pool_nodes.get(pool, [])
-        drivers: set[str] = set()
-        for n in members:
-            drivers.update(inv.published.get(n, ()))
-            drivers.update(inv.poisoned.get(n, ()))
-        driver_order = sorted(drivers)
-        counts: dict[tuple[int, ...], int] = defaultdict(int)
-        excluded: dict[str, int] = defaultdict(int)
-        if unnamed_per_pool.get(pool):
-            excluded[str(ExclusionReason.NO_SLICES)] += unnamed_per_pool[pool]
-            counts[(0,) * len(driver_order)] += unnamed_per_pool[pool]
-        last: datetime | None = None
-        for n in members:
-            published = inv.published.get(n, {})
-            reason = node_excluded[n]
-            if reason is None and not published:
-                reason = str(ExclusionReason.NO_SLICES)
-            if reason is not None or n in inv.poisoned_all:
-                vector = (0,) * len(driver_order)
-            else:
-                node_taken = taken.get(n, {})
-                poisoned = inv.poisoned.get(n, ())
-                vector = tuple(
-                    0 if d in poisoned else max(0, published.get(d, 0) - node_taken.get(d, 0))
-                    for d in driver_order
-                )
-            counts[vector] += 1
-            if reason is not None:
-                excluded[reason] += 1
-            t = node_last.get(n)
-            if t is not None and (last is None or t > last):
-                last = t
-            observed_nodes.append(
-                ObservedNode(
-                    n,
-                    PoolName(pool),
-                    {DriverName(d): c for d, c in sorted(published.items())},
-                    {DriverName(d): v for d, v in zip(driver_order, vector, strict=True)},
-                    reason,
-                )
-            )
-        buckets = tuple(
-            Bucket({DriverName(d): v for d, v in zip(driver_order, vector, strict=True)}, c)
-            for vector, c in sorted(counts.items())
+        observed, nodes = cache.observed_pool(
+            pool, table, claims, problems.get(pool), config.max_histogram_buckets
         )
-        observed_pools.append(
-            ObservedPool(
-                name=PoolName(pool),
-                observed_nodes=len(members) + unnamed_per_pool.get(pool, 0),
-                free_devices=buckets if len(buckets) <= config.max_histogram_buckets else None,
-                last_allocation_time=last,
-                excluded_nodes=dict(sorted(excluded.items())),
-                extended_resources=dict(sorted(extended.get(pool, {}).items())),
-                bucket_count=len(buckets),
-                problems=problems.get(pool),
-            )
-        )
+        observed_pools.append(observed)
+        per_pool.append(nodes)
 
     # Pods, per replica.
-    pods = _dedupe(_mappings(objects.pods, "pod", problems), _ns_name, "pod", problems)
-    _count_pods(pods, replicas, allocated, node_pool)
-    observed_replicas = tuple(_observed_replica(replicas[k]) for k in sorted(replicas))
+    pods = _read_each(objects.pods, "pod", problems, cache.pods, _read_pod)
+    pods_of: dict[tuple[str, str], list[_PodInfo]] = defaultdict(list)
+    for (ns, _), (_, info) in pods.items():
+        if info.replica is not None:
+            pods_of[(ns, info.replica)].append(info)
+    observed_replicas = tuple(
+        cache.observed_replica(replicas[key], tuple(pods_of.get(key, ())), claims.allocated, table)
+        for key in sorted(replicas)
+    )
 
     result = ObservationResult(
         pools=tuple(observed_pools),
         replicas=observed_replicas,
         problems=problems.get(None),
-        nodes=tuple(sorted(observed_nodes, key=lambda n: n.name)),
+        nodes=cache.observed_nodes(tuple(per_pool)),
     )
-    return result, AllocationClock(MappingProxyType(dict(sorted(new_clock.items()))))
+    return result, claims.clock

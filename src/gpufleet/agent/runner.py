@@ -40,9 +40,12 @@ from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materiali
 from gpufleet.agent.observe import (
     AllocationClock,
     ClusterObjects,
+    IdentityMemo,
     ObservationResult,
+    ObserveCache,
     ObserveConfig,
     ObservedPool,
+    ObservedReplica,
     format_time,
     observe,
 )
@@ -149,6 +152,21 @@ class Agent:
         self.namespace = observation_namespace(cluster_name)
         self._last_push_at: datetime | None = None
         self._last_pushed: dict[tuple[str, str], Obj] | None = None
+        #: What observe read from each object it saw last step (by identity: views only).
+        self._observed = ObserveCache()
+        #: The last status body made from each pool's and replica's observation: an equal
+        #: observation reuses it, so unchanged content is the same object step after step and
+        #: compares (and diffs) by identity.
+        self._pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
+        self._replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
+        #: The desired objects of each replica, by the replica's identity (`_desired_of`).
+        self._desired = IdentityMemo[tuple[_Desired, ...] | ReplicaInvalid]()
+        #: Local objects known to hold what is desired of them: (local, desired) by identity.
+        self._agreeing: dict[tuple[int, int], tuple[Mapping[str, Any], Obj]] = {}
+        #: Per observation (kind, name), the object as our last write left it, and the status
+        #: content (without agent/observedAt) written then. The next write patches it blind,
+        #: guarded by its resourceVersion, instead of reading it again.
+        self._written: dict[tuple[str, str], tuple[Obj, Obj]] = {}
 
     # --- the step -------------------------------------------------------------------------
 
@@ -163,10 +181,13 @@ class Agent:
         self.materialize(replicas, outcome)
         return outcome
 
-    def read_replicas(self, outcome: StepOutcome | None = None) -> list[Obj] | None:
-        """The ModelReplicas assigned to this cluster, or None when the hub is unreachable."""
+    def read_replicas(self, outcome: StepOutcome | None = None) -> list[Mapping[str, Any]] | None:
+        """The ModelReplicas assigned to this cluster (read-only), or None when the hub is
+        unreachable."""
         try:
-            found = self.hub.list(MODEL_REPLICA, None, {labels.CLUSTER: self.cluster_name})
+            # Only read (observe and materialize copy what they keep), and a view hands out
+            # the same object until it changes, so what was derived from it can be reused.
+            found = self.hub.view(MODEL_REPLICA, None, {labels.CLUSTER: self.cluster_name})
         except StoreError as e:
             if outcome is not None:
                 outcome.is_hub_reachable = False
@@ -174,7 +195,7 @@ class Agent:
             return None
         return [r for r in found if not r["metadata"].get("deletionTimestamp")]
 
-    def observe(self, now: datetime, replicas: Sequence[Obj]) -> Report:
+    def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
         # observe() only reads: views spare copying every object of the cluster each step.
         objects = ClusterObjects(
@@ -184,16 +205,24 @@ class Agent:
             pods=tuple(self.local.view(POD)),
             replicas=tuple(replicas),
         )
-        result, self.clock = observe(objects, self.clock, self.config.observe, now)
-        pools: dict[str, Obj] = {str(p.name): p.to_status() for p in result.pools}
+        result, self.clock = observe(objects, self.clock, self.config.observe, now, self._observed)
+        pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
+        for p in result.pools:
+            pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
+        self._pool_statuses = pool_statuses
+        replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
         reps: dict[str, tuple[Obj, Obj]] = {}
         for r in result.replicas:
+            name = replica_observation_name(r.namespace, r.name)
+            replica_statuses[name] = _status_of(r, self._replica_statuses.get(name))
             spec = {
                 "clusterName": self.cluster_name,
                 "replicaName": r.name,
                 "replicaNamespace": r.namespace,
             }
-            reps[replica_observation_name(r.namespace, r.name)] = (spec, r.to_status())
+            reps[name] = (spec, replica_statuses[name][1])
+        self._replica_statuses = replica_statuses
+        pools = {name: status for name, (_, status) in pool_statuses.items()}
         return Report(now, result, pools, reps)
 
     def is_push_due(self, report: Report, now: datetime) -> bool:
@@ -218,17 +247,20 @@ class Agent:
         is_complete = True
         try:
             pools = dict(report.pools)
-            for obj in self.hub.list(POOL_OBSERVATION, self.namespace):
+            for obj in self.hub.view(POOL_OBSERVATION, self.namespace):
                 # Reported before (by this agent or an earlier one), gone now: say so.
                 pools.setdefault(obj["metadata"]["name"], _EMPTY_POOL_STATUS)
-            for pool, status in sorted(pools.items()):
+            for pool, content in sorted(pools.items()):
                 spec = {"clusterName": self.cluster_name, "poolName": pool}
-                self._write_observation(POOL_OBSERVATION, pool, spec, {**status, **stamp})
-            for name, (spec, status) in sorted(report.replicas.items()):
-                self._write_observation(REPLICA_OBSERVATION, name, spec, {**status, **stamp})
-            for obj in self.hub.list(REPLICA_OBSERVATION, self.namespace):
-                name = obj["metadata"]["name"]
+                self._write_observation(POOL_OBSERVATION, pool, spec, content, stamp)
+            for name, (spec, content) in sorted(report.replicas.items()):
+                self._write_observation(REPLICA_OBSERVATION, name, spec, content, stamp)
+            on_hub = [
+                o["metadata"]["name"] for o in self.hub.view(REPLICA_OBSERVATION, self.namespace)
+            ]
+            for name in on_hub:
                 if name not in report.replicas:
+                    self._written.pop((REPLICA_OBSERVATION.kind, name), None)
                     with contextlib.suppress(NotFound):
                         self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
         except StoreError as e:
@@ -243,8 +275,34 @@ class Agent:
         outcome.is_pushed = True
         return True
 
-    def _write_observation(self, kind: Kind, name: str, spec: Obj, status: Obj) -> None:
-        def write() -> None:
+    def _write_observation(
+        self, kind: Kind, name: str, spec: Obj, content: Obj, stamp: Mapping[str, Any]
+    ) -> None:
+        """Make the observation `name` hold `spec` and the status `content` + `stamp`.
+
+        When this agent wrote it last, it patches what that write left, guarded by its
+        resourceVersion, without reading it again; a conflict or a deletion (someone else
+        wrote) falls back to reading it, as a first write does. Either way the object ends
+        as one read-modify-write would leave it.
+        """
+        key = (kind.kind, name)
+        known = self._written.pop(key, None)
+        if known is not None:
+            obj, last_content = known
+            patch = _status_patch(obj.get("status") or {}, last_content, content, stamp)
+            if patch and obj.get("spec") == spec:
+                try:
+                    written = self.hub.patch_status(
+                        kind, name, self.namespace, patch, obj["metadata"]["resourceVersion"]
+                    )
+                except (Conflict, NotFound):
+                    pass  # changed or deleted since: read it, below
+                else:
+                    self._written[key] = (written, content)
+                    return
+        status = {**content, **stamp}
+
+        def write() -> Obj:
             current = self.hub.get(kind, name, self.namespace)
             if current is None:
                 body: Obj = {
@@ -263,32 +321,35 @@ class Agent:
                 current["spec"] = spec
                 current = self.hub.update(current)
             patch = merge_patch(current.get("status") or {}, status)
-            if patch:
-                self.hub.patch_status(
-                    kind, name, self.namespace, patch, current["metadata"]["resourceVersion"]
-                )
+            if not patch:
+                return current
+            return self.hub.patch_status(
+                kind, name, self.namespace, patch, current["metadata"]["resourceVersion"]
+            )
 
-        self._retry(write)
+        self._written[key] = (self._retry(write), content)
 
     # --- materialize ----------------------------------------------------------------------
 
-    def materialize(self, replicas: Sequence[Obj], outcome: StepOutcome | None = None) -> None:
+    def materialize(
+        self, replicas: Sequence[Mapping[str, Any]], outcome: StepOutcome | None = None
+    ) -> None:
         """Make the local workloads equal the desired set for `replicas`."""
         outcome = outcome if outcome is not None else StepOutcome()
-        desired: dict[tuple[Kind, str, str], Obj] = {}
+        desired: dict[Kind, dict[tuple[str, str], Obj]] = {kind: {} for kind in OWNED_KINDS}
         for replica in replicas:
-            try:
-                objs = materialize(replica)
-            except ReplicaInvalid as e:
+            objs = self._desired.get(replica, _desired_of)
+            if isinstance(objs, ReplicaInvalid):
                 meta = replica.get("metadata") or {}
-                outcome.errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {e}")
+                outcome.errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
                 continue
-            for obj in objs:
-                meta = obj["metadata"]
-                desired[(_kind(obj), meta["namespace"], meta["name"])] = obj
-        namespaces = sorted({ns for (_, ns, _) in desired})
+            for kind, key, obj in objs:
+                desired[kind][key] = obj
+        self._desired.end_call()
+        namespaces = sorted({ns for by_key in desired.values() for (ns, _) in by_key})
         for ns in namespaces:
             self._ensure_namespace(ns, outcome)
+        agreeing, self._agreeing = self._agreeing, {}
         for kind in OWNED_KINDS:
             try:
                 # Read-only here: an update re-reads the object it changes.
@@ -298,33 +359,42 @@ class Agent:
                 # a replica that needs it fails on create and says so, the others go on.
                 listed = []
             existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed}
-            for (k, ns, name), want in sorted(desired.items(), key=lambda i: i[0][1:]):
-                if k != kind:
+            wanted = desired[kind]
+            for key in sorted(wanted):
+                want, current = wanted[key], existing.get(key)
+                pair = (id(current), id(want))
+                if current is not None and pair in agreeing:
+                    # Neither changed since they were found to agree (both are held there,
+                    # so the identities are still theirs).
+                    self._agreeing[pair] = agreeing[pair]
                     continue
-                self._apply(kind, want, existing.get((ns, name)), outcome)
-            for (ns, name), _obj in sorted(existing.items()):
-                if (kind, ns, name) not in desired:
-                    self._delete_local(kind, name, ns, outcome)
+                if self._apply(kind, want, current, outcome):
+                    assert current is not None
+                    self._agreeing[pair] = (current, want)
+            for key in sorted(existing):
+                if key not in wanted:
+                    self._delete_local(kind, key[1], key[0], outcome)
 
     def _apply(
         self, kind: Kind, want: Obj, current: Mapping[str, Any] | None, outcome: StepOutcome
-    ) -> None:
+    ) -> bool:
+        """Create or update the local object to hold `want`; True when it already did."""
         ref = _ref(kind, want["metadata"]["namespace"], want["metadata"]["name"])
         try:
             if current is None:
                 self.local.create(want)
                 outcome.created.append(ref)
-                return
+                return False
             if _contains(current, {"metadata": {"labels": want["metadata"]["labels"]}}) and (
                 _contains(current.get("spec"), want["spec"])
             ):
-                return
+                return True
             if kind == RESOURCE_CLAIM_TEMPLATE:
                 # Immutable spec: replace it. Pods already running keep the claims they have.
                 self.local.delete(kind, want["metadata"]["name"], want["metadata"]["namespace"])
                 self.local.create(want)
                 outcome.updated.append(ref)
-                return
+                return False
 
             def update() -> None:
                 latest = self.local.get(
@@ -341,6 +411,7 @@ class Agent:
             outcome.updated.append(ref)
         except StoreError as e:
             outcome.errors.append(f"apply {ref}: {e}")
+        return False
 
     def _delete_local(self, kind: Kind, name: str, ns: str, outcome: StepOutcome) -> None:
         try:
@@ -371,6 +442,40 @@ class Agent:
                     raise
                 log.debug("conflict; re-reading (attempt %d)", attempt + 1)
         raise AssertionError("unreachable")
+
+
+_O = TypeVar("_O", ObservedPool, ObservedReplica)
+
+
+def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
+    """The status body of `observed`: the last one made, when the observation is equal."""
+    if last is not None and last[0] == observed:
+        return last
+    return observed, observed.to_status()
+
+
+def _status_patch(
+    written: Mapping[str, Any], last_content: Obj, content: Obj, stamp: Mapping[str, Any]
+) -> Obj:
+    """The merge patch from `written` (the status our last write left: `last_content` and a
+    stamp) to `content` and `stamp`. Unchanged content is the same object (`_status_of`), so
+    then only the stamp is compared."""
+    if content is last_content:
+        return merge_patch({k: written[k] for k in stamp if k in written}, stamp)
+    return merge_patch(written, {**content, **stamp})
+
+
+#: One desired local object: its kind, (namespace, name) and body (shared: never changed).
+_Desired = tuple[Kind, tuple[str, str], Obj]
+
+
+def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInvalid:
+    """`materialize(replica)` keyed for the diff; the error when the replica is invalid."""
+    try:
+        objs = materialize(replica)
+    except ReplicaInvalid as e:
+        return e
+    return tuple((_kind(o), (o["metadata"]["namespace"], o["metadata"]["name"]), o) for o in objs)
 
 
 def _content(report: Report) -> dict[tuple[str, str], Obj]:

@@ -27,6 +27,7 @@ gang the unallocated pods belong to is unknown: they are grouped into the first 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 
 from gpufleet.core.capacity import PoolLedger, Vector, as_utc
 from gpufleet.core.fit import Unit, make_unit
@@ -35,6 +36,7 @@ from gpufleet.core.model import (
     Replica,
     ReplicaEngine,
     ReplicaMember,
+    ReplicaPoolStatus,
     ResolvedRequest,
     Role,
 )
@@ -102,6 +104,29 @@ def node_cost(engines: Iterable[ReplicaEngine], pool: PoolName) -> int:
     )
 
 
+def _counted_status(
+    replica: Replica, pool: PoolName, is_shape_unchanged: bool
+) -> ReplicaPoolStatus | None:
+    """The replica's status entry for `pool` when it may count against the pool's histogram
+    (generation observed, shape unchanged, a time to compare), else None: charged in full."""
+    status = replica.status
+    if not is_shape_unchanged or status.observed_generation != replica.generation:
+        return None
+    pool_status = next((p for p in status.pools if p.pool == pool), None)
+    if pool_status is None or pool_status.last_allocation_time is None:
+        return None
+    return pool_status
+
+
+def counted_since(replica: Replica, pool: PoolName, is_shape_unchanged: bool) -> datetime | None:
+    """From which pool `last_allocation_time` on (UTC) the histogram holds the replica's
+    allocated pods; None when it never does (then that time does not matter)."""
+    pool_status = _counted_status(replica, pool, is_shape_unchanged)
+    if pool_status is None or pool_status.last_allocation_time is None:
+        return None
+    return as_utc(pool_status.last_allocation_time)
+
+
 def accounted_fn(replica: Replica, ledger: PoolLedger, is_shape_unchanged: bool) -> AccountedFn:
     """Per (engine, role), the pods of `replica` that `ledger`'s histogram already holds."""
 
@@ -109,15 +134,9 @@ def accounted_fn(replica: Replica, ledger: PoolLedger, is_shape_unchanged: bool)
         return 0
 
     observation = ledger.observation
-    status = replica.status
-    if (
-        not is_shape_unchanged
-        or observation is None
-        or observation.last_allocation_time is None
-        or status.observed_generation != replica.generation
-    ):
+    if observation is None or observation.last_allocation_time is None:
         return nothing
-    pool_status = next((p for p in status.pools if p.pool == ledger.pool.name), None)
+    pool_status = _counted_status(replica, ledger.pool.name, is_shape_unchanged)
     if pool_status is None or pool_status.last_allocation_time is None:
         return nothing
     if as_utc(pool_status.last_allocation_time) > as_utc(observation.last_allocation_time):

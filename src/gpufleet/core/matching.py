@@ -18,7 +18,8 @@ Which way it errs: matching is greedy with no backtracking, so overlapping reque
 refused although an assignment exists (may refuse a fit, never over-accepts).
 
 Matching is pure but costs CEL evaluations, so `Matcher` memoises it per (member, device
-list): pools of the same class share one entry.
+list): pools of the same class share one entry. A `Matcher` may serve many `schedule` calls
+(memo.py): a class keeps its id while it is in use, and a member's entries hold the member.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
-    Attribute,
     ClaimMode,
     Cluster,
     Device,
@@ -113,13 +114,19 @@ _DeviceKey = tuple[object, ...]
 
 
 def _device_key(device: Device) -> _DeviceKey:
-    attributes: tuple[tuple[str, Attribute], ...] = tuple(sorted(device.attributes.items()))
+    """Everything matching reads of a device, by value. Attribute values carry their type:
+    `1`, `1.0` and `True` are equal in Python but not to CEL, so they are different classes."""
+    attributes = tuple(
+        (name, a.kind, type(a.value).__name__, a.value)
+        for name, a in sorted(device.attributes.items(), key=lambda kv: kv[0])
+    )
     capacity = tuple(sorted(device.capacity.items()))
     return (
         device.name,
         device.driver,
         device.claim,
         device.device_class_name,
+        type(device.count).__name__,
         device.count,
         attributes,
         capacity,
@@ -127,27 +134,39 @@ def _device_key(device: Device) -> _DeviceKey:
 
 
 class Matcher:
-    """Memoised `match_member` for one `schedule` call (members are identified by object)."""
+    """Memoised `match_member`, for one `schedule` call or, kept by the caller, for many.
 
-    __slots__ = ("_class_ids", "_members", "_memo", "memo")
+    Classes get ids by value (a class id is never given to another class); members are
+    identified by object, and each entry holds its member so its id cannot be reused.
+    `advance` starts a call (see memo.py): what the last two calls did not use is dropped.
+    """
+
+    __slots__ = ("_class_ids", "_matches", "_next_class_id")
 
     def __init__(self) -> None:
-        self._class_ids: dict[tuple[_DeviceKey, ...], int] = {}
-        self._memo: dict[tuple[int, int], MemberMatch] = {}
-        # Holding the members keeps their ids unique for the life of the memo.
-        self._members: dict[int, Member] = {}
-        #: Other per-call memos keyed by object identity (callers keep those objects alive).
-        self.memo: dict[object, object] = {}
+        self._class_ids: Generations[tuple[_DeviceKey, ...], int] = Generations()
+        self._next_class_id = 0
+        self._matches: Generations[tuple[int, int], MemberMatch] = Generations()
+
+    def advance(self) -> None:
+        self._class_ids.advance()
+        self._matches.advance()
+
+    def size(self) -> int:
+        """Entries held (class ids and matches)."""
+        return len(self._class_ids) + len(self._matches)
 
     def class_id(self, devices: Sequence[Device]) -> int:
         key = tuple(_device_key(d) for d in devices)
-        return self._class_ids.setdefault(key, len(self._class_ids))
+        found = self._class_ids.get(key)
+        if found is not None:
+            return found[0]
+        self._next_class_id += 1
+        return self._class_ids.put(key, self._next_class_id)
 
     def match(self, member: Member, devices: Sequence[Device], class_id: int) -> MemberMatch:
         memo_key = (id(member), class_id)
-        found = self._memo.get(memo_key)
+        found = self._matches.get(memo_key)
         if found is None:
-            self._members[id(member)] = member
-            found = match_member(member, devices)
-            self._memo[memo_key] = found
-        return found
+            return self._matches.put(memo_key, match_member(member, devices), member)
+        return found[0]

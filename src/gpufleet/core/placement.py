@@ -30,6 +30,7 @@ from gpufleet.core.capacity import Freshness, NodeChoicePolicy, PoolLedger
 from gpufleet.core.decision import PlacedEngine, PlacedMember, PoolVerdict, Reason
 from gpufleet.core.fit import FitFailure, FitResult, Unit, fit, order_units
 from gpufleet.core.matching import Matcher, MemberMatch
+from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
     Cluster,
     Deployment,
@@ -133,22 +134,51 @@ class _EngineOnClass:
     node_cost: int
 
 
-def _on_class(engine: Engine, pool: PoolLedger, matcher: Matcher) -> _EngineOnClass:
-    memo_key = ("engine", id(engine), pool.class_id, pool.is_free_gpu)
-    found = matcher.memo.get(memo_key)
-    if found is None:
-        matches = tuple(matcher.match(m, pool.pool.devices, pool.class_id) for m in engine.members)
-        stamp = _stamp(engine, matches, PoolName(""))
-        found = _EngineOnClass(
-            matches,
-            all(m.is_match for m in matches),
-            tuple(m.is_match and m.is_claiming for m in matches),
-            tuple(order_units(engine_units(stamp, PoolName(""), pool))) if pool.is_free_gpu else (),
-            node_cost((stamp,), PoolName("")),
+class PlacementMemo:
+    """What placing computes per (engine or deployment, class of pool), capacity aside.
+
+    Shared by every cluster with pools of a class and, when the caller keeps it, by later
+    calls (memo.py): entries are keyed by the engine's or deployment's identity and hold it.
+    """
+
+    __slots__ = ("engines", "hosts", "matcher", "mismatches")
+
+    def __init__(self) -> None:
+        self.matcher = Matcher()
+        self.engines: Generations[tuple[int, int, bool], _EngineOnClass] = Generations()
+        self.hosts: Generations[tuple[int, tuple[tuple[int, bool], ...]], bool] = Generations()
+        self.mismatches: Generations[tuple[int, PoolName, int, tuple[bool, ...]], Reason | None] = (
+            Generations()
         )
-        matcher.memo[memo_key] = found
-    assert isinstance(found, _EngineOnClass)
-    return found
+
+    def advance(self) -> None:
+        """A new call starts (see memo.py)."""
+        self.matcher.advance()
+        self.engines.advance()
+        self.hosts.advance()
+        self.mismatches.advance()
+
+    def size(self) -> int:
+        """Entries held, matching's included."""
+        return self.matcher.size() + len(self.engines) + len(self.hosts) + len(self.mismatches)
+
+
+def _on_class(engine: Engine, pool: PoolLedger, memo: PlacementMemo) -> _EngineOnClass:
+    memo_key = (id(engine), pool.class_id, pool.is_free_gpu)
+    found = memo.engines.get(memo_key)
+    if found is not None:
+        return found[0]
+    matcher = memo.matcher
+    matches = tuple(matcher.match(m, pool.pool.devices, pool.class_id) for m in engine.members)
+    stamp = _stamp(engine, matches, PoolName(""))
+    shape = _EngineOnClass(
+        matches,
+        all(m.is_match for m in matches),
+        tuple(m.is_match and m.is_claiming for m in matches),
+        tuple(order_units(engine_units(stamp, PoolName(""), pool))) if pool.is_free_gpu else (),
+        node_cost((stamp,), PoolName("")),
+    )
+    return memo.engines.put(memo_key, shape, engine)
 
 
 def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> ReplicaEngine:
@@ -168,16 +198,15 @@ def _mismatch(
     pool: PoolLedger,
     shape: _EngineOnClass,
     claimable: tuple[bool, ...],
-    matcher: Matcher,
+    memo: PlacementMemo,
 ) -> Reason | None:
     """Why the engine cannot use the pool at all; the same for every pool of that name and
     class, so explaining a thousand clusters builds each reason once."""
-    memo_key = ("mismatch", id(engine), pool.pool.name, pool.class_id, claimable)
-    if memo_key in matcher.memo:
-        return matcher.memo[memo_key]  # type: ignore[return-value]
-    found = _first_mismatch(engine, pool, shape, claimable)
-    matcher.memo[memo_key] = found
-    return found
+    memo_key = (id(engine), pool.pool.name, pool.class_id, claimable)
+    found = memo.mismatches.get(memo_key)
+    if found is not None:
+        return found[0]
+    return memo.mismatches.put(memo_key, _first_mismatch(engine, pool, shape, claimable), engine)
 
 
 def _first_mismatch(
@@ -193,23 +222,22 @@ def _first_mismatch(
     return None
 
 
-def can_ever_host(ledger: ClusterLedger, deployment: Deployment, matcher: Matcher) -> bool:
+def can_ever_host(ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo) -> bool:
     """Whether every engine has a pool it could use if the pool were empty (capacity aside).
 
     Matching does not change within a round, so a cluster that fails this never needs another
     fill attempt for the deployment (it is still diagnosed in full).
     """
-    memo_key = ("host", id(deployment), ledger.shape)
-    found = matcher.memo.get(memo_key)
-    if found is None:
-        found = _can_host(ledger, deployment, matcher)
-        matcher.memo[memo_key] = found
-    return bool(found)
+    memo_key = (id(deployment), ledger.shape)
+    found = memo.hosts.get(memo_key)
+    if found is not None:
+        return found[0]
+    return memo.hosts.put(memo_key, _can_host(ledger, deployment, memo), deployment)
 
 
-def _can_host(ledger: ClusterLedger, deployment: Deployment, matcher: Matcher) -> bool:
+def _can_host(ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo) -> bool:
     for engine in deployment.engines:
-        shapes = [_on_class(engine, pool, matcher) for pool in ledger.pools]
+        shapes = [_on_class(engine, pool, memo) for pool in ledger.pools]
         claimable = tuple(
             any(shape.claiming[i] for shape in shapes) for i in range(len(engine.members))
         )
@@ -227,7 +255,7 @@ def _can_host(ledger: ClusterLedger, deployment: Deployment, matcher: Matcher) -
 def place_replica(
     ledger: ClusterLedger,
     deployment: Deployment,
-    matcher: Matcher,
+    memo: PlacementMemo,
     *,
     owner: str = "",
     explain: bool = False,
@@ -239,7 +267,7 @@ def place_replica(
     verdicts: list[PoolVerdict] = []
     policy = ledger.policy
     for engine in deployment.engines:
-        shapes = [(pool, _on_class(engine, pool, matcher)) for pool in ledger.pools]
+        shapes = [(pool, _on_class(engine, pool, memo)) for pool in ledger.pools]
         claimable = tuple(
             any(shape.claiming[i] for _, shape in shapes) for i in range(len(engine.members))
         )
@@ -261,7 +289,7 @@ def place_replica(
             )
             if not is_usable:
                 if explain:
-                    mismatch = _mismatch(engine, pool, shape, claimable, matcher)
+                    mismatch = _mismatch(engine, pool, shape, claimable, memo)
                     verdicts.append(
                         PoolVerdict(
                             pool.pool.name,

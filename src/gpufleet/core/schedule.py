@@ -10,7 +10,7 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
    most loaded cluster (ties: the later name), highest index first.
 3. Charge every surviving replica of every deployment, and every replica whose deployment is
    not in the snapshot (they still hold devices), in canonical order (replica name), per pod
-   (accounting.py). Dropped and scaled-down replicas are not charged.
+   (accounting.py, charging.py). Dropped and scaled-down replicas are not charged.
 4. Fill round-robin: each round, each deployment in key order places one replica; a deployment
    stops at its first failure, and its diagnosis is taken against the ledger at that moment.
    One placement: among clusters that are selected, tolerated (NoSchedule and NoExecute),
@@ -23,6 +23,12 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
 Invariants: pure and deterministic (no clock but `now`, no randomness, every input sequence
 sorted before use, so permuting any snapshot tuple changes nothing); no two placements are
 given the same free device; a deployment with shortfall > 0 has a non-empty diagnosis.
+
+Memo. A caller that schedules the same fleet again and again (the hub controller, every step)
+may pass one `ScheduleMemo` to every call: matching, and steps 2 and 3 of a deployment whose
+objects, replicas and pools did not change, are then answered from what an earlier call
+derived. The memo is an argument, not a global, and changes no result: only the time a call
+takes (most of which, in a steady fleet, was steps 2 and 3 and the matching behind them).
 
 Which way it errs: the ledger errs toward full (see accounting.py); round-robin with a stop at
 the first failure may leave capacity another order would use (may refuse, never overcommits).
@@ -37,12 +43,25 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from gpufleet.core import diagnosis
-from gpufleet.core.accounting import accounted_fn, demand_shape, engine_units, node_cost
+from gpufleet.core.accounting import demand_shape
 from gpufleet.core.capacity import (
     PoolLedger,
     Vector,
     cluster_freshness,
     policy_for,
+)
+from gpufleet.core.charging import (
+    Charge,
+    HeldCharges,
+    Kept,
+    PoolKey,
+    PoolView,
+    allocation_time,
+    apply_charges,
+    charge_view,
+    charges_of,
+    held_charges,
+    replica_order,
 )
 from gpufleet.core.decision import (
     ClusterVerdict,
@@ -59,8 +78,9 @@ from gpufleet.core.decision import (
     ReasonCode,
     replica_name,
 )
-from gpufleet.core.fit import Assignment, Unit, charge
+from gpufleet.core.fit import Assignment
 from gpufleet.core.matching import DRAINS, REPELS_NEW, Matcher, is_selected, untolerated
+from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
     ClusterName,
     Deployment,
@@ -69,9 +89,16 @@ from gpufleet.core.model import (
     Replica,
     ReplicaEngine,
     ReplicaMember,
+    SchedulingConfig,
     Snapshot,
 )
-from gpufleet.core.placement import ClusterLedger, can_ever_host, commit, place_replica
+from gpufleet.core.placement import (
+    ClusterLedger,
+    PlacementMemo,
+    can_ever_host,
+    commit,
+    place_replica,
+)
 
 CONDITION_TYPE = "ReplicasScheduled"
 #: The reason of a True condition (Modelplane HEAD: partial shortfall is still True).
@@ -105,9 +132,114 @@ class Plan:
     one_more: Mapping[DeploymentKey, Diagnosis] = field(default_factory=dict)
 
 
-def schedule(snapshot: Snapshot, now: datetime) -> Decision:
-    """Decide, for every deployment of the snapshot, which replicas to keep, create and drop."""
-    return plan(snapshot, now).decision
+@dataclass(frozen=True, slots=True)
+class _Retained:
+    """What retaining decided for one deployment (step 2), before anything is placed.
+
+    A function of the deployment, its replicas (in canonical order) and what retaining reads
+    of the clusters (`_retain_view`), so a memo can answer it again while those are unchanged.
+    """
+
+    #: Kept replicas as placements, by (cluster, index).
+    retained: tuple[Placement, ...]
+    dropped: tuple[DroppedReplica, ...]
+    #: Kept replicas to charge, in canonical order.
+    kept: tuple[Kept, ...]
+    #: The deployment's decision when retaining is all it needs (nothing pending), else None.
+    settled: DeploymentDecision | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Remembered:
+    """A deployment's memo entry: what its retain result was derived from besides the
+    deployment (the fleet's retain view id, its replicas' ids in snapshot order), that
+    result, and its kept replicas' charges with the pool states they hold for."""
+
+    source: tuple[int, tuple[int, ...]]
+    retained: _Retained
+    charges: HeldCharges
+
+
+class ScheduleMemo:
+    """What `plan` derived from objects a later call may see again, for a caller that
+    schedules a slowly changing fleet over and over (the hub controller, every step).
+
+    It holds, keyed by the identity of the snapshot's Deployment objects (an entry holds the
+    deployment and the replicas whose ids it compares, so no id can answer for another
+    object while the entry lives) and by pool class: member matches and engine shapes per
+    class of pool, and per deployment its retain result (kept replicas re-stamped, dropped
+    ones, its whole decision when nothing is pending) and its kept replicas' charges. A
+    retain result is recomputed when the deployment, its replicas or what retaining reads of
+    the clusters (names, labels, taints, gateways, pools by name and class) change; charges
+    when a pool they pin changes class or accounting, or its allocation time leaves the
+    window they hold for (charging.py).
+
+    Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
+    about two snapshots' worth of derived values. Reusable across any sequence of snapshots:
+    a call's result is the same as with a fresh memo. Not thread-safe: one caller at a time.
+    """
+
+    __slots__ = ("_fleet", "_pools", "_views", "deployments", "placement")
+
+    def __init__(self) -> None:
+        self.placement = PlacementMemo()
+        #: Per deployment (by id), its latest retain result and charges.
+        self.deployments: Generations[int, _Remembered] = Generations()
+        self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
+        self._pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
+        self._views = 0
+
+    def advance(
+        self, ledgers: Mapping[ClusterName, ClusterLedger]
+    ) -> tuple[int, dict[PoolKey, PoolView]]:
+        """Start a call (after its ledgers are built). Returns the id of the fleet's retain
+        view and each pool's `PoolView`: a view id stays the same while the view does, and
+        is never given to another view."""
+        self.placement.advance()
+        self.deployments.advance()
+        fleet = tuple(_retain_view(ledger) for ledger in ledgers.values())
+        if fleet != self._fleet[0]:
+            self._fleet = (fleet, self._new_view())
+        pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
+        views: dict[PoolKey, PoolView] = {}
+        for name, ledger in ledgers.items():
+            for pool in ledger.pools:
+                key = (name, pool.pool.name)
+                view = charge_view(pool)
+                known = self._pools.get(key)
+                pools[key] = known if known and known[0] == view else (view, self._new_view())
+                views[key] = (pools[key][1], allocation_time(pool))
+        self._pools = pools
+        return self._fleet[1], views
+
+    def _new_view(self) -> int:
+        self._views += 1
+        return self._views
+
+    def size(self) -> int:
+        """Entries held: about what the last two calls derived, never the history."""
+        return self.placement.size() + len(self.deployments)
+
+
+def _retain_view(ledger: ClusterLedger) -> tuple[object, ...]:
+    """Everything `_retain` reads of a cluster: what decides keeping and re-stamping."""
+    cluster = ledger.cluster
+    return (
+        cluster.name,
+        tuple(sorted(cluster.labels.items())),
+        cluster.taints,
+        cluster.gateway_address,
+        tuple((p.pool.name, p.class_id) for p in ledger.pools),
+    )
+
+
+def schedule(snapshot: Snapshot, now: datetime, *, memo: ScheduleMemo | None = None) -> Decision:
+    """Decide, for every deployment of the snapshot, which replicas to keep, create and drop.
+
+    `memo` (default: a fresh one) may be kept by a caller that calls again on a later snapshot
+    of the same fleet: it only saves time, the decision is the same.
+    """
+    return plan(snapshot, now, memo=memo).decision
 
 
 @dataclass(slots=True)
@@ -116,7 +248,7 @@ class _Work:
 
     deployment: Deployment
     retained: list[Placement]
-    dropped: list[DroppedReplica]
+    dropped: tuple[DroppedReplica, ...]
     created: list[Placement] = field(default_factory=list)
     counts: Counter[ClusterName] = field(default_factory=Counter)
     indices: dict[ClusterName, set[int]] = field(default_factory=dict)
@@ -131,20 +263,31 @@ class _Work:
     def pending(self) -> int:
         return max(0, self.deployment.replicas) - len(self.retained) - len(self.created)
 
+    @classmethod
+    def start(cls, deployment: Deployment, retained: _Retained) -> _Work:
+        work = cls(deployment, list(retained.retained), retained.dropped)
+        for placement in retained.retained:
+            work.counts[placement.cluster] += 1
+            work.indices.setdefault(placement.cluster, set()).add(placement.index)
+        return work
+
 
 def _check(snapshot: Snapshot) -> None:
-    keys = Counter(d.key for d in snapshot.deployments)
-    for key, n in sorted(keys.items(), key=lambda kv: (kv[0].namespace, kv[0].name)):
-        if n > 1:
-            raise SnapshotError(f"deployments[{key}]", f"{n} deployments share this key")
+    deployments = snapshot.deployments
+    if len({(d.key.namespace, d.key.name) for d in deployments}) < len(deployments):
+        _check_keys(deployments)
     names = Counter(c.name for c in snapshot.clusters)
     for name, n in sorted(names.items()):
         if n > 1:
             raise SnapshotError(f"clusters[{name}]", f"{n} clusters share this name")
 
 
-def _replica_order(r: Replica) -> tuple[str, str, str, str, int]:
-    return (r.name, r.deployment.namespace, r.deployment.name, r.cluster, r.index)
+def _check_keys(deployments: tuple[Deployment, ...]) -> None:
+    """Raise for the first shared key (by key order); found only when there is one."""
+    keys = Counter(d.key for d in deployments)
+    for key, n in sorted(keys.items(), key=lambda kv: (kv[0].namespace, kv[0].name)):
+        if n > 1:
+            raise SnapshotError(f"deployments[{key}]", f"{n} deployments share this key")
 
 
 def _deployment_order(d: Deployment) -> tuple[str, str]:
@@ -220,13 +363,41 @@ def _placed_engines(engines: tuple[ReplicaEngine, ...]) -> tuple[PlacedEngine, .
     )
 
 
+def _retain_and_charge(
+    deployment: Deployment,
+    replicas: tuple[Replica, ...],
+    ledgers: Mapping[ClusterName, ClusterLedger],
+    memo: ScheduleMemo,
+    fleet: int,
+    views: Mapping[PoolKey, PoolView],
+) -> tuple[_Retained, tuple[Charge, ...]]:
+    """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
+    ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
+
+    Keyed by the deployment alone (an int key is cheap to hash) with its latest result: the
+    entry holds the replicas whose ids it compares, so an id cannot answer for another."""
+    source = (fleet, tuple(map(id, replicas)))
+    found = memo.deployments.get(id(deployment))
+    known = found[0] if found is not None and found[0].source == source else None
+    if known is not None and known.charges.hold(views):
+        return known.retained, known.charges.charges
+    if known is not None:
+        retained = known.retained
+    else:
+        in_order = tuple(sorted(replicas, key=replica_order))
+        retained = _retain(deployment, in_order, ledgers, memo.placement.matcher)
+    charges = held_charges(retained.kept, ledgers, views)
+    remembered = _Remembered(source, retained, charges)
+    memo.deployments.put(id(deployment), remembered, (deployment, replicas))
+    return retained, charges.charges
+
+
 def _retain(
     deployment: Deployment,
-    replicas: list[Replica],
+    replicas: tuple[Replica, ...],
     ledgers: Mapping[ClusterName, ClusterLedger],
     matcher: Matcher,
-    charged: list[tuple[Replica, tuple[ReplicaEngine, ...], bool]],
-) -> _Work:
+) -> _Retained:
     kept: list[tuple[Replica, tuple[ReplicaEngine, ...]]] = []
     dropped: list[DroppedReplica] = []
     holders: dict[tuple[ClusterName, int], str] = {}
@@ -263,12 +434,8 @@ def _retain(
         victim = max((k for k in kept if k[0].cluster == cluster), key=lambda k: k[0].index)
         kept.remove(victim)
         drop(victim[0], diagnosis.scaled_down(desired, len(kept)))
-    work = _Work(deployment, [], sorted(dropped, key=lambda d: (d.name, d.cluster, d.index)))
-    for replica, restamped in kept:
-        charged.append(
-            (replica, restamped, demand_shape(restamped) == demand_shape(replica.engines))
-        )
-        work.retained.append(
+    retained = sorted(
+        (
             Placement(
                 name=replica.name,
                 deployment=deployment.key,
@@ -277,44 +444,26 @@ def _retain(
                 engines=_placed_engines(restamped),
                 gateway_address=ledgers[replica.cluster].cluster.gateway_address,
             )
-        )
-        work.counts[replica.cluster] += 1
-        work.indices.setdefault(replica.cluster, set()).add(replica.index)
-    work.retained.sort(key=lambda p: (p.cluster, p.index))
-    return work
-
-
-def _charge(
-    replica: Replica,
-    engines: tuple[ReplicaEngine, ...],
-    is_shape_unchanged: bool,
-    ledger: ClusterLedger,
-) -> None:
-    pinned = sorted(
-        {m.pool for e in replica.engines for m in e.members}
-        | {m.pool for e in engines for m in e.members}
+            for replica, restamped in kept
+        ),
+        key=lambda p: (p.cluster, p.index),
     )
-    for name in pinned:
-        pool = ledger.by_name.get(name)
-        if pool is None:
-            continue
-        if not pool.is_free_gpu:
-            cost = node_cost(replica.engines, name)
-            if cost:
-                pool.take_nodes(cost)
-            continue
-        accounted = accounted_fn(replica, pool, is_shape_unchanged)
-        units: list[Unit] = []
-        for engine in engines:
-            units.extend(engine_units(engine, name, pool, accounted))
-        if not units:
-            continue
-        free, log = charge(
-            pool.free, units, ledger.policy, owner=replica.name, record=pool.log is not None
+    gone = tuple(sorted(dropped, key=lambda d: (d.name, d.cluster, d.index)))
+    settled = None
+    if len(retained) == desired:
+        condition = _condition(desired, desired, None)
+        settled = DeploymentDecision(
+            deployment.key, desired, tuple(retained), (), gone, 0, None, condition
         )
-        pool.set_free(free)
-        if pool.log is not None:
-            pool.log.extend(log)
+    return _Retained(
+        tuple(retained),
+        gone,
+        tuple(
+            (replica, restamped, demand_shape(restamped) == demand_shape(replica.engines))
+            for replica, restamped in kept
+        ),
+        settled,
+    )
 
 
 def _gates(ledger: ClusterLedger, deployment: Deployment, expire_after_s: float) -> list[Reason]:
@@ -334,12 +483,11 @@ def _gates(ledger: ClusterLedger, deployment: Deployment, expire_after_s: float)
 
 
 def _diagnose(
-    work: _Work,
+    deployment: Deployment,
     ledgers: Mapping[ClusterName, ClusterLedger],
-    matcher: Matcher,
+    memo: PlacementMemo,
     snapshot: Snapshot,
 ) -> Diagnosis:
-    deployment = work.deployment
     config = snapshot.config
     verdicts: list[ClusterVerdict] = []
     selected = 0
@@ -351,7 +499,7 @@ def _diagnose(
             continue
         selected += 1
         gates = _gates(ledger, deployment, config.expire_after_s)
-        fitted = place_replica(ledger, deployment, matcher, explain=True)
+        fitted = place_replica(ledger, deployment, memo, explain=True)
         fits = not gates and fitted.engines is not None
         reasons: list[Reason] = gates or list(fitted.reasons)
         if ledger.freshness.state is ObservationState.STALE:
@@ -365,14 +513,49 @@ def _diagnose(
     return Diagnosis(tuple(verdicts), tuple(wide))
 
 
-def _fill_one(work: _Work, matcher: Matcher) -> bool:
+def _find_candidates(
+    works: list[_Work],
+    ledgers: Mapping[ClusterName, ClusterLedger],
+    memo: PlacementMemo,
+    config: SchedulingConfig,
+) -> None:
+    """Set where each deployment to fill may go, in fill order.
+
+    Only deployments that still need replicas ask: in the steady state most have all they
+    want, and asking costs a match of every engine against every class of pool. Which
+    clusters may take a deployment depends only on its selector and tolerations (the gates)
+    and on which pool shapes it can match: deployments that share them share the scan.
+    """
+    by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
+    eligible: dict[object, tuple[ClusterName, ...]] = {}
+    for work in works:
+        d = work.deployment
+        gate_key = (tuple(sorted(d.cluster_selector.items())), d.tolerations)
+        hostable = frozenset(
+            shape for shape, sample in by_shape.items() if can_ever_host(sample, d, memo)
+        )
+        names = eligible.get((gate_key, hostable))
+        if names is None:
+            names = tuple(
+                name
+                for name, ledger in ledgers.items()
+                if ledger.shape in hostable
+                and is_selected(ledger.cluster, d.cluster_selector)
+                and not _gates(ledger, d, config.expire_after_s)
+            )
+            eligible[(gate_key, hostable)] = names
+        work.candidates = {name: ledgers[name] for name in names}
+        work.order = sorted((work.counts[name], name) for name in names)
+
+
+def _fill_one(work: _Work, memo: PlacementMemo) -> bool:
     deployment = work.deployment
     for position, (count, cluster) in enumerate(work.order):
         ledger = work.candidates[cluster]
         used = work.indices.setdefault(cluster, set())
         index = next(i for i in range(len(used) + 1) if i not in used)
         name = replica_name(deployment.key.name, cluster, index)
-        fitted = place_replica(ledger, deployment, matcher, owner=name)
+        fitted = place_replica(ledger, deployment, memo, owner=name)
         if fitted.engines is None:
             continue
         commit(ledger, fitted)
@@ -411,18 +594,89 @@ def _condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
     )
 
 
+def _by_deployment(
+    deployments: list[Deployment], replicas: tuple[Replica, ...]
+) -> tuple[list[list[Replica]], list[Replica]]:
+    """Each deployment's replicas in snapshot order (retaining sorts them; a memo hit need
+    not), and in canonical order the replicas whose deployment is gone (their devices are
+    not, yet: they are still charged)."""
+    # Keyed by (namespace, name): a tuple of strings hashes and compares without Python code.
+    groups: dict[tuple[str, str], list[Replica]] = {
+        (d.key.namespace, d.key.name): [] for d in deployments
+    }
+    orphans: list[Replica] = []
+    for replica in replicas:
+        key = replica.deployment
+        group = groups.get((key.namespace, key.name))
+        if group is None:
+            orphans.append(replica)
+        else:
+            group.append(replica)
+    orphans.sort(key=replica_order)
+    return list(groups.values()), orphans
+
+
+def _fill(
+    works: list[_Work],
+    ledgers: Mapping[ClusterName, ClusterLedger],
+    memo: PlacementMemo,
+    snapshot: Snapshot,
+) -> None:
+    """Step 4: round-robin over the deployments with replicas pending."""
+    active = [w for w in works if w.deployment.fill and w.pending > 0]
+    _find_candidates(active, ledgers, memo, snapshot.config)
+    while active:
+        for work in active:
+            if not _fill_one(work, memo):
+                work.is_stopped = True
+                work.diagnosis = _diagnose(work.deployment, ledgers, memo, snapshot)
+        active = [w for w in active if not w.is_stopped and w.pending > 0]
+
+
+def _decide(
+    work: _Work,
+    ledgers: Mapping[ClusterName, ClusterLedger],
+    memo: PlacementMemo,
+    snapshot: Snapshot,
+) -> DeploymentDecision:
+    desired = max(0, work.deployment.replicas)
+    placed = len(work.retained) + len(work.created)
+    shortfall = max(0, desired - placed)
+    diag = work.diagnosis
+    if shortfall > 0 and diag is None:
+        diag = _diagnose(work.deployment, ledgers, memo, snapshot)
+    if shortfall == 0:
+        diag = None
+    return DeploymentDecision(
+        key=work.deployment.key,
+        desired=desired,
+        retained=tuple(work.retained),
+        created=tuple(sorted(work.created, key=lambda p: (p.cluster, p.index))),
+        dropped=work.dropped,
+        shortfall=shortfall,
+        diagnosis=diag,
+        condition=_condition(desired, placed, diag),
+    )
+
+
 def plan(
     snapshot: Snapshot,
     now: datetime,
     *,
     record: bool = False,
     explain: frozenset[DeploymentKey] = frozenset(),
+    memo: ScheduleMemo | None = None,
 ) -> Plan:
     """`schedule`, plus (with `record`) every pod the ledger took, for tests and explain, and
-    (for the deployments in `explain` that got every replica) the verdicts for one more."""
+    (for the deployments in `explain` that got every replica) the verdicts for one more.
+
+    `memo` (default: a fresh one): see `ScheduleMemo`; it never changes the result."""
     _check(snapshot)
-    matcher = Matcher()
-    ledgers = _build_ledgers(snapshot, now, matcher, record)
+    if memo is None:
+        memo = ScheduleMemo()
+    ledgers = _build_ledgers(snapshot, now, memo.placement.matcher, record)
+    fleet, pool_views = memo.advance(ledgers)
+    placing = memo.placement
     initial = (
         {(c, p.pool.name): dict(p.free) for c, cl in ledgers.items() for p in cl.pools}
         if record
@@ -430,76 +684,24 @@ def plan(
     )
 
     deployments = sorted(snapshot.deployments, key=_deployment_order)
-    keys = {d.key for d in deployments}
-    by_deployment: dict[DeploymentKey, list[Replica]] = {k: [] for k in keys}
-    charged: list[tuple[Replica, tuple[ReplicaEngine, ...], bool]] = []
-    for replica in sorted(snapshot.replicas, key=_replica_order):
-        if replica.deployment in by_deployment:
-            by_deployment[replica.deployment].append(replica)
-        else:
-            charged.append((replica, replica.engines, True))
-
-    works = [_retain(d, by_deployment[d.key], ledgers, matcher, charged) for d in deployments]
-
-    charged.sort(key=lambda c: _replica_order(c[0]))
-    for replica, engines, is_unchanged in charged:
+    groups, orphans = _by_deployment(deployments, snapshot.replicas)
+    charges: list[Charge] = []
+    for replica in orphans:
         ledger = ledgers.get(replica.cluster)
         if ledger is not None:
-            _charge(replica, engines, is_unchanged, ledger)
+            charges.extend(charges_of(replica, replica.engines, True, ledger))
+    # Per deployment, its decision when retaining settles it, else its work for the round.
+    outcomes: list[DeploymentDecision | _Work] = []
+    for d, group in zip(deployments, groups, strict=True):
+        retained, kept = _retain_and_charge(d, tuple(group), ledgers, memo, fleet, pool_views)
+        charges.extend(kept)
+        outcomes.append(retained.settled or _Work.start(d, retained))
+    apply_charges(charges, ledgers)
+    _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, placing, snapshot)
 
-    config = snapshot.config
-    # Which clusters may take a deployment depends only on its selector and tolerations (the
-    # gates) and on which pool shapes it can match: deployments that share them share the scan.
-    by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
-    eligible: dict[object, tuple[ClusterName, ...]] = {}
-    for work in works:
-        d = work.deployment
-        gate_key = (tuple(sorted(d.cluster_selector.items())), d.tolerations)
-        hostable = frozenset(
-            shape for shape, sample in by_shape.items() if can_ever_host(sample, d, matcher)
-        )
-        names = eligible.get((gate_key, hostable))
-        if names is None:
-            names = tuple(
-                name
-                for name, ledger in ledgers.items()
-                if ledger.shape in hostable
-                and is_selected(ledger.cluster, d.cluster_selector)
-                and not _gates(ledger, d, config.expire_after_s)
-            )
-            eligible[(gate_key, hostable)] = names
-        work.candidates = {name: ledgers[name] for name in names}
-        work.order = sorted((work.counts[name], name) for name in names)
-    active = [w for w in works if w.deployment.fill and w.pending > 0]
-    while active:
-        for work in active:
-            if not _fill_one(work, matcher):
-                work.is_stopped = True
-                work.diagnosis = _diagnose(work, ledgers, matcher, snapshot)
-        active = [w for w in active if not w.is_stopped and w.pending > 0]
-
-    decisions: list[DeploymentDecision] = []
-    for work in works:
-        desired = max(0, work.deployment.replicas)
-        placed = len(work.retained) + len(work.created)
-        shortfall = max(0, desired - placed)
-        diag = work.diagnosis
-        if shortfall > 0 and diag is None:
-            diag = _diagnose(work, ledgers, matcher, snapshot)
-        if shortfall == 0:
-            diag = None
-        decisions.append(
-            DeploymentDecision(
-                key=work.deployment.key,
-                desired=desired,
-                retained=tuple(work.retained),
-                created=tuple(sorted(work.created, key=lambda p: (p.cluster, p.index))),
-                dropped=tuple(work.dropped),
-                shortfall=shortfall,
-                diagnosis=diag,
-                condition=_condition(desired, placed, diag),
-            )
-        )
+    decisions = [
+        _decide(o, ledgers, placing, snapshot) if isinstance(o, _Work) else o for o in outcomes
+    ]
 
     pools = []
     traces: dict[tuple[ClusterName, PoolName], PoolTrace] = {}
@@ -512,10 +714,10 @@ def plan(
                     initial[(name, pool.pool.name)],
                     tuple(a for a in pool.log if isinstance(a, Assignment)),
                 )
-    satisfied = {d.key for d in decisions if d.shortfall == 0}
+    satisfied = {d.key for d in decisions if d.shortfall == 0} if explain else set()
     one_more = {
-        work.deployment.key: _diagnose(work, ledgers, matcher, snapshot)
-        for work in works
-        if work.deployment.key in explain and work.deployment.key in satisfied
+        d.key: _diagnose(d, ledgers, placing, snapshot)
+        for d in deployments
+        if d.key in explain and d.key in satisfied
     }
     return Plan(Decision(tuple(decisions), tuple(pools)), traces, one_more)

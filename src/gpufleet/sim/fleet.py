@@ -99,6 +99,10 @@ class Fleet:
         self.clusters: dict[str, WorkloadCluster] = {}
         self.agents: dict[str, AgentSlot] = {}
         self.controller = controller
+        #: The hub's ModelReplica changes, read once for every agent: the cursor read up to,
+        #: and per cluster label the cursor of the last change of a replica carrying it.
+        self._replica_cursor = 0
+        self._replica_changed: dict[str, int] = {}
         for cspec in spec.clusters:
             if cspec.name in self.clusters:
                 raise ValueError(f"clusters: duplicate name {cspec.name!r}")
@@ -172,16 +176,28 @@ class Fleet:
 
     def _is_quiet(self, cluster: str, slot: AgentSlot) -> bool:
         """Whether nothing the agent reads changed since its last full step."""
-        changes, slot.replica_cursor = self.hub.changes(slot.replica_cursor, [MODEL_REPLICA])
-        is_replica_changed = any(
-            (c.obj["metadata"].get("labels") or {}).get(labels.CLUSTER) == cluster for c in changes
-        )
+        self._read_replica_changes()
+        is_replica_changed = self._replica_changed.get(cluster, 0) > slot.replica_cursor
+        slot.replica_cursor = self._replica_cursor
         return (
             not is_replica_changed
             and not slot.link.is_partitioned
             and slot.last_report is not None
             and self.clusters[cluster].store.revision == slot.settled_revision
         )
+
+    def _read_replica_changes(self) -> None:
+        """Note which clusters' ModelReplicas changed since the last call: one read of the
+        hub's change feed serves every agent (each tick asks only whether its cluster's
+        label appeared in a change after the cursor it saw last)."""
+        if self.hub.kind_revision(MODEL_REPLICA) <= self._replica_cursor:
+            self._replica_cursor = self.hub.revision
+            return
+        changes, self._replica_cursor = self.hub.changes(self._replica_cursor, [MODEL_REPLICA])
+        for c in changes:
+            cluster = (c.obj["metadata"].get("labels") or {}).get(labels.CLUSTER)
+            if isinstance(cluster, str):
+                self._replica_changed[cluster] = c.cursor
 
     def _push(self, cluster: str, agent: Agent, report: Report) -> None:
         slot = self.agents[cluster]

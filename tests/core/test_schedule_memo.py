@@ -1,0 +1,297 @@
+"""A memo kept across `schedule` calls saves time and changes nothing.
+
+The hub controller will keep one `ScheduleMemo` for its whole life and call `schedule` every
+step on a fleet that changes a little at a time, handing out the same Deployment and Replica
+objects while their manifests are unchanged. So the property is checked on histories: a
+sequence of snapshots, each a small change of the one before that reuses the objects it does
+not change (deployments added, removed, scaled, redefined or rebuilt equal; replicas created,
+re-stamped, deleted or re-observed; clusters relabelled, tainted, re-observed, re-classed;
+time passing), and every call with the kept memo must equal a call with a fresh one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builders import NOW, arch, cluster, deployment, observed, replica_from
+from gpufleet.core.decision import Accounting, Decision
+from gpufleet.core.model import (
+    Bucket,
+    Cluster,
+    Deployment,
+    DriverName,
+    PoolObservation,
+    Replica,
+    ReplicaStatus,
+    Snapshot,
+    Taint,
+    TaintEffect,
+)
+from gpufleet.core.schedule import ScheduleMemo, plan, schedule
+
+GPU = DriverName("gpu.nvidia.com")
+EXAMPLES = int(__import__("os").environ.get("GPUFLEET_EXAMPLES", "60"))
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+#: How the controller applied the previous decision before the change: not at all, with the
+#: pools reporting what it predicted, or with the replicas written and nothing reported yet.
+SETTLES = ("none", "reported", "reported", "unreported")
+CHANGES = (
+    "add",
+    "remove",
+    "scale",
+    "redefine",
+    "rebuild",
+    "observe",
+    "relabel",
+    "taint",
+    "untaint",
+    "gateway",
+    "reclass",
+    "delete-replica",
+    "unobserve-replica",
+    "recount-replica",
+    "reallocate",
+    "later",
+    "nothing",
+)
+
+
+@st.composite
+def a_deployment(draw: st.DrawFn, name: str) -> Deployment:
+    d = deployment(name).replicas(draw(st.sampled_from([0, 1, 1, 2, 3])))
+    shape = draw(st.sampled_from(["one", "pd", "gang", "arch"]))
+    if shape == "one":
+        d = d.engine(gpus=draw(st.sampled_from([1, 2, 4, 8])), copies=draw(st.integers(1, 2)))
+    elif shape == "pd":
+        d = d.pd(draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2, 4])))
+    elif shape == "gang":
+        d = d.gang(leader_gpus=draw(st.sampled_from([0, 4])), worker_gpus=4)
+    else:
+        d = d.engine(gpus=draw(st.sampled_from([1, 2])), cel=(arch("Hopper"),))
+    if draw(st.booleans()):
+        d = d.select(zone="x")
+    if draw(st.integers(0, 4)) == 0:
+        d = d.tolerate("maintenance")
+    if draw(st.integers(0, 6)) == 0:
+        d = d.no_fill()
+    return d.build()
+
+
+@st.composite
+def a_cluster(draw: st.DrawFn, name: str) -> Cluster:
+    b = cluster(name).label("zone", draw(st.sampled_from(["x", "y"])))
+    for p in range(draw(st.integers(1, 2))):
+        gpus = draw(st.sampled_from([4, 8]))
+        # Mostly room to place something: a change then has replicas to retain or drop.
+        nodes = draw(st.integers(1, 3))
+        obs = observed({gpus: draw(st.integers(1, nodes))}) if draw(st.booleans()) else None
+        b = b.pool(
+            f"p{p}",
+            nodes=nodes,
+            gpus=gpus,
+            observation=obs,
+            arch=draw(st.sampled_from(["Hopper", "Ampere"])),
+        )
+    return b.build()
+
+
+def settle(snap: Snapshot, decision: Decision, *, report: bool) -> Snapshot:
+    """The fleet after the controller applies `decision`: a replica whose placement did not
+    change is the same object (the controller's parse cache), others are new; with `report`,
+    pools report the histogram the decision predicted."""
+    by_name = {r.name: r for r in snap.replicas}
+    replicas: list[Replica] = []
+    for d in decision.deployments:
+        for p in d.retained:
+            old = by_name.get(p.name)
+            is_same = old is not None and replica_from(p).engines == old.engines
+            replicas.append(old if old is not None and is_same else replica_from(p))
+        replicas.extend(replica_from(p) for p in d.created)
+    kept = {d.key for d in decision.deployments}
+    replicas.extend(r for r in snap.replicas if r.deployment not in kept)
+    if not report:
+        return replace(snap, replicas=tuple(replicas))
+    states = {(p.cluster, p.pool): p for p in decision.pools}
+    clusters = []
+    for c in snap.clusters:
+        pools = []
+        for pool in c.pools:
+            state = states[(c.name, pool.name)]
+            if state.accounting is Accounting.FREE_GPU:
+                buckets = tuple(Bucket(dict(b.free), b.nodes) for b in state.histogram)
+                obs = PoolObservation(
+                    observed_nodes=sum(b.nodes for b in buckets),
+                    buckets=buckets,
+                    observed_at=NOW,
+                    last_allocation_time=NOW,
+                )
+                pool = replace(pool, observation=obs)
+            pools.append(pool)
+        clusters.append(replace(c, pools=tuple(pools)))
+    return replace(snap, clusters=tuple(clusters), replicas=tuple(replicas))
+
+
+#: Allocation times around NOW: what the pools' and the replicas' times are drawn from.
+TIMES = (NOW - timedelta(seconds=60), NOW, NOW + timedelta(seconds=30), None)
+
+
+def _pick(draw: st.DrawFn, items: tuple[object, ...]) -> int | None:
+    return draw(st.integers(0, len(items) - 1)) if items else None
+
+
+def change(draw: st.DrawFn, kind: str, snap: Snapshot, n: int) -> Snapshot:
+    """One step of history: `snap` with one thing changed, every other object reused."""
+    deps, clusters, replicas = snap.deployments, snap.clusters, snap.replicas
+    d, c, r = _pick(draw, deps), _pick(draw, clusters), _pick(draw, replicas)
+
+    def with_dep(new: Deployment) -> Snapshot:
+        assert d is not None
+        return replace(snap, deployments=(*deps[:d], new, *deps[d + 1 :]))
+
+    def with_cluster(new: Cluster) -> Snapshot:
+        assert c is not None
+        return replace(snap, clusters=(*clusters[:c], new, *clusters[c + 1 :]))
+
+    if kind == "add":
+        return replace(snap, deployments=(*deps, draw(a_deployment(f"ml/n{n}"))))
+    if kind == "remove" and d is not None:
+        return replace(snap, deployments=deps[:d] + deps[d + 1 :])
+    if kind == "scale" and d is not None:
+        return with_dep(replace(deps[d], replicas=draw(st.integers(0, 4))))
+    if kind == "redefine" and d is not None:
+        return with_dep(replace(draw(a_deployment("ml/x")), key=deps[d].key))
+    if kind == "rebuild" and d is not None:
+        # Equal by value, a new object: what a status write does to a parsed manifest.
+        return with_dep(replace(deps[d]))
+    if kind == "observe" and c is not None:
+        # A new report: a histogram, or none usable (whole-node), or no report at all.
+        pools = tuple(
+            replace(
+                p,
+                observation=draw(
+                    st.sampled_from(
+                        [
+                            observed({p.devices[0].count: draw(st.integers(0, p.nodes))}),
+                            observed(None, unusable="TooManyBuckets"),
+                            None,
+                        ]
+                    )
+                ),
+            )
+            for p in clusters[c].pools
+        )
+        return with_cluster(replace(clusters[c], pools=pools))
+    if kind == "relabel" and c is not None:
+        zone = "y" if clusters[c].labels.get("zone") == "x" else "x"
+        return with_cluster(replace(clusters[c], labels={**clusters[c].labels, "zone": zone}))
+    if kind == "taint" and c is not None:
+        effect = draw(st.sampled_from([TaintEffect.NO_SCHEDULE, TaintEffect.NO_EXECUTE]))
+        taint = Taint("maintenance", effect)
+        return with_cluster(replace(clusters[c], taints=(*clusters[c].taints, taint)))
+    if kind == "untaint" and c is not None:
+        return with_cluster(replace(clusters[c], taints=()))
+    if kind == "gateway" and c is not None:
+        gateway = draw(st.sampled_from(["", "10.0.0.2"]))
+        return with_cluster(replace(clusters[c], gateway_address=gateway))
+    if kind == "reclass" and c is not None:
+        first, *rest = clusters[c].pools
+        device = first.devices[0]
+        was = device.attributes["architecture"]
+        became = replace(was, value="Ampere" if was.value == "Hopper" else "Hopper")
+        device = replace(device, attributes={**device.attributes, "architecture": became})
+        pool = replace(first, devices=(device,))
+        return with_cluster(replace(clusters[c], pools=(pool, *rest)))
+    if kind == "delete-replica" and r is not None:
+        return replace(snap, replicas=replicas[:r] + replicas[r + 1 :])
+    if kind == "recount-replica" and r is not None:
+        # The agent re-counted the replica's pods, allocated at another time.
+        status = replicas[r].status
+        at = draw(st.sampled_from(TIMES))
+        pools = tuple(replace(p, last_allocation_time=at) for p in status.pools)
+        recounted = replace(replicas[r], status=replace(status, pools=pools))
+        return replace(snap, replicas=(*replicas[:r], recounted, *replicas[r + 1 :]))
+    if kind == "reallocate" and c is not None:
+        # Only the pool's allocation time moves: what it holds of the replicas changes.
+        pools = tuple(
+            replace(
+                p,
+                observation=replace(
+                    p.observation, last_allocation_time=draw(st.sampled_from(TIMES))
+                ),
+            )
+            if p.observation is not None
+            else p
+            for p in clusters[c].pools
+        )
+        return with_cluster(replace(clusters[c], pools=pools))
+    if kind == "unobserve-replica" and r is not None:
+        unobserved = replace(replicas[r], status=ReplicaStatus())
+        return replace(snap, replicas=(*replicas[:r], unobserved, *replicas[r + 1 :]))
+    return snap
+
+
+# Histories are long and a change only matters when it meets replicas it affects: more examples.
+@settings(SETTINGS, max_examples=3 * EXAMPLES)
+@given(st.data())
+def test_a_kept_memo_decides_as_a_fresh_one_over_a_history(data: st.DataObject) -> None:
+    names = data.draw(st.lists(st.sampled_from("abc"), min_size=1, max_size=3, unique=True))
+    fleet = tuple(data.draw(a_cluster(n)) for n in sorted(names))
+    deps = tuple(data.draw(a_deployment(f"ml/d{i}")) for i in range(data.draw(st.integers(1, 3))))
+    snap = Snapshot(deployments=deps, clusters=fleet)
+    memo = ScheduleMemo()
+    now = NOW
+    steps = st.tuples(st.sampled_from(SETTLES), st.sampled_from(CHANGES))
+    history = data.draw(st.lists(steps, min_size=1, max_size=10))
+    for step, (how, kind) in enumerate([("none", "nothing"), *history]):
+        decision = schedule(snap, now)
+        assert schedule(snap, now, memo=memo) == decision, f"step {step}: after {how}, {kind}"
+        if how != "none":
+            snap = settle(snap, decision, report=how == "reported")
+        if kind == "later":
+            now += timedelta(seconds=data.draw(st.sampled_from([30, 120, 600])))
+        snap = change(data.draw, kind, snap, step)
+    keys = frozenset(d.key for d in snap.deployments)
+    fresh = plan(snap, now, record=True, explain=keys)
+    assert plan(snap, now, record=True, explain=keys, memo=memo) == fresh
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=2, max_size=12))
+def test_a_memo_never_answers_for_another_object_with_a_reused_id(sizes: list[int]) -> None:
+    # Each call gets a new, different deployment with the same key, and the previous one is
+    # freed: CPython hands its memory (its id) to the next. The memo holds what it keys by id.
+    fleet = (cluster("a").pool("p0", nodes=2, gpus=8).pool("p1", nodes=2, gpus=4).build(),)
+    memo = ScheduleMemo()
+    for gpus in sizes:
+        snap = Snapshot(
+            deployments=(deployment("ml/x").replicas(2).engine(gpus=gpus).build(),),
+            clusters=fleet,
+        )
+        assert schedule(snap, NOW, memo=memo) == schedule(snap, NOW)
+        del snap
+
+
+def test_a_memo_keeps_only_what_the_last_two_calls_used() -> None:
+    fleet = (cluster("a").pool("p0", nodes=4, gpus=8).build(),)
+    memo = ScheduleMemo()
+    for i in range(30):
+        deps = tuple(
+            deployment(f"ml/d{i}-{j}").replicas(1).engine(gpus=1 + j % 2).build() for j in range(5)
+        )
+        schedule(Snapshot(deployments=deps, clusters=fleet), NOW, memo=memo)
+    last = Snapshot(deployments=(deployment("ml/z").engine(gpus=2).build(),), clusters=fleet)
+    schedule(last, NOW, memo=memo)
+    schedule(last, NOW, memo=memo)
+    once = ScheduleMemo()
+    schedule(last, NOW, memo=once)
+    # Nothing of the thirty earlier fleets is left: at most what one call on `last` derives.
+    assert 0 < memo.size() <= once.size()
