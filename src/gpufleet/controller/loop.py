@@ -78,7 +78,7 @@ from gpufleet.controller.status import (
 from gpufleet.core import labels
 from gpufleet.core.decision import Decision, DeploymentDecision, ReasonCode
 from gpufleet.core.model import Cluster, Deployment, Replica, SchedulingConfig, Snapshot
-from gpufleet.core.schedule import SnapshotError, schedule
+from gpufleet.core.schedule import ScheduleMemo, SnapshotError, schedule
 from gpufleet.store import AlreadyExists, Conflict, Kind, NotFound, Store, StoreError
 from gpufleet.store.port import (
     EVENT,
@@ -348,6 +348,9 @@ class Controller:
         self.ledger = AssumeLedger(self.config.assume_ttl_s)
         self.parsed = ParseCache()
         self.settled = SettledCache()
+        #: What `schedule` derived from this fleet's objects, kept across steps: the parse
+        #: cache hands it the same Deployment and Replica objects while they are unchanged.
+        self.schedule_memo = ScheduleMemo()
         #: Core clusters by name: (parsed cluster, what it was converted with, the result);
         #: the entries used in a step replace the others when it ends.
         self._core_clusters: dict[str, tuple[InferenceCluster, tuple[object, ...], Cluster]] = {}
@@ -633,7 +636,7 @@ class Controller:
         )
         started = self.timer() if self.timer else None
         try:
-            decision = schedule(snapshot, now)
+            decision = schedule(snapshot, now, memo=self.schedule_memo)
         except SnapshotError as e:
             self._error(result, f"scheduling skipped: {e}")
             return
