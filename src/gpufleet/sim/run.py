@@ -520,12 +520,17 @@ def _running_by_deployment(fleet: Fleet) -> Counter[str]:
 class _State:
     """One consistent read of the fleet at an instant, computed lazily and cached."""
 
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(
+        self, fleet: Fleet, truths: dict[str, tuple[int, dict[str, _PoolTruth]]] | None = None
+    ) -> None:
         self.fleet = fleet
         self._deployments: dict[str, Obj] | None = None
         self._replicas: dict[str, Counter[str]] | None = None
         self._running: Counter[str] | None = None
         self._truth: dict[str, dict[str, _PoolTruth]] = {}
+        #: Each cluster's truth by its store's revision, shared by the instants of one run:
+        #: a cluster that did not change since the last sample is not counted again.
+        self._truths = truths if truths is not None else {}
 
     @property
     def deployments(self) -> dict[str, Obj]:
@@ -549,7 +554,12 @@ class _State:
 
     def truth(self, cluster: str) -> dict[str, _PoolTruth]:
         if cluster not in self._truth:
-            self._truth[cluster] = pool_truth(self.fleet.clusters[cluster])
+            workload = self.fleet.clusters[cluster]
+            known = self._truths.get(cluster)
+            if known is None or known[0] != workload.store.revision:
+                known = (workload.store.revision, pool_truth(workload))
+                self._truths[cluster] = known
+            self._truth[cluster] = known[1]
         return self._truth[cluster]
 
     def desired(self, key: str) -> int:
@@ -939,11 +949,12 @@ def run_scenario(
         checks.setdefault(c.at_s, []).append(c)
 
     series = Series()
+    truths: dict[str, tuple[int, dict[str, _PoolTruth]]] = {}
     failures: list[CheckFailure] = []
     names = scenario.deployment_names()
     for at_s in instants:
         fleet.run_until(EPOCH + timedelta(seconds=at_s))
-        state = _State(fleet)
+        state = _State(fleet, truths)
         for check in checks.get(at_s, []):
             failures.extend(evaluate(check, state))
         if at_s in sample_times:
