@@ -361,8 +361,9 @@ def test_an_observation_deleted_on_the_hub_is_created_again() -> None:
     assert pool_status(w)["observedNodes"] == 1
 
 
-def test_a_heartbeat_writes_each_observation_once() -> None:
-    """Unchanged content is not read again: one status patch per observation, no more."""
+def test_a_heartbeat_writes_each_pool_observation_once_and_no_replica_observation() -> None:
+    """A heartbeat refreshes the pool observations (one status patch each, nothing read
+    again); replica observations whose content did not change are left as they are."""
     w = World()
     w.add(node("n0"), slice_("n0"))
     w.hub.create(model_replica("r1"))
@@ -373,12 +374,20 @@ def test_a_heartbeat_writes_each_observation_once() -> None:
     before = w.hub.revision
     assert agent.step(w.at(2)).is_pushed
     changes, _ = w.hub.changes(before)
+    assert sorted((c.kind.kind, c.name) for c in changes) == [("PoolObservation", "l4")]
+    assert {c.obj["status"]["observedAt"] for c in changes} == {"2026-11-29T10:00:02Z"}
+    replica = w.hub.get(REPLICA_OBSERVATION, "ml.r1", NS)
+    assert replica is not None
+    assert replica["status"]["observedAt"] == "2026-11-29T10:00:00Z"  # its content's time
+
+    w.hub.delete(MODEL_REPLICA, "r2", "ml")  # a change: r2's observation goes, r1's stays
+    before = w.hub.revision
+    assert agent.step(w.at(3)).is_pushed
+    changes, _ = w.hub.changes(before)
     assert sorted((c.kind.kind, c.name) for c in changes) == [
         ("PoolObservation", "l4"),
-        ("ReplicaObservation", "ml.r1"),
         ("ReplicaObservation", "ml.r2"),
     ]
-    assert {c.obj["status"]["observedAt"] for c in changes} == {"2026-11-29T10:00:02Z"}
 
 
 # --- materializing ----------------------------------------------------------------------

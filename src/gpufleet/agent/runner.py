@@ -18,7 +18,9 @@ A step has two halves, both through the `Store` port only:
 
 Reports are pushed when their content (everything but `observedAt`) changed, or when a
 heartbeat interval passed since the last push, but never sooner than a minimum interval after
-the last push (debounce). A push that fails (the hub unreachable) is retried on the next step.
+the last push (debounce). A heartbeat refreshes `observedAt` on the PoolObservations; a
+ReplicaObservation is written only when its content changed (or someone else wrote it), so a
+heartbeat costs the hub one write per pool, not one per replica. A push that fails (the hub unreachable) is retried on the next step.
 When the hub cannot be read the step changes nothing locally: a partition must not look like
 "every replica was deleted".
 
@@ -253,11 +255,16 @@ class Agent:
             for pool, content in sorted(pools.items()):
                 spec = {"clusterName": self.cluster_name, "poolName": pool}
                 self._write_observation(POOL_OBSERVATION, pool, spec, content, stamp)
+            # What is on the hub now: an observation someone else wrote since our last write
+            # has another resourceVersion, and is written again even when ours is unchanged.
+            on_hub = {
+                o["metadata"]["name"]: o["metadata"].get("resourceVersion")
+                for o in self.hub.view(REPLICA_OBSERVATION, self.namespace)
+            }
             for name, (spec, content) in sorted(report.replicas.items()):
-                self._write_observation(REPLICA_OBSERVATION, name, spec, content, stamp)
-            on_hub = [
-                o["metadata"]["name"] for o in self.hub.view(REPLICA_OBSERVATION, self.namespace)
-            ]
+                self._write_observation(
+                    REPLICA_OBSERVATION, name, spec, content, stamp, on_hub=on_hub
+                )
             for name in on_hub:
                 if name not in report.replicas:
                     self._written.pop((REPLICA_OBSERVATION.kind, name), None)
@@ -276,7 +283,14 @@ class Agent:
         return True
 
     def _write_observation(
-        self, kind: Kind, name: str, spec: Obj, content: Obj, stamp: Mapping[str, Any]
+        self,
+        kind: Kind,
+        name: str,
+        spec: Obj,
+        content: Obj,
+        stamp: Mapping[str, Any],
+        *,
+        on_hub: Mapping[str, object] | None = None,
     ) -> None:
         """Make the observation `name` hold `spec` and the status `content` + `stamp`.
 
@@ -284,11 +298,26 @@ class Agent:
         resourceVersion, without reading it again; a conflict or a deletion (someone else
         wrote) falls back to reading it, as a first write does. Either way the object ends
         as one read-modify-write would leave it.
+
+        `on_hub` (name: resourceVersion on the hub) is given for observations that do not
+        heartbeat (ReplicaObservations: the PoolObservations carry the agent's heartbeat): one
+        still as this agent last wrote it, with the same content, is left alone, since only
+        its `observedAt` would move.
         """
         key = (kind.kind, name)
         known = self._written.pop(key, None)
         if known is not None:
             obj, last_content = known
+            status = obj.get("status") or {}
+            if (
+                on_hub is not None
+                and on_hub.get(name) == obj["metadata"].get("resourceVersion")
+                and obj.get("spec") == spec
+                and (content is last_content or content == last_content)
+                and status.get("agent") == stamp["agent"]
+            ):
+                self._written[key] = known
+                return
             patch = _status_patch(obj.get("status") or {}, last_content, content, stamp)
             if patch and obj.get("spec") == spec:
                 try:
