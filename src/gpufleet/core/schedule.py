@@ -391,7 +391,8 @@ def _retain_and_charge(
         return _retain(deployment, (), ledgers, memo.placement.matcher), ()
     ids = tuple(map(id, replicas))
     found = memo.deployments.get(id(deployment), deployment)
-    known = found if found and found.fleet == fleet and found.replica_ids == ids else None
+    is_same = found is not None and found.fleet == fleet and found.replica_ids == ids
+    known = found if is_same else None
     if known is not None and known.charges.hold(views):
         return known.retained, known.charges.charges
     if known is not None:
