@@ -150,6 +150,11 @@ class HeldCharges:
         return True
 
 
+#: Nothing to charge, whatever the pools: shared, so a deployment without replicas allocates
+#: nothing that outlives the call.
+NO_CHARGES = HeldCharges((), ())
+
+
 def held_charges(
     kept: Iterable[Kept],
     ledgers: Mapping[ClusterName, ClusterLedger],
@@ -173,7 +178,7 @@ def held_charges(
         _window(key, views.get(key, NO_POOL), times)
         for key, times in sorted(since.items(), key=lambda kv: kv[0])
     )
-    return HeldCharges(windows, tuple(charges))
+    return HeldCharges(windows, tuple(charges)) if windows or charges else NO_CHARGES
 
 
 def _window(key: PoolKey, now: PoolView, since: list[datetime]) -> _Window:

@@ -160,13 +160,13 @@ class Matcher:
         key = tuple(_device_key(d) for d in devices)
         found = self._class_ids.get(key)
         if found is not None:
-            return found[0]
+            return found
         self._next_class_id += 1
         return self._class_ids.put(key, self._next_class_id)
 
     def match(self, member: Member, devices: Sequence[Device], class_id: int) -> MemberMatch:
         memo_key = (id(member), class_id)
-        found = self._matches.get(memo_key)
+        found = self._matches.get(memo_key, member)
         if found is None:
             return self._matches.put(memo_key, match_member(member, devices), member)
-        return found[0]
+        return found

@@ -7,16 +7,19 @@ against a class of pool, re-stamping a retained replica) need not be derived aga
 
 Model.
 - An entry is keyed by value (small tuples of ints and names) and by the identity (`id`) of
-  the objects it was computed from; it *holds* those objects, so no other object can take
-  their id while the entry lives, and an identity key can never answer for a different object.
+  the object it was computed from, and the memo *holds* that object, so no other object can
+  take its id while the entry lives: an identity key never answers for a different object.
 - Two generations: `advance` (once per call, before it reads anything) makes the current
   generation the previous one. A lookup that finds an entry in the previous generation moves
   it to the current one; anything else is dropped at the next `advance`. So a memo holds at
   most what the last two calls used, and a day of deployments coming and going leaves only
   the live ones behind.
+- Entries are stored without a wrapper object per entry: every object that survives a call
+  counts towards the garbage collector's next collection, and in a large process a full
+  collection costs more than the lookups a memo saves.
 
-Invariant: a memo changes how long a call takes, never what it returns; entries are never
-changed once stored (their values are frozen or never mutated by readers).
+Invariant: a memo changes how long a call takes, never what it returns; values are never
+changed once stored (they are frozen, or never mutated by readers), and never None.
 """
 
 from __future__ import annotations
@@ -31,31 +34,41 @@ V = TypeVar("V")
 class Generations(Generic[K, V]):
     """A dictionary that keeps only what the current or the previous call used."""
 
-    __slots__ = ("_current", "_previous")
+    __slots__ = ("_current", "_held", "_held_before", "_previous")
 
     def __init__(self) -> None:
-        self._current: dict[K, tuple[V, object]] = {}
-        self._previous: dict[K, tuple[V, object]] = {}
+        self._current: dict[K, V] = {}
+        self._previous: dict[K, V] = {}
+        #: The objects whose ids are in the keys, by id (one entry however many keys use it).
+        self._held: dict[int, object] = {}
+        self._held_before: dict[int, object] = {}
 
-    def get(self, key: K) -> tuple[V, object] | None:
-        """The entry `(value, held)` stored for `key`, else None (so a value may be None)."""
-        entry = self._current.get(key)
-        if entry is None:
-            entry = self._previous.get(key)
-            if entry is None:
+    def get(self, key: K, held: object = None) -> V | None:
+        """The value stored for `key`, else None. `held` is the object whose id is in `key`
+        (None when the key has no id): the same object the entry was stored for, since the
+        memo held it, and held again if the entry moves to the current generation."""
+        found = self._current.get(key)
+        if found is None:
+            found = self._previous.get(key)
+            if found is None:
                 return None
-            self._current[key] = entry
-        return entry
+            self._current[key] = found
+            if held is not None:
+                self._held[id(held)] = held
+        return found
 
     def put(self, key: K, value: V, held: object = None) -> V:
-        """Store `value`; `held` is kept alive with it (the objects whose ids are in `key`)."""
-        self._current[key] = (value, held)
+        """Store `value` (not None); `held` is kept alive with it (the object whose id is in
+        `key`, if any)."""
+        self._current[key] = value
+        if held is not None:
+            self._held[id(held)] = held
         return value
 
     def advance(self) -> None:
         """A new call starts: what neither it nor the previous call uses will be dropped."""
-        self._previous = self._current
-        self._current = {}
+        self._previous, self._held_before = self._current, self._held
+        self._current, self._held = {}, {}
 
     def __len__(self) -> int:
         return len(self._current.keys() | self._previous.keys())

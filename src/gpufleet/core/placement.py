@@ -52,15 +52,16 @@ class ClusterLedger:
         pools: tuple[PoolLedger, ...],
         freshness: Freshness,
         policy: NodeChoicePolicy,
+        memo: PlacementMemo,
     ) -> None:
         self.cluster = cluster
         self.pools = pools
         self.by_name: dict[PoolName, PoolLedger] = {p.pool.name: p for p in pools}
         self.freshness = freshness
         self.policy = policy
-        #: What matching sees of the cluster: its pools' classes and accounting modes, in
-        #: order. Clusters of one shape match a deployment alike.
-        self.shape = tuple((p.class_id, p.is_free_gpu) for p in pools)
+        #: What matching sees of the cluster, by id: its pools' classes and accounting modes,
+        #: in order. Clusters of one shape match a deployment alike.
+        self.shape = memo.shape_id(tuple((p.class_id, p.is_free_gpu) for p in pools))
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,40 +135,82 @@ class _EngineOnClass:
     node_cost: int
 
 
+@dataclass(frozen=True, slots=True)
+class _EngineOnShape:
+    """One engine against a cluster's pools (by shape), capacity aside: per pool its
+    `_EngineOnClass` and whether the engine may use it; per member whether it claims on some
+    pool (claimable anywhere); whether some pool matches every member."""
+
+    shapes: tuple[_EngineOnClass, ...]
+    usable: tuple[bool, ...]
+    claimable: tuple[bool, ...]
+    is_matched: bool
+
+
 class PlacementMemo:
-    """What placing computes per (engine or deployment, class of pool), capacity aside.
+    """What placing computes per (engine or deployment, class of pool or cluster shape),
+    capacity aside.
 
     Shared by every cluster with pools of a class and, when the caller keeps it, by later
-    calls (memo.py): entries are keyed by the engine's or deployment's identity and hold it.
+    calls (memo.py): entries are keyed by the engine's or deployment's identity and hold it;
+    classes and shapes get ids by value, never given to another class or shape.
     """
 
-    __slots__ = ("engines", "hosts", "matcher", "mismatches")
+    __slots__ = (
+        "_next_shape_id",
+        "_shape_ids",
+        "engines",
+        "hosts",
+        "matcher",
+        "mismatches",
+        "on_shapes",
+    )
 
     def __init__(self) -> None:
         self.matcher = Matcher()
+        self._shape_ids: Generations[tuple[tuple[int, bool], ...], int] = Generations()
+        self._next_shape_id = 0
         self.engines: Generations[tuple[int, int, bool], _EngineOnClass] = Generations()
-        self.hosts: Generations[tuple[int, tuple[tuple[int, bool], ...]], bool] = Generations()
-        self.mismatches: Generations[tuple[int, PoolName, int, tuple[bool, ...]], Reason | None] = (
-            Generations()
-        )
+        self.on_shapes: Generations[tuple[int, int], _EngineOnShape] = Generations()
+        self.hosts: Generations[tuple[int, int], bool] = Generations()
+        #: The reason, or () when there is none (a memo stores no None).
+        self.mismatches: Generations[
+            tuple[int, PoolName, int, tuple[bool, ...]], tuple[Reason, ...]
+        ] = Generations()
 
     def advance(self) -> None:
         """A new call starts (see memo.py)."""
         self.matcher.advance()
+        self._shape_ids.advance()
         self.engines.advance()
+        self.on_shapes.advance()
         self.hosts.advance()
         self.mismatches.advance()
 
+    def shape_id(self, shape: tuple[tuple[int, bool], ...]) -> int:
+        found = self._shape_ids.get(shape)
+        if found is not None:
+            return found
+        self._next_shape_id += 1
+        return self._shape_ids.put(shape, self._next_shape_id)
+
     def size(self) -> int:
         """Entries held, matching's included."""
-        return self.matcher.size() + len(self.engines) + len(self.hosts) + len(self.mismatches)
+        return (
+            self.matcher.size()
+            + len(self._shape_ids)
+            + len(self.engines)
+            + len(self.on_shapes)
+            + len(self.hosts)
+            + len(self.mismatches)
+        )
 
 
 def _on_class(engine: Engine, pool: PoolLedger, memo: PlacementMemo) -> _EngineOnClass:
     memo_key = (id(engine), pool.class_id, pool.is_free_gpu)
-    found = memo.engines.get(memo_key)
+    found = memo.engines.get(memo_key, engine)
     if found is not None:
-        return found[0]
+        return found
     matcher = memo.matcher
     matches = tuple(matcher.match(m, pool.pool.devices, pool.class_id) for m in engine.members)
     stamp = _stamp(engine, matches, PoolName(""))
@@ -179,6 +222,25 @@ def _on_class(engine: Engine, pool: PoolLedger, memo: PlacementMemo) -> _EngineO
         node_cost((stamp,), PoolName("")),
     )
     return memo.engines.put(memo_key, shape, engine)
+
+
+def _on_shape(engine: Engine, ledger: ClusterLedger, memo: PlacementMemo) -> _EngineOnShape:
+    """The engine against every pool of the cluster: shared by clusters of one shape."""
+    memo_key = (id(engine), ledger.shape)
+    found = memo.on_shapes.get(memo_key, engine)
+    if found is not None:
+        return found
+    shapes = tuple(_on_class(engine, pool, memo) for pool in ledger.pools)
+    claimable = tuple(
+        any(shape.claiming[i] for shape in shapes) for i in range(len(engine.members))
+    )
+    usable = tuple(
+        shape.is_match
+        and all(has or not wants for has, wants in zip(shape.claiming, claimable, strict=True))
+        for shape in shapes
+    )
+    on_shape = _EngineOnShape(shapes, usable, claimable, any(s.is_match for s in shapes))
+    return memo.on_shapes.put(memo_key, on_shape, engine)
 
 
 def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> ReplicaEngine:
@@ -203,10 +265,11 @@ def _mismatch(
     """Why the engine cannot use the pool at all; the same for every pool of that name and
     class, so explaining a thousand clusters builds each reason once."""
     memo_key = (id(engine), pool.pool.name, pool.class_id, claimable)
-    found = memo.mismatches.get(memo_key)
-    if found is not None:
-        return found[0]
-    return memo.mismatches.put(memo_key, _first_mismatch(engine, pool, shape, claimable), engine)
+    found = memo.mismatches.get(memo_key, engine)
+    if found is None:
+        reason = _first_mismatch(engine, pool, shape, claimable)
+        found = memo.mismatches.put(memo_key, (reason,) if reason else (), engine)
+    return found[0] if found else None
 
 
 def _first_mismatch(
@@ -229,25 +292,16 @@ def can_ever_host(ledger: ClusterLedger, deployment: Deployment, memo: Placement
     fill attempt for the deployment (it is still diagnosed in full).
     """
     memo_key = (id(deployment), ledger.shape)
-    found = memo.hosts.get(memo_key)
+    found = memo.hosts.get(memo_key, deployment)
     if found is not None:
-        return found[0]
+        return found
     return memo.hosts.put(memo_key, _can_host(ledger, deployment, memo), deployment)
 
 
 def _can_host(ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo) -> bool:
     for engine in deployment.engines:
-        shapes = [_on_class(engine, pool, memo) for pool in ledger.pools]
-        claimable = tuple(
-            any(shape.claiming[i] for shape in shapes) for i in range(len(engine.members))
-        )
-        if not any(claimable):
-            return False
-        if not any(
-            shape.is_match
-            and all(has or not wants for has, wants in zip(shape.claiming, claimable, strict=True))
-            for shape in shapes
-        ):
+        on_shape = _on_shape(engine, ledger, memo)
+        if not any(on_shape.claimable) or not any(on_shape.usable):
             return False
     return True
 
@@ -267,12 +321,9 @@ def place_replica(
     verdicts: list[PoolVerdict] = []
     policy = ledger.policy
     for engine in deployment.engines:
-        shapes = [(pool, _on_class(engine, pool, memo)) for pool in ledger.pools]
-        claimable = tuple(
-            any(shape.claiming[i] for _, shape in shapes) for i in range(len(engine.members))
-        )
-        is_matched = any(shape.is_match for _, shape in shapes)
-        if is_matched and not any(claimable):
+        on_shape = _on_shape(engine, ledger, memo)
+        claimable = on_shape.claimable
+        if on_shape.is_matched and not any(claimable):
             reason = diagnosis.engine_cannot_claim(engine.name, len(ledger.pools))
             if explain:
                 verdicts.extend(
@@ -283,10 +334,9 @@ def place_replica(
         chosen: tuple[PoolLedger, _EngineOnClass, list[Unit], FitResult | int] | None = None
         capacity_reasons: list[Reason] = []
         refused = False
-        for pool, shape in shapes:
-            is_usable = shape.is_match and all(
-                has or not wants for has, wants in zip(shape.claiming, claimable, strict=True)
-            )
+        for pool, shape, is_usable in zip(
+            ledger.pools, on_shape.shapes, on_shape.usable, strict=True
+        ):
             if not is_usable:
                 if explain:
                     mismatch = _mismatch(engine, pool, shape, claimable, memo)

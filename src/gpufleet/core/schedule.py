@@ -152,10 +152,13 @@ class _Retained:
 @dataclass(frozen=True, slots=True)
 class _Remembered:
     """A deployment's memo entry: what its retain result was derived from besides the
-    deployment (the fleet's retain view id, its replicas' ids in snapshot order), that
-    result, and its kept replicas' charges with the pool states they hold for."""
+    deployment (the fleet's retain view id, its replicas' ids in snapshot order, and the
+    replicas themselves, held so those ids cannot be reused), that result, and its kept
+    replicas' charges with the pool states they hold for."""
 
-    source: tuple[int, tuple[int, ...]]
+    fleet: int
+    replica_ids: tuple[int, ...]
+    replicas: tuple[Replica, ...]
     retained: _Retained
     charges: HeldCharges
 
@@ -189,27 +192,32 @@ class ScheduleMemo:
         self._pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         self._views = 0
 
-    def advance(
-        self, ledgers: Mapping[ClusterName, ClusterLedger]
-    ) -> tuple[int, dict[PoolKey, PoolView]]:
-        """Start a call (after its ledgers are built). Returns the id of the fleet's retain
-        view and each pool's `PoolView`: a view id stays the same while the view does, and
-        is never given to another view."""
+    def advance(self) -> None:
+        """Start a call (see memo.py), before it reads anything."""
         self.placement.advance()
         self.deployments.advance()
+
+    def views(
+        self, ledgers: Mapping[ClusterName, ClusterLedger], *, pools: bool
+    ) -> tuple[int, dict[PoolKey, PoolView]]:
+        """The id of the fleet's retain view and (when `pools`: only charges read them) each
+        pool's `PoolView`. A view id stays the same while the view does, and is never given
+        to another view."""
         fleet = tuple(_retain_view(ledger) for ledger in ledgers.values())
         if fleet != self._fleet[0]:
             self._fleet = (fleet, self._new_view())
-        pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
+        if not pools:
+            return self._fleet[1], {}
+        known: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         views: dict[PoolKey, PoolView] = {}
         for name, ledger in ledgers.items():
             for pool in ledger.pools:
                 key = (name, pool.pool.name)
                 view = charge_view(pool)
-                known = self._pools.get(key)
-                pools[key] = known if known and known[0] == view else (view, self._new_view())
-                views[key] = (pools[key][1], allocation_time(pool))
-        self._pools = pools
+                before = self._pools.get(key)
+                known[key] = before if before and before[0] == view else (view, self._new_view())
+                views[key] = (known[key][1], allocation_time(pool))
+        self._pools = known
         return self._fleet[1], views
 
     def _new_view(self) -> int:
@@ -295,8 +303,9 @@ def _deployment_order(d: Deployment) -> tuple[str, str]:
 
 
 def _build_ledgers(
-    snapshot: Snapshot, now: datetime, matcher: Matcher, record: bool
+    snapshot: Snapshot, now: datetime, memo: PlacementMemo, record: bool
 ) -> dict[ClusterName, ClusterLedger]:
+    matcher = memo.matcher
     ledgers: dict[ClusterName, ClusterLedger] = {}
     config = snapshot.config
     for cluster in sorted(snapshot.clusters, key=lambda c: c.name):
@@ -313,6 +322,7 @@ def _build_ledgers(
             tuple(pools),
             cluster_freshness(cluster, now, config),
             policy_for(cluster.name, config),
+            memo,
         )
     return ledgers
 
@@ -376,9 +386,13 @@ def _retain_and_charge(
 
     Keyed by the deployment alone (an int key is cheap to hash) with its latest result: the
     entry holds the replicas whose ids it compares, so an id cannot answer for another."""
-    source = (fleet, tuple(map(id, replicas)))
-    found = memo.deployments.get(id(deployment))
-    known = found[0] if found is not None and found[0].source == source else None
+    if not replicas:
+        # Nothing to retain or charge: cheaper to derive than to remember.
+        return _retain(deployment, (), ledgers, memo.placement.matcher), ()
+    ids = tuple(map(id, replicas))
+    found = memo.deployments.get(id(deployment), deployment)
+    is_same = found is not None and found.fleet == fleet and found.replica_ids == ids
+    known = found if is_same else None
     if known is not None and known.charges.hold(views):
         return known.retained, known.charges.charges
     if known is not None:
@@ -387,8 +401,8 @@ def _retain_and_charge(
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher)
     charges = held_charges(retained.kept, ledgers, views)
-    remembered = _Remembered(source, retained, charges)
-    memo.deployments.put(id(deployment), remembered, (deployment, replicas))
+    remembered = _Remembered(fleet, ids, replicas, retained, charges)
+    memo.deployments.put(id(deployment), remembered, deployment)
     return retained, charges.charges
 
 
@@ -674,8 +688,9 @@ def plan(
     _check(snapshot)
     if memo is None:
         memo = ScheduleMemo()
-    ledgers = _build_ledgers(snapshot, now, memo.placement.matcher, record)
-    fleet, pool_views = memo.advance(ledgers)
+    memo.advance()
+    ledgers = _build_ledgers(snapshot, now, memo.placement, record)
+    fleet, pool_views = memo.views(ledgers, pools=bool(snapshot.replicas))
     placing = memo.placement
     initial = (
         {(c, p.pool.name): dict(p.free) for c, cl in ledgers.items() for p in cl.pools}
