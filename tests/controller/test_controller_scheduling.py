@@ -507,3 +507,23 @@ def test_a_heartbeat_is_published_once_the_refresh_interval_passed() -> None:
     assert got is not None
     assert got["status"]["agent"]["observedAt"] == format_time(at(120))
     assert got["status"]["gpuPools"][0]["observation"]["observedAt"] == format_time(at(120))
+
+
+def test_a_deployment_whose_status_alone_changed_is_not_checked_again() -> None:
+    """A status write replaces the object but keeps its spec: the checked deployment (and so
+    what the core memoised for it) carries over; a spec change is checked again."""
+    store = _fleet(deployment("alpha"))
+    controller = Controller(store, SIM, "ctl")
+    controller.step(at(1))
+    controller.step(at(2))
+    settled = controller.parsed.misses
+    store.patch_status(MODEL_DEPLOYMENT, "alpha", "ml", {"note": "someone else's"}, None)
+    controller.step(at(3))
+    assert controller.parsed.misses == settled
+    alpha = store.get(MODEL_DEPLOYMENT, "alpha", "ml")
+    assert alpha is not None
+    store.update(alpha | {"spec": {**alpha["spec"], "replicas": 2}})
+    result = controller.step(at(4))
+    assert controller.parsed.misses == settled + 1
+    assert result.placements == 0  # one GPU free and already taken: the second is refused
+    assert result.shortfall == 1

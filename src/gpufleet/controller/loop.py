@@ -251,6 +251,10 @@ def _strict_time(value: object) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
+#: A checked deployment: its spec (the object), what else the check read, and the result.
+_CheckedDeployment = tuple[object, tuple[object, ...], Deployment | list[FieldError]]
+
+
 def _reported(cluster: Cluster, trust: Trust | None) -> Cluster:
     """`cluster` as fresh as its accepted reports: the published `status.agent.observedAt`
     is not rewritten for every heartbeat (`status_refresh_s`), the reports are."""
@@ -354,6 +358,9 @@ class Controller:
         #: Core clusters by name: (parsed cluster, what it was converted with, the result);
         #: the entries used in a step replace the others when it ends.
         self._core_clusters: dict[str, tuple[InferenceCluster, tuple[object, ...], Cluster]] = {}
+        #: Checked deployments by (namespace, name): (spec, the rest it read, the result).
+        self._deployments: dict[tuple[str, str], _CheckedDeployment] = {}
+        self._deployments_used: dict[tuple[str, str], _CheckedDeployment] = {}
         #: The last report parsed from each observation object, by (kind, namespace, name),
         #: for `_parse_report`; swapped like the others.
         self._reports: dict[tuple[str, str, str], tuple[ReadObj, AgentReport | None]] = {}
@@ -395,6 +402,7 @@ class Controller:
         self.parsed.end_step()
         self.settled.end_step()
         self._core_clusters, self._core_clusters_used = self._core_clusters_used, {}
+        self._deployments, self._deployments_used = self._deployments_used, {}
         return result
 
     def _read(self) -> _View:
@@ -620,7 +628,7 @@ class Controller:
         for obj in deployments:
             if _is_deleting(obj):
                 continue
-            checked = self.parsed.get("deployment", obj, _check_deployment)
+            checked = self._checked_deployment(obj)
             if isinstance(checked, Deployment):
                 valid[(checked.key.namespace, checked.key.name)] = (obj, checked)
                 continue
@@ -654,6 +662,31 @@ class Controller:
             if decided.shortfall > 0:
                 alive.add(("refusal", decided.key.namespace, decided.key.name))
         self.recorder.forget_missing("refusal", alive)
+
+    def _checked_deployment(self, obj: ReadObj) -> Deployment | list[FieldError]:
+        """`_check_deployment`, the same result while the spec is the same object and what
+        it reads of the rest is equal: a status write replaces the object (so `ParseCache`
+        misses) but leaves the spec as it was, and the core's ScheduleMemo keys its work by
+        the Deployment it is handed."""
+        meta = obj["metadata"]
+        key = (meta.get("namespace") or "", str(meta.get("name")))
+        rest = (
+            obj.get("apiVersion"),
+            obj.get("kind"),
+            meta.get("generation"),
+            meta.get("uid"),
+            meta.get("labels"),
+            meta.get("annotations"),
+            meta.get("deletionTimestamp"),
+        )
+        spec = obj.get("spec")
+        last = self._deployments.get(key)
+        if last is not None and last[0] is spec and last[1] == rest:
+            checked = last[2]
+        else:
+            checked = self.parsed.get("deployment", obj, _check_deployment)
+        self._deployments_used[key] = (spec, rest, checked)
+        return checked
 
     def _core_cluster(
         self,
