@@ -85,6 +85,8 @@ class AssumeLedger:
 
         The result is sorted by (namespace, name), as a Store lists.
         """
+        if not any(key[0] == kind for key in self._entries):
+            return sorted(listed, key=_list_order)  # nothing assumed: the listing (in order)
         seen: dict[Key, Mapping[str, Any]] = {object_key(kind, o): o for o in listed}
         out: dict[Key, Mapping[str, Any]] = dict(seen)
         for key, entry in list(self._entries.items()):
@@ -112,6 +114,8 @@ class AssumeLedger:
         asks the store directly (`get`) and calls `forget` when it is gone, so a deployment or
         replica deleted right after the controller wrote it is not brought back until `ttl_s`.
         """
+        if not any(key[0] == kind and e.obj is not None for key, e in self._entries.items()):
+            return []
         shown = {object_key(kind, o) for o in listed}
         return sorted(
             key
@@ -124,6 +128,11 @@ class AssumeLedger:
 
     def is_assumed(self, kind: Kind, namespace: str, name: str) -> bool:
         return (kind, namespace, name) in self._entries
+
+
+def _list_order(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "", meta.get("name") or "")
 
 
 def _age_s(entry: Entry, now: datetime) -> float:

@@ -192,14 +192,9 @@ def _core_replica(obj: ReadObj) -> Replica | None:
 _REPLICA_REPORT_KEYS: Final = ("observedGeneration", "podsScheduled", "pools")
 
 
-@dataclass(frozen=True, slots=True)
-class _ReplicaReports:
-    """A replica's report among its cluster's judged reports."""
-
-    #: The accepted ReplicaObservation (the first, in the cluster's report order).
-    accepted: AgentReport | None
-    #: Whether one was rejected (an older lease epoch).
-    is_rejected: bool
+#: A replica's reports among its cluster's judged ones: the accepted ReplicaObservation (the
+#: first, in the cluster's report order; None when none) and whether one was rejected.
+_ReplicaReports = tuple[AgentReport | None, bool]
 
 
 def _replica_reports(trusts: Mapping[str, Trust]) -> dict[tuple[str, str, str], _ReplicaReports]:
@@ -207,22 +202,30 @@ def _replica_reports(trusts: Mapping[str, Trust]) -> dict[tuple[str, str, str], 
     by scanning every report for every replica."""
     out: dict[tuple[str, str, str], _ReplicaReports] = {}
     for cluster, trust in trusts.items():
-        for reports, is_accepted in ((trust.accepted, True), (trust.rejected, False)):
-            for r in reports:
-                if r.kind != "ReplicaObservation":
-                    continue
-                spec = r.body.get("spec") or {}
-                namespace, name = spec.get("replicaNamespace"), spec.get("replicaName")
-                if not isinstance(namespace, str) or not isinstance(name, str):
-                    continue  # names no replica
-                key = (cluster, namespace, name)
-                found = out.get(key) or _ReplicaReports(None, False)
-                if is_accepted and found.accepted is None:
-                    found = _ReplicaReports(r, found.is_rejected)
-                elif not is_accepted:
-                    found = _ReplicaReports(found.accepted, True)
-                out[key] = found
+        for r in trust.rejected:
+            key = _replica_key(cluster, r)
+            if key is not None:
+                out[key] = (None, True)
+        for r in trust.accepted:
+            key = _replica_key(cluster, r)
+            if key is None:
+                continue
+            found = out.get(key)
+            if found is None:
+                out[key] = (r, False)
+            elif found[0] is None:
+                out[key] = (r, found[1])
     return out
+
+
+def _replica_key(cluster: str, report: AgentReport) -> tuple[str, str, str] | None:
+    if report.kind != "ReplicaObservation":
+        return None
+    spec = report.body.get("spec") or {}
+    namespace, name = spec.get("replicaNamespace"), spec.get("replicaName")
+    if not isinstance(namespace, str) or not isinstance(name, str):
+        return None  # names no replica
+    return (cluster, namespace, name)
 
 
 def _is_heartbeat(old: ReadObj, new: ReadObj) -> bool:
@@ -565,9 +568,9 @@ class Controller:
     ) -> ReadObj:
         meta = replica["metadata"]
         cluster = (replica.get("spec") or {}).get("clusterName", "")
-        mine = reports.get((cluster, meta.get("namespace") or "", meta["name"]))
-        report = mine.accepted if mine else None
-        is_rejected = mine.is_rejected if mine else False
+        report, is_rejected = reports.get(
+            (cluster, meta.get("namespace") or "", meta["name"]), (None, False)
+        )
 
         def desire(current: ReadObj) -> Obj:
             return replica_status(current, report, is_rejected, now)

@@ -20,7 +20,7 @@ change.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Final
@@ -113,18 +113,21 @@ class Trust:
     accepted: tuple[AgentReport, ...]
     #: Reports of an epoch lower than `epoch`: ignored.
     rejected: tuple[AgentReport, ...]
+    #: The newest accepted report, found once (a step asks for it many times).
+    newest: AgentReport | None = field(init=False, default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        newest = max(self.accepted, key=lambda r: (r.observed_at, r.kind, r.name), default=None)
+        object.__setattr__(self, "newest", newest)
 
     @property
     def identity(self) -> str:
         """The identity of the newest accepted report ("" when none)."""
-        if not self.accepted:
-            return ""
-        newest = max(self.accepted, key=lambda r: (r.observed_at, r.kind, r.name))
-        return newest.identity
+        return self.newest.identity if self.newest is not None else ""
 
     @property
     def observed_at(self) -> datetime | None:
-        return max((r.observed_at for r in self.accepted), default=None)
+        return self.newest.observed_at if self.newest is not None else None
 
 
 def judge(reports: Iterable[AgentReport], known_epoch: int | None) -> Trust:
