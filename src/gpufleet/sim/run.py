@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import gc
 import time
 import tracemalloc
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -920,14 +921,33 @@ def _sample(series: Series, state: _State, at_s: float, names: Sequence[str]) ->
     series.pending.append(sum(state.pending(k) for k in state.deployments))
 
 
-def run_scenario(
+#: The collector's thresholds while a scenario runs (CPython's default is (700, 10, 10)).
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """Collect garbage less often while a scenario runs, and restore the thresholds after.
+
+    A fleet is millions of long-lived objects (every store's dicts), and CPython's
+    generational collector walks them again and again as the run allocates: a quarter of a
+    day's run went to it. The simulator makes few reference cycles, so collecting every
+    50,000 allocations instead of every 700 costs little memory."""
+    before = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
+def _run_scenario(
     scenario: Scenario,
     accounting: Accounting | str | None = None,
     *,
     progress: Callable[[float], None] | None = None,
     measure_memory: bool = False,
 ) -> RunResult:
-    """Run `scenario` to its end; `accounting` overrides the scenario's controller setting."""
     mode = Accounting(accounting) if accounting is not None else scenario.controller.accounting
     started = time.perf_counter()
     if measure_memory:
@@ -1023,3 +1043,15 @@ def run_scenario(
         log=hub_step.log,
         peak_memory_bytes=peak,
     )
+
+
+def run_scenario(
+    scenario: Scenario,
+    accounting: Accounting | str | None = None,
+    *,
+    progress: Callable[[float], None] | None = None,
+    measure_memory: bool = False,
+) -> RunResult:
+    """Run `scenario` to its end; `accounting` overrides the scenario's controller setting."""
+    with _fewer_collections():
+        return _run_scenario(scenario, accounting, progress=progress, measure_memory=measure_memory)
