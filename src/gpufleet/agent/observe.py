@@ -1415,18 +1415,13 @@ class IdentityMemo(Generic[_V]):
     entry lives; entries no call used are dropped when the call ends (`end_call`).
     """
 
-    __slots__ = ("_entries", "_keeps", "_used", "misses")
+    __slots__ = ("_entries", "_keeps", "_used")
 
     def __init__(self, *, keeps: bool = True) -> None:
         self._entries: dict[int, tuple[RawObject, _V]] = {}
         self._used: dict[int, tuple[RawObject, _V]] = {}
         #: False: compute every time and keep nothing (a cache used once).
         self._keeps = keeps
-        #: How many objects were read afresh (for tests).
-        self.misses = 0
-
-    def get(self, obj: RawObject, compute: Callable[[RawObject], _V]) -> _V:
-        return self.reader(compute)(obj)
 
     def reader(self, compute: Callable[[RawObject], _V]) -> Callable[[RawObject], _V]:
         """`compute` through this memo (`compute` itself, for a memo that keeps nothing).
@@ -1441,7 +1436,6 @@ class IdentityMemo(Generic[_V]):
             if hit is None:
                 hit = entries.get(key)
                 if hit is None or hit[0] is not obj:
-                    self.misses += 1
                     hit = (obj, compute(obj))
                 used[key] = hit
             return hit[1]
@@ -1450,9 +1444,6 @@ class IdentityMemo(Generic[_V]):
 
     def end_call(self) -> None:
         self._entries, self._used = self._used, {}
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 class ObserveCache:
