@@ -3,7 +3,10 @@
 `observe(objects, clock, config, now) -> (ObservationResult, clock)` is a pure, deterministic
 function of the workload cluster's objects as the Kubernetes API returns them (plain camelCase
 dicts), the previous allocation clock, the configuration and the time. It does no I/O, reads no
-clock and imports only the standard library and `gpufleet.core`.
+clock and imports only the standard library and `gpufleet.core`. A caller that observes the same
+cluster again and again passes an `ObserveCache`: objects it saw before (the same objects, as a
+store view hands them out) are not read again, and what they gave is not computed again. The
+result is the same with or without it.
 
 What is modelled
 ----------------
@@ -63,14 +66,15 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 from gpufleet.core import labels
 from gpufleet.core.model import (
@@ -100,18 +104,9 @@ REPLICA_GENERATION_LABEL: Final = labels.REPLICA_GENERATION
 _MAX_NAMES_IN_MESSAGE: Final = 5
 
 _V = TypeVar("_V")
-#: A replica's observation and what it was computed from (`ObserveCache.observed_replica`).
-_ReplicaResult = tuple[tuple[object, ...], "ObservedReplica"]
 
 
-class _Keyed(Protocol):
-    """What a read object says, with the key that identifies the object among its kind."""
-
-    @property
-    def key(self) -> Any: ...
-
-
-_R = TypeVar("_R", bound=_Keyed)
+_R = TypeVar("_R")
 
 
 # --- inputs -----------------------------------------------------------------------------
@@ -544,24 +539,28 @@ def _read_each(
     problems: _Problems,
     memo: IdentityMemo[_R],
     read: Callable[[RawObject], _R],
-) -> dict[Any, tuple[RawObject, _R]]:
-    """`_dedupe(_mappings(objects))` by each object's own key, with what `read` made of each
-    object (read once per object: `memo`) kept beside it."""
-    out: dict[Any, tuple[RawObject, _R]] = {}
+    key_of: Callable[[_R], Any],
+) -> tuple[dict[Any, _R], dict[Any, RawObject]]:
+    """`_dedupe(_mappings(objects))` by the key `key_of` finds in what `read` made of each
+    object (read once per object: `memo`): what was read of each kept object, and the object,
+    by key."""
+    infos: dict[Any, _R] = {}
+    kept: dict[Any, RawObject] = {}
+    read = memo.reader(read)
     for obj in objects:
         if not (type(obj) is dict or isinstance(obj, Mapping)):
             problems.add(None, _MALFORMED[kind], f"{kind} that is a {type(obj).__name__}")
             continue
-        info = memo.get(obj, read)
-        k = info.key
-        prev = out.get(k)
+        info = read(obj)
+        k = key_of(info)
+        prev = kept.get(k)
         if prev is None:
-            out[k] = (obj, info)
+            infos[k], kept[k] = info, obj
             continue
         problems.add(None, ProblemCode.DUPLICATE_OBJECT, f"{kind} {k}")
-        if _canonical(obj) < _canonical(prev[0]):
-            out[k] = (obj, info)
-    return out
+        if _canonical(obj) < _canonical(prev):
+            infos[k], kept[k] = info, obj
+    return infos, kept
 
 
 # --- nodes ------------------------------------------------------------------------------
@@ -679,9 +678,9 @@ def _read_node_table(
     unnamed_per_pool: dict[str, int] = defaultdict(int)
     named: dict[str, RawObject] = {}
     infos: dict[int, _NodeInfo] = {}
-    read_node = functools.partial(_read_node, config=config)
+    read_node = memo.reader(functools.partial(_read_node, config=config))
     for node in _mappings(objects, "node", problems):
-        info = memo.get(node, read_node)
+        info = read_node(node)
         if info is None:
             continue
         pool_names.add(info.pool)
@@ -923,49 +922,57 @@ def _selector_node(allocation: Mapping[str, Any]) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class _ClaimInfo:
-    """A ResourceClaim's allocation, read once per object (`ObserveCache`)."""
-
-    key: tuple[str, str]
-    #: metadata.uid, None when missing or not a string.
-    uid: str | None
-    #: None when the claim is not allocated.
-    allocation: Mapping[str, Any] | None
-    #: `status.allocation.devices.results` as found (possibly malformed).
-    results: object
-    #: Every result's (driver, DRA pool, device) when all are well-formed; else None.
-    keys: tuple[_DevKey, ...] | None
+#: An allocated ResourceClaim, read once per object (`ObserveCache`):
+#: `(key, is_allocated, uid, keys)`: its (namespace, name); whether it is allocated; its uid
+#: (None when missing or not a string); every result's (driver, DRA pool, device) when all
+#: are well-formed, else None (the claim is then read again, in full, from the object).
+#: A plain tuple of plain values, which the garbage collector stops tracking: observing
+#: 40,000 claims must not leave 40,000 more objects for it to scan.
+_ClaimInfo = tuple[tuple[str, str], bool, str | None, tuple[_DevKey, ...] | None]
 
 
 def _read_claim(claim: RawObject) -> _ClaimInfo:
-    key = _ns_name(claim)
+    meta = _map(claim.get("metadata"))
+    ns, name = meta.get("namespace"), meta.get("name")
+    key = (ns if type(ns) is str else _str(ns)), (name if type(name) is str else _str(name))
+    allocation = _allocation(claim)
+    if allocation is None:
+        return key, False, None, None
+    uid = meta.get("uid")
+    if not (type(uid) is str and uid):
+        uid = None
+    results = _map(allocation.get("devices")).get("results", ())
+    if type(results) is list and len(results) == 1 and type(results[0]) is dict:
+        # The common case (one device), without the general loop.
+        result = results[0]
+        driver, dra_pool, device = result.get("driver"), result.get("pool"), result.get("device")
+        if type(driver) is str and type(dra_pool) is str and type(device) is str:
+            return key, True, uid, ((driver, dra_pool, device),)
+    return key, True, uid, _device_keys(results)
+
+
+def _device_keys(results: object) -> tuple[_DevKey, ...] | None:
+    """Every result's (driver, DRA pool, device); None when one is malformed."""
+    if not isinstance(results, list | tuple):
+        return None
+    found: list[_DevKey] = []
+    for result in results:
+        if not (type(result) is dict or isinstance(result, Mapping)):
+            return None
+        driver, dra_pool, device = result.get("driver"), result.get("pool"), result.get("device")
+        if type(driver) is not str or type(dra_pool) is not str or type(device) is not str:
+            return None
+        found.append((driver, dra_pool, device))
+    return tuple(found)
+
+
+def _allocation(claim: RawObject) -> Mapping[str, Any] | None:
+    """`status.allocation` (as a mapping), None when the claim is not allocated."""
     status = claim.get("status")
     if not (type(status) is dict or isinstance(status, Mapping)):
-        return _ClaimInfo(key, None, None, None, None)
+        return None
     allocation = status.get("allocation")
-    if allocation is None:
-        return _ClaimInfo(key, None, None, None, None)
-    uid = _map(claim.get("metadata")).get("uid")
-    allocation = _map(allocation)
-    results = _map(allocation.get("devices")).get("results", ())
-    keys: tuple[_DevKey, ...] | None = None
-    if isinstance(results, list | tuple):
-        found: list[_DevKey] = []
-        for result in results:
-            if not (type(result) is dict or isinstance(result, Mapping)):
-                break
-            driver, dra_pool, device = (
-                result.get("driver"),
-                result.get("pool"),
-                result.get("device"),
-            )
-            if type(driver) is not str or type(dra_pool) is not str or type(device) is not str:
-                break
-            found.append((driver, dra_pool, device))
-        else:
-            keys = tuple(found)
-    return _ClaimInfo(key, uid if type(uid) is str and uid else None, allocation, results, keys)
+    return None if allocation is None else _map(allocation)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -990,7 +997,8 @@ class _ClaimsRead:
 
 
 def _read_claims(
-    claims: Mapping[tuple[str, str], tuple[RawObject, _ClaimInfo]],
+    claims: Mapping[tuple[str, str], _ClaimInfo],
+    objects: Mapping[tuple[str, str], RawObject],
     inv: _Inventory,
     node_pool: Mapping[str, str],
     prev: Mapping[str, datetime],
@@ -1016,11 +1024,9 @@ def _read_claims(
     def pools_of(nodes: Iterable[str]) -> set[str]:
         return {node_pool[n] for n in nodes if n in node_pool}
 
-    for (ns, name), (_, info) in claims.items():
-        allocation = info.allocation
-        if allocation is None:
+    for claim_key, (_, is_allocated, uid, keys) in claims.items():
+        if not is_allocated:
             continue
-        uid = info.uid
         if uid is not None:
             t = prev.get(uid)
             if t is None:
@@ -1028,20 +1034,25 @@ def _read_claims(
             clock[uid] = t
         else:
             t, uses_now, has_uidless = now, True, True
+            ns, name = claim_key
             problems.add(None, ProblemCode.CLAIM_WITHOUT_UID, f"claim {ns}/{name}")
-        allocated[(ns, name)] = t
-        keys = info.keys
-        if keys is not None and all(k in device_node for k in keys):
-            # The common case (every device known), without the general bookkeeping.
+        allocated[claim_key] = t
+        if keys is not None:
             for key in keys:
-                taken_devices.add(key)
-                holder = device_node[key]
-                last = node_last.get(holder)
-                if last is None or t > last:
-                    node_last[holder] = t
-            continue
-        label = f"{ns}/{name}"
-        results = info.results
+                if key not in device_node:
+                    break
+            else:
+                # The common case (every device known), without the general bookkeeping.
+                for key in keys:
+                    taken_devices.add(key)
+                    holder = device_node[key]
+                    last = node_last.get(holder)
+                    if last is None or t > last:
+                        node_last[holder] = t
+                continue
+        label = "/".join(claim_key)
+        allocation = _allocation(objects[claim_key]) or _EMPTY
+        results = _map(allocation.get("devices")).get("results", ())
         if not isinstance(results, list | tuple):
             node = _selector_node(allocation)
             if node is not None:
@@ -1129,6 +1140,8 @@ class _Replica:
     problems: set[str] = field(default_factory=set)
     #: pool -> latest allocation time over the replica's pods' claims there
     pool_last: dict[str, datetime] = field(default_factory=dict)
+    #: The pools its members name.
+    pools: frozenset[str] = frozenset()
 
     @property
     def key(self) -> tuple[str, str]:
@@ -1148,6 +1161,7 @@ class _Replica:
             self.generation_label,
             self.is_readable,
             set(self.problems),
+            pools=self.pools,
         )
 
 
@@ -1212,16 +1226,19 @@ def _read_replica(obj: RawObject) -> _Replica:
                 rep.problems.add(f"{where}: duplicate {engine_name}/{role}")
                 continue
             rep.members[key] = _Member(engine_name, role, pool, is_claiming, copies * worker_nodes)
+    rep.pools = frozenset(m.pool for m in rep.members.values() if m.pool is not None)
     return rep
 
 
-def _pod_claim_names(pod: RawObject) -> tuple[list[str], bool] | None:
+def _pod_claim_names(
+    spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> tuple[tuple[str, ...], bool] | None:
     """The claim names a pod uses, and whether every claim it asks for has been created.
 
     None when the fields are malformed.
     """
-    spec_claims = _map(pod.get("spec")).get("resourceClaims") or ()
-    status_claims = _map(pod.get("status")).get("resourceClaimStatuses") or ()
+    spec_claims = spec.get("resourceClaims") or ()
+    status_claims = status.get("resourceClaimStatuses") or ()
     if not isinstance(spec_claims, list | tuple) or not isinstance(status_claims, list | tuple):
         return None
     if len(spec_claims) == 1 and len(status_claims) == 1:
@@ -1235,7 +1252,7 @@ def _pod_claim_names(pod: RawObject) -> tuple[list[str], bool] | None:
                 and ref == status_entry.get("name")
                 and not spec_entry.get("resourceClaimName")
             ):
-                return ([claim_name] if type(claim_name) is str and claim_name else []), True
+                return ((claim_name,) if type(claim_name) is str and claim_name else ()), True
     generated: dict[str, str | None] = {}
     for entry in status_claims:
         if not (type(entry) is dict or isinstance(entry, Mapping)) or not isinstance(
@@ -1264,59 +1281,50 @@ def _pod_claim_names(pod: RawObject) -> tuple[list[str], bool] | None:
     for ref, claim_name in generated.items():
         if ref not in seen_spec and claim_name:
             names.append(claim_name)
-    return names, is_complete
+    return tuple(names), is_complete
 
 
-@dataclass(frozen=True, slots=True)
-class _PodInfo:
-    """What a Pod says about the replica it belongs to, read once per object."""
-
-    key: tuple[str, str]
-    #: The replica label; None when the pod belongs to no replica (the rest is then unread).
-    replica: str | None
-    engine: str = ""
-    member: str = ""
-    #: The replica-generation label as found (compared with the replica's generation).
-    generation: object = None
-    #: The claims it names, and whether every claim it asks for has been created.
-    claim_names: tuple[str, ...] = ()
-    is_complete: bool = False
-    #: Its claim fields are malformed (reported on the replica, never counted allocated).
-    is_malformed: bool = False
-    #: Neither Succeeded, Failed nor deleting.
-    is_live: bool = False
-    node_name: str = ""
+#: What a Pod says about the replica it belongs to, read once per object (`ObserveCache`):
+#: `(key, replica, engine, member, generation, claim_names, is_complete, is_malformed,
+#: is_live, node_name)`: its (namespace, name); its replica, engine and member labels (the
+#: replica None when the pod belongs to none, and the rest then unread); the replica
+#: generation label as found; the claims it names, and whether every claim it asks for has
+#: been created; whether its claim fields are malformed (never counted allocated); whether
+#: it is neither Succeeded, Failed nor deleting; its node. A plain tuple (see `_ClaimInfo`).
+_PodInfo = tuple[
+    tuple[str, str], str | None, str, str, object, tuple[str, ...], bool, bool, bool, str
+]
+_NO_REPLICA: Final = (None, "", "", None, (), False, False, False, "")
 
 
 def _read_pod(pod: RawObject) -> _PodInfo:
-    key = _ns_name(pod)
     meta = pod.get("metadata")
     if not (type(meta) is dict or isinstance(meta, Mapping)):
-        return _PodInfo(key, None)
+        return (_ns_name(pod), *_NO_REPLICA)
+    ns, name = meta.get("namespace"), meta.get("name")
+    key = (ns if type(ns) is str else _str(ns)), (name if type(name) is str else _str(name))
     labels = meta.get("labels")
     if not (type(labels) is dict or isinstance(labels, Mapping)):
-        return _PodInfo(key, None)
+        return (key, *_NO_REPLICA)
     replica_name = labels.get(REPLICA_LABEL)
     if not isinstance(replica_name, str):
-        return _PodInfo(key, None)
-    claim_info = _pod_claim_names(pod)
-    if claim_info is None:
-        claim_names: tuple[str, ...] = ()
-        is_complete = False
-    else:
-        claim_names, is_complete = tuple(claim_info[0]), claim_info[1]
-    phase = _map(pod.get("status")).get("phase")
-    return _PodInfo(
-        key=key,
-        replica=replica_name,
-        engine=_str(labels.get(ENGINE_LABEL)),
-        member=_str(labels.get(MEMBER_LABEL)),
-        generation=labels.get(REPLICA_GENERATION_LABEL),
-        claim_names=claim_names,
-        is_complete=is_complete,
-        is_malformed=claim_info is None,
-        is_live=phase not in ("Succeeded", "Failed") and meta.get("deletionTimestamp") is None,
-        node_name=_str(_map(pod.get("spec")).get("nodeName")),
+        return (key, *_NO_REPLICA)
+    spec, status = _map(pod.get("spec")), _map(pod.get("status"))
+    claim_info = _pod_claim_names(spec, status)
+    claim_names, is_complete = claim_info if claim_info is not None else ((), False)
+    engine, role, node = labels.get(ENGINE_LABEL), labels.get(MEMBER_LABEL), spec.get("nodeName")
+    return (
+        key,
+        replica_name,
+        engine if type(engine) is str else _str(engine),
+        role if type(role) is str else _str(role),
+        labels.get(REPLICA_GENERATION_LABEL),
+        claim_names,
+        is_complete,
+        claim_info is None,
+        status.get("phase") not in ("Succeeded", "Failed")
+        and meta.get("deletionTimestamp") is None,
+        node if type(node) is str else _str(node),
     )
 
 
@@ -1328,21 +1336,32 @@ def _count_pods(
 ) -> None:
     """Count the replica's pods (those labelled with it, in its namespace) into `rep`."""
     ns = rep.namespace
-    for info in pods:
-        if info.is_malformed:
-            rep.problems.add(f"pod {info.key[1]}: resourceClaims")
-        claim_names = info.claim_names
+    for pod in pods:
+        (
+            key,
+            _,
+            engine,
+            role,
+            pod_generation,
+            claim_names,
+            is_complete,
+            is_malformed,
+            is_live,
+            node_name,
+        ) = pod
+        if is_malformed:
+            rep.problems.add(f"pod {key[1]}: resourceClaims")
         times = []
         for c in claim_names:
             t = allocated.get((ns, c))
             if t is not None:
                 times.append(t)
-        is_allocated = info.is_complete and bool(claim_names) and len(times) == len(claim_names)
-        member = rep.members.get((info.engine, info.member))
+        is_allocated = is_complete and bool(claim_names) and len(times) == len(claim_names)
+        member = rep.members.get((engine, role))
         if times:
             pool = member.pool if member is not None else None
             if pool is None:
-                pool = node_pool.get(info.node_name)
+                pool = node_pool.get(node_name)
             if pool is not None:
                 latest = max(times)
                 prev = rep.pool_last.get(pool)
@@ -1350,10 +1369,9 @@ def _count_pods(
                     rep.pool_last[pool] = latest
         if member is None or rep.generation is None:
             continue
-        pod_generation = info.generation
         if pod_generation != rep.generation_label and _int(pod_generation) != rep.generation:
             continue
-        if not info.is_live:
+        if not is_live:
             continue
         member.live_pods += 1
         if is_allocated:
@@ -1397,30 +1415,35 @@ class IdentityMemo(Generic[_V]):
     entry lives; entries no call used are dropped when the call ends (`end_call`).
     """
 
-    __slots__ = ("_entries", "_used", "misses")
+    __slots__ = ("_entries", "_keeps", "_used")
 
-    def __init__(self) -> None:
+    def __init__(self, *, keeps: bool = True) -> None:
         self._entries: dict[int, tuple[RawObject, _V]] = {}
         self._used: dict[int, tuple[RawObject, _V]] = {}
-        #: How many objects were read afresh (for tests).
-        self.misses = 0
+        #: False: compute every time and keep nothing (a cache used once).
+        self._keeps = keeps
 
-    def get(self, obj: RawObject, compute: Callable[[RawObject], _V]) -> _V:
-        key = id(obj)
-        hit = self._used.get(key)
-        if hit is None:
-            hit = self._entries.get(key)
-            if hit is None or hit[0] is not obj:
-                self.misses += 1
-                hit = (obj, compute(obj))
-            self._used[key] = hit
-        return hit[1]
+    def reader(self, compute: Callable[[RawObject], _V]) -> Callable[[RawObject], _V]:
+        """`compute` through this memo (`compute` itself, for a memo that keeps nothing).
+        For one call: the next `end_call` turns the memo over."""
+        if not self._keeps:
+            return compute
+        used, entries = self._used, self._entries
+
+        def read(obj: RawObject) -> _V:
+            key = id(obj)
+            hit = used.get(key)
+            if hit is None:
+                hit = entries.get(key)
+                if hit is None or hit[0] is not obj:
+                    hit = (obj, compute(obj))
+                used[key] = hit
+            return hit[1]
+
+        return read
 
     def end_call(self) -> None:
         self._entries, self._used = self._used, {}
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 class ObserveCache:
@@ -1438,14 +1461,18 @@ class ObserveCache:
 
     The result is the same with or without a cache: `observe` stays a pure function of its
     inputs. A cache must only ever be given objects that are never changed in place.
+
+    `keeps=False` is a cache for one call (what `observe` uses without one): it remembers
+    nothing, so a large cluster observed once leaves no garbage for the collector to scan.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, keeps: bool = True) -> None:
         self._config: ObserveConfig | None = None
-        self.nodes: IdentityMemo[_NodeInfo | None] = IdentityMemo()
-        self.replicas: IdentityMemo[_Replica] = IdentityMemo()
-        self.claims: IdentityMemo[_ClaimInfo] = IdentityMemo()
-        self.pods: IdentityMemo[_PodInfo] = IdentityMemo()
+        self._keeps = keeps
+        self.nodes: IdentityMemo[_NodeInfo | None] = IdentityMemo(keeps=keeps)
+        self.replicas: IdentityMemo[_Replica] = IdentityMemo(keeps=keeps)
+        self.claims: IdentityMemo[_ClaimInfo] = IdentityMemo(keeps=keeps)
+        self.pods: IdentityMemo[_PodInfo] = IdentityMemo(keeps=keeps)
         #: Each stage's last inputs (held: their identities stay theirs) and output.
         self._table: tuple[tuple[object, ...], _NodeTable] | None = None
         self._inventory: tuple[tuple[object, ...], Mapping[str, str], _Inventory, _Problems]
@@ -1463,7 +1490,7 @@ class ObserveCache:
     def begin_call(self, config: ObserveConfig) -> None:
         if config != self._config:
             # What a node says depends on the pool label and the tolerations.
-            self.nodes = IdentityMemo()
+            self.nodes = IdentityMemo(keeps=self._keeps)
             self._table = None
             self._pools = {}
             self._config = config
@@ -1515,9 +1542,9 @@ class ObserveCache:
             return self._claims.read
         self.runs["claims"] += 1
         found = _Problems()
-        claims = _read_each(objects, "claim", found, self.claims, _read_claim)
+        claims, kept = _read_each(objects, "claim", found, self.claims, _read_claim, _first)
         self.claims.end_call()
-        read = _read_claims(claims, inv.working_copy(), node_pool, prev, now, found)
+        read = _read_claims(claims, kept, inv.working_copy(), node_pool, prev, now, found)
         self._claims = _ClaimsCall(objects, inv, node_pool, prev, now, read)
         return read
 
@@ -1530,6 +1557,8 @@ class ObserveCache:
         max_buckets: int,
     ) -> tuple[ObservedPool, tuple[ObservedNode, ...]]:
         """`_observe_pool`, or what it gave last call when nothing it reads differs."""
+        if not self._keeps:
+            return _observe_pool(pool, table, claims, problems, max_buckets)
         last = self._pools.get(pool)
         if last is None or not (
             last.table is table
@@ -1556,25 +1585,42 @@ class ObserveCache:
         return last.pool, last.nodes
 
     def observed_replica(
-        self,
-        rep: _Replica,
-        pods: tuple[_PodInfo, ...],
-        allocated: Mapping[tuple[str, str], datetime],
-        table: _NodeTable,
+        self, rep: _Replica, pods: Sequence[_PodInfo], claims: _ClaimsRead, table: _NodeTable
     ) -> ObservedReplica:
         """`_observed_replica` of the replica with its pods counted, or what it gave last
         call when the replica's read, its pods and their claims' times are as they were."""
-        ns = rep.namespace
-        times = tuple(tuple(allocated.get((ns, c)) for c in pod.claim_names) for pod in pods)
-        inputs = (rep, pods, times, table.node_pool)
+        if not self._keeps:
+            # Read for this call only: nobody else counts into it.
+            _count_pods(rep, pods, claims.allocated, table.node_pool)
+            return _observed_replica(rep)
+        pods = tuple(pods)
         last = self._replica_results.get(rep.key)
-        if last is None or last[0] != inputs:
+        node_pool = table.node_pool
+        times = None
+        if (
+            last is not None
+            and (last.rep is rep or last.rep == rep)
+            and last.pods == pods
+            and (last.node_pool is node_pool or last.node_pool == node_pool)
+        ):
+            if last.claims is not claims:
+                times = _claim_times(rep.namespace, pods, claims.allocated)
+                if times != last.times:
+                    last = None
+                else:
+                    last = _ReplicaResult(rep, pods, claims, times, node_pool, last.replica)
+        else:
+            last = None
+        if last is None:
             self.runs["replicas"] += 1
             counted = rep.fresh()
-            _count_pods(counted, pods, allocated, table.node_pool)
-            last = (inputs, _observed_replica(counted))
+            _count_pods(counted, pods, claims.allocated, node_pool)
+            if times is None:
+                times = _claim_times(rep.namespace, pods, claims.allocated)
+            observed = _observed_replica(counted)
+            last = _ReplicaResult(rep, pods, claims, times, node_pool, observed)
         self._next_replicas[rep.key] = last
-        return last[1]
+        return last.replica
 
     def observed_nodes(
         self, per_pool: tuple[tuple[ObservedNode, ...], ...]
@@ -1629,6 +1675,25 @@ class _ClaimsCall:
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class _ReplicaResult:
+    """A replica's observation and what it was computed from (`observed_replica`)."""
+
+    rep: _Replica
+    pods: tuple[_PodInfo, ...]
+    claims: _ClaimsRead
+    #: Per pod, the allocation time of each claim it names (None: not allocated).
+    times: tuple[tuple[datetime | None, ...], ...]
+    node_pool: Mapping[str, str]
+    replica: ObservedReplica
+
+
+def _claim_times(
+    namespace: str, pods: tuple[_PodInfo, ...], allocated: Mapping[tuple[str, str], datetime]
+) -> tuple[tuple[datetime | None, ...], ...]:
+    return tuple(tuple([allocated.get((namespace, c)) for c in pod[5]]) for pod in pods)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class _PoolResult:
     """A pool's observation and what it was computed from (`ObserveCache.observed_pool`)."""
 
@@ -1639,6 +1704,10 @@ class _PoolResult:
     max_buckets: int
     pool: ObservedPool
     nodes: tuple[ObservedNode, ...]
+
+
+_first: Final = operator.itemgetter(0)
+_key: Final = operator.attrgetter("key")
 
 
 def _same(held: tuple[object, ...], objects: tuple[object, ...]) -> bool:
@@ -1746,7 +1815,7 @@ def observe(
     result.
     """
     if cache is None:
-        cache = ObserveCache()
+        cache = ObserveCache(keeps=False)
     cache.begin_call(config)
     result = _observe(objects, clock, config, now, cache)
     cache.end_call()
@@ -1766,15 +1835,17 @@ def _observe(
 
     # Replicas name pools too.
     pool_names = set(table.pools)
-    replica_reads = _read_each(objects.replicas, "replica", problems, cache.replicas, _read_replica)
+    replica_reads, _ = _read_each(
+        objects.replicas, "replica", problems, cache.replicas, _read_replica, _key
+    )
     replicas: dict[tuple[str, str], _Replica] = {}
     for key in sorted(replica_reads):
         if not key[1]:
             problems.add(None, ProblemCode.MALFORMED_REPLICA, "<unnamed>: metadata.name")
             continue
-        rep = replica_reads[key][1]
+        rep = replica_reads[key]
         replicas[key] = rep
-        pool_names.update(m.pool for m in rep.members.values() if m.pool is not None)
+        pool_names |= rep.pools
 
     # Slices and claims.
     inv = cache.inventory(objects.slices, table.node_pool, problems)
@@ -1792,13 +1863,14 @@ def _observe(
         per_pool.append(nodes)
 
     # Pods, per replica.
-    pods = _read_each(objects.pods, "pod", problems, cache.pods, _read_pod)
+    pods, _ = _read_each(objects.pods, "pod", problems, cache.pods, _read_pod, _first)
     pods_of: dict[tuple[str, str], list[_PodInfo]] = defaultdict(list)
-    for (ns, _), (_, info) in pods.items():
-        if info.replica is not None:
-            pods_of[(ns, info.replica)].append(info)
+    for (ns, _), pod in pods.items():
+        replica = pod[1]
+        if replica is not None:
+            pods_of[(ns, replica)].append(pod)
     observed_replicas = tuple(
-        cache.observed_replica(replicas[key], tuple(pods_of.get(key, ())), claims.allocated, table)
+        cache.observed_replica(replicas[key], pods_of.get(key, ()), claims, table)
         for key in sorted(replicas)
     )
 

@@ -27,6 +27,12 @@ When the hub cannot be read the step changes nothing locally: a partition must n
 Conflicts (`Conflict`: stale resourceVersion) are retried by re-reading, a bounded number of
 times. A restarted agent is a new `Agent`: its allocation clock is empty (every allocated
 claim is stamped with the restart time, which errs toward charging) and it pushes at once.
+
+A step costs what changed since the last one, not every object: the Agent reads through
+`Store.view`, whose objects are replaced, never changed, when they change, so what it derived
+from an object is kept by the object's identity (`ObserveCache`, each replica's desired
+objects, the local objects known to agree with them), and it patches the observations it
+wrote last without reading them back (guarded by their resourceVersion).
 """
 
 from __future__ import annotations
@@ -366,8 +372,9 @@ class Agent:
         """Make the local workloads equal the desired set for `replicas`."""
         outcome = outcome if outcome is not None else StepOutcome()
         desired: dict[Kind, dict[tuple[str, str], Obj]] = {kind: {} for kind in OWNED_KINDS}
+        desired_of = self._desired.reader(_desired_of)
         for replica in replicas:
-            objs = self._desired.get(replica, _desired_of)
+            objs = desired_of(replica)
             if isinstance(objs, ReplicaInvalid):
                 meta = replica.get("metadata") or {}
                 outcome.errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
