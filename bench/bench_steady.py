@@ -43,7 +43,7 @@ import pickle
 import statistics
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from gpufleet.bench.simulate import fleet_scenario
@@ -52,8 +52,7 @@ from gpufleet.controller import loop
 from gpufleet.core import schedule as core_schedule
 from gpufleet.core.decision import Decision
 from gpufleet.core.model import Snapshot
-from gpufleet.sim.engine import EPOCH
-from gpufleet.sim.run import build_fleet, perform
+from gpufleet.sim.run import build_fleet, timeline_runner
 from gpufleet.sim.scenario import Accounting
 from gpufleet.store.port import MODEL_REPLICA
 
@@ -66,14 +65,7 @@ Recorded = list[tuple[Snapshot, datetime]]
 def record(args: argparse.Namespace) -> None:
     scenario = fleet_scenario(args.clusters, 50, args.hours * 3600, args.deployments, args.seed)
     fleet, _ = build_fleet(scenario, Accounting.FREE_GPU)
-    actions = sorted(scenario.timeline, key=lambda a: a.at_s)
-
-    def run_to(until_s: float) -> None:
-        while actions and actions[0].at_s <= until_s:
-            action = actions.pop(0)
-            fleet.run_until(EPOCH + timedelta(seconds=action.at_s))
-            perform(fleet, action)
-        fleet.run_until(EPOCH + timedelta(seconds=until_s))
+    run_to = timeline_runner(fleet, scenario)
 
     started = time.perf_counter()
     run_to(args.start * 3600)
@@ -81,9 +73,9 @@ def record(args: argparse.Namespace) -> None:
     recorded: Recorded = []
     original = loop.schedule
 
-    def recording(snapshot: Snapshot, now: datetime) -> Decision:
+    def recording(snapshot: Snapshot, now: datetime, **kwargs: Any) -> Decision:
         recorded.append((snapshot, now))
-        return original(snapshot, now)
+        return original(snapshot, now, **kwargs)
 
     loop.schedule = recording  # type: ignore[assignment]
     try:

@@ -14,12 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from datetime import timedelta
 from typing import Any
 
 from gpufleet.bench.simulate import fleet_scenario
-from gpufleet.sim.engine import EPOCH
-from gpufleet.sim.run import ActionFailed, build_fleet, perform, run_scenario
+from gpufleet.sim.run import build_fleet, run_scenario, timeline_runner
 from gpufleet.sim.scenario import Scenario, builtin_names, load_scenario
 
 
@@ -47,13 +45,7 @@ def fingerprint(scenario: Scenario) -> tuple[str, float]:
 def _final_stores(scenario: Scenario) -> dict[str, Any]:
     """Every store's objects at the end, from a second run of the timeline (no samples)."""
     fleet, _ = build_fleet(scenario, scenario.controller.accounting)
-    for action in sorted(scenario.timeline, key=lambda a: a.at_s):
-        fleet.run_until(EPOCH + timedelta(seconds=action.at_s))
-        try:
-            perform(fleet, action)
-        except ActionFailed as e:
-            print(f"  action failed: {e}")
-    fleet.run_until(EPOCH + timedelta(seconds=scenario.end_s))
+    timeline_runner(fleet, scenario)(scenario.end_s)
     return fleet.snapshot()
 
 

@@ -16,11 +16,9 @@ import argparse
 import cProfile
 import pstats
 import time
-from datetime import timedelta
 
 from gpufleet.bench.simulate import fleet_scenario
-from gpufleet.sim.engine import EPOCH
-from gpufleet.sim.run import build_fleet, perform
+from gpufleet.sim.run import build_fleet, timeline_runner
 from gpufleet.sim.scenario import Accounting
 from gpufleet.store.port import MODEL_REPLICA
 
@@ -38,14 +36,7 @@ def main() -> None:
     args = parser.parse_args()
     scenario = fleet_scenario(args.clusters, 50, args.hours * 3600, args.deployments, args.seed)
     fleet, hub_step = build_fleet(scenario, Accounting.FREE_GPU)
-    actions = sorted(scenario.timeline, key=lambda a: a.at_s)
-
-    def run_to(until_s: float) -> None:
-        while actions and actions[0].at_s <= until_s:
-            action = actions.pop(0)
-            fleet.run_until(EPOCH + timedelta(seconds=action.at_s))
-            perform(fleet, action)
-        fleet.run_until(EPOCH + timedelta(seconds=until_s))
+    run_to = timeline_runner(fleet, scenario)
 
     started = time.perf_counter()
     run_to(args.start * 3600)

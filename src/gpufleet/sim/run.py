@@ -921,6 +921,22 @@ def _sample(series: Series, state: _State, at_s: float, names: Sequence[str]) ->
     series.pending.append(sum(state.pending(k) for k in state.deployments))
 
 
+def timeline_runner(fleet: Fleet, scenario: Scenario) -> Callable[[float], None]:
+    """A function running `fleet` to a time (seconds after EPOCH), performing the actions of
+    the scenario's timeline due on the way, in order: the run without checks or samples, for
+    benchmarks and profiles that stop and look in between."""
+    actions = sorted(scenario.timeline, key=lambda a: a.at_s)
+
+    def run_to(until_s: float) -> None:
+        while actions and actions[0].at_s <= until_s:
+            action = actions.pop(0)
+            fleet.run_until(EPOCH + timedelta(seconds=action.at_s))
+            perform(fleet, action)
+        fleet.run_until(EPOCH + timedelta(seconds=until_s))
+
+    return run_to
+
+
 #: The collector's thresholds while a scenario runs (CPython's default is (700, 10, 10)).
 GC_THRESHOLDS = (50_000, 20, 100)
 
