@@ -455,13 +455,19 @@ def test_replica_status_follows_its_report_across_steps_and_skips_heartbeats() -
     controller.step(at(1))
     assert pods() == ("False", "PodsPending")
     controller.step(at(11))  # nothing moved: found in place, and remembered as settled
-    hits = controller.settled.hits
     report(20, pods_scheduled=False)  # a heartbeat: only observedAt moved
     result = controller.step(at(21))
     assert result.count("ModelReplica", "patch_status") == 0
-    assert controller.settled.hits > hits
+    # A quiet step: only a heartbeat since a step with nothing to do, so the replicas were
+    # not published again and the decision is the last one.
+    assert result.is_quiet
+    assert result.decision is not None
+    report(30, pods_scheduled=False)
+    controller.step(at(31))
+    assert controller.quiet_steps == 2
     report(40, pods_scheduled=True)
     result = controller.step(at(41))
+    assert not result.is_quiet  # the report's content moved, not only its time
     assert pods() == ("True", "AllPodsAllocated")
     assert result.count("ModelReplica", "patch_status") == 1
     report(60, pods_scheduled=False)

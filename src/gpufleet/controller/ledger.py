@@ -83,29 +83,36 @@ class AssumeLedger:
     def overlay(self, kind: Kind, listed: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """`listed` with the assumed writes of `kind` applied; caught-up entries are forgotten.
 
-        The result is sorted by (namespace, name), as a Store lists.
+        `listed` is in (namespace, name) order, as a Store lists; so is the result. Only the
+        entries are looked up in it (by bisection), so a fleet's listing is not indexed
+        whole on every call for the few writes in force.
         """
-        if not any(key[0] == kind for key in self._entries):
-            return sorted(listed, key=_list_order)  # nothing assumed: the listing (in order)
-        seen: dict[Key, Mapping[str, Any]] = {object_key(kind, o): o for o in listed}
-        out: dict[Key, Mapping[str, Any]] = dict(seen)
-        for key, entry in list(self._entries.items()):
-            if key[0] != kind:
-                continue
-            shown = seen.get(key)
+        entries = [(key, e) for key, e in self._entries.items() if key[0] == kind]
+        if not entries:
+            return list(listed)
+        at = _Positions(listed)
+        out: dict[tuple[str, str], Mapping[str, Any] | None] = {}
+        for key, entry in entries:
+            shown = at.find(key[1], key[2])
             shown_version = (shown or {}).get("metadata", {}).get("resourceVersion")
             if entry.obj is None:
                 if shown is None or not is_newer_or_same(entry.resource_version, shown_version):
                     # Gone from the view, or re-created since: the view has caught up.
                     del self._entries[key]
                     continue
-                out.pop(key, None)
+                out[(key[1], key[2])] = None
                 continue
             if shown is not None and is_newer_or_same(shown_version, entry.resource_version):
                 del self._entries[key]
                 continue
-            out[key] = copy_json(entry.obj)
-        return [out[k] for k in sorted(out, key=lambda k: (k[1], k[2]))]
+            out[(key[1], key[2])] = copy_json(entry.obj)
+        if not out:
+            return list(listed)
+        merged: dict[tuple[str, str], Mapping[str, Any] | None] = {
+            at.key(i): o for i, o in enumerate(listed)
+        }
+        merged.update(out)
+        return [o for _, o in sorted(merged.items(), key=lambda item: item[0]) if o is not None]
 
     def unseen(self, kind: Kind, listed: Sequence[Mapping[str, Any]]) -> list[Key]:
         """Assumed-present objects of `kind` that `listed` does not show at all.
@@ -114,14 +121,11 @@ class AssumeLedger:
         asks the store directly (`get`) and calls `forget` when it is gone, so a deployment or
         replica deleted right after the controller wrote it is not brought back until `ttl_s`.
         """
-        if not any(key[0] == kind and e.obj is not None for key, e in self._entries.items()):
+        present = [k for k, e in self._entries.items() if k[0] == kind and e.obj is not None]
+        if not present:
             return []
-        shown = {object_key(kind, o) for o in listed}
-        return sorted(
-            key
-            for key, entry in self._entries.items()
-            if key[0] == kind and entry.obj is not None and key not in shown
-        )
+        at = _Positions(listed)
+        return sorted(key for key in present if at.find(key[1], key[2]) is None)
 
     def forget(self, key: Key) -> None:
         self._entries.pop(key, None)
@@ -133,6 +137,28 @@ class AssumeLedger:
 def _list_order(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+class _Positions:
+    """Finds objects by (namespace, name) in a listing in that order, by bisection."""
+
+    def __init__(self, listed: Sequence[Mapping[str, Any]]) -> None:
+        self.listed = listed
+
+    def key(self, i: int) -> tuple[str, str]:
+        return _list_order(self.listed[i])
+
+    def find(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        lo, hi, want = 0, len(self.listed), (namespace, name)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.key(mid) < want:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < len(self.listed) and self.key(lo) == want:
+            return self.listed[lo]
+        return None
 
 
 def _age_s(entry: Entry, now: datetime) -> float:

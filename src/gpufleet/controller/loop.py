@@ -62,10 +62,12 @@ from gpufleet.controller.status import (
     CLUSTER_OWNED,
     REPLICA_OWNED,
     AgentReport,
+    Freshness,
     Trust,
     cluster_inputs,
     cluster_states,
     cluster_status,
+    freshness,
     is_pods_scheduled,
     is_refresh_due,
     judge,
@@ -117,6 +119,10 @@ class StepResult:
     decision_latency_s: float | None = None
     #: Assumed writes still in force after the step (the view lags them).
     assumed: int = 0
+    #: The step found only heartbeats since a step that left nothing to do, and did not
+    #: publish replicas or schedule again (`Controller._quiet_result`): `decision` and the
+    #: numbers are that step's, which this one would have computed again.
+    is_quiet: bool = False
 
     @property
     def write_count(self) -> int:
@@ -254,6 +260,10 @@ def _strict_time(value: object) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
+#: A decision applied with nothing to write: the deployment, the decision, and the objects
+#: of its retained replicas as read (None: not found).
+_Applied = tuple[ReadObj, DeploymentDecision, tuple[ReadObj | None, ...]]
+
 #: A checked deployment: its spec (the object), what else the check read, and the result.
 _CheckedDeployment = tuple[object, tuple[object, ...], Deployment | list[FieldError]]
 
@@ -299,6 +309,11 @@ class ParseCache:
     def end_step(self) -> None:
         self._entries, self._used = self._used, {}
 
+    def keep_step(self) -> None:
+        """End a step that read only part of what a full one reads: keep every entry."""
+        self._entries.update(self._used)
+        self._used = {}
+
 
 class SettledCache:
     """Writes a step found already in place: by (what, object key), the object read and the
@@ -331,6 +346,42 @@ class SettledCache:
 
     def end_step(self) -> None:
         self._entries, self._used = self._used, {}
+
+    def keep_step(self) -> None:
+        """End a step that read only part of what a full one reads: keep every entry."""
+        self._entries.update(self._used)
+        self._used = {}
+
+
+@dataclass(slots=True)
+class _Quiet:
+    """What the last full step read, when it left nothing to do (see `Controller._is_quiet`).
+
+    Objects are kept as read (a view hands out the same object until it changes); clusters by
+    the resourceVersion they had after the step, since the step may have refreshed their
+    observation times itself."""
+
+    classes: Sequence[ReadObj]
+    deployments: Sequence[ReadObj]
+    replicas: Sequence[ReadObj]
+    cluster_versions: dict[str, object]
+    observations: dict[tuple[str, str, str], ReadObj]
+    epochs: dict[str, int | None]
+    result: StepResult
+
+
+def _observation_key(obj: ReadObj) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return (str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
+
+
+def _versions(clusters: Sequence[ReadObj]) -> dict[str, object]:
+    return {c["metadata"]["name"]: c["metadata"].get("resourceVersion") for c in clusters}
+
+
+def _is_same_list(a: Sequence[ReadObj], b: Sequence[ReadObj]) -> bool:
+    """The same objects in the same order (by identity: a view's unchanged objects are)."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 class Controller:
@@ -374,6 +425,26 @@ class Controller:
         self.recorder = Recorder()
         #: The highest lease epoch accepted per cluster (also persisted in its status).
         self.epochs: dict[str, int] = {}
+        #: Decisions applied with nothing to write, by deployment: (deployment, decision,
+        #: its retained replicas as read), for `_apply_once`; swapped like the others.
+        self._applied: dict[tuple[str, str], _Applied] = {}
+        self._applied_used: dict[tuple[str, str], _Applied] = {}
+        #: Per observation object (by identity): (object, its cluster, report, error), the
+        #: entries used in a step replacing the others when it ends (`ParseCache`'s rule).
+        self._judged: dict[int, tuple[ReadObj, str | None, AgentReport | None, str]] = {}
+        self._judged_used: dict[int, tuple[ReadObj, str | None, AgentReport | None, str]] = {}
+        #: Per cluster, the reports it was last judged on, its known epoch and the Trust.
+        self._trusts: dict[str, tuple[list[AgentReport], int | None, Trust]] = {}
+        #: Replica statuses found in place, by (cluster, namespace, name): (replica, the
+        #: report body it was computed from, whether a report was rejected).
+        self._published: dict[tuple[str, str, str], tuple[ReadObj, object, bool]] = {}
+        self._published_used: dict[tuple[str, str, str], tuple[ReadObj, object, bool]] = {}
+        #: The last full step, when it left nothing to do (`_is_quiet`).
+        self._quiet: _Quiet | None = None
+        #: Cluster status writes of this step that only moved observation times.
+        self._refreshes = 0
+        #: Steps that found only heartbeats since a full step with nothing to do (metrics).
+        self.quiet_steps = 0
 
     # --- the step -------------------------------------------------------------------------
 
@@ -387,10 +458,13 @@ class Controller:
             return result
         classes, is_complete = self._classes(view.classes, result)
         trusts = self._judge(view, now, result)
+        self._refreshes = 0
         clusters = [
             self._publish_cluster(c, classes, trusts.get(c["metadata"]["name"]), now, result)
             for c in view.clusters
         ]
+        if self._is_quiet(view, trusts, now, result):
+            return self._quiet_result(view, clusters, result)
         reports = _replica_reports(trusts)
         replicas = [
             self._publish_replica(r, reports, now, result)
@@ -402,11 +476,124 @@ class Controller:
         else:
             self._error(result, "scheduling skipped: an InferenceClass cannot be read")
         result.assumed = len(self.ledger)
+        self._quiet = self._quiet_record(view, clusters, trusts, now, result)
         self.parsed.end_step()
         self.settled.end_step()
         self._core_clusters, self._core_clusters_used = self._core_clusters_used, {}
         self._deployments, self._deployments_used = self._deployments_used, {}
+        self._applied, self._applied_used = self._applied_used, {}
+        self._published, self._published_used = self._published_used, {}
         return result
+
+    # --- quiet steps ----------------------------------------------------------------------
+
+    def _is_settled_so_far(
+        self, trusts: Mapping[str, Trust], now: datetime, result: StepResult
+    ) -> bool:
+        """Whether this step has so far written nothing but observation times (cluster
+        status refreshes), met no error or rejected report, and every cluster's accepted
+        reports are fresh at `now` (so no freshness reason enters the decision)."""
+        if result.errors or result.rejected_reports or result.write_count != self._refreshes:
+            return False
+        for trust in trusts.values():
+            if not trust.accepted or trust.rejected or trust.observed_at is None:
+                return False
+            if freshness(trust.observed_at, now, self.config)[1] != Freshness.FRESH.value:
+                return False
+        return True
+
+    def _is_quiet(
+        self, view: _View, trusts: Mapping[str, Trust], now: datetime, result: StepResult
+    ) -> bool:
+        """Whether the rest of this step would only repeat the last full step: that step left
+        nothing to do (`_quiet_record`), and since then only heartbeats arrived.
+
+        The replica statuses and the decision are functions of what the step reads and of
+        `now`. A heartbeat changes a report's `observedAt` alone, which replica statuses do
+        not read, and which the decision reads only through each cluster's freshness
+        (`_reported`): Fresh before and now, with no freshness reason in either decision.
+        The cluster statuses, which do read the times, were published above as in any step.
+        """
+        q = self._quiet
+        if q is None or not self._is_settled_so_far(trusts, now, result):
+            return False
+        if {name: t.epoch for name, t in trusts.items()} != q.epochs:
+            return False
+        if not (
+            _is_same_list(view.classes, q.classes)
+            and _is_same_list(view.deployments, q.deployments)
+            and _is_same_list(view.replicas, q.replicas)
+        ):
+            return False
+        if len(view.clusters) != len(q.cluster_versions) or any(
+            q.cluster_versions.get(c["metadata"]["name"], -1)
+            != c["metadata"].get("resourceVersion")
+            for c in view.clusters
+        ):
+            return False
+        observations = (*view.pool_observations, *view.replica_observations)
+        if len(observations) != len(q.observations):
+            return False
+        for obj in observations:
+            last = q.observations.get(_observation_key(obj))
+            if last is None or (last is not obj and not _is_heartbeat(last, obj)):
+                return False
+        return True
+
+    def _quiet_result(
+        self, view: _View, clusters: Sequence[ReadObj], result: StepResult
+    ) -> StepResult:
+        """End a quiet step: the last full step's decision and numbers, this step's writes
+        (cluster status refreshes), and the record brought up to what this step read."""
+        q = self._quiet
+        assert q is not None
+        last = q.result
+        result.decision = last.decision
+        result.refusals = Counter(last.refusals)
+        result.shortfall = last.shortfall
+        result.is_quiet = True
+        result.assumed = len(self.ledger)
+        q.cluster_versions = _versions(clusters)
+        q.observations = {
+            _observation_key(o): o for o in (*view.pool_observations, *view.replica_observations)
+        }
+        self.quiet_steps += 1
+        # Only part of what a full step reads was read: what the rest computed is kept.
+        self.parsed.keep_step()
+        self.settled.keep_step()
+        self._core_clusters.update(self._core_clusters_used)
+        self._core_clusters_used = {}
+        self._deployments.update(self._deployments_used)
+        self._deployments_used = {}
+        self._applied.update(self._applied_used)
+        self._applied_used = {}
+        # Replica statuses were not published: the entries stay as the full step left them.
+        return result
+
+    def _quiet_record(
+        self,
+        view: _View,
+        clusters: Sequence[ReadObj],
+        trusts: Mapping[str, Trust],
+        now: datetime,
+        result: StepResult,
+    ) -> _Quiet | None:
+        """What a later step compares with to know it is quiet; None unless this step
+        scheduled, wrote nothing but observation times and met nothing to retry."""
+        if result.decision is None or not self._is_settled_so_far(trusts, now, result):
+            return None
+        return _Quiet(
+            classes=view.classes,
+            deployments=view.deployments,
+            replicas=view.replicas,
+            cluster_versions=_versions(clusters),
+            observations={
+                _observation_key(o): o
+                for o in (*view.pool_observations, *view.replica_observations)
+            },
+            epochs={name: t.epoch for name, t in trusts.items()},
+            result=result,
+        )
 
     def _read(self) -> _View:
         hub = self.hub
@@ -451,31 +638,29 @@ class Controller:
         names = {c["metadata"]["name"] for c in view.clusters}
         reports: dict[str, list[AgentReport]] = {n: [] for n in names}
         observations = (*view.pool_observations, *view.replica_observations)
+        judged = self._judged
         for obj in observations:
-            namespace = (obj.get("metadata") or {}).get("namespace") or ""
-            cluster = namespace.removeprefix(OBSERVATION_NAMESPACE_PREFIX)
-            if not namespace.startswith(OBSERVATION_NAMESPACE_PREFIX) or cluster not in names:
+            hit = judged.get(id(obj))
+            if hit is None or hit[0] is not obj:
+                hit = (obj, *self._read_report(obj))
+                judged[id(obj)] = hit
+            self._judged_used[id(obj)] = hit
+            _, cluster, report, error = hit
+            if cluster is None or cluster not in names:
                 continue
-            if (obj.get("spec") or {}).get("clusterName") != cluster:
-                self._error(
-                    result, f"{obj['kind']} {_name(obj)}: spec.clusterName is not {cluster}"
-                )
-                continue
-            try:
-                report = self.parsed.get("report", obj, self._parse_report)
-            except ValueError as e:
-                self._error(result, f"{obj['kind']} {_name(obj)} is invalid: {e}")
-                continue
-            if report is not None:
+            if error:
+                self._error(result, error)
+            elif report is not None:
                 reports[cluster].append(report)
         self._keep_reports(observations)
+        self._judged, self._judged_used = self._judged_used, {}
         trusts: dict[str, Trust] = {}
         alive: set[tuple[str, ...]] = set()
         by_name = {c["metadata"]["name"]: c for c in view.clusters}
         for cluster in sorted(names):
             remembered = (known_epoch(by_name[cluster]), self.epochs.get(cluster))
             epochs = [e for e in remembered if e is not None]
-            trust = judge(reports[cluster], max(epochs, default=None))
+            trust = self._judge_cluster(cluster, reports[cluster], max(epochs, default=None))
             trusts[cluster] = trust
             if trust.epoch is not None:
                 self.epochs[cluster] = trust.epoch
@@ -494,6 +679,36 @@ class Controller:
                 self._record_once(subject, event, now, result)
         self.recorder.forget_missing("stale", alive)
         return trusts
+
+    def _read_report(self, obj: ReadObj) -> tuple[str | None, AgentReport | None, str]:
+        """The cluster an observation object is about (None: not an observation namespace),
+        its report, and the error that keeps it from being read ("" when none)."""
+        namespace = (obj.get("metadata") or {}).get("namespace") or ""
+        if not namespace.startswith(OBSERVATION_NAMESPACE_PREFIX):
+            return None, None, ""
+        cluster = namespace.removeprefix(OBSERVATION_NAMESPACE_PREFIX)
+        if (obj.get("spec") or {}).get("clusterName") != cluster:
+            return cluster, None, f"{obj['kind']} {_name(obj)}: spec.clusterName is not {cluster}"
+        try:
+            report = self.parsed.get("report", obj, self._parse_report)
+        except ValueError as e:
+            return cluster, None, f"{obj['kind']} {_name(obj)} is invalid: {e}"
+        return cluster, report, ""
+
+    def _judge_cluster(self, cluster: str, reports: list[AgentReport], known: int | None) -> Trust:
+        """`judge`, the same Trust while the cluster's reports are the same objects (a report
+        that did not change is: `_judged`) and its known epoch is the same."""
+        last = self._trusts.get(cluster)
+        if (
+            last is not None
+            and last[1] == known
+            and len(last[0]) == len(reports)
+            and all(a is b for a, b in zip(last[0], reports, strict=True))
+        ):
+            return last[2]
+        trust = judge(reports, known)
+        self._trusts[cluster] = (reports, known, trust)
+        return trust
 
     def _keep_reports(self, observations: Sequence[ReadObj]) -> None:
         """Remember the reports parsed this step (`_parse_report`), and forget those of
@@ -548,7 +763,7 @@ class Controller:
         # A report that only moved the observation times is published at most every
         # status_refresh_s: the scheduler reads freshness from the reports (`_schedule`).
         is_due = is_refresh_due(cluster, now, self.config)
-        return self._write_status(
+        written = self._write_status(
             INFERENCE_CLUSTER,
             cluster,
             desire,
@@ -558,6 +773,13 @@ class Controller:
             without_ages if is_due else without_times,
             inputs=(tuple(classes.items()), cluster_inputs(trust, is_due), states),
         )
+        if written is not cluster and is_owned_equal(
+            without_times(cluster.get("status") or {}),
+            without_times(written.get("status") or {}),
+            CLUSTER_OWNED,
+        ):
+            self._refreshes += 1  # only the observation times moved (see `_is_quiet`)
+        return written
 
     def _publish_replica(
         self,
@@ -568,9 +790,16 @@ class Controller:
     ) -> ReadObj:
         meta = replica["metadata"]
         cluster = (replica.get("spec") or {}).get("clusterName", "")
-        report, is_rejected = reports.get(
-            (cluster, meta.get("namespace") or "", meta["name"]), (None, False)
-        )
+        key = (cluster, meta.get("namespace") or "", meta["name"])
+        report, is_rejected = reports.get(key, (None, False))
+        body = report.body if report is not None else None
+        hit = self._published.get(key)
+        if hit is not None and hit[0] is replica and hit[1] is body and hit[2] is is_rejected:
+            # The same replica and report object as when its status was last found in
+            # place: what `replica_status` reads is the same (SettledCache, without
+            # building its inputs for each of the fleet's replicas).
+            self._published_used[key] = hit
+            return replica
 
         def desire(current: ReadObj) -> Obj:
             return replica_status(current, report, is_rejected, now)
@@ -579,9 +808,12 @@ class Controller:
         # heartbeat without changing the replica's status.
         seen = (report.body.get("status") or {}) if report else None
         inputs = (is_rejected, *((seen.get(k) for k in _REPLICA_REPORT_KEYS) if seen else ()))
-        return self._write_status(
+        written = self._write_status(
             MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result, inputs=inputs
         )
+        if written is replica:
+            self._published_used[key] = (replica, body, is_rejected)
+        return written
 
     # --- scheduling -----------------------------------------------------------------------
 
@@ -660,11 +892,49 @@ class Controller:
         }
         alive = set()
         for decided in decision.deployments:
-            obj, _ = valid[(decided.key.namespace, decided.key.name)]
-            self._apply(obj, decided, by_name, now, result)
+            key = (decided.key.namespace, decided.key.name)
+            obj, _ = valid[key]
+            self._apply_once(key, obj, decided, by_name, now, result)
             if decided.shortfall > 0:
                 alive.add(("refusal", decided.key.namespace, decided.key.name))
         self.recorder.forget_missing("refusal", alive)
+
+    def _apply_once(
+        self,
+        key: tuple[str, str],
+        deployment: ReadObj,
+        decided: DeploymentDecision,
+        replicas: Mapping[tuple[str, str], ReadObj],
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        """`_apply`, skipped when the last step applied the same decision (the core's memo
+        hands out the same DeploymentDecision while nothing it read changed) to the same
+        deployment and replica objects and that wrote nothing: `_apply` is a function of
+        those, and of `now` only through the times of writes it then did not need."""
+        currents = tuple(replicas.get((key[0], p.name)) for p in decided.retained)
+        hit = self._applied.get(key)
+        if (
+            hit is not None
+            and hit[0] is deployment
+            and hit[1] is decided
+            and len(hit[2]) == len(currents)
+            and all(a is b for a, b in zip(hit[2], currents, strict=True))
+        ):
+            self._applied_used[key] = hit
+            if decided.shortfall > 0:  # the numbers `_apply` adds up, as it adds them
+                result.shortfall += decided.shortfall
+                result.refusals[decided.condition.reason] += 1
+            return
+        writes, errors = result.write_count, len(result.errors)
+        self._apply(deployment, decided, replicas, now, result)
+        if (
+            not decided.created
+            and not decided.dropped
+            and result.write_count == writes
+            and len(result.errors) == errors
+        ):
+            self._applied_used[key] = (deployment, decided, currents)
 
     def _checked_deployment(self, obj: ReadObj) -> Deployment | list[FieldError]:
         """`_check_deployment`, the same result while the spec is the same object and what

@@ -1,0 +1,77 @@
+"""What the hub controller keeps between steps to make a step cost what changed (parse and
+settled caches, the core's ScheduleMemo, per-cluster trusts, applied decisions, quiet steps)
+changes nothing it does: the same fleet run with a controller that forgets all of it before
+every step ends with the same stores, the same log and the same refusals.
+
+Only what a controller must remember to be correct survives a step in the forgetful one: its
+assume ledger, the lease epochs it accepted and which events it already recorded.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from gpufleet.bench.simulate import fleet_scenario
+from gpufleet.controller.loop import Controller, StepResult
+from gpufleet.sim.run import build_fleet, timeline_runner
+from gpufleet.sim.scenario import Scenario, builtin_names, load_scenario
+
+#: The state a controller needs to be correct, which the forgetful one keeps.
+_REMEMBERED = {"hub", "config", "identity", "timer", "ledger", "recorder", "epochs"}
+
+
+class ForgetfulController(Controller):
+    """A controller that starts every step with fresh caches: what a restart after every
+    step would do, but for the state that correctness needs."""
+
+    def step(self, now: datetime) -> StepResult:
+        fresh = Controller(self.hub, self.config, self.identity, timer=self.timer)
+        for name, value in vars(fresh).items():
+            if name not in _REMEMBERED:
+                setattr(self, name, value)
+        return super().step(now)
+
+
+def _outcome(scenario: Scenario, is_forgetful: bool) -> tuple[dict[str, Any], int]:
+    fleet, hub_step = build_fleet(scenario, scenario.controller.accounting)
+    controller = hub_step.controller
+    assert controller is not None
+    if is_forgetful:
+        forgetful = ForgetfulController(controller.hub, controller.config, controller.identity)
+        hub_step.controller = forgetful
+        controller = forgetful
+    timeline_runner(fleet, scenario)(scenario.end_s)
+    outcome = {
+        "stores": fleet.snapshot(),
+        "log": hub_step.log,
+        "refusals": [r.to_json() for r in hub_step.refusals],
+        "errors": hub_step.errors,
+    }
+    return outcome, controller.quiet_steps
+
+
+SCENARIOS = [
+    *((name, lambda name=name: load_scenario(name)) for name in builtin_names()),
+    ("fleet-3x10-1h", lambda: fleet_scenario(3, 10, 3600, 40, 7)),
+]
+
+
+@pytest.mark.parametrize(("name", "make"), SCENARIOS, ids=[n for n, _ in SCENARIOS])
+def test_a_controller_that_forgets_every_step_does_the_same(name: str, make: Any) -> None:
+    scenario = make()
+    kept, _ = _outcome(scenario, is_forgetful=False)
+    forgot, forgot_quiet = _outcome(scenario, is_forgetful=True)
+    assert forgot_quiet == 0  # the forgetful controller never takes a quiet step
+    assert kept["log"] == forgot["log"]
+    assert kept["refusals"] == forgot["refusals"]
+    assert kept["errors"] == forgot["errors"]
+    assert kept["stores"] == forgot["stores"]
+
+
+def test_the_fleet_run_takes_quiet_steps() -> None:
+    """The comparison above covers quiet steps: the fleet run takes many."""
+    _, quiet = _outcome(fleet_scenario(3, 10, 3600, 40, 7), is_forgetful=False)
+    assert quiet > 20
