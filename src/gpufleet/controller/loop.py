@@ -194,6 +194,19 @@ def _core_replica(obj: ReadObj) -> Replica | None:
     return replica_from_manifest(replica) if isinstance(replica, ModelReplica) else None
 
 
+#: A replica object as scheduling reads it: the object, its core Replica (None: not one),
+#: the error that keeps it from being read ("" when none), and its (namespace, name).
+_ReadReplica = tuple[ReadObj, Replica | None, str, tuple[str, str]]
+
+
+def _read_replica(obj: ReadObj) -> tuple[Replica | None, str, tuple[str, str]]:
+    key = (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+    try:
+        return _core_replica(obj), "", key
+    except (ValidationFailed, ValueError, CelCompileError) as e:
+        return None, f"ModelReplica {_name(obj)}: {e}", key
+
+
 #: The fields of a ReplicaObservation's status that `replica_status` reads.
 _REPLICA_REPORT_KEYS: Final = ("observedGeneration", "podsScheduled", "pools")
 
@@ -203,24 +216,25 @@ _REPLICA_REPORT_KEYS: Final = ("observedGeneration", "podsScheduled", "pools")
 _ReplicaReports = tuple[AgentReport | None, bool]
 
 
-def _replica_reports(trusts: Mapping[str, Trust]) -> dict[tuple[str, str, str], _ReplicaReports]:
-    """Each replica's reports by (cluster, namespace, name), found once per step rather than
-    by scanning every report for every replica."""
+def _cluster_replica_reports(
+    cluster: str, trust: Trust
+) -> dict[tuple[str, str, str], _ReplicaReports]:
+    """Each of one cluster's replicas' reports by (cluster, namespace, name), found once
+    rather than by scanning every report for every replica."""
     out: dict[tuple[str, str, str], _ReplicaReports] = {}
-    for cluster, trust in trusts.items():
-        for r in trust.rejected:
-            key = _replica_key(cluster, r)
-            if key is not None:
-                out[key] = (None, True)
-        for r in trust.accepted:
-            key = _replica_key(cluster, r)
-            if key is None:
-                continue
-            found = out.get(key)
-            if found is None:
-                out[key] = (r, False)
-            elif found[0] is None:
-                out[key] = (r, found[1])
+    for r in trust.rejected:
+        key = _replica_key(cluster, r)
+        if key is not None:
+            out[key] = (None, True)
+    for r in trust.accepted:
+        key = _replica_key(cluster, r)
+        if key is None:
+            continue
+        found = out.get(key)
+        if found is None:
+            out[key] = (r, False)
+        elif found[0] is None:
+            out[key] = (r, found[1])
     return out
 
 
@@ -435,6 +449,13 @@ class Controller:
         self._judged_used: dict[int, tuple[ReadObj, str | None, AgentReport | None, str]] = {}
         #: Per cluster, the reports it was last judged on, its known epoch and the Trust.
         self._trusts: dict[str, tuple[list[AgentReport], int | None, Trust]] = {}
+        #: Per replica object (by identity), as scheduling read it: swapped like the others.
+        self._core_replicas: dict[int, _ReadReplica] = {}
+        self._core_replicas_used: dict[int, _ReadReplica] = {}
+        #: Per cluster, its Trust and its replicas' reports (`_replica_reports`).
+        self._cluster_reports: dict[
+            str, tuple[Trust, dict[tuple[str, str, str], _ReplicaReports]]
+        ] = {}
         #: Replica statuses found in place, by (cluster, namespace, name): (replica, the
         #: report body it was computed from, whether a report was rejected).
         self._published: dict[tuple[str, str, str], tuple[ReadObj, object, bool]] = {}
@@ -465,7 +486,7 @@ class Controller:
         ]
         if self._is_quiet(view, trusts, now, result):
             return self._quiet_result(view, clusters, result)
-        reports = _replica_reports(trusts)
+        reports = self._replica_reports(trusts)
         replicas = [
             self._publish_replica(r, reports, now, result)
             for r in view.replicas
@@ -483,6 +504,7 @@ class Controller:
         self._deployments, self._deployments_used = self._deployments_used, {}
         self._applied, self._applied_used = self._applied_used, {}
         self._published, self._published_used = self._published_used, {}
+        self._core_replicas, self._core_replicas_used = self._core_replicas_used, {}
         return result
 
     # --- quiet steps ----------------------------------------------------------------------
@@ -710,6 +732,22 @@ class Controller:
         self._trusts[cluster] = (reports, known, trust)
         return trust
 
+    def _replica_reports(
+        self, trusts: Mapping[str, Trust]
+    ) -> dict[tuple[str, str, str], _ReplicaReports]:
+        """Every replica's reports (`_cluster_replica_reports`), computed again only for the
+        clusters whose Trust changed (`_judge_cluster` keeps it while its reports do)."""
+        out: dict[tuple[str, str, str], _ReplicaReports] = {}
+        kept: dict[str, tuple[Trust, dict[tuple[str, str, str], _ReplicaReports]]] = {}
+        for cluster, trust in trusts.items():
+            hit = self._cluster_reports.get(cluster)
+            if hit is None or hit[0] is not trust:
+                hit = (trust, _cluster_replica_reports(cluster, trust))
+            kept[cluster] = hit
+            out.update(hit[1])
+        self._cluster_reports = kept
+        return out
+
     def _keep_reports(self, observations: Sequence[ReadObj]) -> None:
         """Remember the reports parsed this step (`_parse_report`), and forget those of
         deleted observations once they are more than a few (amortised: no step pays for it)."""
@@ -845,13 +883,18 @@ class Controller:
                 converted = self._core_cluster(cluster, typed_classes, sched_config)
                 core_clusters.append(_reported(converted, trusts.get(converted.name)))
         core_replicas: list[Replica] = []
+        by_name: dict[tuple[str, str], ReadObj] = {}
+        memo, used = self._core_replicas, self._core_replicas_used
         for obj in replicas:
-            try:
-                core = self.parsed.get("replica", obj, _core_replica)
-            except ValidationFailed as e:
-                unreadable.append(f"ModelReplica {_name(obj)}: {e}")
-                continue
-            if core is not None:
+            hit = memo.get(id(obj))
+            if hit is None or hit[0] is not obj:
+                hit = (obj, *_read_replica(obj))
+            used[id(obj)] = hit
+            _, core, error, key = hit
+            by_name[key] = obj
+            if error:
+                unreadable.append(error)
+            elif core is not None:
                 core_replicas.append(core)
         if unreadable:
             for line in unreadable:
@@ -887,9 +930,6 @@ class Controller:
             result.decision_latency_s = self.timer() - started
         result.decision = decision
 
-        by_name = {
-            (r["metadata"].get("namespace") or "", r["metadata"]["name"]): r for r in replicas
-        }
         alive = set()
         for decided in decision.deployments:
             key = (decided.key.namespace, decided.key.name)
