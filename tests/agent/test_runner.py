@@ -4,6 +4,7 @@ what it materializes, and how it behaves when the hub is unreachable or writes c
 from __future__ import annotations
 
 import builtins
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -388,6 +389,53 @@ def test_a_heartbeat_writes_each_pool_observation_once_and_no_replica_observatio
         ("PoolObservation", "l4"),
         ("ReplicaObservation", "ml.r2"),
     ]
+
+
+def test_resending_a_report_pushes_what_a_fresh_observation_would() -> None:
+    """A quiet step re-sends its last report with a new time; the push then skips the
+    replica observations when the hub holds them as its last push left them. Whatever
+    others do to them in between, the hub ends as when each push carries a report observed
+    afresh (equal content, new mappings: every observation compared one by one)."""
+
+    def run(is_resent: bool) -> list[tuple[bool, list[Obj]]]:
+        w = World()
+        w.add(node("n0"), slice_("n0"))
+        for name in ("r1", "r2", "r3"):
+            w.hub.create(model_replica(name))
+        agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1))
+        agent.step(w.at(0))
+        replicas = agent.read_replicas()
+        assert replicas is not None
+        last = agent.observe(w.at(1), replicas)
+        assert agent.push(last, w.at(1))
+        foreign = {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "ReplicaObservation",
+            "metadata": {"name": "ml.ghost", "namespace": NS},
+            "spec": {"clusterName": "a", "replicaName": "ghost", "replicaNamespace": "ml"},
+        }
+        meddling = [
+            lambda: None,
+            lambda: w.hub.patch_status(REPLICA_OBSERVATION, "ml.r1", NS, {"podsScheduled": 1}),
+            lambda: w.hub.delete(REPLICA_OBSERVATION, "ml.r2", NS),
+            lambda: w.hub.create(foreign),
+            lambda: w.hub.patch_status(REPLICA_OBSERVATION, "ml.r3", NS, {"agent": None}),
+            lambda: None,
+        ]
+        out = []
+        for t, meddle in enumerate(meddling, start=2):
+            meddle()
+            at = w.at(t)
+            if is_resent:
+                report = dataclasses.replace(last, observed_at=at)
+            else:
+                report = agent.observe(at, replicas)
+            is_pushed = agent.push(report, at)
+            out.append((is_pushed, w.hub.list(REPLICA_OBSERVATION, NS)))
+        out.append((True, w.hub.list(POOL_OBSERVATION, NS)))
+        return out
+
+    assert run(is_resent=True) == run(is_resent=False)
 
 
 # --- materializing ----------------------------------------------------------------------

@@ -20,7 +20,10 @@ Reports are pushed when their content (everything but `observedAt`) changed, or 
 heartbeat interval passed since the last push, but never sooner than a minimum interval after
 the last push (debounce). A heartbeat refreshes `observedAt` on the PoolObservations; a
 ReplicaObservation is written only when its content changed (or someone else wrote it), so a
-heartbeat costs the hub one write per pool, not one per replica. A push that fails (the hub unreachable) is retried on the next step.
+heartbeat costs the hub one write per pool, not one per replica. Re-sending the last pushed
+report (the simulator's quiet steps do) compares no ReplicaObservation: when the hub holds them
+all at the versions that push left, none can need a write. A push that fails (the hub
+unreachable) is retried on the next step.
 When the hub cannot be read the step changes nothing locally: a partition must not look like
 "every replica was deleted".
 
@@ -160,6 +163,9 @@ class Agent:
         self.namespace = observation_namespace(cluster_name)
         self._last_push_at: datetime | None = None
         self._last_pushed: dict[tuple[str, str], Obj] | None = None
+        #: The report mappings `_last_pushed` was made from (held: their identities stay
+        #: theirs). Mappings are never changed, so the same ones have the same content.
+        self._last_pushed_from: tuple[object, object] | None = None
         #: What observe read from each object it saw last step (by identity: views only).
         self._observed = ObserveCache()
         #: The last status body made from each pool's and replica's observation: an equal
@@ -175,6 +181,11 @@ class Agent:
         #: content (without agent/observedAt) written then. The next write patches it blind,
         #: guarded by its resourceVersion, instead of reading it again.
         self._written: dict[tuple[str, str], tuple[Obj, Obj]] = {}
+        #: What the last complete push left of the ReplicaObservations: the report's replica
+        #: mapping (held: its identity stays its own), the agent stamp, and each observation's
+        #: resourceVersion after it. A push of that same mapping (a quiet step re-sends its
+        #: report) that finds the same versions on the hub has nothing to write to them.
+        self._replicas_left: _ReplicasLeft | None = None
 
     # --- the step -------------------------------------------------------------------------
 
@@ -241,7 +252,12 @@ class Agent:
             return False
         if since_s >= self.config.heartbeat_interval_s:
             return True
-        return _content(report) != self._last_pushed
+        return not self._is_last_pushed(report) and _content(report) != self._last_pushed
+
+    def _is_last_pushed(self, report: Report) -> bool:
+        """Whether the report holds the very mappings last pushed (a quiet step's report)."""
+        last = self._last_pushed_from
+        return last is not None and last[0] is report.pools and last[1] is report.replicas
 
     def push(self, report: Report, now: datetime, outcome: StepOutcome | None = None) -> bool:
         """Write the report to the hub if due; True when it was written in full."""
@@ -267,15 +283,18 @@ class Agent:
                 o["metadata"]["name"]: o["metadata"].get("resourceVersion")
                 for o in self.hub.view(REPLICA_OBSERVATION, self.namespace)
             }
-            for name, (spec, content) in sorted(report.replicas.items()):
-                self._write_observation(
-                    REPLICA_OBSERVATION, name, spec, content, stamp, on_hub=on_hub
-                )
-            for name in on_hub:
-                if name not in report.replicas:
-                    self._written.pop((REPLICA_OBSERVATION.kind, name), None)
-                    with contextlib.suppress(NotFound):
-                        self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
+            # The replicas of our last complete push, with every observation on the hub as
+            # that push left it (the same names at the same versions): each would be left
+            # alone and none deleted, so one comparison spares comparing them one by one.
+            left, self._replicas_left = self._replicas_left, None
+            is_as_left = (
+                left is not None
+                and left[0] is report.replicas
+                and left[1] == stamp["agent"]
+                and left[2] == on_hub
+            )
+            if not is_as_left:
+                self._write_replica_observations(report, stamp, on_hub)
         except StoreError as e:
             # Unreachable hub or a write refused: try again on the next step.
             outcome.is_hub_reachable = False
@@ -284,9 +303,35 @@ class Agent:
         if not is_complete:
             return False
         self._last_push_at = now
-        self._last_pushed = _content(report)
+        if not self._is_last_pushed(report):
+            self._last_pushed = _content(report)
+            self._last_pushed_from = (report.pools, report.replicas)
+        if is_as_left:
+            self._replicas_left = left
+        else:
+            written = self._written
+            versions: dict[str, object] = {
+                name: written[(REPLICA_OBSERVATION.kind, name)][0]["metadata"].get(
+                    "resourceVersion"
+                )
+                for name in report.replicas
+            }
+            self._replicas_left = (report.replicas, stamp["agent"], versions)
         outcome.is_pushed = True
         return True
+
+    def _write_replica_observations(
+        self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
+    ) -> None:
+        """Write each of the report's ReplicaObservations (when it changed or someone else
+        wrote it) and delete those of replicas that are gone."""
+        for name, (spec, content) in sorted(report.replicas.items()):
+            self._write_observation(REPLICA_OBSERVATION, name, spec, content, stamp, on_hub=on_hub)
+        for name in on_hub:
+            if name not in report.replicas:
+                self._written.pop((REPLICA_OBSERVATION.kind, name), None)
+                with contextlib.suppress(NotFound):
+                    self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
 
     def _write_observation(
         self,
@@ -479,6 +524,9 @@ class Agent:
                 log.debug("conflict; re-reading (attempt %d)", attempt + 1)
         raise AssertionError("unreachable")
 
+
+#: See `Agent._replicas_left`.
+_ReplicasLeft = tuple[Mapping[str, tuple[Obj, Obj]], object, dict[str, object]]
 
 _O = TypeVar("_O", ObservedPool, ObservedReplica)
 
