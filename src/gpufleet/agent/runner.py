@@ -20,10 +20,11 @@ Reports are pushed when their content (everything but `observedAt`) changed, or 
 heartbeat interval passed since the last push, but never sooner than a minimum interval after
 the last push (debounce). A heartbeat refreshes `observedAt` on the PoolObservations; a
 ReplicaObservation is written only when its content changed (or someone else wrote it), so a
-heartbeat costs the hub one write per pool, not one per replica. Re-sending the last pushed
-report (the simulator's quiet steps do) compares no ReplicaObservation: when the hub holds them
-all at the versions that push left, none can need a write. A push that fails (the hub
-unreachable) is retried on the next step.
+heartbeat costs the hub one write per pool, not one per replica. Nor does it cost the agent
+a comparison per replica: unchanged content is the same objects step after step (an entry, and
+a whole mapping, of the report are reused), and an entry that is the one the last complete push
+wrote, whose observation the hub still holds at the version that push left, is not looked at.
+A push that fails (the hub unreachable) is retried on the next step.
 When the hub cannot be read the step changes nothing locally: a partition must not look like
 "every replica was deleted".
 
@@ -173,6 +174,10 @@ class Agent:
         #: compares (and diffs) by identity.
         self._pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
         self._replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
+        #: The mappings of the last report made: an entry (and a mapping) whose content is
+        #: unchanged is reused, so that it too compares by identity.
+        self._last_report_pools: dict[str, Obj] = {}
+        self._last_report_replicas: dict[str, tuple[Obj, Obj]] = {}
         #: The desired objects of each replica, by the replica's identity (`_desired_of`).
         self._desired = IdentityMemo[tuple[_Desired, ...] | ReplicaInvalid]()
         #: Local objects known to hold what is desired of them: (local, desired) by identity.
@@ -182,9 +187,9 @@ class Agent:
         #: guarded by its resourceVersion, instead of reading it again.
         self._written: dict[tuple[str, str], tuple[Obj, Obj]] = {}
         #: What the last complete push left of the ReplicaObservations: the report's replica
-        #: mapping (held: its identity stays its own), the agent stamp, and each observation's
-        #: resourceVersion after it. A push of that same mapping (a quiet step re-sends its
-        #: report) that finds the same versions on the hub has nothing to write to them.
+        #: entries (held: their identities stay theirs), the agent stamp, and each
+        #: observation's resourceVersion after it. An observation of the same entry found at
+        #: the same version on the hub has nothing to write (`_write_replica_observations`).
         self._replicas_left: _ReplicasLeft | None = None
 
     # --- the step -------------------------------------------------------------------------
@@ -230,18 +235,35 @@ class Agent:
             pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
         self._pool_statuses = pool_statuses
         replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
+        last_reps = self._last_report_replicas
         reps: dict[str, tuple[Obj, Obj]] = {}
         for r in result.replicas:
             name = replica_observation_name(r.namespace, r.name)
             replica_statuses[name] = _status_of(r, self._replica_statuses.get(name))
-            spec = {
-                "clusterName": self.cluster_name,
-                "replicaName": r.name,
-                "replicaNamespace": r.namespace,
-            }
-            reps[name] = (spec, replica_statuses[name][1])
+            status = replica_statuses[name][1]
+            entry = last_reps.get(name)
+            if not (
+                entry is not None
+                and entry[1] is status
+                and entry[0]["replicaName"] == r.name
+                and entry[0]["replicaNamespace"] == r.namespace
+            ):
+                spec = {
+                    "clusterName": self.cluster_name,
+                    "replicaName": r.name,
+                    "replicaNamespace": r.namespace,
+                }
+                entry = (spec, status)
+            reps[name] = entry
         self._replica_statuses = replica_statuses
         pools = {name: status for name, (_, status) in pool_statuses.items()}
+        # Unchanged content is the same objects as last step, entry by entry, and then the
+        # same mappings: a push compares them by identity (`is_push_due`, `push`).
+        if _is_same_entries(reps, last_reps):
+            reps = last_reps
+        if _is_same_entries(pools, self._last_report_pools):
+            pools = self._last_report_pools
+        self._last_report_replicas, self._last_report_pools = reps, pools
         return Report(now, result, pools, reps)
 
     def is_push_due(self, report: Report, now: datetime) -> bool:
@@ -283,18 +305,7 @@ class Agent:
                 o["metadata"]["name"]: o["metadata"].get("resourceVersion")
                 for o in self.hub.view(REPLICA_OBSERVATION, self.namespace)
             }
-            # The replicas of our last complete push, with every observation on the hub as
-            # that push left it (the same names at the same versions): each would be left
-            # alone and none deleted, so one comparison spares comparing them one by one.
-            left, self._replicas_left = self._replicas_left, None
-            is_as_left = (
-                left is not None
-                and left[0] is report.replicas
-                and left[1] == stamp["agent"]
-                and left[2] == on_hub
-            )
-            if not is_as_left:
-                self._write_replica_observations(report, stamp, on_hub)
+            versions = self._write_replica_observations(report, stamp, on_hub)
         except StoreError as e:
             # Unreachable hub or a write refused: try again on the next step.
             outcome.is_hub_reachable = False
@@ -306,32 +317,45 @@ class Agent:
         if not self._is_last_pushed(report):
             self._last_pushed = _content(report)
             self._last_pushed_from = (report.pools, report.replicas)
-        if is_as_left:
-            self._replicas_left = left
-        else:
-            written = self._written
-            versions: dict[str, object] = {
-                name: written[(REPLICA_OBSERVATION.kind, name)][0]["metadata"].get(
-                    "resourceVersion"
-                )
-                for name in report.replicas
-            }
-            self._replicas_left = (report.replicas, stamp["agent"], versions)
+        self._replicas_left = (report.replicas, stamp["agent"], versions)
         outcome.is_pushed = True
         return True
 
     def _write_replica_observations(
         self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
-    ) -> None:
-        """Write each of the report's ReplicaObservations (when it changed or someone else
-        wrote it) and delete those of replicas that are gone."""
-        for name, (spec, content) in sorted(report.replicas.items()):
+    ) -> dict[str, object]:
+        """Write each of the report's ReplicaObservations that changed or someone else wrote
+        (`_write_observation` leaves the others alone), delete those of replicas that are gone,
+        and return the resourceVersion each of the report's observations has now."""
+        left, self._replicas_left = self._replicas_left, None
+        kind = REPLICA_OBSERVATION.kind
+        if left is None or left[1] != stamp["agent"]:
+            names = sorted(report.replicas)
+            versions: dict[str, object] = {}
+        else:
+            # Since our last complete push, only this agent wrote the observations whose
+            # version on the hub is the one that push left, and an entry (spec, content) of
+            # that push's report that is the same object here holds the same content: such
+            # an observation would be left alone, so it is not looked at one by one.
+            entries, _, versions = left
+            versions = dict(versions)
+            names = sorted(
+                name
+                for name, entry in report.replicas.items()
+                if entries.get(name) is not entry or on_hub.get(name) != versions.get(name)
+            )
+        for name in names:
+            spec, content = report.replicas[name]
             self._write_observation(REPLICA_OBSERVATION, name, spec, content, stamp, on_hub=on_hub)
+            versions[name] = self._written[(kind, name)][0]["metadata"].get("resourceVersion")
         for name in on_hub:
             if name not in report.replicas:
-                self._written.pop((REPLICA_OBSERVATION.kind, name), None)
+                self._written.pop((kind, name), None)
                 with contextlib.suppress(NotFound):
                     self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
+        if versions.keys() != report.replicas.keys():
+            versions = {name: versions[name] for name in report.replicas}
+        return versions
 
     def _write_observation(
         self,
@@ -536,6 +560,11 @@ def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
     if last is not None and last[0] == observed:
         return last
     return observed, observed.to_status()
+
+
+def _is_same_entries(new: Mapping[str, object], old: Mapping[str, object]) -> bool:
+    """Whether two mappings have the same keys, each to the same object (identity)."""
+    return len(new) == len(old) and all(k in old and old[k] is v for k, v in new.items())
 
 
 def _status_patch(
