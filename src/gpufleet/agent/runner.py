@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -191,6 +192,8 @@ class Agent:
         #: observation's resourceVersion after it. An observation of the same entry found at
         #: the same version on the hub has nothing to write (`_write_replica_observations`).
         self._replicas_left: _ReplicasLeft | None = None
+        #: The ReplicaObservations the last push viewed on the hub (held) and their versions.
+        self._viewed_on_hub: tuple[tuple[Mapping[str, Any], ...], dict[str, object]] = ((), {})
 
     # --- the step -------------------------------------------------------------------------
 
@@ -301,10 +304,7 @@ class Agent:
                 self._write_observation(POOL_OBSERVATION, pool, spec, content, stamp)
             # What is on the hub now: an observation someone else wrote since our last write
             # has another resourceVersion, and is written again even when ours is unchanged.
-            on_hub = {
-                o["metadata"]["name"]: o["metadata"].get("resourceVersion")
-                for o in self.hub.view(REPLICA_OBSERVATION, self.namespace)
-            }
+            on_hub = self._versions_on_hub(self.hub.view(REPLICA_OBSERVATION, self.namespace))
             versions = self._write_replica_observations(report, stamp, on_hub)
         except StoreError as e:
             # Unreachable hub or a write refused: try again on the next step.
@@ -320,6 +320,15 @@ class Agent:
         self._replicas_left = (report.replicas, stamp["agent"], versions)
         outcome.is_pushed = True
         return True
+
+    def _versions_on_hub(self, viewed: Sequence[Mapping[str, Any]]) -> dict[str, object]:
+        """Name -> resourceVersion of the viewed observations; the same dict as last push when
+        the view holds the same objects (a view hands out an object until it changes)."""
+        held, versions = self._viewed_on_hub
+        if not (len(held) == len(viewed) and all(map(operator.is_, held, viewed))):
+            versions = {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
+            self._viewed_on_hub = (tuple(viewed), versions)
+        return versions
 
     def _write_replica_observations(
         self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
