@@ -68,7 +68,10 @@ from gpufleet.store.port import (
     RESOURCE_CLAIM,
     RESOURCE_CLAIM_TEMPLATE,
     RESOURCE_SLICE,
+    Change,
+    ChangeType,
     Conflict,
+    Expired,
     Kind,
     NotFound,
     Obj,
@@ -206,6 +209,15 @@ class SimStore(MemoryStore):
         self.add_index(POD, _BY_OWNER, _owner_uids)
         self.add_index(POD, _BY_NODE, _node_name)
         self.add_index(EVENT, _BY_OBJECT, _involved_uid)
+        self.add_index(RESOURCE_CLAIM, _BY_OWNER, _owner_uids)
+
+    def changes_after(self, cursor: int) -> list[Change]:
+        """The changes after `cursor`, oldest first, without copies (their objects are stored
+        ones, which the caller must not change): the components' change feed, read on every
+        pass, where `changes` would copy every object."""
+        if cursor < self._compacted:
+            raise Expired(f"changes before {self._compacted} were compacted")
+        return self._log[self._first_after(cursor) :]
 
     def ready_nodes(self) -> frozenset[str]:
         """The names of the Ready nodes (cached per revision of the Nodes)."""
@@ -251,6 +263,10 @@ class SimStore(MemoryStore):
         """The pods bound to `node`, in `peek` order."""
         return self.peek_indexed(POD, _BY_NODE, node)
 
+    def owned_claims(self, owner_uid: str) -> list[Obj]:
+        """The ResourceClaims with an ownerReference to `owner_uid`, in `peek` order."""
+        return self.peek_indexed(RESOURCE_CLAIM, _BY_OWNER, owner_uid)
+
     def events_of(self, uid: str, namespace: str) -> list[Obj]:
         """The Events of `namespace` about the object `uid`, in `peek` order."""
         return self.peek_indexed(EVENT, _BY_OBJECT, uid, namespace)
@@ -290,7 +306,9 @@ def _involved_uid(event: Obj) -> list[str]:
 class WorkloadCluster:
     """An emulated workload cluster. `start()` registers its components on the loop."""
 
-    def __init__(self, spec: ClusterSpec, loop: EventLoop) -> None:
+    def __init__(self, spec: ClusterSpec, loop: EventLoop, visit_all: bool = False) -> None:
+        """`visit_all`: every pass visits every object instead of only what changed since
+        the last (the reference the incremental passes are tested against; same outcome)."""
         self.spec = spec
         self.behaviour = spec.behaviour
         self.loop = loop
@@ -322,6 +340,30 @@ class WorkloadCluster:
         self._lws_seen: dict[str, _Inputs] = {}
         #: Per workload uid, its template (the stored object itself) and that template's hash.
         self._template_hashes: dict[str, tuple[Obj, str]] = {}
+        # The components' work queues, fed by `_sync` from the store's change log as informers
+        # feed a controller's queue, so that a pass visits what changed since the last one
+        # rather than every object. Objects are keyed (namespace or "", name), workloads and
+        # pods also by uid. Each queue holds at least what its component would act on.
+        self._visit_all = visit_all
+        self._cursor = 0
+        #: Per pod, its owners' uids as last written (a rewrite may change them).
+        self._pod_owners: dict[_Key, tuple[str, ...]] = {}
+        self._live_pods: set[str] = set()
+        #: Workloads whose object or pods changed since their controller's last pass.
+        self._dirty_deployments: set[str] = set()
+        self._dirty_lws: set[str] = set()
+        #: For the garbage collector: pods written, and workloads deleted, since its last pass.
+        self._written_pods: set[_Key] = set()
+        self._gone_workloads: set[str] = set()
+        #: For the resourceclaim controller: pods still missing a claim; claims written, and
+        #: pods deleted, since its last pass.
+        self._claimless: set[_Key] = set()
+        self._written_claims: set[_Key] = set()
+        self._gone_pods: set[str] = set()
+        #: Unbound Pending pods (the scheduler's queue); pods the kubelet has to start or
+        #: finish (bound and Pending, or deleted).
+        self._unbound: set[_Key] = set()
+        self._kubelet_pods: set[_Key] = set()
         for pool in spec.pools:
             for _ in range(pool.node_count):
                 name = self.add_node(pool.name)
@@ -355,6 +397,61 @@ class WorkloadCluster:
     def _wake_at(self, when: datetime) -> None:
         if self._due is None or when < self._due:
             self._due = when
+
+    def _sync(self) -> None:
+        """Bring the work queues up to the store's revision. Every component calls this
+        first, so it also sees what the components before it wrote in this tick."""
+        changes = self.store.changes_after(self._cursor)
+        if not changes:
+            return
+        self._cursor = changes[-1].cursor
+        for change in changes:
+            kind = change.kind
+            if kind == POD:
+                self._pod_changed(change)
+            elif kind == RESOURCE_CLAIM:
+                if change.type is not ChangeType.DELETED:
+                    meta = change.obj["metadata"]
+                    self._written_claims.add((meta["namespace"], meta["name"]))
+            elif kind in (DEPLOYMENT, LEADER_WORKER_SET):
+                uid = change.obj["metadata"]["uid"]
+                (self._dirty_deployments if kind == DEPLOYMENT else self._dirty_lws).add(uid)
+                if change.type is ChangeType.DELETED:
+                    self._gone_workloads.add(uid)
+
+    def _pod_changed(self, change: Change) -> None:
+        pod = change.obj
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        uid = meta["uid"]
+        # The owners before and after the change: a pod re-owned changes both workloads.
+        before = self._pod_owners.pop(key, ())
+        self._dirty_deployments.update(before)
+        self._dirty_lws.update(before)
+        if change.type is ChangeType.DELETED:
+            self._live_pods.discard(uid)
+            self._gone_pods.add(uid)
+            for queue in (self._written_pods, self._claimless, self._unbound, self._kubelet_pods):
+                queue.discard(key)
+            # The kubelet's timers of a pod that is gone (a uid never comes back).
+            self._bound_at.pop(uid, None)
+            self._terminating_at.pop(uid, None)
+            return
+        after = self._pod_owners[key] = tuple(_owner_uids(pod))
+        self._dirty_deployments.update(after)
+        self._dirty_lws.update(after)
+        self._live_pods.add(uid)
+        self._written_pods.add(key)
+        _enqueue(self._claimless, key, _is_missing_claim(pod))
+        _enqueue(self._unbound, key, _is_unbound(pod))
+        _enqueue(self._kubelet_pods, key, _is_kubelet_work(pod))
+
+    def _all_keys(self, kind: Kind) -> set[_Key]:
+        """Every object's key, for `visit_all`."""
+        return {
+            (o["metadata"].get("namespace") or "", o["metadata"]["name"])
+            for o in self.store.peek(kind)
+        }
 
     def _run_components(self) -> None:
         self._garbage_collect()
@@ -534,12 +631,18 @@ class WorkloadCluster:
     # --- Deployment controller ------------------------------------------------------------
 
     def _deployment_controller(self) -> None:
+        self._sync()
+        dirty, self._dirty_deployments = self._dirty_deployments, set()
         seen: dict[str, _Inputs] = {}
         for dep in self.store.peek(DEPLOYMENT):
             meta = dep["metadata"]
+            last = self._deployments_seen.get(meta["uid"])
+            if last is not None and meta["uid"] not in dirty and not self._visit_all:
+                seen[meta["uid"]] = last  # nothing it reads changed: its inputs are as they were
+                continue
             pods = self._owned_pods(meta["uid"], meta["namespace"])
             inputs = seen[meta["uid"]] = _inputs(dep, pods)
-            if self._deployments_seen.get(meta["uid"]) != inputs:
+            if last != inputs:
                 self._reconcile_deployment(dep, pods)
         self._deployments_seen = seen
 
@@ -594,12 +697,18 @@ class WorkloadCluster:
     # --- LeaderWorkerSet controller -------------------------------------------------------
 
     def _lws_controller(self) -> None:
+        self._sync()
+        dirty, self._dirty_lws = self._dirty_lws, set()
         seen: dict[str, _Inputs] = {}
         for lws in self.store.peek(LEADER_WORKER_SET):
             meta = lws["metadata"]
+            last = self._lws_seen.get(meta["uid"])
+            if last is not None and meta["uid"] not in dirty and not self._visit_all:
+                seen[meta["uid"]] = last
+                continue
             pods = self._owned_pods(meta["uid"], meta["namespace"])
             inputs = seen[meta["uid"]] = _inputs(lws, pods)
-            if self._lws_seen.get(meta["uid"]) != inputs:
+            if last != inputs:
                 self._reconcile_lws(lws, pods)
         self._lws_seen = seen
         for gone in self._template_hashes.keys() - self._deployments_seen.keys() - seen.keys():
@@ -1228,6 +1337,45 @@ def _inputs(workload: Obj, pods: list[Obj]) -> _Inputs:
     nothing would write nothing either: it can be skipped."""
     versions = tuple(p["metadata"]["resourceVersion"] for p in pods)
     return (workload["metadata"]["resourceVersion"], versions)
+
+
+#: An object's key in the store within its kind: (namespace or "", name); sorted keys are
+#: `peek` order.
+_Key = tuple[str, str]
+
+
+def _enqueue(queue: set[_Key], key: _Key, is_wanted: bool) -> None:
+    if is_wanted:
+        queue.add(key)
+    else:
+        queue.discard(key)
+
+
+def _is_missing_claim(pod: Obj) -> bool:
+    """The resourceclaim controller has a claim to make for the pod."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    statuses = {s["name"] for s in pod["status"].get("resourceClaimStatuses") or []}
+    return any(
+        ref.get("resourceClaimTemplateName") and ref["name"] not in statuses
+        for ref in pod["spec"].get("resourceClaims") or []
+    )
+
+
+def _is_unbound(pod: Obj) -> bool:
+    """The scheduler has to bind the pod."""
+    return (
+        not pod["spec"].get("nodeName")
+        and _is_alive(pod)
+        and pod["status"].get("phase", "Pending") == "Pending"
+    )
+
+
+def _is_kubelet_work(pod: Obj) -> bool:
+    """The kubelet has to start the pod (once its node is Ready) or finish it."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return True
+    return bool(pod["spec"].get("nodeName")) and pod["status"].get("phase") == "Pending"
 
 
 def _hash(obj: Any) -> str:
