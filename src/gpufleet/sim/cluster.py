@@ -245,20 +245,6 @@ class SimStore(MemoryStore):
         """The pods of `namespace` with an ownerReference to `owner_uid`, in `peek` order."""
         return self.peek_indexed(POD, _BY_OWNER, owner_uid, namespace)
 
-    def orphans(self, owners: set[str]) -> list[Obj]:
-        """The pods with ownerReferences none of which is in `owners`, in `peek` order: found
-        through the owner index, from the owners that are gone, not by scanning every pod."""
-        found: dict[tuple[str, str], Obj] = {}
-        for uid in self.indexed_values(POD, _BY_OWNER):
-            if uid not in owners:
-                for p in self.peek_indexed(POD, _BY_OWNER, uid):
-                    found[(p["metadata"]["namespace"], p["metadata"]["name"])] = p
-        return [
-            found[k]
-            for k in sorted(found)
-            if not any(r["uid"] in owners for r in found[k]["metadata"]["ownerReferences"])
-        ]
-
     def pods_on(self, node: str) -> list[Obj]:
         """The pods bound to `node`, in `peek` order."""
         return self.peek_indexed(POD, _BY_NODE, node)
@@ -448,10 +434,7 @@ class WorkloadCluster:
 
     def _all_keys(self, kind: Kind) -> set[_Key]:
         """Every object's key, for `visit_all`."""
-        return {
-            (o["metadata"].get("namespace") or "", o["metadata"]["name"])
-            for o in self.store.peek(kind)
-        }
+        return {_key_of(o) for o in self.store.peek(kind)}
 
     def _run_components(self) -> None:
         self._garbage_collect()
@@ -620,13 +603,29 @@ class WorkloadCluster:
     # --- garbage collector ----------------------------------------------------------------
 
     def _garbage_collect(self) -> None:
+        """Delete the pods none of whose owners exists. A pod becomes such an orphan only when
+        it is written or an owner of it is deleted, so only those pods are looked at."""
+        self._sync()
+        written, self._written_pods = self._written_pods, set()
+        gone, self._gone_workloads = self._gone_workloads, set()
+        if self._visit_all:
+            written = self._all_keys(POD)
+        for uid in gone:
+            written.update(_key_of(p) for p in self.store.peek_indexed(POD, _BY_OWNER, uid))
+        if not written:
+            return
         owners = {
             o["metadata"]["uid"]
             for kind in (DEPLOYMENT, LEADER_WORKER_SET)
             for o in self.store.peek(kind)
         }
-        for pod in self.store.orphans(owners):
-            self._delete_pod(pod)
+        for key in sorted(written):
+            pod = self.store.peek_one(POD, key[1], key[0])
+            if pod is None:
+                continue
+            refs = pod["metadata"].get("ownerReferences") or []
+            if refs and not any(r["uid"] in owners for r in refs):
+                self._delete_pod(pod)
 
     # --- Deployment controller ------------------------------------------------------------
 
@@ -761,8 +760,16 @@ class WorkloadCluster:
     # --- resourceclaim controller ---------------------------------------------------------
 
     def _claim_controller(self) -> None:
-        pods = self.store.peek(POD)
-        live_uids = {p["metadata"]["uid"] for p in pods}
+        """Make the claims pods miss (the pods queued in `_claimless`, in `peek` order), then
+        release the claims whose pods are gone (among the claims written and those of the pods
+        deleted since the last pass: a claim is released only after one of these)."""
+        self._sync()
+        claimless = self._all_keys(POD) if self._visit_all else self._claimless
+        pods: list[Obj] = []
+        for key in sorted(claimless):
+            found = self.store.peek_one(POD, key[1], key[0])
+            if found is not None:
+                pods.append(found)
         for pod in pods:
             meta = pod["metadata"]
             if meta.get("deletionTimestamp"):
@@ -812,9 +819,21 @@ class WorkloadCluster:
                 pod = self.store.patch_status_shared(
                     POD, meta["name"], meta["namespace"], {"resourceClaimStatuses": entries}
                 )
-        for claim in self.store.peek(RESOURCE_CLAIM):
+        # The claims written since the last pass, this pass's included (a new claim's pod
+        # is live, so it stays), and the claims of the pods deleted since.
+        self._sync()
+        written, self._written_claims = self._written_claims, set()
+        gone, self._gone_pods = self._gone_pods, set()
+        if self._visit_all:
+            written = self._all_keys(RESOURCE_CLAIM)
+        for uid in gone:
+            written.update(_key_of(c) for c in self.store.owned_claims(uid))
+        for key in sorted(written):
+            claim = self.store.peek_one(RESOURCE_CLAIM, key[1], key[0])
+            if claim is None:
+                continue
             refs = [r for r in claim["metadata"].get("ownerReferences") or [] if r["kind"] == "Pod"]
-            if refs and not any(r["uid"] in live_uids for r in refs):
+            if refs and not any(r["uid"] in self._live_pods for r in refs):
                 self._delete(RESOURCE_CLAIM, claim)
 
     # --- DRA driver -----------------------------------------------------------------------
@@ -884,13 +903,13 @@ class WorkloadCluster:
     # --- kube-scheduler -------------------------------------------------------------------
 
     def _scheduler(self) -> None:
-        pending = [
-            p
-            for p in self.store.peek(POD)
-            if not p["spec"].get("nodeName")
-            and _is_alive(p)
-            and p["status"].get("phase", "Pending") == "Pending"
-        ]
+        self._sync()
+        queued = self._all_keys(POD) if self._visit_all else self._unbound
+        pending: list[Obj] = []
+        for key in sorted(queued):  # `peek` order first, so that the sort's ties stay in it
+            pod = self.store.peek_one(POD, key[1], key[0])
+            if pod is not None and _is_unbound(pod):
+                pending.append(pod)
         pending.sort(key=lambda p: (p["metadata"]["creationTimestamp"], _natural_pod_key(p)))
         if not pending:
             return
@@ -1016,11 +1035,16 @@ class WorkloadCluster:
         ready_nodes = self.store.ready_nodes()
         start = timedelta(seconds=self.behaviour.pod_start_delay_s)
         grace = timedelta(seconds=self.behaviour.termination_grace_s)
-        seen: set[str] = set()
-        for pod in self.store.peek(POD):
+        self._sync()
+        queued = self._all_keys(POD) if self._visit_all else self._kubelet_pods
+        pods: list[Obj] = []
+        for key in sorted(queued):
+            found = self.store.peek_one(POD, key[1], key[0])
+            if found is not None:
+                pods.append(found)
+        for pod in pods:
             meta = pod["metadata"]
             uid = meta["uid"]
-            seen.add(uid)
             node = pod["spec"].get("nodeName")
             if meta.get("deletionTimestamp"):
                 since = self._terminating_at.setdefault(uid, now)
@@ -1050,10 +1074,6 @@ class WorkloadCluster:
                     meta["namespace"],
                     {"phase": "Running", "startTime": format_time(now), "conditions": conditions},
                 )
-        for gone in set(self._bound_at) - seen:
-            del self._bound_at[gone]
-        for gone in set(self._terminating_at) - seen:
-            del self._terminating_at[gone]
 
     def _finish(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -1342,6 +1362,11 @@ def _inputs(workload: Obj, pods: list[Obj]) -> _Inputs:
 #: An object's key in the store within its kind: (namespace or "", name); sorted keys are
 #: `peek` order.
 _Key = tuple[str, str]
+
+
+def _key_of(obj: Obj) -> _Key:
+    meta = obj["metadata"]
+    return (meta.get("namespace") or "", meta["name"])
 
 
 def _enqueue(queue: set[_Key], key: _Key, is_wanted: bool) -> None:
