@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sim_builders import pool
 
+from gpufleet.sim import dra
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
 from gpufleet.sim.engine import EventLoop
 from gpufleet.store.port import (
@@ -20,6 +21,7 @@ from gpufleet.store.port import (
     LEADER_WORKER_SET,
     NODE,
     POD,
+    RESOURCE_CLAIM,
     RESOURCE_CLAIM_TEMPLATE,
     Obj,
     StoreError,
@@ -132,6 +134,9 @@ class Twins:
         fast, full = (state(c) for c in self.clusters)
         assert fast == full
         assert self.clusters[0].store.revision == self.clusters[1].store.revision
+        # What the scheduler sees as taken, kept from the change log, is what the claims say.
+        store = self.fast.store
+        assert store.taken() == dra.taken_devices(store.peek(RESOURCE_CLAIM))
 
 
 def random_step(t: Twins, rng: random.Random, step: int) -> None:

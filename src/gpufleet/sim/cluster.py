@@ -48,7 +48,7 @@ import functools
 import hashlib
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -204,6 +204,11 @@ class SimStore(MemoryStore):
         super().__init__(*args, **kwargs)
         self._published: tuple[int, dict[str, list[dra.PublishedDevice]]] = (-1, {})
         self._taken: tuple[int, frozenset[dra.DeviceKey]] = (-1, frozenset())
+        # What `taken` keeps: per claim, the devices it holds; per device, how many claims
+        # hold it; and how far in the change log it has read.
+        self._claim_devices: dict[_Key, tuple[dra.DeviceKey, ...]] = {}
+        self._taken_count: Counter[dra.DeviceKey] = Counter()
+        self._taken_cursor = 0
         self._ready_nodes: tuple[int, frozenset[str]] = (-1, frozenset())
         self._unpublished: tuple[tuple[int, int], list[str]] = ((-1, -1), [])
         self.add_index(POD, _BY_OWNER, _owner_uids)
@@ -264,9 +269,28 @@ class SimStore(MemoryStore):
         return self._published[1]
 
     def taken(self) -> frozenset[dra.DeviceKey]:
+        """`dra.taken_devices` of every claim, kept up to date from the change log: the
+        scheduler asks after each pod it binds (the claims changed), and reading every claim
+        again each time cost more than the rest of its pass."""
         revision = self.kind_revision(RESOURCE_CLAIM)
         if self._taken[0] != revision:
-            self._taken = (revision, frozenset(dra.taken_devices(self.peek(RESOURCE_CLAIM))))
+            for change in self.changes_after(self._taken_cursor):
+                if change.kind != RESOURCE_CLAIM:
+                    continue
+                key = _key_of(change.obj)
+                for device in self._claim_devices.pop(key, ()):
+                    self._taken_count[device] -= 1
+                    if not self._taken_count[device]:
+                        del self._taken_count[device]
+                if change.type is ChangeType.DELETED:
+                    continue
+                devices = tuple(dra.taken_devices([change.obj]))
+                if devices:
+                    self._claim_devices[key] = devices
+                    for device in devices:
+                        self._taken_count[device] += 1
+            self._taken_cursor = self.revision
+            self._taken = (revision, frozenset(self._taken_count))
         return self._taken[1]
 
 
@@ -321,7 +345,8 @@ class WorkloadCluster:
         self._has_unschedulable = False
         #: Ticks skipped because nothing changed and no timer was due (for benchmarks).
         self.ticks_skipped = 0
-        # Per workload uid, what its controller read on its last pass (see `_inputs`).
+        # Per workload uid, what its controller read on its last pass (see `_inputs`); a
+        # deleted workload's entries go when `_sync` reads its deletion.
         self._deployments_seen: dict[str, _Inputs] = {}
         self._lws_seen: dict[str, _Inputs] = {}
         #: Per workload uid, its template (the stored object itself) and that template's hash.
@@ -335,6 +360,8 @@ class WorkloadCluster:
         #: Per pod, its owners' uids as last written (a rewrite may change them).
         self._pod_owners: dict[_Key, tuple[str, ...]] = {}
         self._live_pods: set[str] = set()
+        #: Per workload kind, the key of each workload by uid.
+        self._workload_keys: dict[Kind, dict[str, _Key]] = {DEPLOYMENT: {}, LEADER_WORKER_SET: {}}
         #: Workloads whose object or pods changed since their controller's last pass.
         self._dirty_deployments: set[str] = set()
         self._dirty_lws: set[str] = set()
@@ -401,9 +428,15 @@ class WorkloadCluster:
                     self._written_claims.add((meta["namespace"], meta["name"]))
             elif kind in (DEPLOYMENT, LEADER_WORKER_SET):
                 uid = change.obj["metadata"]["uid"]
-                (self._dirty_deployments if kind == DEPLOYMENT else self._dirty_lws).add(uid)
+                is_deployment = kind == DEPLOYMENT
+                (self._dirty_deployments if is_deployment else self._dirty_lws).add(uid)
                 if change.type is ChangeType.DELETED:
                     self._gone_workloads.add(uid)
+                    self._workload_keys[kind].pop(uid, None)
+                    (self._deployments_seen if is_deployment else self._lws_seen).pop(uid, None)
+                    self._template_hashes.pop(uid, None)
+                else:
+                    self._workload_keys[kind][uid] = _key_of(change.obj)
 
     def _pod_changed(self, change: Change) -> None:
         pod = change.obj
@@ -632,18 +665,27 @@ class WorkloadCluster:
     def _deployment_controller(self) -> None:
         self._sync()
         dirty, self._dirty_deployments = self._dirty_deployments, set()
-        seen: dict[str, _Inputs] = {}
-        for dep in self.store.peek(DEPLOYMENT):
+        for dep in self._workloads(DEPLOYMENT, dirty):
             meta = dep["metadata"]
-            last = self._deployments_seen.get(meta["uid"])
-            if last is not None and meta["uid"] not in dirty and not self._visit_all:
-                seen[meta["uid"]] = last  # nothing it reads changed: its inputs are as they were
-                continue
             pods = self._owned_pods(meta["uid"], meta["namespace"])
-            inputs = seen[meta["uid"]] = _inputs(dep, pods)
-            if last != inputs:
+            inputs = _inputs(dep, pods)
+            if self._deployments_seen.get(meta["uid"]) != inputs:
                 self._reconcile_deployment(dep, pods)
-        self._deployments_seen = seen
+            self._deployments_seen[meta["uid"]] = inputs
+
+    def _workloads(self, kind: Kind, dirty: set[str]) -> list[Obj]:
+        """The workloads of `kind` among the uids in `dirty`, in `peek` order (every one with
+        `visit_all`). Any other has the inputs its controller last read (`_inputs`): neither
+        it nor a pod of it changed since."""
+        if self._visit_all:
+            return self.store.peek(kind)
+        keys = self._workload_keys[kind]
+        found: list[Obj] = []
+        for key in sorted(keys[uid] for uid in dirty if uid in keys):
+            obj = self.store.peek_one(kind, key[1], key[0])
+            if obj is not None:
+                found.append(obj)
+        return found
 
     def _reconcile_deployment(self, dep: Obj, pods: list[Obj]) -> None:
         meta, spec = dep["metadata"], dep["spec"]
@@ -698,20 +740,13 @@ class WorkloadCluster:
     def _lws_controller(self) -> None:
         self._sync()
         dirty, self._dirty_lws = self._dirty_lws, set()
-        seen: dict[str, _Inputs] = {}
-        for lws in self.store.peek(LEADER_WORKER_SET):
+        for lws in self._workloads(LEADER_WORKER_SET, dirty):
             meta = lws["metadata"]
-            last = self._lws_seen.get(meta["uid"])
-            if last is not None and meta["uid"] not in dirty and not self._visit_all:
-                seen[meta["uid"]] = last
-                continue
             pods = self._owned_pods(meta["uid"], meta["namespace"])
-            inputs = seen[meta["uid"]] = _inputs(lws, pods)
-            if last != inputs:
+            inputs = _inputs(lws, pods)
+            if self._lws_seen.get(meta["uid"]) != inputs:
                 self._reconcile_lws(lws, pods)
-        self._lws_seen = seen
-        for gone in self._template_hashes.keys() - self._deployments_seen.keys() - seen.keys():
-            del self._template_hashes[gone]
+            self._lws_seen[meta["uid"]] = inputs
 
     def _reconcile_lws(self, lws: Obj, owned: list[Obj]) -> None:
         meta, spec = lws["metadata"], lws["spec"]
@@ -949,12 +984,12 @@ class WorkloadCluster:
                 reason = "node(s) already had a pod of the same group"
             allocations: list[tuple[Obj, list[dict[str, str]]]] = []
             if reason is None:
-                node_taken = set(taken)
+                devices = published.get(name, [])
+                # Only this node's devices are looked up in it: not a copy of every taken one.
+                node_taken = {d.key for d in devices if d.key in taken}
                 for claim in claims:
                     results = dra.allocate(
-                        dra.claim_requests(claim, self.class_drivers),
-                        published.get(name, []),
-                        node_taken,
+                        dra.claim_requests(claim, self.class_drivers), devices, node_taken
                     )
                     if results is None:
                         reason = "cannot allocate all claims"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from gpufleet.cel import CelCompileError, compile_selector
@@ -29,7 +29,7 @@ from gpufleet.core.model import Attribute, AttributeKind, Device, DriverName, Se
 DeviceKey = tuple[str, str, str]  # (driver, DRA pool, device name)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PublishedDevice:
     driver: str
     pool: str
@@ -41,6 +41,13 @@ class PublishedDevice:
     @property
     def key(self) -> DeviceKey:
         return (self.driver, self.pool, self.name)
+
+    @cached_property
+    def core(self) -> Device:
+        """`to_core_device(self)`, made once: the scheduler matches the same published devices
+        against selectors for every pod it places, and the published devices are kept while
+        the ResourceSlices stay the same (no slots, so that this can be cached)."""
+        return to_core_device(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +150,7 @@ def _compiled(expression: str) -> Selector | None:
 
 
 def selectors_match(selectors: Iterable[str], device: PublishedDevice) -> bool:
-    core = to_core_device(device)
+    core = device.core
     for expression in selectors:
         compiled = _compiled(expression)
         if compiled is None or not compiled.matches(core):
