@@ -647,17 +647,13 @@ class WorkloadCluster:
             written.update(_key_of(p) for p in self.store.peek_indexed(POD, _BY_OWNER, uid))
         if not written:
             return
-        owners = {
-            o["metadata"]["uid"]
-            for kind in (DEPLOYMENT, LEADER_WORKER_SET)
-            for o in self.store.peek(kind)
-        }
+        deployments, sets = self._workload_keys[DEPLOYMENT], self._workload_keys[LEADER_WORKER_SET]
         for key in sorted(written):
             pod = self.store.peek_one(POD, key[1], key[0])
             if pod is None:
                 continue
             refs = pod["metadata"].get("ownerReferences") or []
-            if refs and not any(r["uid"] in owners for r in refs):
+            if refs and not any(r["uid"] in deployments or r["uid"] in sets for r in refs):
                 self._delete_pod(pod)
 
     # --- Deployment controller ------------------------------------------------------------
@@ -975,6 +971,7 @@ class WorkloadCluster:
             if group
             else set()
         )
+        claim_requests = [dra.claim_requests(c, self.class_drivers) for c in claims]
         reasons: dict[str, int] = defaultdict(int)
         feasible: list[tuple[str, int, list[tuple[Obj, list[dict[str, str]]]]]] = []
         for node in nodes:
@@ -987,10 +984,8 @@ class WorkloadCluster:
                 devices = published.get(name, [])
                 # Only this node's devices are looked up in it: not a copy of every taken one.
                 node_taken = {d.key for d in devices if d.key in taken}
-                for claim in claims:
-                    results = dra.allocate(
-                        dra.claim_requests(claim, self.class_drivers), devices, node_taken
-                    )
+                for claim, requests in zip(claims, claim_requests, strict=True):
+                    results = dra.allocate(requests, devices, node_taken)
                     if results is None:
                         reason = "cannot allocate all claims"
                         break

@@ -38,16 +38,31 @@ class PublishedDevice:
     attributes: Mapping[str, Any]
     capacity: Mapping[str, Any]
 
-    @property
+    # Published devices are kept while the ResourceSlices stay the same, and the scheduler
+    # looks at the same ones for every pod it places: what it asks of them is made once (no
+    # slots, so that it can be cached on the instance).
+
+    @cached_property
     def key(self) -> DeviceKey:
         return (self.driver, self.pool, self.name)
 
     @cached_property
     def core(self) -> Device:
-        """`to_core_device(self)`, made once: the scheduler matches the same published devices
-        against selectors for every pod it places, and the published devices are kept while
-        the ResourceSlices stay the same (no slots, so that this can be cached)."""
+        """`to_core_device(self)`."""
         return to_core_device(self)
+
+    @cached_property
+    def _matched(self) -> dict[str, bool]:
+        return {}
+
+    def matches(self, expression: str) -> bool:
+        """Whether the CEL selector `expression` accepts the device (False when it does not
+        compile), remembered per expression."""
+        found = self._matched.get(expression)
+        if found is None:
+            compiled = _compiled(expression)
+            found = self._matched[expression] = compiled is not None and compiled.matches(self.core)
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +165,7 @@ def _compiled(expression: str) -> Selector | None:
 
 
 def selectors_match(selectors: Iterable[str], device: PublishedDevice) -> bool:
-    core = device.core
-    for expression in selectors:
-        compiled = _compiled(expression)
-        if compiled is None or not compiled.matches(core):
-            return False
-    return True
+    return all(device.matches(expression) for expression in selectors)
 
 
 def allocate(
