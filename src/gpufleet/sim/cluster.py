@@ -39,6 +39,15 @@ kubelet), each reading the store and writing through it:
   group behind it). Under stockout it adds nothing and records `NotTriggerScaleUp` events.
 - Operations for scenarios: other tenants' claims, cordon/uncordon, taints, node failure and
   recovery.
+
+A tick costs what changed since the last, not what exists: as informers feed a controller's
+work queue, `_sync` reads the store's change log (no copies) into per-component queues before
+each component runs, and a component visits only what its queue names (a workload that or
+whose pods changed; a pod written or orphaned; a pod missing its claim; a claim written or
+whose pod went; an unbound pod; a pod the kubelet has to start or finish), in `peek` order,
+so that its writes come in the order a pass over every object would make them.
+`visit_all=True` makes every pass visit every object: the reference the queues are tested
+against.
 """
 
 from __future__ import annotations
@@ -196,9 +205,11 @@ class SimStore(MemoryStore):
     revision of the ResourceSlices and ResourceClaims, since every component asks for them and
     they change far less often than pods do. Callers must not change what they return.
 
-    Pods are indexed by owner uid (`owned_pods`), node (`pods_on`), and Events by the uid of
-    their object (`events_of`): the controllers ask these on every pass, and a scan of every pod
-    per owner made a pass quadratic in the number of pods."""
+    Pods are indexed by owner uid (`owned_pods`), node (`pods_on`), claims by owner uid
+    (`owned_claims`), and Events by the uid of their object (`events_of`): the controllers ask
+    these on every pass, and a scan of every pod per owner made a pass quadratic in the number
+    of pods. `changes_after` is the change log without copies, which the components' work
+    queues and `taken` follow."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
