@@ -233,6 +233,8 @@ class SimStore(MemoryStore):
         pass, where `changes` would copy every object."""
         if cursor < self._compacted:
             raise Expired(f"changes before {self._compacted} were compacted")
+        if cursor >= self.revision:
+            return []  # most reads: nothing changed since (no search of the log)
         return self._log[self._first_after(cursor) :]
 
     def ready_nodes(self) -> frozenset[str]:

@@ -75,7 +75,9 @@ class Request:
     selectors: tuple[str, ...]
 
 
+@lru_cache(maxsize=8192)
 def natural_key(name: str) -> tuple[Any, ...]:
+    """`gpu-10` after `gpu-2` (remembered: the scheduler sorts the same node names per pod)."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
