@@ -861,6 +861,23 @@ def test_observing_the_same_objects_again_computes_nothing_again() -> None:
     assert (again, dict(cache.runs)) == (first, runs)
 
 
+def test_problems_of_pods_read_last_call_are_reported_again() -> None:
+    """The pods stage is not run again for the same pods, but what it found still counts."""
+    cache = ObserveCache()
+    base = _cluster()
+    objects = _replaced(base, pods=[*base.pods, "not a pod", pod("p0", "r0", claims=["c9"])])
+    first, clock = observe(objects, AllocationClock(), CONFIG, T0, cache)
+    assert {p.code for p in first.problems} >= {
+        ProblemCode.MALFORMED_POD,
+        ProblemCode.DUPLICATE_OBJECT,
+    }
+    changed = _replaced(objects, nodes=[node("n0", "a", cordoned=True), *objects.nodes[1:]])
+    pods_runs = cache.runs["pods"]
+    got = observe(changed, clock, CONFIG, T1, cache)
+    assert cache.runs["pods"] == pods_runs
+    assert got == observe(changed, clock, CONFIG, T1)
+
+
 @dataclass(frozen=True)
 class CacheCase:
     id: str
@@ -894,7 +911,7 @@ CACHE_CASES = [
     CacheCase(
         "pod-deleted",
         {"pods": [pod("p2", "r1", claims=["c2"])]},
-        {"replicas": 1},
+        {"pods": 1, "replicas": 1},
     ),
     CacheCase(
         "replica-removed",

@@ -4,6 +4,8 @@ what it materializes, and how it behaves when the hub is unreachable or writes c
 from __future__ import annotations
 
 import builtins
+import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -388,6 +390,98 @@ def test_a_heartbeat_writes_each_pool_observation_once_and_no_replica_observatio
         ("PoolObservation", "l4"),
         ("ReplicaObservation", "ml.r2"),
     ]
+
+
+def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_would() -> None:
+    """A push leaves alone, without looking at it, each replica observation whose entry is
+    the same object as in the last complete push and whose version on the hub is the one that
+    push left. Whatever others do to the observations in between, and whichever entries
+    change, the hub ends as when every entry is a new (equal) object, compared one by one."""
+
+    def run(is_reused: bool) -> list[tuple[bool, list[Obj]]]:
+        w = World()
+        w.add(node("n0"), slice_("n0"))
+        for name in ("r1", "r2", "r3"):
+            w.hub.create(model_replica(name))
+        agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=1))
+        agent.step(w.at(0))
+        replicas = agent.read_replicas()
+        assert replicas is not None
+        last = agent.observe(w.at(1), replicas)
+        assert agent.push(last, w.at(1))
+        foreign = {
+            "apiVersion": "gpufleet.io/v1alpha1",
+            "kind": "ReplicaObservation",
+            "metadata": {"name": "ml.ghost", "namespace": NS},
+            "spec": {"clusterName": "a", "replicaName": "ghost", "replicaNamespace": "ml"},
+        }
+        meddling = [
+            lambda: None,
+            lambda: w.hub.patch_status(REPLICA_OBSERVATION, "ml.r1", NS, {"podsScheduled": 1}),
+            lambda: w.hub.delete(REPLICA_OBSERVATION, "ml.r2", NS),
+            lambda: w.hub.create(foreign),
+            lambda: w.hub.patch_status(REPLICA_OBSERVATION, "ml.r3", NS, {"agent": None}),
+            lambda: None,
+        ]
+        out = []
+        for t, meddle in enumerate(meddling, start=2):
+            meddle()
+            at = w.at(t)
+            entries = dict(last.replicas)
+            if t in (3, 6):  # r2's content changes (and, at 6, changes back)
+                spec, status = entries["ml.r2"]
+                entries["ml.r2"] = (spec, {**status, "podsScheduled": t == 3})
+            if not is_reused:
+                entries = {name: copy.deepcopy(entry) for name, entry in entries.items()}
+            report = dataclasses.replace(last, observed_at=at, replicas=entries)
+            if t == 2 and is_reused:
+                report = dataclasses.replace(last, observed_at=at)  # the very mapping
+            is_pushed = agent.push(report, at)
+            on_hub = w.hub.list(REPLICA_OBSERVATION, NS)
+            # Either way, the hub holds what the report says (and only that).
+            assert {
+                o["metadata"]["name"]: (
+                    o["spec"],
+                    {k: v for k, v in o["status"].items() if k != "observedAt"},
+                )
+                for o in on_hub
+            } == {
+                name: (spec, {**status, "agent": {"identity": "agent-1", "leaseEpoch": 1}})
+                for name, (spec, status) in report.replicas.items()
+            }
+            out.append((is_pushed, on_hub))
+        out.append((True, w.hub.list(POOL_OBSERVATION, NS)))
+        return out
+
+    assert run(is_reused=True) == run(is_reused=False)
+
+
+def test_observing_unchanged_content_reuses_the_report_mappings() -> None:
+    """What lets a push compare by identity: observing again with nothing changed gives the
+    very mappings of the last report; a change replaces only the entries it touches."""
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    for name in ("r1", "r2"):
+        w.hub.create(model_replica(name))
+    agent = w.agent()
+    replicas = agent.read_replicas()
+    assert replicas is not None
+    first = agent.observe(w.at(0), replicas)
+    again = agent.observe(w.at(1), replicas)
+    assert (again.pools is first.pools, again.replicas is first.replicas) == (True, True)
+    w.add(node("n1"), slice_("n1"))
+    r2 = w.hub.get(MODEL_REPLICA, "r2", "ml")
+    assert r2 is not None
+    r2["spec"]["engines"][0]["copies"] = 2  # a new generation
+    w.hub.update(r2)
+    replicas = agent.read_replicas()
+    assert replicas is not None
+    changed = agent.observe(w.at(2), replicas)
+    assert changed.pools is not first.pools and changed.replicas is not first.replicas
+    assert changed.replicas["ml.r1"] is first.replicas["ml.r1"]
+    assert changed.replicas["ml.r2"] != first.replicas["ml.r2"]
+    fresh = w.agent().observe(w.at(2), replicas)
+    assert (changed.pools, changed.replicas) == (fresh.pools, fresh.replicas)
 
 
 # --- materializing ----------------------------------------------------------------------

@@ -24,8 +24,10 @@ from gpufleet.store.port import (
     MODEL_REPLICA,
     NODE,
     POD,
+    POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     RESOURCE_CLAIM,
+    RESOURCE_CLAIM_TEMPLATE,
 )
 
 Action = Callable[[Fleet, ReplicaWriter], Any]
@@ -347,6 +349,63 @@ def test_a_replica_change_wakes_its_own_clusters_agent_only(for_cluster: str) ->
     assert f.clusters[other].store.peek(DEPLOYMENT) == []
     ticks = 20 / f.clusters[other].behaviour.report_interval_s
     assert f.agents[other].quiet_steps - quiet[other] == ticks
+
+
+def test_a_replica_change_during_a_partition_is_materialized_after_it_heals() -> None:
+    """The agent cannot read its replicas while partitioned; once healed, it reads them
+    again, even though nothing it read locally changed meanwhile."""
+    f, _ = fleet(cluster("a"))
+    f.run_for(60)
+    f.partition("a")
+    f.hub.create(model_replica("r", cluster="a"))
+    f.run_for(20)
+    assert f.clusters["a"].store.peek(DEPLOYMENT) == []
+    f.heal("a")
+    f.run_for(20)
+    assert [d["metadata"]["name"] for d in f.clusters["a"].store.peek(DEPLOYMENT)] == ["r-main"]
+
+
+def test_agent_ticks_that_skip_unchanged_work_change_no_outcome() -> None:
+    """An agent tick skips observing when nothing observe reads changed, and materializing
+    when nothing materialize reads changed since it last changed nothing. Through replica
+    changes, a failing node, a partition and an agent restart, the stores end as when every
+    tick runs the whole step."""
+
+    def run(reuses: bool) -> tuple[Fleet, list[tuple[str, int, int]]]:
+        f, w = fleet(
+            cluster("a", pool(nodes=1, gpus=4, max_nodes=3)),
+            cluster("b", pool(nodes=2, gpus=8), node_choice=NodeChoice.PACK),
+            seed=5,
+            reuses_agent_work=reuses,
+        )
+        w.create(model_replica("r-a", cluster="a", gpus=3, copies=3))
+        w.create(model_replica("r-b", cluster="b", gpus=2, workers=1, copies=2))
+        f.run_for(40)
+        f.clusters["b"].fail_node("l4-0")
+        f.partition("a")
+        w.delete("r-a")
+        f.run_for(30)
+        f.heal("a")
+        f.run_for(30)
+        f.crash_agent("b")
+        w.create(model_replica("r-b2", cluster="b", gpus=1))
+        f.run_for(10)
+        f.restart_agent("b")
+        f.run_for(60)
+        f.hub.delete(POOL_OBSERVATION, "l4", "gpufleet-cluster-b")
+        f.run_for(60)
+        local = f.clusters["b"].store
+        for template in local.list(RESOURCE_CLAIM_TEMPLATE):  # someone else deletes them
+            local.delete(RESOURCE_CLAIM_TEMPLATE, template["metadata"]["name"], "ml")
+        f.run_for(30)
+        counts = [(n, s.quiet_steps, s.settled_steps) for n, s in sorted(f.agents.items())]
+        return f, counts
+
+    (reusing, counts), (whole, none) = run(True), run(False)
+    assert reusing.snapshot() == whole.snapshot()
+    assert reusing.loop.events_run == whole.loop.events_run
+    assert none == [("a", 0, 0), ("b", 0, 0)]
+    assert all(quiet > 0 and settled > quiet for _, quiet, settled in counts), counts
 
 
 def scenario(seed: int) -> Fleet:

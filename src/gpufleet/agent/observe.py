@@ -1455,7 +1455,8 @@ class ObserveCache:
     - each node, claim, pod and replica is read once (`IdentityMemo`);
     - a stage whose inputs are the same objects as last call is not run again: the node table
       (all nodes the same), the DRA inventory (slices and node pools), the claims (claims,
-      inventory, clock, and the time when it was used);
+      inventory, clock, and the time when it was used), the pods grouped per replica (all
+      pods the same);
     - a pool whose nodes, inventory, taken devices and problems are as last call keeps its
       observation, and so does a replica whose own read, pods and their claims' times are.
 
@@ -1478,6 +1479,7 @@ class ObserveCache:
         self._inventory: tuple[tuple[object, ...], Mapping[str, str], _Inventory, _Problems]
         self._inventory = ((), {}, _Inventory(), _Problems())
         self._claims: _ClaimsCall | None = None
+        self._pods_of: _PodsCall | None = None
         self._pools: dict[str, _PoolResult] = {}
         self._next_pools: dict[str, _PoolResult] = {}
         self._replica_results: dict[tuple[str, str], _ReplicaResult] = {}
@@ -1496,9 +1498,8 @@ class ObserveCache:
             self._config = config
 
     def end_call(self) -> None:
-        # The memos of the nodes and the claims turn over only when their stage runs.
+        # The memos of the nodes, the claims and the pods turn over only when their stage runs.
         self.replicas.end_call()
-        self.pods.end_call()
         self._pools, self._next_pools = self._next_pools, {}
         self._replica_results, self._next_replicas = self._next_replicas, {}
 
@@ -1547,6 +1548,29 @@ class ObserveCache:
         read = _read_claims(claims, kept, inv.working_copy(), node_pool, prev, now, found)
         self._claims = _ClaimsCall(objects, inv, node_pool, prev, now, read)
         return read
+
+    def pods_of(
+        self, objects: tuple[object, ...], problems: _Problems
+    ) -> Mapping[tuple[str, str], tuple[_PodInfo, ...]]:
+        """The pods of each replica, by (namespace, replica label); what it gave last call
+        when the pods are the same objects."""
+        held = self._pods_of
+        if held is None or not _same(held[0], objects):
+            self.runs["pods"] += 1
+            found = _Problems()
+            pods, _ = _read_each(objects, "pod", found, self.pods, _read_pod, _first)
+            self.pods.end_call()
+            grouped: dict[tuple[str, str], list[_PodInfo]] = defaultdict(list)
+            for (ns, _), pod in pods.items():
+                replica = pod[1]
+                if replica is not None:
+                    grouped[(ns, replica)].append(pod)
+            # Tuples: a replica's pods are then the same tuple call after call (`observed_replica`).
+            held = (objects, {key: tuple(ps) for key, ps in grouped.items()}, found)
+            if self._keeps:
+                self._pods_of = held
+        problems.merge(held[2])
+        return held[1]
 
     def observed_pool(
         self,
@@ -1634,6 +1658,10 @@ class ObserveCache:
         return nodes
 
 
+#: The pods (held), each replica's pods read from them, and the problems found reading them.
+_PodsCall = tuple[tuple[object, ...], Mapping[tuple[str, str], tuple[_PodInfo, ...]], _Problems]
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class _ClaimsCall:
     """One `_read_claims` call: its inputs (held) and its result."""
@@ -1712,7 +1740,8 @@ _key: Final = operator.attrgetter("key")
 
 def _same(held: tuple[object, ...], objects: tuple[object, ...]) -> bool:
     """Whether two tuples hold the same objects, in order (identity, not equality)."""
-    return len(held) == len(objects) and all(a is b for a, b in zip(held, objects, strict=True))
+    # `map(operator.is_)` compares in C: this runs over every object of a kind, every call.
+    return len(held) == len(objects) and all(map(operator.is_, held, objects))
 
 
 def _pool_inputs(pool: str, table: _NodeTable, claims: _ClaimsRead) -> tuple[object, ...]:
@@ -1863,12 +1892,7 @@ def _observe(
         per_pool.append(nodes)
 
     # Pods, per replica.
-    pods, _ = _read_each(objects.pods, "pod", problems, cache.pods, _read_pod, _first)
-    pods_of: dict[tuple[str, str], list[_PodInfo]] = defaultdict(list)
-    for (ns, _), pod in pods.items():
-        replica = pod[1]
-        if replica is not None:
-            pods_of[(ns, replica)].append(pod)
+    pods_of = cache.pods_of(objects.pods, problems)
     observed_replicas = tuple(
         cache.observed_replica(replicas[key], pods_of.get(key, ()), claims, table)
         for key in sorted(replicas)

@@ -20,7 +20,11 @@ Reports are pushed when their content (everything but `observedAt`) changed, or 
 heartbeat interval passed since the last push, but never sooner than a minimum interval after
 the last push (debounce). A heartbeat refreshes `observedAt` on the PoolObservations; a
 ReplicaObservation is written only when its content changed (or someone else wrote it), so a
-heartbeat costs the hub one write per pool, not one per replica. A push that fails (the hub unreachable) is retried on the next step.
+heartbeat costs the hub one write per pool, not one per replica. Nor does it cost the agent
+a comparison per replica: unchanged content is the same objects step after step (an entry, and
+a whole mapping, of the report are reused), and an entry that is the one the last complete push
+wrote, whose observation the hub still holds at the version that push left, is not looked at.
+A push that fails (the hub unreachable) is retried on the next step.
 When the hub cannot be read the step changes nothing locally: a partition must not look like
 "every replica was deleted".
 
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -160,6 +165,9 @@ class Agent:
         self.namespace = observation_namespace(cluster_name)
         self._last_push_at: datetime | None = None
         self._last_pushed: dict[tuple[str, str], Obj] | None = None
+        #: The report mappings `_last_pushed` was made from (held: their identities stay
+        #: theirs). Mappings are never changed, so the same ones have the same content.
+        self._last_pushed_from: tuple[object, object] | None = None
         #: What observe read from each object it saw last step (by identity: views only).
         self._observed = ObserveCache()
         #: The last status body made from each pool's and replica's observation: an equal
@@ -167,6 +175,10 @@ class Agent:
         #: compares (and diffs) by identity.
         self._pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
         self._replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
+        #: The mappings of the last report made: an entry (and a mapping) whose content is
+        #: unchanged is reused, so that it too compares by identity.
+        self._last_report_pools: dict[str, Obj] = {}
+        self._last_report_replicas: dict[str, tuple[Obj, Obj]] = {}
         #: The desired objects of each replica, by the replica's identity (`_desired_of`).
         self._desired = IdentityMemo[tuple[_Desired, ...] | ReplicaInvalid]()
         #: Local objects known to hold what is desired of them: (local, desired) by identity.
@@ -175,6 +187,13 @@ class Agent:
         #: content (without agent/observedAt) written then. The next write patches it blind,
         #: guarded by its resourceVersion, instead of reading it again.
         self._written: dict[tuple[str, str], tuple[Obj, Obj]] = {}
+        #: What the last complete push left of the ReplicaObservations: the report's replica
+        #: entries (held: their identities stay theirs), the agent stamp, and each
+        #: observation's resourceVersion after it. An observation of the same entry found at
+        #: the same version on the hub has nothing to write (`_write_replica_observations`).
+        self._replicas_left: _ReplicasLeft | None = None
+        #: The ReplicaObservations the last push viewed on the hub (held) and their versions.
+        self._viewed_on_hub: tuple[tuple[Mapping[str, Any], ...], dict[str, object]] = ((), {})
 
     # --- the step -------------------------------------------------------------------------
 
@@ -219,18 +238,35 @@ class Agent:
             pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
         self._pool_statuses = pool_statuses
         replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
+        last_reps = self._last_report_replicas
         reps: dict[str, tuple[Obj, Obj]] = {}
         for r in result.replicas:
             name = replica_observation_name(r.namespace, r.name)
             replica_statuses[name] = _status_of(r, self._replica_statuses.get(name))
-            spec = {
-                "clusterName": self.cluster_name,
-                "replicaName": r.name,
-                "replicaNamespace": r.namespace,
-            }
-            reps[name] = (spec, replica_statuses[name][1])
+            status = replica_statuses[name][1]
+            entry = last_reps.get(name)
+            if not (
+                entry is not None
+                and entry[1] is status
+                and entry[0]["replicaName"] == r.name
+                and entry[0]["replicaNamespace"] == r.namespace
+            ):
+                spec = {
+                    "clusterName": self.cluster_name,
+                    "replicaName": r.name,
+                    "replicaNamespace": r.namespace,
+                }
+                entry = (spec, status)
+            reps[name] = entry
         self._replica_statuses = replica_statuses
         pools = {name: status for name, (_, status) in pool_statuses.items()}
+        # Unchanged content is the same objects as last step, entry by entry, and then the
+        # same mappings: a push compares them by identity (`is_push_due`, `push`).
+        if _is_same_entries(reps, last_reps):
+            reps = last_reps
+        if _is_same_entries(pools, self._last_report_pools):
+            pools = self._last_report_pools
+        self._last_report_replicas, self._last_report_pools = reps, pools
         return Report(now, result, pools, reps)
 
     def is_push_due(self, report: Report, now: datetime) -> bool:
@@ -241,7 +277,12 @@ class Agent:
             return False
         if since_s >= self.config.heartbeat_interval_s:
             return True
-        return _content(report) != self._last_pushed
+        return not self._is_last_pushed(report) and _content(report) != self._last_pushed
+
+    def _is_last_pushed(self, report: Report) -> bool:
+        """Whether the report holds the very mappings last pushed (a quiet step's report)."""
+        last = self._last_pushed_from
+        return last is not None and last[0] is report.pools and last[1] is report.replicas
 
     def push(self, report: Report, now: datetime, outcome: StepOutcome | None = None) -> bool:
         """Write the report to the hub if due; True when it was written in full."""
@@ -263,19 +304,8 @@ class Agent:
                 self._write_observation(POOL_OBSERVATION, pool, spec, content, stamp)
             # What is on the hub now: an observation someone else wrote since our last write
             # has another resourceVersion, and is written again even when ours is unchanged.
-            on_hub = {
-                o["metadata"]["name"]: o["metadata"].get("resourceVersion")
-                for o in self.hub.view(REPLICA_OBSERVATION, self.namespace)
-            }
-            for name, (spec, content) in sorted(report.replicas.items()):
-                self._write_observation(
-                    REPLICA_OBSERVATION, name, spec, content, stamp, on_hub=on_hub
-                )
-            for name in on_hub:
-                if name not in report.replicas:
-                    self._written.pop((REPLICA_OBSERVATION.kind, name), None)
-                    with contextlib.suppress(NotFound):
-                        self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
+            on_hub = self._versions_on_hub(self.hub.view(REPLICA_OBSERVATION, self.namespace))
+            versions = self._write_replica_observations(report, stamp, on_hub)
         except StoreError as e:
             # Unreachable hub or a write refused: try again on the next step.
             outcome.is_hub_reachable = False
@@ -284,9 +314,57 @@ class Agent:
         if not is_complete:
             return False
         self._last_push_at = now
-        self._last_pushed = _content(report)
+        if not self._is_last_pushed(report):
+            self._last_pushed = _content(report)
+            self._last_pushed_from = (report.pools, report.replicas)
+        self._replicas_left = (report.replicas, stamp["agent"], versions)
         outcome.is_pushed = True
         return True
+
+    def _versions_on_hub(self, viewed: Sequence[Mapping[str, Any]]) -> dict[str, object]:
+        """Name -> resourceVersion of the viewed observations; the same dict as last push when
+        the view holds the same objects (a view hands out an object until it changes)."""
+        held, versions = self._viewed_on_hub
+        if not (len(held) == len(viewed) and all(map(operator.is_, held, viewed))):
+            versions = {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
+            self._viewed_on_hub = (tuple(viewed), versions)
+        return versions
+
+    def _write_replica_observations(
+        self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
+    ) -> dict[str, object]:
+        """Write each of the report's ReplicaObservations that changed or someone else wrote
+        (`_write_observation` leaves the others alone), delete those of replicas that are gone,
+        and return the resourceVersion each of the report's observations has now."""
+        left, self._replicas_left = self._replicas_left, None
+        kind = REPLICA_OBSERVATION.kind
+        if left is None or left[1] != stamp["agent"]:
+            names = sorted(report.replicas)
+            versions: dict[str, object] = {}
+        else:
+            # Since our last complete push, only this agent wrote the observations whose
+            # version on the hub is the one that push left, and an entry (spec, content) of
+            # that push's report that is the same object here holds the same content: such
+            # an observation would be left alone, so it is not looked at one by one.
+            entries, _, versions = left
+            versions = dict(versions)
+            names = sorted(
+                name
+                for name, entry in report.replicas.items()
+                if entries.get(name) is not entry or on_hub.get(name) != versions.get(name)
+            )
+        for name in names:
+            spec, content = report.replicas[name]
+            self._write_observation(REPLICA_OBSERVATION, name, spec, content, stamp, on_hub=on_hub)
+            versions[name] = self._written[(kind, name)][0]["metadata"].get("resourceVersion")
+        for name in on_hub:
+            if name not in report.replicas:
+                self._written.pop((kind, name), None)
+                with contextlib.suppress(NotFound):
+                    self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
+        if versions.keys() != report.replicas.keys():
+            versions = {name: versions[name] for name in report.replicas}
+        return versions
 
     def _write_observation(
         self,
@@ -480,6 +558,9 @@ class Agent:
         raise AssertionError("unreachable")
 
 
+#: See `Agent._replicas_left`.
+_ReplicasLeft = tuple[Mapping[str, tuple[Obj, Obj]], object, dict[str, object]]
+
 _O = TypeVar("_O", ObservedPool, ObservedReplica)
 
 
@@ -488,6 +569,11 @@ def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
     if last is not None and last[0] == observed:
         return last
     return observed, observed.to_status()
+
+
+def _is_same_entries(new: Mapping[str, object], old: Mapping[str, object]) -> bool:
+    """Whether two mappings have the same keys, each to the same object (identity)."""
+    return len(new) == len(old) and all(k in old and old[k] is v for k, v in new.items())
 
 
 def _status_patch(

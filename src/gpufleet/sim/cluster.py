@@ -39,6 +39,15 @@ kubelet), each reading the store and writing through it:
   group behind it). Under stockout it adds nothing and records `NotTriggerScaleUp` events.
 - Operations for scenarios: other tenants' claims, cordon/uncordon, taints, node failure and
   recovery.
+
+A tick costs what changed since the last, not what exists: as informers feed a controller's
+work queue, `_sync` reads the store's change log (no copies) into per-component queues before
+each component runs, and a component visits only what its queue names (a workload that or
+whose pods changed; a pod written or orphaned; a pod missing its claim; a claim written or
+whose pod went; an unbound pod; a pod the kubelet has to start or finish), in `peek` order,
+so that its writes come in the order a pass over every object would make them.
+`visit_all=True` makes every pass visit every object: the reference the queues are tested
+against.
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ import functools
 import hashlib
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -68,7 +77,10 @@ from gpufleet.store.port import (
     RESOURCE_CLAIM,
     RESOURCE_CLAIM_TEMPLATE,
     RESOURCE_SLICE,
+    Change,
+    ChangeType,
     Conflict,
+    Expired,
     Kind,
     NotFound,
     Obj,
@@ -193,19 +205,37 @@ class SimStore(MemoryStore):
     revision of the ResourceSlices and ResourceClaims, since every component asks for them and
     they change far less often than pods do. Callers must not change what they return.
 
-    Pods are indexed by owner uid (`owned_pods`), node (`pods_on`), and Events by the uid of
-    their object (`events_of`): the controllers ask these on every pass, and a scan of every pod
-    per owner made a pass quadratic in the number of pods."""
+    Pods are indexed by owner uid (`owned_pods`), node (`pods_on`), claims by owner uid
+    (`owned_claims`), and Events by the uid of their object (`events_of`): the controllers ask
+    these on every pass, and a scan of every pod per owner made a pass quadratic in the number
+    of pods. `changes_after` is the change log without copies, which the components' work
+    queues and `taken` follow."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._published: tuple[int, dict[str, list[dra.PublishedDevice]]] = (-1, {})
         self._taken: tuple[int, frozenset[dra.DeviceKey]] = (-1, frozenset())
+        # What `taken` keeps: per claim, the devices it holds; per device, how many claims
+        # hold it; and how far in the change log it has read.
+        self._claim_devices: dict[_Key, tuple[dra.DeviceKey, ...]] = {}
+        self._taken_count: Counter[dra.DeviceKey] = Counter()
+        self._taken_cursor = 0
         self._ready_nodes: tuple[int, frozenset[str]] = (-1, frozenset())
         self._unpublished: tuple[tuple[int, int], list[str]] = ((-1, -1), [])
         self.add_index(POD, _BY_OWNER, _owner_uids)
         self.add_index(POD, _BY_NODE, _node_name)
         self.add_index(EVENT, _BY_OBJECT, _involved_uid)
+        self.add_index(RESOURCE_CLAIM, _BY_OWNER, _owner_uids)
+
+    def changes_after(self, cursor: int) -> list[Change]:
+        """The changes after `cursor`, oldest first, without copies (their objects are stored
+        ones, which the caller must not change): the components' change feed, read on every
+        pass, where `changes` would copy every object."""
+        if cursor < self._compacted:
+            raise Expired(f"changes before {self._compacted} were compacted")
+        if cursor >= self.revision:
+            return []  # most reads: nothing changed since (no search of the log)
+        return self._log[self._first_after(cursor) :]
 
     def ready_nodes(self) -> frozenset[str]:
         """The names of the Ready nodes (cached per revision of the Nodes)."""
@@ -233,23 +263,13 @@ class SimStore(MemoryStore):
         """The pods of `namespace` with an ownerReference to `owner_uid`, in `peek` order."""
         return self.peek_indexed(POD, _BY_OWNER, owner_uid, namespace)
 
-    def orphans(self, owners: set[str]) -> list[Obj]:
-        """The pods with ownerReferences none of which is in `owners`, in `peek` order: found
-        through the owner index, from the owners that are gone, not by scanning every pod."""
-        found: dict[tuple[str, str], Obj] = {}
-        for uid in self.indexed_values(POD, _BY_OWNER):
-            if uid not in owners:
-                for p in self.peek_indexed(POD, _BY_OWNER, uid):
-                    found[(p["metadata"]["namespace"], p["metadata"]["name"])] = p
-        return [
-            found[k]
-            for k in sorted(found)
-            if not any(r["uid"] in owners for r in found[k]["metadata"]["ownerReferences"])
-        ]
-
     def pods_on(self, node: str) -> list[Obj]:
         """The pods bound to `node`, in `peek` order."""
         return self.peek_indexed(POD, _BY_NODE, node)
+
+    def owned_claims(self, owner_uid: str) -> list[Obj]:
+        """The ResourceClaims with an ownerReference to `owner_uid`, in `peek` order."""
+        return self.peek_indexed(RESOURCE_CLAIM, _BY_OWNER, owner_uid)
 
     def events_of(self, uid: str, namespace: str) -> list[Obj]:
         """The Events of `namespace` about the object `uid`, in `peek` order."""
@@ -262,9 +282,28 @@ class SimStore(MemoryStore):
         return self._published[1]
 
     def taken(self) -> frozenset[dra.DeviceKey]:
+        """`dra.taken_devices` of every claim, kept up to date from the change log: the
+        scheduler asks after each pod it binds (the claims changed), and reading every claim
+        again each time cost more than the rest of its pass."""
         revision = self.kind_revision(RESOURCE_CLAIM)
         if self._taken[0] != revision:
-            self._taken = (revision, frozenset(dra.taken_devices(self.peek(RESOURCE_CLAIM))))
+            for change in self.changes_after(self._taken_cursor):
+                if change.kind != RESOURCE_CLAIM:
+                    continue
+                key = _key_of(change.obj)
+                for device in self._claim_devices.pop(key, ()):
+                    self._taken_count[device] -= 1
+                    if not self._taken_count[device]:
+                        del self._taken_count[device]
+                if change.type is ChangeType.DELETED:
+                    continue
+                devices = tuple(dra.taken_devices([change.obj]))
+                if devices:
+                    self._claim_devices[key] = devices
+                    for device in devices:
+                        self._taken_count[device] += 1
+            self._taken_cursor = self.revision
+            self._taken = (revision, frozenset(self._taken_count))
         return self._taken[1]
 
 
@@ -290,7 +329,9 @@ def _involved_uid(event: Obj) -> list[str]:
 class WorkloadCluster:
     """An emulated workload cluster. `start()` registers its components on the loop."""
 
-    def __init__(self, spec: ClusterSpec, loop: EventLoop) -> None:
+    def __init__(self, spec: ClusterSpec, loop: EventLoop, visit_all: bool = False) -> None:
+        """`visit_all`: every pass visits every object instead of only what changed since
+        the last (the reference the incremental passes are tested against; same outcome)."""
         self.spec = spec
         self.behaviour = spec.behaviour
         self.loop = loop
@@ -317,11 +358,38 @@ class WorkloadCluster:
         self._has_unschedulable = False
         #: Ticks skipped because nothing changed and no timer was due (for benchmarks).
         self.ticks_skipped = 0
-        # Per workload uid, what its controller read on its last pass (see `_inputs`).
+        # Per workload uid, what its controller read on its last pass (see `_inputs`); a
+        # deleted workload's entries go when `_sync` reads its deletion.
         self._deployments_seen: dict[str, _Inputs] = {}
         self._lws_seen: dict[str, _Inputs] = {}
         #: Per workload uid, its template (the stored object itself) and that template's hash.
         self._template_hashes: dict[str, tuple[Obj, str]] = {}
+        # The components' work queues, fed by `_sync` from the store's change log as informers
+        # feed a controller's queue, so that a pass visits what changed since the last one
+        # rather than every object. Objects are keyed (namespace or "", name), workloads and
+        # pods also by uid. Each queue holds at least what its component would act on.
+        self._visit_all = visit_all
+        self._cursor = 0
+        #: Per pod, its owners' uids as last written (a rewrite may change them).
+        self._pod_owners: dict[_Key, tuple[str, ...]] = {}
+        self._live_pods: set[str] = set()
+        #: Per workload kind, the key of each workload by uid.
+        self._workload_keys: dict[Kind, dict[str, _Key]] = {DEPLOYMENT: {}, LEADER_WORKER_SET: {}}
+        #: Workloads whose object or pods changed since their controller's last pass.
+        self._dirty_deployments: set[str] = set()
+        self._dirty_lws: set[str] = set()
+        #: For the garbage collector: pods written, and workloads deleted, since its last pass.
+        self._written_pods: set[_Key] = set()
+        self._gone_workloads: set[str] = set()
+        #: For the resourceclaim controller: pods still missing a claim; claims written, and
+        #: pods deleted, since its last pass.
+        self._claimless: set[_Key] = set()
+        self._written_claims: set[_Key] = set()
+        self._gone_pods: set[str] = set()
+        #: Unbound Pending pods (the scheduler's queue); pods the kubelet has to start or
+        #: finish (bound and Pending, or deleted).
+        self._unbound: set[_Key] = set()
+        self._kubelet_pods: set[_Key] = set()
         for pool in spec.pools:
             for _ in range(pool.node_count):
                 name = self.add_node(pool.name)
@@ -355,6 +423,64 @@ class WorkloadCluster:
     def _wake_at(self, when: datetime) -> None:
         if self._due is None or when < self._due:
             self._due = when
+
+    def _sync(self) -> None:
+        """Bring the work queues up to the store's revision. Every component calls this
+        first, so it also sees what the components before it wrote in this tick."""
+        changes = self.store.changes_after(self._cursor)
+        if not changes:
+            return
+        self._cursor = changes[-1].cursor
+        for change in changes:
+            kind = change.kind
+            if kind == POD:
+                self._pod_changed(change)
+            elif kind == RESOURCE_CLAIM:
+                if change.type is not ChangeType.DELETED:
+                    meta = change.obj["metadata"]
+                    self._written_claims.add((meta["namespace"], meta["name"]))
+            elif kind in (DEPLOYMENT, LEADER_WORKER_SET):
+                uid = change.obj["metadata"]["uid"]
+                is_deployment = kind == DEPLOYMENT
+                (self._dirty_deployments if is_deployment else self._dirty_lws).add(uid)
+                if change.type is ChangeType.DELETED:
+                    self._gone_workloads.add(uid)
+                    self._workload_keys[kind].pop(uid, None)
+                    (self._deployments_seen if is_deployment else self._lws_seen).pop(uid, None)
+                    self._template_hashes.pop(uid, None)
+                else:
+                    self._workload_keys[kind][uid] = _key_of(change.obj)
+
+    def _pod_changed(self, change: Change) -> None:
+        pod = change.obj
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        uid = meta["uid"]
+        # The owners before and after the change: a pod re-owned changes both workloads.
+        before = self._pod_owners.pop(key, ())
+        self._dirty_deployments.update(before)
+        self._dirty_lws.update(before)
+        if change.type is ChangeType.DELETED:
+            self._live_pods.discard(uid)
+            self._gone_pods.add(uid)
+            for queue in (self._written_pods, self._claimless, self._unbound, self._kubelet_pods):
+                queue.discard(key)
+            # The kubelet's timers of a pod that is gone (a uid never comes back).
+            self._bound_at.pop(uid, None)
+            self._terminating_at.pop(uid, None)
+            return
+        after = self._pod_owners[key] = tuple(_owner_uids(pod))
+        self._dirty_deployments.update(after)
+        self._dirty_lws.update(after)
+        self._live_pods.add(uid)
+        self._written_pods.add(key)
+        _enqueue(self._claimless, key, _is_missing_claim(pod))
+        _enqueue(self._unbound, key, _is_unbound(pod))
+        _enqueue(self._kubelet_pods, key, _is_kubelet_work(pod))
+
+    def _all_keys(self, kind: Kind) -> set[_Key]:
+        """Every object's key, for `visit_all`."""
+        return {_key_of(o) for o in self.store.peek(kind)}
 
     def _run_components(self) -> None:
         self._garbage_collect()
@@ -523,25 +649,52 @@ class WorkloadCluster:
     # --- garbage collector ----------------------------------------------------------------
 
     def _garbage_collect(self) -> None:
-        owners = {
-            o["metadata"]["uid"]
-            for kind in (DEPLOYMENT, LEADER_WORKER_SET)
-            for o in self.store.peek(kind)
-        }
-        for pod in self.store.orphans(owners):
-            self._delete_pod(pod)
+        """Delete the pods none of whose owners exists. A pod becomes such an orphan only when
+        it is written or an owner of it is deleted, so only those pods are looked at."""
+        self._sync()
+        written, self._written_pods = self._written_pods, set()
+        gone, self._gone_workloads = self._gone_workloads, set()
+        if self._visit_all:
+            written = self._all_keys(POD)
+        for uid in gone:
+            written.update(_key_of(p) for p in self.store.peek_indexed(POD, _BY_OWNER, uid))
+        if not written:
+            return
+        deployments, sets = self._workload_keys[DEPLOYMENT], self._workload_keys[LEADER_WORKER_SET]
+        for key in sorted(written):
+            pod = self.store.peek_one(POD, key[1], key[0])
+            if pod is None:
+                continue
+            refs = pod["metadata"].get("ownerReferences") or []
+            if refs and not any(r["uid"] in deployments or r["uid"] in sets for r in refs):
+                self._delete_pod(pod)
 
     # --- Deployment controller ------------------------------------------------------------
 
     def _deployment_controller(self) -> None:
-        seen: dict[str, _Inputs] = {}
-        for dep in self.store.peek(DEPLOYMENT):
+        self._sync()
+        dirty, self._dirty_deployments = self._dirty_deployments, set()
+        for dep in self._workloads(DEPLOYMENT, dirty):
             meta = dep["metadata"]
             pods = self._owned_pods(meta["uid"], meta["namespace"])
-            inputs = seen[meta["uid"]] = _inputs(dep, pods)
+            inputs = _inputs(dep, pods)
             if self._deployments_seen.get(meta["uid"]) != inputs:
                 self._reconcile_deployment(dep, pods)
-        self._deployments_seen = seen
+            self._deployments_seen[meta["uid"]] = inputs
+
+    def _workloads(self, kind: Kind, dirty: set[str]) -> list[Obj]:
+        """The workloads of `kind` among the uids in `dirty`, in `peek` order (every one with
+        `visit_all`). Any other has the inputs its controller last read (`_inputs`): neither
+        it nor a pod of it changed since."""
+        if self._visit_all:
+            return self.store.peek(kind)
+        keys = self._workload_keys[kind]
+        found: list[Obj] = []
+        for key in sorted(keys[uid] for uid in dirty if uid in keys):
+            obj = self.store.peek_one(kind, key[1], key[0])
+            if obj is not None:
+                found.append(obj)
+        return found
 
     def _reconcile_deployment(self, dep: Obj, pods: list[Obj]) -> None:
         meta, spec = dep["metadata"], dep["spec"]
@@ -594,16 +747,15 @@ class WorkloadCluster:
     # --- LeaderWorkerSet controller -------------------------------------------------------
 
     def _lws_controller(self) -> None:
-        seen: dict[str, _Inputs] = {}
-        for lws in self.store.peek(LEADER_WORKER_SET):
+        self._sync()
+        dirty, self._dirty_lws = self._dirty_lws, set()
+        for lws in self._workloads(LEADER_WORKER_SET, dirty):
             meta = lws["metadata"]
             pods = self._owned_pods(meta["uid"], meta["namespace"])
-            inputs = seen[meta["uid"]] = _inputs(lws, pods)
+            inputs = _inputs(lws, pods)
             if self._lws_seen.get(meta["uid"]) != inputs:
                 self._reconcile_lws(lws, pods)
-        self._lws_seen = seen
-        for gone in self._template_hashes.keys() - self._deployments_seen.keys() - seen.keys():
-            del self._template_hashes[gone]
+            self._lws_seen[meta["uid"]] = inputs
 
     def _reconcile_lws(self, lws: Obj, owned: list[Obj]) -> None:
         meta, spec = lws["metadata"], lws["spec"]
@@ -652,8 +804,16 @@ class WorkloadCluster:
     # --- resourceclaim controller ---------------------------------------------------------
 
     def _claim_controller(self) -> None:
-        pods = self.store.peek(POD)
-        live_uids = {p["metadata"]["uid"] for p in pods}
+        """Make the claims pods miss (the pods queued in `_claimless`, in `peek` order), then
+        release the claims whose pods are gone (among the claims written and those of the pods
+        deleted since the last pass: a claim is released only after one of these)."""
+        self._sync()
+        claimless = self._all_keys(POD) if self._visit_all else self._claimless
+        pods: list[Obj] = []
+        for key in sorted(claimless):
+            found = self.store.peek_one(POD, key[1], key[0])
+            if found is not None:
+                pods.append(found)
         for pod in pods:
             meta = pod["metadata"]
             if meta.get("deletionTimestamp"):
@@ -703,9 +863,21 @@ class WorkloadCluster:
                 pod = self.store.patch_status_shared(
                     POD, meta["name"], meta["namespace"], {"resourceClaimStatuses": entries}
                 )
-        for claim in self.store.peek(RESOURCE_CLAIM):
+        # The claims written since the last pass, this pass's included (a new claim's pod
+        # is live, so it stays), and the claims of the pods deleted since.
+        self._sync()
+        written, self._written_claims = self._written_claims, set()
+        gone, self._gone_pods = self._gone_pods, set()
+        if self._visit_all:
+            written = self._all_keys(RESOURCE_CLAIM)
+        for uid in gone:
+            written.update(_key_of(c) for c in self.store.owned_claims(uid))
+        for key in sorted(written):
+            claim = self.store.peek_one(RESOURCE_CLAIM, key[1], key[0])
+            if claim is None:
+                continue
             refs = [r for r in claim["metadata"].get("ownerReferences") or [] if r["kind"] == "Pod"]
-            if refs and not any(r["uid"] in live_uids for r in refs):
+            if refs and not any(r["uid"] in self._live_pods for r in refs):
                 self._delete(RESOURCE_CLAIM, claim)
 
     # --- DRA driver -----------------------------------------------------------------------
@@ -775,13 +947,13 @@ class WorkloadCluster:
     # --- kube-scheduler -------------------------------------------------------------------
 
     def _scheduler(self) -> None:
-        pending = [
-            p
-            for p in self.store.peek(POD)
-            if not p["spec"].get("nodeName")
-            and _is_alive(p)
-            and p["status"].get("phase", "Pending") == "Pending"
-        ]
+        self._sync()
+        queued = self._all_keys(POD) if self._visit_all else self._unbound
+        pending: list[Obj] = []
+        for key in sorted(queued):  # `peek` order first, so that the sort's ties stay in it
+            pod = self.store.peek_one(POD, key[1], key[0])
+            if pod is not None and _is_unbound(pod):
+                pending.append(pod)
         pending.sort(key=lambda p: (p["metadata"]["creationTimestamp"], _natural_pod_key(p)))
         if not pending:
             return
@@ -812,6 +984,7 @@ class WorkloadCluster:
             if group
             else set()
         )
+        claim_requests = [dra.claim_requests(c, self.class_drivers) for c in claims]
         reasons: dict[str, int] = defaultdict(int)
         feasible: list[tuple[str, int, list[tuple[Obj, list[dict[str, str]]]]]] = []
         for node in nodes:
@@ -821,13 +994,11 @@ class WorkloadCluster:
                 reason = "node(s) already had a pod of the same group"
             allocations: list[tuple[Obj, list[dict[str, str]]]] = []
             if reason is None:
-                node_taken = set(taken)
-                for claim in claims:
-                    results = dra.allocate(
-                        dra.claim_requests(claim, self.class_drivers),
-                        published.get(name, []),
-                        node_taken,
-                    )
+                devices = published.get(name, [])
+                # Only this node's devices are looked up in it: not a copy of every taken one.
+                node_taken = {d.key for d in devices if d.key in taken}
+                for claim, requests in zip(claims, claim_requests, strict=True):
+                    results = dra.allocate(requests, devices, node_taken)
                     if results is None:
                         reason = "cannot allocate all claims"
                         break
@@ -907,11 +1078,16 @@ class WorkloadCluster:
         ready_nodes = self.store.ready_nodes()
         start = timedelta(seconds=self.behaviour.pod_start_delay_s)
         grace = timedelta(seconds=self.behaviour.termination_grace_s)
-        seen: set[str] = set()
-        for pod in self.store.peek(POD):
+        self._sync()
+        queued = self._all_keys(POD) if self._visit_all else self._kubelet_pods
+        pods: list[Obj] = []
+        for key in sorted(queued):
+            found = self.store.peek_one(POD, key[1], key[0])
+            if found is not None:
+                pods.append(found)
+        for pod in pods:
             meta = pod["metadata"]
             uid = meta["uid"]
-            seen.add(uid)
             node = pod["spec"].get("nodeName")
             if meta.get("deletionTimestamp"):
                 since = self._terminating_at.setdefault(uid, now)
@@ -941,10 +1117,6 @@ class WorkloadCluster:
                     meta["namespace"],
                     {"phase": "Running", "startTime": format_time(now), "conditions": conditions},
                 )
-        for gone in set(self._bound_at) - seen:
-            del self._bound_at[gone]
-        for gone in set(self._terminating_at) - seen:
-            del self._terminating_at[gone]
 
     def _finish(self, pod: Obj) -> None:
         meta = pod["metadata"]
@@ -1228,6 +1400,50 @@ def _inputs(workload: Obj, pods: list[Obj]) -> _Inputs:
     nothing would write nothing either: it can be skipped."""
     versions = tuple(p["metadata"]["resourceVersion"] for p in pods)
     return (workload["metadata"]["resourceVersion"], versions)
+
+
+#: An object's key in the store within its kind: (namespace or "", name); sorted keys are
+#: `peek` order.
+_Key = tuple[str, str]
+
+
+def _key_of(obj: Obj) -> _Key:
+    meta = obj["metadata"]
+    return (meta.get("namespace") or "", meta["name"])
+
+
+def _enqueue(queue: set[_Key], key: _Key, is_wanted: bool) -> None:
+    if is_wanted:
+        queue.add(key)
+    else:
+        queue.discard(key)
+
+
+def _is_missing_claim(pod: Obj) -> bool:
+    """The resourceclaim controller has a claim to make for the pod."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    statuses = {s["name"] for s in pod["status"].get("resourceClaimStatuses") or []}
+    return any(
+        ref.get("resourceClaimTemplateName") and ref["name"] not in statuses
+        for ref in pod["spec"].get("resourceClaims") or []
+    )
+
+
+def _is_unbound(pod: Obj) -> bool:
+    """The scheduler has to bind the pod."""
+    return (
+        not pod["spec"].get("nodeName")
+        and _is_alive(pod)
+        and pod["status"].get("phase", "Pending") == "Pending"
+    )
+
+
+def _is_kubelet_work(pod: Obj) -> bool:
+    """The kubelet has to start the pod (once its node is Ready) or finish it."""
+    if pod["metadata"].get("deletionTimestamp"):
+        return True
+    return bool(pod["spec"].get("nodeName")) and pod["status"].get("phase") == "Pending"
 
 
 def _hash(obj: Any) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 from gpufleet.cel import CelCompileError, compile_selector
@@ -29,7 +29,7 @@ from gpufleet.core.model import Attribute, AttributeKind, Device, DriverName, Se
 DeviceKey = tuple[str, str, str]  # (driver, DRA pool, device name)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class PublishedDevice:
     driver: str
     pool: str
@@ -38,9 +38,31 @@ class PublishedDevice:
     attributes: Mapping[str, Any]
     capacity: Mapping[str, Any]
 
-    @property
+    # Published devices are kept while the ResourceSlices stay the same, and the scheduler
+    # looks at the same ones for every pod it places: what it asks of them is made once (no
+    # slots, so that it can be cached on the instance).
+
+    @cached_property
     def key(self) -> DeviceKey:
         return (self.driver, self.pool, self.name)
+
+    @cached_property
+    def core(self) -> Device:
+        """`to_core_device(self)`."""
+        return to_core_device(self)
+
+    @cached_property
+    def _matched(self) -> dict[str, bool]:
+        return {}
+
+    def matches(self, expression: str) -> bool:
+        """Whether the CEL selector `expression` accepts the device (False when it does not
+        compile), remembered per expression."""
+        found = self._matched.get(expression)
+        if found is None:
+            compiled = _compiled(expression)
+            found = self._matched[expression] = compiled is not None and compiled.matches(self.core)
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +75,9 @@ class Request:
     selectors: tuple[str, ...]
 
 
+@lru_cache(maxsize=8192)
 def natural_key(name: str) -> tuple[Any, ...]:
+    """`gpu-10` after `gpu-2` (remembered: the scheduler sorts the same node names per pod)."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
@@ -143,12 +167,7 @@ def _compiled(expression: str) -> Selector | None:
 
 
 def selectors_match(selectors: Iterable[str], device: PublishedDevice) -> bool:
-    core = to_core_device(device)
-    for expression in selectors:
-        compiled = _compiled(expression)
-        if compiled is None or not compiled.matches(core):
-            return False
-    return True
+    return all(device.matches(expression) for expression in selectors)
 
 
 def allocate(
