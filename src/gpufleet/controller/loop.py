@@ -278,8 +278,9 @@ def _strict_time(value: object) -> datetime | None:
 #: of its retained replicas as read (None: not found).
 _Applied = tuple[ReadObj, DeploymentDecision, tuple[ReadObj | None, ...]]
 
-#: A checked deployment: its spec (the object), what else the check read, and the result.
-_CheckedDeployment = tuple[object, tuple[object, ...], Deployment | list[FieldError]]
+#: A checked deployment: its spec (the object), what else the check read, the result, and
+#: the whole object it was last found in (the same object: nothing to compare).
+_CheckedDeployment = tuple[object, tuple[object, ...], Deployment | list[FieldError], ReadObj]
 
 
 def _reported(cluster: Cluster, trust: Trust | None) -> Cluster:
@@ -379,9 +380,28 @@ class _Quiet:
     deployments: Sequence[ReadObj]
     replicas: Sequence[ReadObj]
     cluster_versions: dict[str, object]
-    observations: dict[tuple[str, str, str], ReadObj]
+    #: The observations by identity (an entry holds its object, so no id is reused).
+    observations: dict[int, ReadObj]
     epochs: dict[str, int | None]
     result: StepResult
+    #: The same, by (kind, namespace, name); made when a step first needs it.
+    _by_name: dict[tuple[str, str, str], ReadObj] | None = None
+    #: (last version, heartbeat) pairs a quiet check found, for `take_heartbeats`.
+    heartbeats: list[tuple[ReadObj, ReadObj]] = field(default_factory=list)
+
+    def by_name(self) -> dict[tuple[str, str, str], ReadObj]:
+        if self._by_name is None:
+            self._by_name = {_observation_key(o): o for o in self.observations.values()}
+        return self._by_name
+
+    def take_heartbeats(self) -> None:
+        """Make the heartbeats a quiet step accepted the versions later steps compare with."""
+        by_name = self.by_name()
+        for last, beat in self.heartbeats:
+            del self.observations[id(last)]
+            self.observations[id(beat)] = beat
+            by_name[_observation_key(beat)] = beat
+        self.heartbeats.clear()
 
 
 def _observation_key(obj: ReadObj) -> tuple[str, str, str]:
@@ -539,6 +559,7 @@ class Controller:
         q = self._quiet
         if q is None or not self._is_settled_so_far(trusts, now, result):
             return False
+        q.heartbeats.clear()
         if {name: t.epoch for name, t in trusts.items()} != q.epochs:
             return False
         if not (
@@ -556,10 +577,16 @@ class Controller:
         observations = (*view.pool_observations, *view.replica_observations)
         if len(observations) != len(q.observations):
             return False
+        seen = q.observations
+        # The same objects pair with themselves; only the others are looked up by name (the
+        # counts are equal, so each must replace, as a heartbeat, one of the same name).
         for obj in observations:
-            last = q.observations.get(_observation_key(obj))
-            if last is None or (last is not obj and not _is_heartbeat(last, obj)):
+            if seen.get(id(obj)) is obj:
+                continue
+            last = q.by_name().get(_observation_key(obj))
+            if last is None or not _is_heartbeat(last, obj):
                 return False
+            q.heartbeats.append((last, obj))
         return True
 
     def _quiet_result(
@@ -576,9 +603,7 @@ class Controller:
         result.is_quiet = True
         result.assumed = len(self.ledger)
         q.cluster_versions = _versions(clusters)
-        q.observations = {
-            _observation_key(o): o for o in (*view.pool_observations, *view.replica_observations)
-        }
+        q.take_heartbeats()
         self.quiet_steps += 1
         # Only part of what a full step reads was read: what the rest computed is kept.
         self.parsed.keep_step()
@@ -609,10 +634,7 @@ class Controller:
             deployments=view.deployments,
             replicas=view.replicas,
             cluster_versions=_versions(clusters),
-            observations={
-                _observation_key(o): o
-                for o in (*view.pool_observations, *view.replica_observations)
-            },
+            observations={id(o): o for o in (*view.pool_observations, *view.replica_observations)},
             epochs={name: t.epoch for name, t in trusts.items()},
             result=result,
         )
@@ -983,6 +1005,10 @@ class Controller:
         the Deployment it is handed."""
         meta = obj["metadata"]
         key = (meta.get("namespace") or "", str(meta.get("name")))
+        last = self._deployments.get(key)
+        if last is not None and last[3] is obj:
+            self._deployments_used[key] = last
+            return last[2]
         rest = (
             obj.get("apiVersion"),
             obj.get("kind"),
@@ -993,12 +1019,11 @@ class Controller:
             meta.get("deletionTimestamp"),
         )
         spec = obj.get("spec")
-        last = self._deployments.get(key)
         if last is not None and last[0] is spec and last[1] == rest:
             checked = last[2]
         else:
             checked = self.parsed.get("deployment", obj, _check_deployment)
-        self._deployments_used[key] = (spec, rest, checked)
+        self._deployments_used[key] = (spec, rest, checked, obj)
         return checked
 
     def _core_cluster(
