@@ -454,7 +454,9 @@ def test_replica_status_follows_its_report_across_steps_and_skips_heartbeats() -
 
     controller.step(at(1))
     assert pods() == ("False", "PodsPending")
-    controller.step(at(11))  # nothing moved: found in place, and remembered as settled
+    # Nothing moved but the controller's own status writes: a quiet step, as the decision
+    # of the first step was made from those statuses.
+    assert controller.step(at(11)).is_quiet
     report(20, pods_scheduled=False)  # a heartbeat: only observedAt moved
     result = controller.step(at(21))
     assert result.count("ModelReplica", "patch_status") == 0
@@ -464,7 +466,7 @@ def test_replica_status_follows_its_report_across_steps_and_skips_heartbeats() -
     assert result.decision is not None
     report(30, pods_scheduled=False)
     controller.step(at(31))
-    assert controller.quiet_steps == 2
+    assert controller.quiet_steps == 3
     report(40, pods_scheduled=True)
     result = controller.step(at(41))
     assert not result.is_quiet  # the report's content moved, not only its time

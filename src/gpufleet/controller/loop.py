@@ -370,16 +370,19 @@ class SettledCache:
 
 @dataclass(slots=True)
 class _Quiet:
-    """What the last full step read, when it left nothing to do (see `Controller._is_quiet`).
+    """What the last full step read and wrote, when a step after it that finds only its
+    writes and heartbeats would decide the same (see `Controller._is_quiet`).
 
-    Objects are kept as read (a view hands out the same object until it changes); clusters by
-    the resourceVersion they had after the step, since the step may have refreshed their
-    observation times itself."""
+    Objects are kept as read (a view hands out the same object until it changes), and the
+    status writes of the step by the resourceVersion they returned: a later view that shows
+    an object at that version shows what the step computed with."""
 
     classes: Sequence[ReadObj]
     deployments: Sequence[ReadObj]
     replicas: Sequence[ReadObj]
-    cluster_versions: dict[str, object]
+    clusters: Sequence[ReadObj]
+    #: The step's status writes: (kind, namespace, name) -> the resourceVersion written.
+    written: dict[tuple[str, str, str], object]
     #: The observations by identity (an entry holds its object, so no id is reused).
     observations: dict[int, ReadObj]
     epochs: dict[str, int | None]
@@ -409,13 +412,45 @@ def _observation_key(obj: ReadObj) -> tuple[str, str, str]:
     return (str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
 
 
-def _versions(clusters: Sequence[ReadObj]) -> dict[str, object]:
-    return {c["metadata"]["name"]: c["metadata"].get("resourceVersion") for c in clusters}
-
-
 def _is_same_list(a: Sequence[ReadObj], b: Sequence[ReadObj]) -> bool:
     """The same objects in the same order (by identity: a view's unchanged objects are)."""
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _is_same_or_written(
+    kind: Kind,
+    current: Sequence[ReadObj],
+    recorded: Sequence[ReadObj],
+    written: Mapping[tuple[str, str, str], object],
+) -> bool:
+    """Whether `current` (a listing) holds the objects of `recorded`, each the same object
+    or the version the controller wrote of it since (by resourceVersion)."""
+    if len(current) != len(recorded):
+        return False
+    for now, then in zip(current, recorded, strict=True):
+        if now is then:
+            continue
+        meta, before = now["metadata"], then["metadata"]
+        name, namespace = meta.get("name"), meta.get("namespace") or ""
+        if name != before.get("name") or namespace != (before.get("namespace") or ""):
+            return False
+        version = meta.get("resourceVersion")
+        if version is None or written.get((kind.kind, namespace, str(name))) != version:
+            return False
+    return True
+
+
+#: What a step may have written for a later step to be quiet after it: statuses and events
+#: (which no step reads), none of which changes what the decision was computed from.
+_QUIET_WRITES: Final = frozenset(
+    {
+        (INFERENCE_CLUSTER.kind, "patch_status"),
+        (MODEL_REPLICA.kind, "patch_status"),
+        (MODEL_DEPLOYMENT.kind, "patch_status"),
+        (EVENT.kind, "create"),
+        (EVENT.kind, "update"),
+    }
+)
 
 
 class Controller:
@@ -484,6 +519,8 @@ class Controller:
         self._quiet: _Quiet | None = None
         #: Cluster status writes of this step that only moved observation times.
         self._refreshes = 0
+        #: This step's status writes: (kind, namespace, name) -> resourceVersion written.
+        self._written: dict[tuple[str, str, str], object] = {}
         #: Steps that found only heartbeats since a full step with nothing to do (metrics).
         self.quiet_steps = 0
 
@@ -500,12 +537,13 @@ class Controller:
         classes, is_complete = self._classes(view.classes, result)
         trusts = self._judge(view, now, result)
         self._refreshes = 0
+        self._written = {}
         clusters = [
             self._publish_cluster(c, classes, trusts.get(c["metadata"]["name"]), now, result)
             for c in view.clusters
         ]
         if self._is_quiet(view, trusts, now, result):
-            return self._quiet_result(view, clusters, result)
+            return self._quiet_result(view, result)
         reports = self._replica_reports(trusts)
         replicas = [
             self._publish_replica(r, reports, now, result)
@@ -517,7 +555,7 @@ class Controller:
         else:
             self._error(result, "scheduling skipped: an InferenceClass cannot be read")
         result.assumed = len(self.ledger)
-        self._quiet = self._quiet_record(view, clusters, trusts, now, result)
+        self._quiet = self._quiet_record(view, trusts, now, result)
         self.parsed.end_step()
         self.settled.end_step()
         self._core_clusters, self._core_clusters_used = self._core_clusters_used, {}
@@ -529,13 +567,12 @@ class Controller:
 
     # --- quiet steps ----------------------------------------------------------------------
 
-    def _is_settled_so_far(
+    def _is_fresh_and_clean(
         self, trusts: Mapping[str, Trust], now: datetime, result: StepResult
     ) -> bool:
-        """Whether this step has so far written nothing but observation times (cluster
-        status refreshes), met no error or rejected report, and every cluster's accepted
-        reports are fresh at `now` (so no freshness reason enters the decision)."""
-        if result.errors or result.rejected_reports or result.write_count != self._refreshes:
+        """No error or rejected report so far, and every cluster's accepted reports fresh at
+        `now` (so no freshness reason, whose numbers move with time, is in the decision)."""
+        if result.errors or result.rejected_reports:
             return False
         for trust in trusts.values():
             if not trust.accepted or trust.rejected or trust.observed_at is None:
@@ -547,31 +584,35 @@ class Controller:
     def _is_quiet(
         self, view: _View, trusts: Mapping[str, Trust], now: datetime, result: StepResult
     ) -> bool:
-        """Whether the rest of this step would only repeat the last full step: that step left
-        nothing to do (`_quiet_record`), and since then only heartbeats arrived.
+        """Whether the rest of this step would only repeat the last full step: that step
+        could be repeated (`_quiet_record`), and since then nothing changed but its own
+        status writes and the agents' heartbeats.
 
-        The replica statuses and the decision are functions of what the step reads and of
-        `now`. A heartbeat changes a report's `observedAt` alone, which replica statuses do
-        not read, and which the decision reads only through each cluster's freshness
-        (`_reported`): Fresh before and now, with no freshness reason in either decision.
-        The cluster statuses, which do read the times, were published above as in any step.
+        The rest of a step (replica statuses, the decision, its application) is a function
+        of what the step reads and of `now`. Here it reads what the last full step worked
+        from: that step scheduled from the statuses it had just published, so its own writes
+        are its inputs, and applying its decision again finds every status in place (the
+        status functions keep a written status as it is). A heartbeat changes a report's
+        `observedAt` alone, which replica statuses do not read, and which the decision reads
+        only through each cluster's freshness: Fresh then and now, with no freshness reason
+        in either decision. The cluster statuses, which do read the times, were published
+        above as in any step, and may only have moved observation times.
         """
         q = self._quiet
-        if q is None or not self._is_settled_so_far(trusts, now, result):
+        if (
+            q is None
+            or result.write_count != self._refreshes
+            or not self._is_fresh_and_clean(trusts, now, result)
+        ):
             return False
         q.heartbeats.clear()
         if {name: t.epoch for name, t in trusts.items()} != q.epochs:
             return False
         if not (
             _is_same_list(view.classes, q.classes)
-            and _is_same_list(view.deployments, q.deployments)
-            and _is_same_list(view.replicas, q.replicas)
-        ):
-            return False
-        if len(view.clusters) != len(q.cluster_versions) or any(
-            q.cluster_versions.get(c["metadata"]["name"], -1)
-            != c["metadata"].get("resourceVersion")
-            for c in view.clusters
+            and _is_same_or_written(MODEL_DEPLOYMENT, view.deployments, q.deployments, q.written)
+            and _is_same_or_written(MODEL_REPLICA, view.replicas, q.replicas, q.written)
+            and _is_same_or_written(INFERENCE_CLUSTER, view.clusters, q.clusters, q.written)
         ):
             return False
         observations = (*view.pool_observations, *view.replica_observations)
@@ -589,9 +630,7 @@ class Controller:
             q.heartbeats.append((last, obj))
         return True
 
-    def _quiet_result(
-        self, view: _View, clusters: Sequence[ReadObj], result: StepResult
-    ) -> StepResult:
+    def _quiet_result(self, view: _View, result: StepResult) -> StepResult:
         """End a quiet step: the last full step's decision and numbers, this step's writes
         (cluster status refreshes), and the record brought up to what this step read."""
         q = self._quiet
@@ -602,7 +641,8 @@ class Controller:
         result.shortfall = last.shortfall
         result.is_quiet = True
         result.assumed = len(self.ledger)
-        q.cluster_versions = _versions(clusters)
+        q.deployments, q.replicas, q.clusters = view.deployments, view.replicas, view.clusters
+        q.written = self._written
         q.take_heartbeats()
         self.quiet_steps += 1
         # Only part of what a full step reads was read: what the rest computed is kept.
@@ -618,22 +658,24 @@ class Controller:
         return result
 
     def _quiet_record(
-        self,
-        view: _View,
-        clusters: Sequence[ReadObj],
-        trusts: Mapping[str, Trust],
-        now: datetime,
-        result: StepResult,
+        self, view: _View, trusts: Mapping[str, Trust], now: datetime, result: StepResult
     ) -> _Quiet | None:
         """What a later step compares with to know it is quiet; None unless this step
-        scheduled, wrote nothing but observation times and met nothing to retry."""
-        if result.decision is None or not self._is_settled_so_far(trusts, now, result):
+        scheduled, met nothing to retry, wrote only statuses and events, and its decision
+        creates and drops nothing (so deciding it again would decide the same)."""
+        if (
+            result.decision is None
+            or not set(result.writes) <= _QUIET_WRITES
+            or not self._is_fresh_and_clean(trusts, now, result)
+            or any(d.created or d.dropped for d in result.decision.deployments)
+        ):
             return None
         return _Quiet(
             classes=view.classes,
             deployments=view.deployments,
             replicas=view.replicas,
-            cluster_versions=_versions(clusters),
+            clusters=view.clusters,
+            written=self._written,
             observations={id(o): o for o in (*view.pool_observations, *view.replica_observations)},
             epochs={name: t.epoch for name, t in trusts.items()},
             result=result,
@@ -1255,6 +1297,10 @@ class Controller:
                     continue
                 self.ledger.assume_written(kind, written, now)
                 result.writes[(kind.kind, "patch_status")] += 1
+                written_meta = written["metadata"]
+                self._written[
+                    (kind.kind, written_meta.get("namespace") or "", written_meta["name"])
+                ] = written_meta.get("resourceVersion")
                 return written
             raise Conflict(f"still conflicting after {self._retries()} attempts")
         except StoreError as e:
