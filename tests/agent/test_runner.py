@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.agent.runner import Agent, AgentConfig
+from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome
 from gpufleet.store import Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
 from gpufleet.store.forwarding import ForwardingStore
 from gpufleet.store.port import (
@@ -532,6 +532,50 @@ def test_materialize_creates_updates_and_deletes() -> None:
     assert dep is not None
     labels = dep["spec"]["template"]["metadata"]["labels"]
     assert labels["gpufleet.io/replica-generation"] == "2"
+
+
+def test_what_a_replica_wants_is_made_again_when_anything_materialize_reads_changed() -> None:
+    """The agent keeps each replica's desired objects while the replica's spec is the same
+    object and its generation and labels are equal (a status write changes neither). Replicas
+    sharing one spec object but differing in what else materialize reads are materialized
+    as an agent that keeps nothing would."""
+    base = model_replica("r1")
+    del base["spec"]["deploymentName"]  # the deployment label names it instead
+    spec = base["spec"]
+
+    def variant(generation: int, deployment: str, status: Obj | None = None) -> Obj:
+        labels = {**base["metadata"]["labels"], "gpufleet.io/deployment": deployment}
+        meta = {**base["metadata"], "labels": labels, "generation": generation}
+        return {**base, "metadata": meta, "spec": spec, "status": status or {}}
+
+    steps = [
+        variant(1, "llama"),
+        variant(1, "llama", {"phase": "Placed"}),  # status only: nothing to do
+        variant(1, "mistral"),  # the label: every object is relabelled
+        variant(2, "mistral"),  # the generation: the pod template's label
+        variant(2, "mistral", {"phase": "Running"}),
+    ]
+
+    def run(is_kept: bool) -> list[tuple[list[str], list[Obj]]]:
+        w = World()
+        agent = w.agent()
+        out = []
+        for replica in steps:
+            outcome = StepOutcome()
+            (agent if is_kept else w.agent()).materialize([replica], outcome)
+            kinds = (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT)
+            out.append((outcome.updated, [o for kind in kinds for o in w.local.list(kind)]))
+        return out
+
+    kept, fresh = run(is_kept=True), run(is_kept=False)
+    assert kept == fresh
+    assert [updated for updated, _ in kept] == [
+        [],
+        [],
+        ["ResourceClaimTemplate ml/r1-main-standalone", "Deployment ml/r1-main"],
+        ["Deployment ml/r1-main"],
+        [],
+    ]
 
 
 def test_a_workload_changed_by_someone_else_is_put_back() -> None:

@@ -35,8 +35,9 @@ claim is stamped with the restart time, which errs toward charging) and it pushe
 A step costs what changed since the last one, not every object: the Agent reads through
 `Store.view`, whose objects are replaced, never changed, when they change, so what it derived
 from an object is kept by the object's identity (`ObserveCache`, each replica's desired
-objects, the local objects known to agree with them), and it patches the observations it
-wrote last without reading them back (guarded by their resourceVersion).
+objects by its spec's, which a status write leaves as it is; the local objects known to agree
+with them), and it patches the observations it wrote last without reading them back (guarded
+by their resourceVersion).
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materiali
 from gpufleet.agent.observe import (
     AllocationClock,
     ClusterObjects,
-    IdentityMemo,
     ObservationResult,
     ObserveCache,
     ObserveConfig,
@@ -179,8 +179,9 @@ class Agent:
         #: unchanged is reused, so that it too compares by identity.
         self._last_report_pools: dict[str, Obj] = {}
         self._last_report_replicas: dict[str, tuple[Obj, Obj]] = {}
-        #: The desired objects of each replica, by the replica's identity (`_desired_of`).
-        self._desired = IdentityMemo[tuple[_Desired, ...] | ReplicaInvalid]()
+        #: The desired objects of each replica, by (namespace, name), with what they were made
+        #: from (`_desired_of_all`).
+        self._desired: dict[tuple[object, object], _DesiredOf] = {}
         #: Local objects known to hold what is desired of them: (local, desired) by identity.
         self._agreeing: dict[tuple[int, int], tuple[Mapping[str, Any], Obj]] = {}
         #: Per observation (kind, name), the object as our last write left it, and the status
@@ -450,16 +451,13 @@ class Agent:
         """Make the local workloads equal the desired set for `replicas`."""
         outcome = outcome if outcome is not None else StepOutcome()
         desired: dict[Kind, dict[tuple[str, str], Obj]] = {kind: {} for kind in OWNED_KINDS}
-        desired_of = self._desired.reader(_desired_of)
-        for replica in replicas:
-            objs = desired_of(replica)
+        for replica, objs in self._desired_of_all(replicas):
             if isinstance(objs, ReplicaInvalid):
                 meta = replica.get("metadata") or {}
                 outcome.errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
                 continue
             for kind, key, obj in objs:
                 desired[kind][key] = obj
-        self._desired.end_call()
         namespaces = sorted({ns for by_key in desired.values() for (ns, _) in by_key})
         for ns in namespaces:
             self._ensure_namespace(ns, outcome)
@@ -488,6 +486,28 @@ class Agent:
             for key in sorted(existing):
                 if key not in wanted:
                     self._delete_local(kind, key[1], key[0], outcome)
+
+    def _desired_of_all(
+        self, replicas: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[Mapping[str, Any], tuple[_Desired, ...] | ReplicaInvalid]]:
+        """Each replica with `_desired_of(replica)`: the very objects of the last call when
+        what `materialize` reads of the replica is unchanged. It reads the spec, which a
+        status write leaves the same object (objects are replaced, their unchanged subtrees
+        shared), and the name, namespace, generation and labels; so the desired objects of a
+        replica whose status alone changed stay the same objects, which `_agreeing` knows."""
+        last, self._desired = self._desired, {}
+        out: list[tuple[Mapping[str, Any], tuple[_Desired, ...] | ReplicaInvalid]] = []
+        for replica in replicas:
+            meta = replica.get("metadata") or {}
+            key = (meta.get("namespace"), meta.get("name"))
+            spec = replica.get("spec")
+            reads = (meta.get("generation", 1), meta.get("labels"))
+            held = last.get(key)
+            if held is None or held[0] is not spec or held[1] != reads:
+                held = (spec, reads, _desired_of(replica))
+            self._desired[key] = held
+            out.append((replica, held[2]))
+        return out
 
     def _apply(
         self, kind: Kind, want: Obj, current: Mapping[str, Any] | None, outcome: StepOutcome
@@ -589,6 +609,9 @@ def _status_patch(
 
 #: One desired local object: its kind, (namespace, name) and body (shared: never changed).
 _Desired = tuple[Kind, tuple[str, str], Obj]
+#: A replica's spec (held: its identity stays its own), its generation and labels, and the
+#: desired objects made from them (`Agent._desired_of_all`).
+_DesiredOf = tuple[object, tuple[object, object], tuple[_Desired, ...] | ReplicaInvalid]
 
 
 def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInvalid:
