@@ -578,6 +578,62 @@ def test_what_a_replica_wants_is_made_again_when_anything_materialize_reads_chan
     ]
 
 
+def test_materializing_what_was_settled_skips_nothing_that_changed() -> None:
+    """A kind whose wanted objects and local objects are the very ones of a pass that found
+    them all agreeing is not looked at again. Through changes to either side (by the hub,
+    by someone else on the cluster), the cluster ends as with an agent that keeps nothing."""
+
+    def run(is_kept: bool) -> list[tuple[list[str], list[str], list[str], list[Obj]]]:
+        w = World()
+        for name in ("r1", "r2"):
+            w.hub.create(model_replica(name))
+        agent = w.agent()
+
+        def relabel() -> None:
+            dep = w.local.get(DEPLOYMENT, "r1-main", "ml")
+            assert dep is not None
+            dep["spec"]["replicas"] = 5
+            w.local.update(dep)
+
+        def stray() -> None:
+            stray = {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {
+                    "name": "stray",
+                    "namespace": "ml",
+                    "labels": {"gpufleet.io/replica": "gone"},
+                },
+                "spec": {"replicas": 1},
+            }
+            w.local.create(stray)
+
+        events = [
+            lambda: None,
+            lambda: None,
+            relabel,
+            lambda: w.local.delete(RESOURCE_CLAIM_TEMPLATE, "r2-main-standalone", "ml"),
+            stray,
+            lambda: w.hub.patch_status(MODEL_REPLICA, "r1", "ml", {"phase": "Placed"}),
+            lambda: w.hub.delete(MODEL_REPLICA, "r2", "ml"),
+            lambda: None,
+        ]
+        out = []
+        for event in events:
+            event()
+            replicas = agent.read_replicas()
+            assert replicas is not None
+            outcome = StepOutcome()
+            (agent if is_kept else w.agent()).materialize(replicas, outcome)
+            local = [
+                o for kind in (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT) for o in w.local.list(kind)
+            ]
+            out.append((outcome.created, outcome.updated, outcome.deleted, local))
+        return out
+
+    assert run(is_kept=True) == run(is_kept=False)
+
+
 def test_a_workload_changed_by_someone_else_is_put_back() -> None:
     """The agent remembers which workloads already hold what it wants; a workload changed
     since (a new object) is compared again, even when its replica did not change."""
