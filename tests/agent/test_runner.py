@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.agent.runner import Agent, AgentConfig
+from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome
 from gpufleet.store import Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
 from gpufleet.store.forwarding import ForwardingStore
 from gpufleet.store.port import (
@@ -532,6 +532,106 @@ def test_materialize_creates_updates_and_deletes() -> None:
     assert dep is not None
     labels = dep["spec"]["template"]["metadata"]["labels"]
     assert labels["gpufleet.io/replica-generation"] == "2"
+
+
+def test_what_a_replica_wants_is_made_again_when_anything_materialize_reads_changed() -> None:
+    """The agent keeps each replica's desired objects while the replica's spec is the same
+    object and its generation and labels are equal (a status write changes neither). Replicas
+    sharing one spec object but differing in what else materialize reads are materialized
+    as an agent that keeps nothing would."""
+    base = model_replica("r1")
+    del base["spec"]["deploymentName"]  # the deployment label names it instead
+    spec = base["spec"]
+
+    def variant(generation: int, deployment: str, status: Obj | None = None) -> Obj:
+        labels = {**base["metadata"]["labels"], "gpufleet.io/deployment": deployment}
+        meta = {**base["metadata"], "labels": labels, "generation": generation}
+        return {**base, "metadata": meta, "spec": spec, "status": status or {}}
+
+    steps = [
+        variant(1, "llama"),
+        variant(1, "llama", {"phase": "Placed"}),  # status only: nothing to do
+        variant(1, "mistral"),  # the label: every object is relabelled
+        variant(2, "mistral"),  # the generation: the pod template's label
+        variant(2, "mistral", {"phase": "Running"}),
+    ]
+
+    def run(is_kept: bool) -> list[tuple[list[str], list[Obj]]]:
+        w = World()
+        agent = w.agent()
+        out = []
+        for replica in steps:
+            outcome = StepOutcome()
+            (agent if is_kept else w.agent()).materialize([replica], outcome)
+            kinds = (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT)
+            out.append((outcome.updated, [o for kind in kinds for o in w.local.list(kind)]))
+        return out
+
+    kept, fresh = run(is_kept=True), run(is_kept=False)
+    assert kept == fresh
+    assert [updated for updated, _ in kept] == [
+        [],
+        [],
+        ["ResourceClaimTemplate ml/r1-main-standalone", "Deployment ml/r1-main"],
+        ["Deployment ml/r1-main"],
+        [],
+    ]
+
+
+def test_materializing_what_was_settled_skips_nothing_that_changed() -> None:
+    """A kind whose wanted objects and local objects are the very ones of a pass that found
+    them all agreeing is not looked at again. Through changes to either side (by the hub,
+    by someone else on the cluster), the cluster ends as with an agent that keeps nothing."""
+
+    def run(is_kept: bool) -> list[tuple[list[str], list[str], list[str], list[Obj]]]:
+        w = World()
+        for name in ("r1", "r2"):
+            w.hub.create(model_replica(name))
+        agent = w.agent()
+
+        def relabel() -> None:
+            dep = w.local.get(DEPLOYMENT, "r1-main", "ml")
+            assert dep is not None
+            dep["spec"]["replicas"] = 5
+            w.local.update(dep)
+
+        def stray() -> None:
+            stray = {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {
+                    "name": "stray",
+                    "namespace": "ml",
+                    "labels": {"gpufleet.io/replica": "gone"},
+                },
+                "spec": {"replicas": 1},
+            }
+            w.local.create(stray)
+
+        events = [
+            lambda: None,
+            lambda: None,
+            relabel,
+            lambda: w.local.delete(RESOURCE_CLAIM_TEMPLATE, "r2-main-standalone", "ml"),
+            stray,
+            lambda: w.hub.patch_status(MODEL_REPLICA, "r1", "ml", {"phase": "Placed"}),
+            lambda: w.hub.delete(MODEL_REPLICA, "r2", "ml"),
+            lambda: None,
+        ]
+        out = []
+        for event in events:
+            event()
+            replicas = agent.read_replicas()
+            assert replicas is not None
+            outcome = StepOutcome()
+            (agent if is_kept else w.agent()).materialize(replicas, outcome)
+            local = [
+                o for kind in (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT) for o in w.local.list(kind)
+            ]
+            out.append((outcome.created, outcome.updated, outcome.deleted, local))
+        return out
+
+    assert run(is_kept=True) == run(is_kept=False)
 
 
 def test_a_workload_changed_by_someone_else_is_put_back() -> None:

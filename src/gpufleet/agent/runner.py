@@ -35,8 +35,9 @@ claim is stamped with the restart time, which errs toward charging) and it pushe
 A step costs what changed since the last one, not every object: the Agent reads through
 `Store.view`, whose objects are replaced, never changed, when they change, so what it derived
 from an object is kept by the object's identity (`ObserveCache`, each replica's desired
-objects, the local objects known to agree with them), and it patches the observations it
-wrote last without reading them back (guarded by their resourceVersion).
+objects by its spec's, which a status write leaves as it is; the local objects known to agree
+with them), and it patches the observations it wrote last without reading them back (guarded
+by their resourceVersion).
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materiali
 from gpufleet.agent.observe import (
     AllocationClock,
     ClusterObjects,
-    IdentityMemo,
     ObservationResult,
     ObserveCache,
     ObserveConfig,
@@ -179,10 +179,17 @@ class Agent:
         #: unchanged is reused, so that it too compares by identity.
         self._last_report_pools: dict[str, Obj] = {}
         self._last_report_replicas: dict[str, tuple[Obj, Obj]] = {}
-        #: The desired objects of each replica, by the replica's identity (`_desired_of`).
-        self._desired = IdentityMemo[tuple[_Desired, ...] | ReplicaInvalid]()
+        #: The desired objects of each replica, by (namespace, name), with what they were made
+        #: from (`_desired_of_all`).
+        self._desired: dict[tuple[object, object], _DesiredOf] = {}
         #: Local objects known to hold what is desired of them: (local, desired) by identity.
-        self._agreeing: dict[tuple[int, int], tuple[Mapping[str, Any], Obj]] = {}
+        self._agreeing: dict[Kind, dict[tuple[int, int], tuple[Mapping[str, Any], Obj]]] = {}
+        #: The last desired set (`_desired_set`): each replica's desired objects (held), and
+        #: what was made of them.
+        self._desired_set_held: _DesiredSet | None = None
+        #: Per kind, after a pass in which every local object agreed with what was wanted and
+        #: none was unwanted: the wanted mapping and the local objects listed (both held).
+        self._settled: dict[Kind, tuple[object, tuple[Mapping[str, Any], ...]]] = {}
         #: Per observation (kind, name), the object as our last write left it, and the status
         #: content (without agent/observedAt) written then. The next write patches it blind,
         #: guarded by its resourceVersion, instead of reading it again.
@@ -325,7 +332,7 @@ class Agent:
         """Name -> resourceVersion of the viewed observations; the same dict as last push when
         the view holds the same objects (a view hands out an object until it changes)."""
         held, versions = self._viewed_on_hub
-        if not (len(held) == len(viewed) and all(map(operator.is_, held, viewed))):
+        if not _is_same(held, viewed):
             versions = {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
             self._viewed_on_hub = (tuple(viewed), versions)
         return versions
@@ -449,21 +456,10 @@ class Agent:
     ) -> None:
         """Make the local workloads equal the desired set for `replicas`."""
         outcome = outcome if outcome is not None else StepOutcome()
-        desired: dict[Kind, dict[tuple[str, str], Obj]] = {kind: {} for kind in OWNED_KINDS}
-        desired_of = self._desired.reader(_desired_of)
-        for replica in replicas:
-            objs = desired_of(replica)
-            if isinstance(objs, ReplicaInvalid):
-                meta = replica.get("metadata") or {}
-                outcome.errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
-                continue
-            for kind, key, obj in objs:
-                desired[kind][key] = obj
-        self._desired.end_call()
-        namespaces = sorted({ns for by_key in desired.values() for (ns, _) in by_key})
+        desired, namespaces, errors = self._desired_set(replicas)
+        outcome.errors.extend(errors)
         for ns in namespaces:
             self._ensure_namespace(ns, outcome)
-        agreeing, self._agreeing = self._agreeing, {}
         for kind in OWNED_KINDS:
             try:
                 # Read-only here: an update re-reads the object it changes.
@@ -472,22 +468,91 @@ class Agent:
                 # The kind is not served (LeaderWorkerSet without its CRD): nothing of it exists;
                 # a replica that needs it fails on create and says so, the others go on.
                 listed = []
-            existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed}
             wanted = desired[kind]
-            for key in sorted(wanted):
-                want, current = wanted[key], existing.get(key)
-                pair = (id(current), id(want))
-                if current is not None and pair in agreeing:
-                    # Neither changed since they were found to agree (both are held there,
-                    # so the identities are still theirs).
-                    self._agreeing[pair] = agreeing[pair]
-                    continue
-                if self._apply(kind, want, current, outcome):
-                    assert current is not None
-                    self._agreeing[pair] = (current, want)
-            for key in sorted(existing):
-                if key not in wanted:
-                    self._delete_local(kind, key[1], key[0], outcome)
+            settled = self._settled.pop(kind, None)
+            if settled is not None and settled[0] is wanted and _is_same(settled[1], listed):
+                # The same wanted objects and the same local ones as a pass in which every
+                # one agreed and none was unwanted: this pass would find the same.
+                self._settled[kind] = settled
+                continue
+            self._materialize_kind(kind, wanted, listed, outcome)
+
+    def _materialize_kind(
+        self,
+        kind: Kind,
+        wanted: Mapping[tuple[str, str], Obj],
+        listed: Sequence[Mapping[str, Any]],
+        outcome: StepOutcome,
+    ) -> None:
+        existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed}
+        agreeing, self._agreeing[kind] = self._agreeing.get(kind, {}), {}
+        now_agreeing = self._agreeing[kind]
+        is_settled = True
+        for key in sorted(wanted):
+            want, current = wanted[key], existing.get(key)
+            pair = (id(current), id(want))
+            if current is not None and pair in agreeing:
+                # Neither changed since they were found to agree (both are held there,
+                # so the identities are still theirs).
+                now_agreeing[pair] = agreeing[pair]
+                continue
+            if self._apply(kind, want, current, outcome):
+                assert current is not None
+                now_agreeing[pair] = (current, want)
+            else:
+                is_settled = False
+        for key in sorted(existing):
+            if key not in wanted:
+                is_settled = False
+                self._delete_local(kind, key[1], key[0], outcome)
+        if is_settled:
+            self._settled[kind] = (wanted, tuple(listed))
+
+    def _desired_set(
+        self, replicas: Sequence[Mapping[str, Any]]
+    ) -> tuple[Mapping[Kind, Mapping[tuple[str, str], Obj]], list[str], list[str]]:
+        """Every replica's desired objects by kind and (namespace, name), their namespaces
+        (sorted) and the errors of invalid replicas. The same mappings as last call when each
+        replica's desired objects are (`_desired_of_all`), so that a kind's pass can tell
+        by identity that nothing it wants changed."""
+        made = self._desired_of_all(replicas)
+        held = self._desired_set_held
+        if held is not None and _is_same(held[0], [objs for _, objs in made]):
+            return held[1], held[2], held[3]
+        desired: dict[Kind, dict[tuple[str, str], Obj]] = {kind: {} for kind in OWNED_KINDS}
+        errors: list[str] = []
+        for replica, objs in made:
+            if isinstance(objs, ReplicaInvalid):
+                meta = replica.get("metadata") or {}
+                errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
+                continue
+            for kind, key, obj in objs:
+                desired[kind][key] = obj
+        namespaces = sorted({ns for by_key in desired.values() for (ns, _) in by_key})
+        self._desired_set_held = (tuple(objs for _, objs in made), desired, namespaces, errors)
+        return desired, namespaces, errors
+
+    def _desired_of_all(
+        self, replicas: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[Mapping[str, Any], tuple[_Desired, ...] | ReplicaInvalid]]:
+        """Each replica with `_desired_of(replica)`: the very objects of the last call when
+        what `materialize` reads of the replica is unchanged. It reads the spec, which a
+        status write leaves the same object (objects are replaced, their unchanged subtrees
+        shared), and the name, namespace, generation and labels; so the desired objects of a
+        replica whose status alone changed stay the same objects, which `_agreeing` knows."""
+        last, self._desired = self._desired, {}
+        out: list[tuple[Mapping[str, Any], tuple[_Desired, ...] | ReplicaInvalid]] = []
+        for replica in replicas:
+            meta = replica.get("metadata") or {}
+            key = (meta.get("namespace"), meta.get("name"))
+            spec = replica.get("spec")
+            reads = (meta.get("generation", 1), meta.get("labels"))
+            held = last.get(key)
+            if held is None or held[0] is not spec or held[1] != reads:
+                held = (spec, reads, _desired_of(replica))
+            self._desired[key] = held
+            out.append((replica, held[2]))
+        return out
 
     def _apply(
         self, kind: Kind, want: Obj, current: Mapping[str, Any] | None, outcome: StepOutcome
@@ -571,6 +636,11 @@ def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
     return observed, observed.to_status()
 
 
+def _is_same(held: Sequence[object], objects: Sequence[object]) -> bool:
+    """Whether two sequences hold the same objects, in order (identity; compared in C)."""
+    return len(held) == len(objects) and all(map(operator.is_, held, objects))
+
+
 def _is_same_entries(new: Mapping[str, object], old: Mapping[str, object]) -> bool:
     """Whether two mappings have the same keys, each to the same object (identity)."""
     return len(new) == len(old) and all(k in old and old[k] is v for k, v in new.items())
@@ -589,6 +659,13 @@ def _status_patch(
 
 #: One desired local object: its kind, (namespace, name) and body (shared: never changed).
 _Desired = tuple[Kind, tuple[str, str], Obj]
+#: See `Agent._desired_set`.
+_DesiredSet = tuple[
+    tuple[object, ...], Mapping[Kind, Mapping[tuple[str, str], Obj]], list[str], list[str]
+]
+#: A replica's spec (held: its identity stays its own), its generation and labels, and the
+#: desired objects made from them (`Agent._desired_of_all`).
+_DesiredOf = tuple[object, tuple[object, object], tuple[_Desired, ...] | ReplicaInvalid]
 
 
 def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInvalid:
