@@ -178,6 +178,9 @@ class ControllerDaemon:
                     "shortfall": result.shortfall,
                     "refusals": dict(result.refusals),
                     "rejected_reports": len(result.rejected_reports),
+                    # Quiet: only heartbeats and its own status writes since a step that
+                    # left nothing to do; the decision is that step's (docs/controller.md).
+                    "quiet": result.is_quiet,
                     "errors": result.errors[:10],
                 },
             )
