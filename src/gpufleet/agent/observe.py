@@ -1618,13 +1618,14 @@ class ObserveCache:
             _count_pods(rep, pods, claims.allocated, table.node_pool)
             return _observed_replica(rep)
         pods = tuple(pods)
-        last = self._replica_results.get(rep.key)
+        key = rep.key
+        last = self._replica_results.get(key)
         node_pool = table.node_pool
         times = None
         if (
             last is not None
             and (last.rep is rep or last.rep == rep)
-            and last.pods == pods
+            and (last.pods is pods or last.pods == pods)
             and (last.node_pool is node_pool or last.node_pool == node_pool)
         ):
             if last.claims is not claims:
@@ -1643,7 +1644,7 @@ class ObserveCache:
                 times = _claim_times(rep.namespace, pods, claims.allocated)
             observed = _observed_replica(counted)
             last = _ReplicaResult(rep, pods, claims, times, node_pool, observed)
-        self._next_replicas[rep.key] = last
+        self._next_replicas[key] = last
         return last.replica
 
     def observed_nodes(

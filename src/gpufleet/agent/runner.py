@@ -182,6 +182,8 @@ class Agent:
         #: The desired objects of each replica, by (namespace, name), with what they were made
         #: from (`_desired_of_all`).
         self._desired: dict[tuple[object, object], _DesiredOf] = {}
+        #: The same, by the identity of the replica objects of the last call (held).
+        self._desired_seen: dict[int, tuple[object, tuple[object, object], _DesiredOf]] = {}
         #: Local objects known to hold what is desired of them: (local, desired) by identity.
         self._agreeing: dict[Kind, dict[tuple[int, int], tuple[Mapping[str, Any], Obj]]] = {}
         #: The last desired set (`_desired_set`): each replica's desired objects (held), and
@@ -541,16 +543,24 @@ class Agent:
         shared), and the name, namespace, generation and labels; so the desired objects of a
         replica whose status alone changed stay the same objects, which `_agreeing` knows."""
         last, self._desired = self._desired, {}
+        last_seen, self._desired_seen = self._desired_seen, {}
         out: list[tuple[Mapping[str, Any], tuple[_Desired, ...] | ReplicaInvalid]] = []
         for replica in replicas:
-            meta = replica.get("metadata") or {}
-            key = (meta.get("namespace"), meta.get("name"))
-            spec = replica.get("spec")
-            reads = (meta.get("generation", 1), meta.get("labels"))
-            held = last.get(key)
-            if held is None or held[0] is not spec or held[1] != reads:
-                held = (spec, reads, _desired_of(replica))
+            seen = last_seen.get(id(replica))
+            if seen is not None and seen[0] is replica:
+                # The very object of the last call: nothing to look up in it.
+                key, held = seen[1], seen[2]
+            else:
+                meta = replica.get("metadata") or {}
+                key = (meta.get("namespace"), meta.get("name"))
+                spec = replica.get("spec")
+                reads = (meta.get("generation", 1), meta.get("labels"))
+                found = last.get(key)
+                if found is None or found[0] is not spec or found[1] != reads:
+                    found = (spec, reads, _desired_of(replica))
+                held = found
             self._desired[key] = held
+            self._desired_seen[id(replica)] = (replica, key, held)
             out.append((replica, held[2]))
         return out
 
@@ -631,7 +641,8 @@ _O = TypeVar("_O", ObservedPool, ObservedReplica)
 
 def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
     """The status body of `observed`: the last one made, when the observation is equal."""
-    if last is not None and last[0] == observed:
+    # The observe cache hands out the very observation while its inputs are unchanged.
+    if last is not None and (last[0] is observed or last[0] == observed):
         return last
     return observed, observed.to_status()
 
