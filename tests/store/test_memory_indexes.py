@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.store import MemoryStore
+from gpufleet.store.labels import matches, parse_selector
 from gpufleet.store.merge import merged
 from gpufleet.store.port import MODEL_REPLICA, POD
 
@@ -51,12 +52,40 @@ def test_label_selection_follows_relabels_and_deletes() -> None:
     assert store.peek(MODEL_REPLICA, None, {"cluster": "z"}) == []
 
 
-def test_a_selector_without_equality_terms_still_scans() -> None:
+def test_existence_and_notin_terms_select_like_kubernetes() -> None:
     store = MemoryStore(clock=lambda: T0)
     store.create(replica("a", cluster="x"))
     store.create(replica("b"))
     assert names(store.peek(MODEL_REPLICA, None, "cluster")) == ["a"]
     assert names(store.peek(MODEL_REPLICA, None, "cluster notin (x)")) == ["b"]
+
+
+def test_existence_terms_use_the_label_key_index_and_follow_relabels() -> None:
+    """`key` (exists) finds its objects through the index of label keys: the same answer as
+    matching every object, as labels come, change and go."""
+    store = MemoryStore(clock=lambda: T0)
+    store.create(replica("a", replica="r1", cluster="x"))
+    store.create(replica("b", cluster="x"))
+    store.create(replica("c", namespace="other", replica="r2"))
+
+    def scanned(selector: str) -> list[str]:
+        wanted = parse_selector(selector)
+        every = store.peek(MODEL_REPLICA)
+        return names([o for o in every if matches(wanted, o["metadata"].get("labels"))])
+
+    for selector in ("replica", "replica,cluster=x", "cluster=x,!replica", "replica,cluster"):
+        assert names(store.peek(MODEL_REPLICA, None, selector)) == scanned(selector)
+    assert names(store.peek(MODEL_REPLICA, None, "replica")) == ["a", "c"]
+    assert names(store.peek(MODEL_REPLICA, "ml", "replica")) == ["a"]
+    b = store.get(MODEL_REPLICA, "b", "ml")
+    assert b is not None
+    b["metadata"]["labels"] = {"replica": "r3"}
+    store.update(b)
+    assert names(store.peek(MODEL_REPLICA, None, "replica")) == ["a", "b", "c"]
+    assert names(store.peek(MODEL_REPLICA, None, "replica,cluster")) == ["a"]
+    store.delete(MODEL_REPLICA, "a", "ml")
+    assert names(store.peek(MODEL_REPLICA, None, "replica")) == ["b", "c"]
+    assert names(store.peek(MODEL_REPLICA, None, "replica")) == scanned("replica")
 
 
 def test_namespaces_that_prefix_each_other_are_kept_apart() -> None:

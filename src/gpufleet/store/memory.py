@@ -40,9 +40,9 @@ def format_time(at: datetime) -> str:
 
 def _label_items(obj: Obj) -> Iterable[Hashable]:
     """The (key, value) pairs of an object's labels (string values only: a selector matches
-    nothing else)."""
+    nothing else), and each label key alone as `(key,)`, for existence terms."""
     found = obj["metadata"].get("labels") or {}
-    return [(k, v) for k, v in found.items() if type(v) is str]
+    return [(k, v) for k, v in found.items() if type(v) is str] + [(k,) for k in found]
 
 
 class _Index:
@@ -127,14 +127,18 @@ class _Table:
 
     def selected(self, namespace: str | None, selector: Selector) -> builtins.list[Obj]:
         """Objects matching `selector`, found through the label index when the selector has
-        an equality or `in` term (any match must carry one of its pairs), else by scanning."""
+        an equality, `in` or existence term (any match must carry one of its pairs, or its
+        key), else by scanning."""
         candidates: set[_ObjKey] | None = None
         for r in selector:
-            if r.op not in (Op.EQUALS, Op.IN):
+            if r.op is Op.EXISTS:
+                keys = set(self.labels.keys((r.key,)))
+            elif r.op in (Op.EQUALS, Op.IN):
+                keys = set()
+                for value in r.values:
+                    keys |= self.labels.keys((r.key, value))
+            else:
                 continue
-            keys: set[_ObjKey] = set()
-            for value in r.values:
-                keys |= self.labels.keys((r.key, value))
             candidates = keys if candidates is None else candidates & keys
             if not candidates:
                 return []
