@@ -11,7 +11,7 @@ import builtins
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from gpufleet.store.labels import Op, Selector, matches, parse_selector
 from gpufleet.store.merge import copy_json, merged
@@ -36,6 +36,10 @@ _ObjKey = tuple[str, str]
 def format_time(at: datetime) -> str:
     """RFC 3339 in UTC with a `Z`, as the API server writes timestamps."""
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+#: Terms the label index answers exactly (it holds every key, and every string value).
+_INDEXED_OPS: Final = frozenset({Op.EXISTS, Op.EQUALS, Op.IN})
 
 
 def _label_items(obj: Obj) -> Iterable[Hashable]:
@@ -92,11 +96,15 @@ class _Table:
         self.labels = _Index(_label_items)
         self.indexes: dict[str, _Index] = {}
         self.listing: list[Obj] | None = None
+        #: The last selections by (namespace, selector), until a write: a controller lists
+        #: the same selection of a kind that changes far less often than it is listed.
+        self.selections: dict[tuple[str | None, Selector], list[Obj]] = {}
 
     def put(self, key: _ObjKey, obj: Obj) -> None:
         old = self.objects.get(key)
         self.objects[key] = obj
         self.listing = None
+        self.selections.clear()
         if old is None:
             bisect.insort(self.keys, key)
             for index in (self.labels, *self.indexes.values()):
@@ -108,6 +116,7 @@ class _Table:
     def pop(self, key: _ObjKey) -> None:
         old = self.objects.pop(key)
         self.listing = None
+        self.selections.clear()
         del self.keys[bisect.bisect_left(self.keys, key)]
         for index in (self.labels, *self.indexes.values()):
             index.remove(key, old)
@@ -126,9 +135,18 @@ class _Table:
         return [self.objects[k] for k in self.keys[lo:hi]]
 
     def selected(self, namespace: str | None, selector: Selector) -> builtins.list[Obj]:
+        """Objects matching `selector` (see `_select`), kept until the next write."""
+        found = self.selections.get((namespace, selector))
+        if found is None:
+            found = self.selections[(namespace, selector)] = self._select(namespace, selector)
+        return builtins.list(found)
+
+    def _select(self, namespace: str | None, selector: Selector) -> builtins.list[Obj]:
         """Objects matching `selector`, found through the label index when the selector has
         an equality, `in` or existence term (any match must carry one of its pairs, or its
-        key), else by scanning."""
+        key), else by scanning. When every term is one of those, the index answers exactly
+        and no object is matched again; when it answers for most of the kind, the keys are
+        taken in their order instead of sorted."""
         candidates: set[_ObjKey] | None = None
         for r in selector:
             if r.op is Op.EXISTS:
@@ -145,8 +163,15 @@ class _Table:
         if candidates is None:
             scanned = self.all() if namespace is None else self.in_namespace(namespace)
             return [o for o in scanned if matches(selector, o["metadata"].get("labels"))]
-        keys_in = sorted(k for k in candidates if namespace is None or k[0] == namespace)
+        if len(candidates) * 4 > len(self.keys):
+            keys_in = [k for k in self.keys if k in candidates]
+        else:
+            keys_in = sorted(candidates)
+        if namespace is not None:
+            keys_in = [k for k in keys_in if k[0] == namespace]
         found = [self.objects[k] for k in keys_in]
+        if all(r.op in _INDEXED_OPS for r in selector):
+            return found
         return [o for o in found if matches(selector, o["metadata"].get("labels"))]
 
     def indexed(self, name: str, value: Hashable, namespace: str | None) -> builtins.list[Obj]:
