@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from sim_builders import ReplicaWriter, cluster, fleet, histogram, model_replica, pool, pool_status
 
+from gpufleet.core import labels
 from gpufleet.core.model import NodeChoice
 from gpufleet.sim.cluster import ClusterSpec
 from gpufleet.sim.engine import EPOCH
@@ -349,6 +350,24 @@ def test_a_replica_change_wakes_its_own_clusters_agent_only(for_cluster: str) ->
     assert f.clusters[other].store.peek(DEPLOYMENT) == []
     ticks = 20 / f.clusters[other].behaviour.report_interval_s
     assert f.agents[other].quiet_steps - quiet[other] == ticks
+
+
+def test_a_replica_relabelled_to_another_cluster_wakes_the_agent_it_left() -> None:
+    """The agent of the cluster a replica's label moved away from is woken too, and removes
+    the workload it made (the change itself names only the new cluster)."""
+    f, _ = fleet(cluster("a"), cluster("b"))
+    f.run_for(60)
+    f.hub.create(model_replica("r", cluster="a"))
+    f.run_for(20)
+    assert [d["metadata"]["name"] for d in f.clusters["a"].store.peek(DEPLOYMENT)] == ["r-main"]
+    moved = f.hub.get(MODEL_REPLICA, "r", "ml")
+    assert moved is not None
+    moved["metadata"]["labels"][labels.CLUSTER] = "b"
+    moved["spec"]["clusterName"] = "b"
+    f.hub.update(moved)
+    f.run_for(20)
+    assert f.clusters["a"].store.peek(DEPLOYMENT) == []
+    assert [d["metadata"]["name"] for d in f.clusters["b"].store.peek(DEPLOYMENT)] == ["r-main"]
 
 
 def test_a_replica_change_during_a_partition_is_materialized_after_it_heals() -> None:

@@ -43,6 +43,7 @@ from gpufleet.store.port import (
     POD,
     RESOURCE_CLAIM,
     RESOURCE_SLICE,
+    ChangeType,
     Kind,
     Obj,
     Store,
@@ -128,6 +129,8 @@ class Fleet:
         #: and per cluster label the cursor of the last change of a replica carrying it.
         self._replica_cursor = 0
         self._replica_changed: dict[str, int] = {}
+        #: The cluster label each replica had at its last change (for relabels).
+        self._replica_clusters: dict[tuple[str, str], str] = {}
         for cspec in spec.clusters:
             if cspec.name in self.clusters:
                 raise ValueError(f"clusters: duplicate name {cspec.name!r}")
@@ -222,15 +225,22 @@ class Fleet:
     def _read_replica_changes(self) -> None:
         """Note which clusters' ModelReplicas changed since the last call: one read of the
         hub's change feed serves every agent (each tick asks only whether its cluster's
-        label appeared in a change after the cursor it saw last)."""
+        label appeared in a change after the cursor it saw last). A replica relabelled to
+        another cluster is a change for both: the one it left is the one it had last."""
         if self.hub.kind_revision(MODEL_REPLICA) <= self._replica_cursor:
             self._replica_cursor = self.hub.revision
             return
         changes, self._replica_cursor = self.hub.changes(self._replica_cursor, [MODEL_REPLICA])
         for c in changes:
+            key = (c.obj["metadata"].get("namespace") or "", c.obj["metadata"]["name"])
             cluster = (c.obj["metadata"].get("labels") or {}).get(labels.CLUSTER)
+            before = self._replica_clusters.pop(key, None)
+            if before is not None and before != cluster:
+                self._replica_changed[before] = c.cursor
             if isinstance(cluster, str):
                 self._replica_changed[cluster] = c.cursor
+                if c.type is not ChangeType.DELETED:
+                    self._replica_clusters[key] = cluster
 
     def _push(self, cluster: str, agent: Agent, report: Report) -> None:
         slot = self.agents[cluster]
