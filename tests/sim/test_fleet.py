@@ -370,6 +370,25 @@ def test_a_replica_relabelled_to_another_cluster_wakes_the_agent_it_left() -> No
     assert [d["metadata"]["name"] for d in f.clusters["b"].store.peek(DEPLOYMENT)] == ["r-main"]
 
 
+def test_a_replica_status_write_leaves_the_agent_quiet_and_a_spec_change_does_not() -> None:
+    """Neither observe nor materialize reads a replica's status: the controller publishing
+    one does not make the agent observe and materialize again; a new spec does."""
+    f, w = fleet(cluster("a"))
+    w.create(model_replica("r", cluster="a"))
+    f.run_for(60)
+    ticks = round(10 / f.clusters["a"].behaviour.report_interval_s)
+    quiet = f.agents["a"].quiet_steps
+    f.hub.patch_status(MODEL_REPLICA, "r", "ml", {"observedGeneration": 1})
+    f.run_for(10)
+    assert f.agents["a"].quiet_steps == quiet + ticks  # every tick quiet
+    changed = f.hub.get(MODEL_REPLICA, "r", "ml")
+    assert changed is not None
+    changed["spec"]["engines"][0]["copies"] = 2  # a new generation of the same replica
+    f.hub.update(changed)
+    f.run_for(10)
+    assert f.agents["a"].quiet_steps < quiet + 2 * ticks  # the next tick observed it
+
+
 def test_a_replica_change_during_a_partition_is_materialized_after_it_heals() -> None:
     """The agent cannot read its replicas while partitioned; once healed, it reads them
     again, even though nothing it read locally changed meanwhile."""
@@ -413,6 +432,9 @@ def test_agent_ticks_that_skip_unchanged_work_change_no_outcome() -> None:
         f.run_for(60)
         f.hub.delete(POOL_OBSERVATION, "l4", "gpufleet-cluster-b")
         f.run_for(60)
+        # The controller's kind of write: a replica's status alone.
+        f.hub.patch_status(MODEL_REPLICA, "r-b", "ml", {"observedGeneration": 1})
+        f.run_for(20)
         local = f.clusters["b"].store
         for template in local.list(RESOURCE_CLAIM_TEMPLATE):  # someone else deletes them
             local.delete(RESOURCE_CLAIM_TEMPLATE, template["metadata"]["name"], "ml")

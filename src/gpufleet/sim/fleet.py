@@ -182,9 +182,9 @@ class Fleet:
         # it always does); a materialize that changed nothing would change nothing again.
         is_steady = self.spec.reuses_agent_work and self._is_quiet(cluster, slot)
         observed = _revisions(local, _OBSERVED_KINDS)
-        if is_steady and slot.last_report is not None and observed == slot.observed_revisions:
-            slot.quiet_steps += 1
-            report = dataclasses.replace(slot.last_report, observed_at=self.loop.now)
+        is_local_steady = slot.last_report is not None and observed == slot.observed_revisions
+        replicas: Sequence[Mapping[str, Any]]
+        if is_steady and is_local_steady:
             replicas = slot.replicas
         else:
             read = agent.read_replicas()
@@ -194,8 +194,25 @@ class Fleet:
                 slot.last_report, slot.settled_revisions = None, None
                 return
             replicas = read
+            # Neither half reads a replica's status: replicas whose statuses alone changed (the
+            # controller publishing what this agent reported) leave both inputs as they were.
+            is_steady = (
+                self.spec.reuses_agent_work
+                and not slot.link.is_partitioned
+                and _is_same_but_status(read, slot.replicas)
+            )
+        if is_steady and is_local_steady:
+            assert slot.last_report is not None
+            slot.quiet_steps += 1
+            report = dataclasses.replace(slot.last_report, observed_at=self.loop.now)
+            slot.replicas = list(replicas)
+        else:
             report = agent.observe(self.loop.now, replicas)
-            slot.last_report, slot.replicas, slot.observed_revisions = report, replicas, observed
+            slot.last_report, slot.replicas, slot.observed_revisions = (
+                report,
+                list(replicas),
+                observed,
+            )
         self._send(cluster, agent, report)
         materialized = _revisions(local, _MATERIALIZED_KINDS)
         if is_steady and materialized == slot.settled_revisions:
@@ -297,6 +314,27 @@ class Fleet:
 #: What the agent's observe reads of its cluster, and what its materialize reads and writes.
 _OBSERVED_KINDS: Final = (NODE, RESOURCE_SLICE, RESOURCE_CLAIM, POD)
 _MATERIALIZED_KINDS: Final = (*OWNED_KINDS, NAMESPACE)
+
+
+def _is_same_but_status(
+    now: Sequence[Mapping[str, Any]], then: Sequence[Mapping[str, Any]]
+) -> bool:
+    """Whether two listings of replicas differ at most in their statuses (and the versions a
+    status write moves): the same names, and each the same object or one with the same spec
+    (a status write shares it) and the same metadata but for `resourceVersion`."""
+    if len(now) != len(then):
+        return False
+    for a, b in zip(now, then, strict=True):
+        if a is b:
+            continue
+        if a.get("spec") is not b.get("spec") or a.get("apiVersion") != b.get("apiVersion"):
+            return False
+        meta_a, meta_b = a.get("metadata") or {}, b.get("metadata") or {}
+        if meta_a.keys() != meta_b.keys() or any(
+            meta_a[k] != meta_b[k] for k in meta_a if k != "resourceVersion"
+        ):
+            return False
+    return True
 
 
 def _revisions(store: MemoryStore, kinds: Sequence[Kind]) -> tuple[int, ...]:
