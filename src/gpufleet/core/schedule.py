@@ -320,7 +320,6 @@ def _deployment_order(d: Deployment) -> tuple[str, str]:
 def _build_ledgers(
     snapshot: Snapshot, now: datetime, memo: PlacementMemo, record: bool
 ) -> dict[ClusterName, ClusterLedger]:
-    matcher = memo.matcher
     ledgers: dict[ClusterName, ClusterLedger] = {}
     config = snapshot.config
     for cluster in sorted(snapshot.clusters, key=lambda c: c.name):
@@ -330,8 +329,7 @@ def _build_ledgers(
             if pool.name in seen:
                 continue
             seen.add(pool.name)
-            class_id = matcher.class_id(pool.devices)
-            pools.append(PoolLedger(cluster.name, pool, class_id, config, record=record))
+            pools.append(memo.pool_ledger(cluster.name, pool, config, record=record))
         ledgers[cluster.name] = ClusterLedger(
             cluster,
             tuple(pools),
