@@ -26,7 +26,9 @@ Which way it errs. Growth up to the ceiling is trusted (may over-promise during 
 Unknown bucket drivers are ignored and missing ones read 0 free (errs toward full). Negative
 counts read 0. Naive datetimes are read as UTC.
 
-The ledger is the one mutable structure of the core; it lives inside one `schedule` call.
+The ledger is the one mutable structure of the core; it lives inside one `schedule` call. A
+kept memo may hold a pool's ledger as built, never changed, and hand each call a copy
+(`PoolLedger.copy`): the copy is the call's, and shares its origin's final state while unchanged.
 """
 
 from __future__ import annotations

@@ -27,8 +27,10 @@ given the same free device; a deployment with shortfall > 0 has a non-empty diag
 Memo. A caller that schedules the same fleet again and again (the hub controller, every step)
 may pass one `ScheduleMemo` to every call: matching, and steps 2 and 3 of a deployment whose
 objects, replicas and pools did not change, are then answered from what an earlier call
-derived. The memo is an argument, not a global, and changes no result: only the time a call
-takes (most of which, in a steady fleet, was steps 2 and 3 and the matching behind them).
+derived; a pool object seen before gets a copy of the ledger built for it (step 1), and if
+nothing is charged or placed on it, that ledger's final state. The memo is an argument, not a
+global, and changes no result: only the time a call takes (most of which, in a steady fleet,
+was steps 2 and 3 and the matching behind them).
 
 Which way it errs: the ledger errs toward full (see accounting.py); round-robin with a stop at
 the first failure may leave capacity another order would use (may refuse, never overcommits).
@@ -171,12 +173,14 @@ class ScheduleMemo:
     It holds, keyed by the identity of the snapshot's Deployment objects (an entry holds the
     deployment and the replicas whose ids it compares, so no id can answer for another
     object while the entry lives) and by pool class: member matches and engine shapes per
-    class of pool, and per deployment its retain result (kept replicas re-stamped, dropped
-    ones, its whole decision when nothing is pending) and its kept replicas' charges. A
-    retain result is recomputed when the deployment, its replicas or what retaining reads of
-    the clusters (names, labels, taints, gateways, pools by name and class) change; charges
-    when a pool they pin changes class or accounting, or its allocation time leaves the
-    window they hold for (charging.py).
+    class of pool, each Pool object's ledger as built (copied per call; placement.py), and
+    per deployment its retain result (kept replicas re-stamped, dropped ones, its whole
+    decision when nothing is pending) and its kept replicas' charges. A retain result is
+    recomputed when the deployment, its replicas or what retaining reads of the clusters
+    (names, labels, taints, gateways, pools by name and class) change; charges when a pool
+    they pin changes class or accounting, or its allocation time leaves the window they hold
+    for (charging.py). Each pool's view gets a version, so charges whose pools all kept their
+    versions are known to hold without walking their windows.
 
     Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
     about two snapshots' worth of derived values. Reusable across any sequence of snapshots:
