@@ -507,6 +507,10 @@ class Controller:
         #: Per replica object (by identity), as scheduling read it: swapped like the others.
         self._core_replicas: dict[int, _ReadReplica] = {}
         self._core_replicas_used: dict[int, _ReadReplica] = {}
+        #: Per cluster name: (converted cluster, report time, the cluster as reported).
+        self._reported_clusters: dict[
+            str, tuple[Cluster, tuple[bool, datetime | None], Cluster]
+        ] = {}
         #: Per cluster, the Trust and refresh flag its status inputs were last built from.
         self._cluster_inputs: dict[str, tuple[Trust, bool, tuple[object, ...]]] = {}
         #: Per cluster, its Trust and its replicas' reports (`_replica_reports`).
@@ -954,7 +958,7 @@ class Controller:
                 continue
             if isinstance(cluster, InferenceCluster):
                 converted = self._core_cluster(cluster, typed_classes, sched_config)
-                core_clusters.append(_reported(converted, trusts.get(converted.name)))
+                core_clusters.append(self._reported(converted, trusts.get(converted.name)))
         core_replicas: list[Replica] = []
         by_name: dict[tuple[str, str], ReadObj] = {}
         memo, used = self._core_replicas, self._core_replicas_used
@@ -1094,6 +1098,17 @@ class Controller:
         core = cluster_from_manifest(cluster, classes, config)
         self._core_clusters_used[cluster.metadata.name] = (cluster, deps, core)
         return core
+
+    def _reported(self, cluster: Cluster, trust: Trust | None) -> Cluster:
+        """`_reported`, the same object while the converted cluster and its report time
+        are: the core's memo keys what it derives from a cluster by the object."""
+        at = (True, trust.observed_at) if trust is not None and trust.accepted else (False, None)
+        hit = self._reported_clusters.get(cluster.name)
+        if hit is not None and hit[0] is cluster and hit[1] == at:
+            return hit[2]
+        reported = _reported(cluster, trust)
+        self._reported_clusters[cluster.name] = (cluster, at, reported)
+        return reported
 
     @staticmethod
     def _key(obj: ReadObj) -> tuple[str, str]:
