@@ -169,6 +169,7 @@ def _with_status(obj: ReadObj, desired: Mapping[str, Any], owned: Sequence[str])
 
 
 _T = TypeVar("_T")
+_E = TypeVar("_E")
 
 
 def _check_deployment(obj: ReadObj) -> Deployment | list[FieldError]:
@@ -299,11 +300,17 @@ class ParseCache:
     not a validation. An entry holds its object, so the identity cannot be reused while it is
     cached; entries no step used are dropped when the next step ends. Failures are cached too
     and raised again.
+
+    The object a write returns is a copy of the stored one, which the next step's view hands
+    out: an object at the same resourceVersion as the last one of its name, and equal to it,
+    gets that one's result too (`same_content`), rather than being validated twice.
     """
 
     def __init__(self) -> None:
         self._entries: dict[tuple[str, int], tuple[ReadObj, object, bool]] = {}
         self._used: dict[tuple[str, int], tuple[ReadObj, object, bool]] = {}
+        self._named: dict[tuple[str, str, str], tuple[ReadObj, object, bool]] = {}
+        self._named_used: dict[tuple[str, str, str], tuple[ReadObj, object, bool]] = {}
         #: How many objects were computed afresh (for tests and metrics).
         self.misses = 0
 
@@ -311,11 +318,16 @@ class ParseCache:
         key = (what, id(obj))
         hit = self._used.get(key) or self._entries.get(key)
         if hit is None or hit[0] is not obj:
-            self.misses += 1
-            try:
-                hit = (obj, compute(obj), False)
-            except (ValidationFailed, ValueError, CelCompileError) as e:
-                hit = (obj, e, True)
+            meta = obj.get("metadata") or {}
+            name = (what, str(meta.get("namespace") or ""), str(meta.get("name")))
+            hit = same_content(obj, self._named_used.get(name) or self._named.get(name))
+            if hit is None:
+                self.misses += 1
+                try:
+                    hit = (obj, compute(obj), False)
+                except (ValidationFailed, ValueError, CelCompileError) as e:
+                    hit = (obj, e, True)
+            self._named_used[name] = hit
         self._used[key] = hit
         if hit[2]:
             raise cast(Exception, hit[1])
@@ -323,11 +335,33 @@ class ParseCache:
 
     def end_step(self) -> None:
         self._entries, self._used = self._used, {}
+        self._named, self._named_used = self._named_used, {}
 
     def keep_step(self) -> None:
         """End a step that read only part of what a full one reads: keep every entry."""
         self._entries.update(self._used)
         self._used = {}
+        self._named.update(self._named_used)
+        self._named_used = {}
+
+
+def same_content(
+    obj: ReadObj, last: tuple[ReadObj, _E, bool] | None
+) -> tuple[ReadObj, _E, bool] | None:
+    """`last` for `obj` when its object is the same version with the same content as `obj`
+    (`_is_same_version`), else None."""
+    if last is None or not _is_same_version(obj, last[0]):
+        return None
+    return (obj, last[1], last[2])
+
+
+def _is_same_version(obj: ReadObj, other: ReadObj) -> bool:
+    """The same resourceVersion and equal content (compared, so that a copy changed since,
+    as a step's own belief after a failed write is, cannot pass for the stored version)."""
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    if version is None or (other.get("metadata") or {}).get("resourceVersion") != version:
+        return False
+    return other == obj
 
 
 class SettledCache:
@@ -507,6 +541,9 @@ class Controller:
         #: Per replica object (by identity), as scheduling read it: swapped like the others.
         self._core_replicas: dict[int, _ReadReplica] = {}
         self._core_replicas_used: dict[int, _ReadReplica] = {}
+        #: The same by (namespace, name), for a version seen before as another object.
+        self._named_replicas: dict[tuple[str, str], _ReadReplica] = {}
+        self._named_replicas_used: dict[tuple[str, str], _ReadReplica] = {}
         #: Per cluster name: (converted cluster, report time, the cluster as reported).
         self._reported_clusters: dict[
             str, tuple[Cluster, tuple[bool, datetime | None], Cluster]
@@ -569,6 +606,7 @@ class Controller:
         self._applied, self._applied_used = self._applied_used, {}
         self._published, self._published_used = self._published_used, {}
         self._core_replicas, self._core_replicas_used = self._core_replicas_used, {}
+        self._named_replicas, self._named_replicas_used = self._named_replicas_used, {}
         return result
 
     # --- quiet steps ----------------------------------------------------------------------
@@ -962,10 +1000,19 @@ class Controller:
         core_replicas: list[Replica] = []
         by_name: dict[tuple[str, str], ReadObj] = {}
         memo, used = self._core_replicas, self._core_replicas_used
+        named, named_used = self._named_replicas, self._named_replicas_used
         for obj in replicas:
             hit = memo.get(id(obj))
             if hit is None or hit[0] is not obj:
-                hit = (obj, *_read_replica(obj))
+                meta = obj["metadata"]
+                at = (meta.get("namespace") or "", meta["name"])
+                # The copy a status write returned, seen again as stored (`same_content`).
+                last = named_used.get(at) or named.get(at)
+                if last is not None and _is_same_version(obj, last[0]):
+                    hit = (obj, *last[1:])
+                else:
+                    hit = (obj, *_read_replica(obj))
+                named_used[at] = hit
             used[id(obj)] = hit
             _, core, error, key = hit
             by_name[key] = obj
