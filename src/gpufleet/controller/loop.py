@@ -212,9 +212,15 @@ def _read_replica(obj: ReadObj) -> tuple[Replica | None, str, tuple[str, str]]:
 _REPLICA_REPORT_KEYS: Final = ("observedGeneration", "podsScheduled", "pools")
 
 
+#: A replica status found in place (`Controller._publish_replicas`): the replica object, its
+#: (cluster, namespace, name), the report body it was computed from, and whether one of its
+#: reports was rejected.
+_Published = tuple[ReadObj, tuple[str, str, str], object, bool]
+
 #: A replica's reports among its cluster's judged ones: the accepted ReplicaObservation (the
 #: first, in the cluster's report order; None when none) and whether one was rejected.
 _ReplicaReports = tuple[AgentReport | None, bool]
+_NO_REPORTS: Final[_ReplicaReports] = (None, False)
 
 
 def _cluster_replica_reports(
@@ -554,10 +560,11 @@ class Controller:
         self._cluster_reports: dict[
             str, tuple[Trust, dict[tuple[str, str, str], _ReplicaReports]]
         ] = {}
-        #: Replica statuses found in place, by (cluster, namespace, name): (replica, the
-        #: report body it was computed from, whether a report was rejected).
-        self._published: dict[tuple[str, str, str], tuple[ReadObj, object, bool]] = {}
-        self._published_used: dict[tuple[str, str, str], tuple[ReadObj, object, bool]] = {}
+        #: Replica statuses found in place, by the replica object's identity (an entry holds
+        #: its object): (replica, its (cluster, namespace, name), the report body it was
+        #: computed from, whether a report was rejected); swapped like the others.
+        self._published: dict[int, _Published] = {}
+        self._published_used: dict[int, _Published] = {}
         #: The last full step, when it left nothing to do (`_is_quiet`).
         self._quiet: _Quiet | None = None
         #: Cluster status writes of this step that only moved observation times.
@@ -588,11 +595,7 @@ class Controller:
         if self._is_quiet(view, trusts, now, result):
             return self._quiet_result(view, result)
         reports = self._replica_reports(trusts)
-        replicas = [
-            self._publish_replica(r, reports, now, result)
-            for r in view.replicas
-            if not _is_deleting(r)
-        ]
+        replicas = self._publish_replicas(view.replicas, reports, now, result)
         if is_complete:
             self._schedule(classes, clusters, trusts, view.deployments, replicas, now, result)
         else:
@@ -934,6 +937,35 @@ class Controller:
             self._refreshes += 1  # only the observation times moved (see `_is_quiet`)
         return written
 
+    def _publish_replicas(
+        self,
+        replicas: Sequence[ReadObj],
+        reports: Mapping[tuple[str, str, str], _ReplicaReports],
+        now: datetime,
+        result: StepResult,
+    ) -> list[ReadObj]:
+        """Publish the status of every replica not being deleted (`_publish_replica`); returns
+        them as they read afterwards, in order.
+
+        A replica that is the same object as when its status was last found in place, and
+        meets the same report object, is that object again: what `replica_status` reads is
+        the same (SettledCache, without building its inputs or even its key for each of the
+        fleet's replicas). Being the same object, it is not being deleted either."""
+        published, used = self._published, self._published_used
+        out: list[ReadObj] = []
+        for replica in replicas:
+            hit = published.get(id(replica))
+            if hit is not None and hit[0] is replica:
+                report, is_rejected = reports.get(hit[1], _NO_REPORTS)
+                body = report.body if report is not None else None
+                if body is hit[2] and is_rejected is hit[3]:
+                    used[id(replica)] = hit
+                    out.append(replica)
+                    continue
+            if not _is_deleting(replica):
+                out.append(self._publish_replica(replica, reports, now, result))
+        return out
+
     def _publish_replica(
         self,
         replica: ReadObj,
@@ -944,15 +976,8 @@ class Controller:
         meta = replica["metadata"]
         cluster = (replica.get("spec") or {}).get("clusterName", "")
         key = (cluster, meta.get("namespace") or "", meta["name"])
-        report, is_rejected = reports.get(key, (None, False))
+        report, is_rejected = reports.get(key, _NO_REPORTS)
         body = report.body if report is not None else None
-        hit = self._published.get(key)
-        if hit is not None and hit[0] is replica and hit[1] is body and hit[2] is is_rejected:
-            # The same replica and report object as when its status was last found in
-            # place: what `replica_status` reads is the same (SettledCache, without
-            # building its inputs for each of the fleet's replicas).
-            self._published_used[key] = hit
-            return replica
 
         def desire(current: ReadObj) -> Obj:
             return replica_status(current, report, is_rejected, now)
@@ -965,7 +990,7 @@ class Controller:
             MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result, inputs=inputs
         )
         if written is replica:
-            self._published_used[key] = (replica, body, is_rejected)
+            self._published_used[id(replica)] = (replica, key, body, is_rejected)
         return written
 
     # --- scheduling -----------------------------------------------------------------------
