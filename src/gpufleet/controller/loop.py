@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -221,6 +222,33 @@ _Published = tuple[ReadObj, tuple[str, str, str], object, bool]
 #: first, in the cluster's report order; None when none) and whether one was rejected.
 _ReplicaReports = tuple[AgentReport | None, bool]
 _NO_REPORTS: Final[_ReplicaReports] = (None, False)
+
+
+#: An observation object as `_judge` read it: the object, the cluster it is about (None: not
+#: an observation namespace), its report (None when it has an error), and its error ("").
+_JudgedObservation = tuple[ReadObj, str | None, AgentReport | None, str]
+
+
+@dataclass(slots=True)
+class _Run:
+    """Consecutive observations of a listing, `[lo, hi)`, about the same cluster: their
+    reports and errors in listing order. Not changed once `_judge_objects` has made it."""
+
+    lo: int
+    hi: int
+    cluster: str | None
+    reports: list[AgentReport]
+    errors: list[str]
+
+
+@dataclass(slots=True)
+class _Judged:
+    """A listing of observations as a step judged it: the objects, each one's judgement, and
+    the runs that cover it in order."""
+
+    objs: tuple[ReadObj, ...]
+    hits: list[_JudgedObservation]
+    runs: list[_Run]
 
 
 def _cluster_replica_reports(
@@ -538,10 +566,9 @@ class Controller:
         #: its retained replicas as read), for `_apply_once`; swapped like the others.
         self._applied: dict[tuple[str, str], _Applied] = {}
         self._applied_used: dict[tuple[str, str], _Applied] = {}
-        #: Per observation object (by identity): (object, its cluster, report, error), the
-        #: entries used in a step replacing the others when it ends (`ParseCache`'s rule).
-        self._judged: dict[int, tuple[ReadObj, str | None, AgentReport | None, str]] = {}
-        self._judged_used: dict[int, tuple[ReadObj, str | None, AgentReport | None, str]] = {}
+        #: The last step's listings of observations as judged (0: PoolObservations,
+        #: 1: ReplicaObservations), for `_judge_listing`.
+        self._listings: dict[int, _Judged] = {}
         #: Per cluster, the reports it was last judged on, its known epoch and the Trust.
         self._trusts: dict[str, tuple[list[AgentReport], int | None, Trust]] = {}
         #: Per replica object (by identity), as scheduling read it: swapped like the others.
@@ -770,23 +797,17 @@ class Controller:
     def _judge(self, view: _View, now: datetime, result: StepResult) -> dict[str, Trust]:
         names = {c["metadata"]["name"] for c in view.clusters}
         reports: dict[str, list[AgentReport]] = {n: [] for n in names}
-        observations = (*view.pool_observations, *view.replica_observations)
-        judged = self._judged
-        for obj in observations:
-            hit = judged.get(id(obj))
-            if hit is None or hit[0] is not obj:
-                hit = (obj, *self._read_report(obj))
-                judged[id(obj)] = hit
-            self._judged_used[id(obj)] = hit
-            _, cluster, report, error = hit
-            if cluster is None or cluster not in names:
+        pool_runs = self._judge_listing(0, view.pool_observations)
+        replica_runs = self._judge_listing(1, view.replica_observations)
+        # The runs in listing order: each run's errors, and its reports, in their order.
+        for run in (*pool_runs, *replica_runs):
+            if run.cluster is None or run.cluster not in names:
                 continue
-            if error:
+            for error in run.errors:
                 self._error(result, error)
-            elif report is not None:
-                reports[cluster].append(report)
+            reports[run.cluster].extend(run.reports)
+        observations = (*view.pool_observations, *view.replica_observations)
         self._keep_reports(observations)
-        self._judged, self._judged_used = self._judged_used, {}
         trusts: dict[str, Trust] = {}
         alive: set[tuple[str, ...]] = set()
         by_name = {c["metadata"]["name"]: c for c in view.clusters}
@@ -813,6 +834,61 @@ class Controller:
         self.recorder.forget_missing("stale", alive)
         return trusts
 
+    def _judge_listing(self, index: int, listed: Sequence[ReadObj]) -> list[_Run]:
+        """The runs of a listing of observations (`_Judged`), with each observation's cluster,
+        report and error (`_read_report`), found again only for the runs whose objects are not
+        the same objects as in the last step's listing: an unchanged observation is the same
+        object (a view's is), and a run's reports and errors are those of its objects."""
+        objs = tuple(listed)
+        last = self._listings.get(index)
+        hits: list[_JudgedObservation] = []
+        runs: list[_Run] = []
+        if last is not None and len(last.objs) == len(objs):
+            by_id: dict[int, _JudgedObservation] | None = None
+            for run in last.runs:
+                lo, hi = run.lo, run.hi
+                if all(map(operator.is_, objs[lo:hi], last.objs[lo:hi])):
+                    hits.extend(last.hits[lo:hi])
+                    runs.append(run)
+                    continue
+                if by_id is None:
+                    by_id = {id(h[0]): h for h in last.hits}
+                self._judge_objects(objs, lo, hi, by_id, hits, runs)
+        else:
+            by_id = {id(h[0]): h for h in last.hits} if last is not None else {}
+            self._judge_objects(objs, 0, len(objs), by_id, hits, runs)
+        self._listings[index] = _Judged(objs, hits, runs)
+        return runs
+
+    def _judge_objects(
+        self,
+        objs: Sequence[ReadObj],
+        lo: int,
+        hi: int,
+        last: Mapping[int, _JudgedObservation],
+        hits: list[_JudgedObservation],
+        runs: list[_Run],
+    ) -> None:
+        """Judge `objs[lo:hi]`, each taken from `last` (by identity) when there, appending to
+        `hits` and making new runs of them (never extending a run made before `lo`)."""
+        run: _Run | None = None
+        for j in range(lo, hi):
+            obj = objs[j]
+            hit = last.get(id(obj))
+            if hit is None or hit[0] is not obj:
+                hit = (obj, *self._read_report(obj))
+            hits.append(hit)
+            _, cluster, report, error = hit
+            if run is None or run.cluster != cluster:
+                run = _Run(j, j + 1, cluster, [], [])
+                runs.append(run)
+            else:
+                run.hi = j + 1
+            if error:
+                run.errors.append(error)
+            elif report is not None:
+                run.reports.append(report)
+
     def _read_report(self, obj: ReadObj) -> tuple[str | None, AgentReport | None, str]:
         """The cluster an observation object is about (None: not an observation namespace),
         its report, and the error that keeps it from being read ("" when none)."""
@@ -836,7 +912,7 @@ class Controller:
             last is not None
             and last[1] == known
             and len(last[0]) == len(reports)
-            and all(a is b for a, b in zip(last[0], reports, strict=True))
+            and all(map(operator.is_, last[0], reports))
         ):
             return last[2]
         trust = judge(reports, known)
