@@ -19,6 +19,7 @@ change.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -117,7 +118,7 @@ class Trust:
     newest: AgentReport | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        newest = max(self.accepted, key=lambda r: (r.observed_at, r.kind, r.name), default=None)
+        newest = max(self.accepted, key=_NEWEST, default=None)
         object.__setattr__(self, "newest", newest)
 
     @property
@@ -130,15 +131,23 @@ class Trust:
         return self.newest.observed_at if self.newest is not None else None
 
 
+#: The sort keys of reports (attrgetters: a cluster is judged again on every heartbeat).
+_NEWEST: Final = operator.attrgetter("observed_at", "kind", "name")
+_ORDER: Final = operator.attrgetter("kind", "name")
+_EPOCH: Final = operator.attrgetter("lease_epoch")
+
+
 def judge(reports: Iterable[AgentReport], known_epoch: int | None) -> Trust:
     """Accept the reports of the highest epoch seen (or remembered); reject older ones."""
-    reports = sorted(reports, key=lambda r: (r.kind, r.name))
-    epochs = [r.lease_epoch for r in reports]
+    reports = sorted(reports, key=_ORDER)
+    epochs = list(map(_EPOCH, reports))
     if known_epoch is not None:
         epochs.append(known_epoch)
     epoch = max(epochs, default=None)
     if epoch is None:
         return Trust(None, (), ())
+    if min(epochs) >= epoch:  # all of one epoch, as between lease changes
+        return Trust(epoch, tuple(reports), ())
     return Trust(
         epoch,
         tuple(r for r in reports if r.lease_epoch >= epoch),
