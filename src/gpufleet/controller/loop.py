@@ -23,6 +23,7 @@ cannot be read: a partial view could delete replicas or double-book devices.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import logging
@@ -229,10 +230,16 @@ _NO_REPORTS: Final[_ReplicaReports] = (None, False)
 _JudgedObservation = tuple[ReadObj, str | None, AgentReport | None, str]
 
 
+#: The most observations a run holds: a run with one changed observation is judged again
+#: whole, so a cluster's ReplicaObservations are split into runs of this many.
+_RUN_LENGTH: Final = 16
+
+
 @dataclass(slots=True)
 class _Run:
-    """Consecutive observations of a listing, `[lo, hi)`, about the same cluster: their
-    reports and errors in listing order. Not changed once `_judge_objects` has made it."""
+    """Consecutive observations of a listing, `[lo, hi)`, about the same cluster (at most
+    `_RUN_LENGTH`): their reports and errors in listing order. Not changed once
+    `_judge_objects` has made it."""
 
     lo: int
     hi: int
@@ -271,6 +278,26 @@ def _cluster_replica_reports(
         elif found[0] is None:
             out[key] = (r, found[1])
     return out
+
+
+#: A cluster's replicas' reports as `_replica_reports` last found them: the Trust, its
+#: accepted and rejected ReplicaObservation reports (`_replica_part`), and the index.
+_ClusterReports = tuple[
+    Trust,
+    tuple[AgentReport, ...],
+    tuple[AgentReport, ...],
+    dict[tuple[str, str, str], _ReplicaReports],
+]
+
+
+def _replica_part(reports: tuple[AgentReport, ...]) -> tuple[AgentReport, ...]:
+    """The ReplicaObservation reports of a Trust's `accepted` or `rejected`, in order: those
+    are sorted by (kind, name) (`judge`), and a report is of one of the two observation
+    kinds (`parse_report`), so they are its end, from the first not a PoolObservation."""
+    return reports[bisect.bisect_left(reports, "ReplicaObservation", key=_KIND) :]
+
+
+_KIND: Final = operator.attrgetter("kind")
 
 
 def _replica_key(cluster: str, report: AgentReport) -> tuple[str, str, str] | None:
@@ -480,9 +507,9 @@ def _observation_key(obj: ReadObj) -> tuple[str, str, str]:
     return (str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
 
 
-def _is_same_list(a: Sequence[ReadObj], b: Sequence[ReadObj]) -> bool:
+def _is_same_list(a: Sequence[object], b: Sequence[object]) -> bool:
     """The same objects in the same order (by identity: a view's unchanged objects are)."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+    return len(a) == len(b) and all(map(operator.is_, a, b))
 
 
 def _is_same_or_written(
@@ -583,10 +610,8 @@ class Controller:
         ] = {}
         #: Per cluster, the Trust and refresh flag its status inputs were last built from.
         self._cluster_inputs: dict[str, tuple[Trust, bool, tuple[object, ...]]] = {}
-        #: Per cluster, its Trust and its replicas' reports (`_replica_reports`).
-        self._cluster_reports: dict[
-            str, tuple[Trust, dict[tuple[str, str, str], _ReplicaReports]]
-        ] = {}
+        #: Per cluster, its replicas' reports (`_replica_reports`).
+        self._cluster_reports: dict[str, _ClusterReports] = {}
         #: Replica statuses found in place, by the replica object's identity (an entry holds
         #: its object): (replica, its (cluster, namespace, name), the report body it was
         #: computed from, whether a report was rejected); swapped like the others.
@@ -879,7 +904,7 @@ class Controller:
                 hit = (obj, *self._read_report(obj))
             hits.append(hit)
             _, cluster, report, error = hit
-            if run is None or run.cluster != cluster:
+            if run is None or run.cluster != cluster or j - run.lo >= _RUN_LENGTH:
                 run = _Run(j, j + 1, cluster, [], [])
                 runs.append(run)
             else:
@@ -923,15 +948,22 @@ class Controller:
         self, trusts: Mapping[str, Trust]
     ) -> dict[tuple[str, str, str], _ReplicaReports]:
         """Every replica's reports (`_cluster_replica_reports`), computed again only for the
-        clusters whose Trust changed (`_judge_cluster` keeps it while its reports do)."""
+        clusters whose judged ReplicaObservation reports changed: a PoolObservation's
+        heartbeat makes a new Trust (`_judge_cluster`) but reads no replica's report."""
         out: dict[tuple[str, str, str], _ReplicaReports] = {}
-        kept: dict[str, tuple[Trust, dict[tuple[str, str, str], _ReplicaReports]]] = {}
+        kept: dict[str, _ClusterReports] = {}
         for cluster, trust in trusts.items():
             hit = self._cluster_reports.get(cluster)
             if hit is None or hit[0] is not trust:
-                hit = (trust, _cluster_replica_reports(cluster, trust))
+                accepted, rejected = _replica_part(trust.accepted), _replica_part(trust.rejected)
+                if hit is None or not (
+                    _is_same_list(hit[1], accepted) and _is_same_list(hit[2], rejected)
+                ):
+                    hit = (trust, accepted, rejected, _cluster_replica_reports(cluster, trust))
+                else:
+                    hit = (trust, accepted, rejected, hit[3])
             kept[cluster] = hit
-            out.update(hit[1])
+            out.update(hit[3])
         self._cluster_reports = kept
         return out
 
