@@ -202,6 +202,28 @@ def _core_replica(obj: ReadObj) -> Replica | None:
 _ReadReplica = tuple[ReadObj, Replica | None, str, tuple[str, str]]
 
 
+@dataclass(slots=True)
+class _ReplicaBlock:
+    """Consecutive replicas of a listing, `[lo, hi)`, as scheduling reads them: their core
+    Replicas, ((namespace, name), object) pairs and errors, in listing order. Not changed
+    once `Controller._read_block` has made it."""
+
+    lo: int
+    hi: int
+    cores: list[Replica]
+    named: list[tuple[tuple[str, str], ReadObj]]
+    errors: list[str]
+
+
+@dataclass(slots=True)
+class _ReplicaListing:
+    """A listing of replicas as a step read it: the objects, each one as read, the blocks."""
+
+    objs: tuple[ReadObj, ...]
+    hits: list[_ReadReplica]
+    blocks: list[_ReplicaBlock]
+
+
 def _read_replica(obj: ReadObj) -> tuple[Replica | None, str, tuple[str, str]]:
     key = (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
     try:
@@ -230,8 +252,9 @@ _NO_REPORTS: Final[_ReplicaReports] = (None, False)
 _JudgedObservation = tuple[ReadObj, str | None, AgentReport | None, str]
 
 
-#: The most observations a run holds: a run with one changed observation is judged again
-#: whole, so a cluster's ReplicaObservations are split into runs of this many.
+#: The most observations a run holds (`_Run`), and replicas a block (`_ReplicaBlock`): a run
+#: with one changed object is read again whole, so a cluster's ReplicaObservations, or the
+#: fleet's replicas, are split into runs of this many.
 _RUN_LENGTH: Final = 16
 
 
@@ -336,9 +359,11 @@ def _strict_time(value: object) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-#: A decision applied with nothing to write: the deployment, the decision, and the objects
-#: of its retained replicas as read (None: not found).
-_Applied = tuple[ReadObj, DeploymentDecision, tuple[ReadObj | None, ...]]
+#: A decision applied with nothing to write: the deployment, the decision, the objects of
+#: its retained replicas as read (None: not found), and their (namespace, name).
+_Applied = tuple[
+    ReadObj, DeploymentDecision, tuple[ReadObj | None, ...], tuple[tuple[str, str], ...]
+]
 
 #: A checked deployment: its spec (the object), what else the check read, the result, and
 #: the whole object it was last found in (the same object: nothing to compare).
@@ -598,9 +623,8 @@ class Controller:
         self._listings: dict[int, _Judged] = {}
         #: Per cluster, the reports it was last judged on, its known epoch and the Trust.
         self._trusts: dict[str, tuple[list[AgentReport], int | None, Trust]] = {}
-        #: Per replica object (by identity), as scheduling read it: swapped like the others.
-        self._core_replicas: dict[int, _ReadReplica] = {}
-        self._core_replicas_used: dict[int, _ReadReplica] = {}
+        #: The last listing of replicas as scheduling read it (`_read_replicas`).
+        self._replica_listing: _ReplicaListing | None = None
         #: The same by (namespace, name), for a version seen before as another object.
         self._named_replicas: dict[tuple[str, str], _ReadReplica] = {}
         self._named_replicas_used: dict[tuple[str, str], _ReadReplica] = {}
@@ -660,7 +684,6 @@ class Controller:
         self._deployments, self._deployments_used = self._deployments_used, {}
         self._applied, self._applied_used = self._applied_used, {}
         self._published, self._published_used = self._published_used, {}
-        self._core_replicas, self._core_replicas_used = self._core_replicas_used, {}
         self._named_replicas, self._named_replicas_used = self._named_replicas_used, {}
         return result
 
@@ -1132,27 +1155,10 @@ class Controller:
                 core_clusters.append(self._reported(converted, trusts.get(converted.name)))
         core_replicas: list[Replica] = []
         by_name: dict[tuple[str, str], ReadObj] = {}
-        memo, used = self._core_replicas, self._core_replicas_used
-        named, named_used = self._named_replicas, self._named_replicas_used
-        for obj in replicas:
-            hit = memo.get(id(obj))
-            if hit is None or hit[0] is not obj:
-                meta = obj["metadata"]
-                at = (meta.get("namespace") or "", meta["name"])
-                # The copy a status write returned, seen again as stored (`same_content`).
-                last = named_used.get(at) or named.get(at)
-                if last is not None and _is_same_version(obj, last[0]):
-                    hit = (obj, *last[1:])
-                else:
-                    hit = (obj, *_read_replica(obj))
-                named_used[at] = hit
-            used[id(obj)] = hit
-            _, core, error, key = hit
-            by_name[key] = obj
-            if error:
-                unreadable.append(error)
-            elif core is not None:
-                core_replicas.append(core)
+        for block in self._read_replicas(replicas):
+            core_replicas.extend(block.cores)
+            by_name.update(block.named)
+            unreadable.extend(block.errors)
         if unreadable:
             for line in unreadable:
                 self._error(result, f"scheduling skipped: cannot read {line}")
@@ -1196,6 +1202,67 @@ class Controller:
                 alive.add(("refusal", decided.key.namespace, decided.key.name))
         self.recorder.forget_missing("refusal", alive)
 
+    def _read_replicas(self, replicas: Sequence[ReadObj]) -> list[_ReplicaBlock]:
+        """The replicas as scheduling reads them (`_read_replica`), in blocks of consecutive
+        ones, read again only for the blocks whose objects are not the same objects as in
+        the last listing read: a block's result is a function of its objects alone."""
+        objs = tuple(replicas)
+        last = self._replica_listing
+        hits: list[_ReadReplica] = []
+        blocks: list[_ReplicaBlock] = []
+        if last is not None and len(last.objs) == len(objs):
+            by_id: dict[int, _ReadReplica] | None = None
+            for block in last.blocks:
+                lo, hi = block.lo, block.hi
+                if all(map(operator.is_, objs[lo:hi], last.objs[lo:hi])):
+                    hits.extend(last.hits[lo:hi])
+                    blocks.append(block)
+                    continue
+                if by_id is None:
+                    by_id = {id(h[0]): h for h in last.hits}
+                blocks.append(self._read_block(objs, lo, hi, by_id, hits))
+        else:
+            by_id = {id(h[0]): h for h in last.hits} if last is not None else {}
+            for lo in range(0, len(objs), _RUN_LENGTH):
+                hi = min(lo + _RUN_LENGTH, len(objs))
+                blocks.append(self._read_block(objs, lo, hi, by_id, hits))
+        self._replica_listing = _ReplicaListing(objs, hits, blocks)
+        return blocks
+
+    def _read_block(
+        self,
+        objs: Sequence[ReadObj],
+        lo: int,
+        hi: int,
+        last: Mapping[int, _ReadReplica],
+        hits: list[_ReadReplica],
+    ) -> _ReplicaBlock:
+        """Read `objs[lo:hi]`, each taken from `last` (by identity) when there, or from the
+        last version of its name when that is the same version (`_is_same_version`: the
+        copy a status write returned, seen again as stored); appends to `hits`."""
+        named, named_used = self._named_replicas, self._named_replicas_used
+        block = _ReplicaBlock(lo, hi, [], [], [])
+        for j in range(lo, hi):
+            obj = objs[j]
+            hit = last.get(id(obj))
+            if hit is None or hit[0] is not obj:
+                meta = obj["metadata"]
+                at = (meta.get("namespace") or "", meta["name"])
+                seen = named_used.get(at) or named.get(at)
+                if seen is not None and _is_same_version(obj, seen[0]):
+                    hit = (obj, *seen[1:])
+                else:
+                    hit = (obj, *_read_replica(obj))
+                named_used[at] = hit
+            hits.append(hit)
+            _, core, error, key = hit
+            block.named.append((key, obj))
+            if error:
+                block.errors.append(error)
+            elif core is not None:
+                block.cores.append(core)
+        return block
+
     def _apply_once(
         self,
         key: tuple[str, str],
@@ -1209,20 +1276,21 @@ class Controller:
         hands out the same DeploymentDecision while nothing it read changed) to the same
         deployment and replica objects and that wrote nothing: `_apply` is a function of
         those, and of `now` only through the times of writes it then did not need."""
-        currents = tuple(replicas.get((key[0], p.name)) for p in decided.retained)
         hit = self._applied.get(key)
         if (
             hit is not None
             and hit[0] is deployment
             and hit[1] is decided
-            and len(hit[2]) == len(currents)
-            and all(a is b for a, b in zip(hit[2], currents, strict=True))
+            # The same decision retains the same replicas (hit[3]: their keys).
+            and all(map(operator.is_, map(replicas.get, hit[3]), hit[2]))
         ):
             self._applied_used[key] = hit
             if decided.shortfall > 0:  # the numbers `_apply` adds up, as it adds them
                 result.shortfall += decided.shortfall
                 result.refusals[decided.condition.reason] += 1
             return
+        names = tuple((key[0], p.name) for p in decided.retained)
+        currents = tuple(map(replicas.get, names))
         writes, errors = result.write_count, len(result.errors)
         self._apply(deployment, decided, replicas, now, result)
         if (
@@ -1231,7 +1299,7 @@ class Controller:
             and result.write_count == writes
             and len(result.errors) == errors
         ):
-            self._applied_used[key] = (deployment, decided, currents)
+            self._applied_used[key] = (deployment, decided, currents, names)
 
     def _checked_deployment(self, obj: ReadObj) -> Deployment | list[FieldError]:
         """`_check_deployment`, the same result while the spec is the same object and what
