@@ -67,8 +67,8 @@ from gpufleet.controller.status import (
     Freshness,
     Trust,
     cluster_inputs,
-    cluster_states,
     cluster_status,
+    cluster_times,
     freshness,
     is_pods_scheduled,
     is_refresh_due,
@@ -76,6 +76,7 @@ from gpufleet.controller.status import (
     known_epoch,
     parse_report,
     replica_status,
+    states_at,
     without_ages,
     without_times,
 )
@@ -632,6 +633,8 @@ class Controller:
         self._reported_clusters: dict[
             str, tuple[Cluster, tuple[bool, datetime | None], Cluster]
         ] = {}
+        #: Per cluster name: (cluster object, Trust, the times `cluster_times` found).
+        self._cluster_times: dict[str, tuple[ReadObj, Trust, tuple[datetime | None, ...]]] = {}
         #: Per cluster, the Trust and refresh flag its status inputs were last built from.
         self._cluster_inputs: dict[str, tuple[Trust, bool, tuple[object, ...]]] = {}
         #: Per cluster, its replicas' reports (`_replica_reports`).
@@ -1039,11 +1042,17 @@ class Controller:
         def desire(current: ReadObj) -> Obj:
             return cluster_status(current, classes, trust, now, self.config)
 
-        states = cluster_states(cluster, trust, now, self.config)
+        name = cluster["metadata"]["name"]
+        # The times judged are kept while the cluster and Trust are the same objects: only
+        # their states move with `now`.
+        times = self._cluster_times.get(name)
+        if times is None or times[0] is not cluster or times[1] is not trust:
+            times = (cluster, trust, cluster_times(cluster, trust))
+            self._cluster_times[name] = times
+        states = states_at(times[2], now, self.config)
         # A report that only moved the observation times is published at most every
         # status_refresh_s: the scheduler reads freshness from the reports (`_schedule`).
         is_due = is_refresh_due(cluster, now, self.config)
-        name = cluster["metadata"]["name"]
         known = self._cluster_inputs.get(name)
         if known is None or known[0] is not trust or known[1] is not is_due:
             # The same Trust (kept while its reports are the same objects) has the same
