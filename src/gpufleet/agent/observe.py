@@ -1458,7 +1458,9 @@ class ObserveCache:
       inventory, clock, and the time when it was used), the pods grouped per replica (all
       pods the same);
     - a pool whose nodes, inventory, taken devices and problems are as last call keeps its
-      observation, and so does a replica whose own read, pods and their claims' times are.
+      observation, and so does a replica whose own read, pods and their claims' times are;
+      only the replicas whose read or pods are not the same objects as last call, or whose
+      pods name a claim whose time is not, are looked at (`observed_replicas`).
 
     The result is the same with or without a cache: `observe` stays a pure function of its
     inputs. A cache must only ever be given objects that are never changed in place.
@@ -1484,6 +1486,7 @@ class ObserveCache:
         self._next_pools: dict[str, _PoolResult] = {}
         self._replica_results: dict[tuple[str, str], _ReplicaResult] = {}
         self._next_replicas: dict[tuple[str, str], _ReplicaResult] = {}
+        self._replicas_call: _ReplicasCall | None = None
         self._nodes: tuple[tuple[tuple[ObservedNode, ...], ...], tuple[ObservedNode, ...]]
         self._nodes = ((), ())
         #: How many times each stage ran (for tests).
@@ -1561,12 +1564,24 @@ class ObserveCache:
             pods, _ = _read_each(objects, "pod", found, self.pods, _read_pod, _first)
             self.pods.end_call()
             grouped: dict[tuple[str, str], list[_PodInfo]] = defaultdict(list)
+            #: (namespace, claim name) -> the replicas whose pods name it.
+            claimed_by: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
             for (ns, _), pod in pods.items():
                 replica = pod[1]
                 if replica is not None:
-                    grouped[(ns, replica)].append(pod)
-            # Tuples: a replica's pods are then the same tuple call after call (`observed_replica`).
-            held = (objects, {key: tuple(ps) for key, ps in grouped.items()}, found)
+                    key = (ns, replica)
+                    grouped[key].append(pod)
+                    for c in pod[5]:
+                        claimed_by[(ns, c)].add(key)
+            # Tuples, and last call's tuple when equal: a replica's pods are then the same
+            # tuple while they are the same pods (`observed_replicas` compares by identity).
+            before = held[1] if held is not None else {}
+            groups: dict[tuple[str, str], tuple[_PodInfo, ...]] = {}
+            for key, ps in grouped.items():
+                group = tuple(ps)
+                last = before.get(key)
+                groups[key] = last if last is not None and last == group else group
+            held = (objects, groups, found, claimed_by)
             if self._keeps:
                 self._pods_of = held
         problems.merge(held[2])
@@ -1607,6 +1622,80 @@ class ObserveCache:
                 )
         self._next_pools[pool] = last
         return last.pool, last.nodes
+
+    def observed_replicas(
+        self,
+        replicas: Mapping[tuple[str, str], _Replica],
+        pods_of: Mapping[tuple[str, str], tuple[_PodInfo, ...]],
+        claims: _ClaimsRead,
+        table: _NodeTable,
+    ) -> tuple[ObservedReplica, ...]:
+        """Every replica's observation, sorted by key (`replicas` is): what it was last call
+        for each replica nothing it reads has changed for, by identity, since last call.
+
+        A replica's observation reads its own read, its pods, the allocation times of the
+        claims they name and the node pools (`observed_replica`). Those that are the same
+        objects as last call give the same observation, so only the others are looked at:
+        a different read or pods tuple, or a claim whose time is not the same object.
+        """
+        keys = sorted(replicas)
+        last = self._replicas_call
+        node_pool = table.node_pool
+        if (
+            not self._keeps
+            or last is None
+            or not (last.node_pool is node_pool or last.node_pool == node_pool)
+        ):
+            dirty: set[tuple[str, str]] | None = None
+        else:
+            dirty = set()
+            if last.replicas is not replicas:
+                held = last.replicas
+                dirty.update(k for k in keys if held.get(k) is not replicas[k])
+            if last.pods_of is not pods_of:
+                held_pods = last.pods_of
+                dirty.update(
+                    k for k in keys if held_pods.get(k, _NO_PODS) is not pods_of.get(k, _NO_PODS)
+                )
+            if last.claims is not claims:
+                # Identity: a claim keeps the very time object while the clock holds it.
+                before, after = last.claims.allocated, claims.allocated
+                changed = [k for k, t in after.items() if before.get(k) is not t]
+                changed.extend(k for k in before if k not in after)
+                if changed:
+                    claimed_by = self._claimed_by()
+                    for claim_key in changed:
+                        dirty.update(claimed_by.get(claim_key, ()))
+        if dirty is not None and not dirty and last is not None and last.keys == keys:
+            observed = last.observed
+            self._next_replicas.update(self._replica_results)
+        else:
+            results = self._replica_results
+            out: list[ObservedReplica] = []
+            for key in keys:
+                if dirty is not None and key not in dirty:
+                    # Nothing it reads changed since it was last observed (a replica not
+                    # observed last call is new here: its read is not the one held).
+                    kept = results[key]
+                    self._next_replicas[key] = kept
+                    out.append(kept.replica)
+                else:
+                    out.append(
+                        self.observed_replica(
+                            replicas[key], pods_of.get(key, _NO_PODS), claims, table
+                        )
+                    )
+            observed = tuple(out)
+        if self._keeps:
+            self._replicas_call = _ReplicasCall(
+                replicas, pods_of, claims, node_pool, keys, observed
+            )
+        return observed
+
+    def _claimed_by(self) -> Mapping[tuple[str, str], set[tuple[str, str]]]:
+        """The replicas whose pods name each claim (of the pods last grouped)."""
+        held = self._pods_of
+        return held[3] if held is not None else {}
 
     def observed_replica(
         self, rep: _Replica, pods: Sequence[_PodInfo], claims: _ClaimsRead, table: _NodeTable
@@ -1659,8 +1748,14 @@ class ObserveCache:
         return nodes
 
 
-#: The pods (held), each replica's pods read from them, and the problems found reading them.
-_PodsCall = tuple[tuple[object, ...], Mapping[tuple[str, str], tuple[_PodInfo, ...]], _Problems]
+#: The pods (held), each replica's pods read from them, the problems found reading them, and
+#: the replicas whose pods name each (namespace, claim name).
+_PodsCall = tuple[
+    tuple[object, ...],
+    Mapping[tuple[str, str], tuple[_PodInfo, ...]],
+    _Problems,
+    Mapping[tuple[str, str], set[tuple[str, str]]],
+]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -1701,6 +1796,22 @@ class _ClaimsCall:
         if self.prev is prev or self.prev == prev:
             return not read.uses_now or now == self.now
         return False
+
+
+#: A replica without pods.
+_NO_PODS: Final[tuple[_PodInfo, ...]] = ()
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _ReplicasCall:
+    """One `observed_replicas` call: its inputs (held) and its result."""
+
+    replicas: Mapping[tuple[str, str], _Replica]
+    pods_of: Mapping[tuple[str, str], tuple[_PodInfo, ...]]
+    claims: _ClaimsRead
+    node_pool: Mapping[str, str]
+    keys: list[tuple[str, str]]
+    observed: tuple[ObservedReplica, ...]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -1894,10 +2005,7 @@ def _observe(
 
     # Pods, per replica.
     pods_of = cache.pods_of(objects.pods, problems)
-    observed_replicas = tuple(
-        cache.observed_replica(replicas[key], pods_of.get(key, ()), claims, table)
-        for key in sorted(replicas)
-    )
+    observed_replicas = cache.observed_replicas(replicas, pods_of, claims, table)
 
     result = ObservationResult(
         pools=tuple(observed_pools),
