@@ -906,7 +906,7 @@ CACHE_CASES = [
     CacheCase(
         "claim-deallocated",
         {"claims": [claim("c0", [("n0", "gpu-0")]), claim("c2", [], allocated=False)]},
-        {"claims": 1, "pools": 1, "replicas": 1},
+        {"claims_patched": 1, "pools": 1, "replicas": 1},
     ),
     CacheCase(
         "pod-deleted",
@@ -940,3 +940,52 @@ def test_a_changed_object_is_read_again_and_only_what_it_touches_is_redone(
     assert {k: v - runs.get(k, 0) for k, v in cache.runs.items() if v != runs.get(k, 0)} == (
         case.runs
     )
+
+
+def test_claims_that_come_and_go_patch_the_last_read_as_reading_them_all_would() -> None:
+    """Claims created, allocated, sharing a device, replaced and deleted, one or two at a
+    time, with the clock carried over and the time moving: the patched read (`claims_patched`)
+    is what a fresh observe says at every step."""
+    nodes = [node("n0", "a"), node("n1", "a"), node("n2", "b")]
+    slices = [rslice("n0"), rslice("n1"), rslice("n2")]
+    pods = [pod(f"p{i}", f"r{i % 2}", claims=[f"c{i}"]) for i in range(4)]
+    replicas = [replica("r0", member(pool="a")), replica("r1", member(pool="b"))]
+    c0 = claim("c0", [("n0", "gpu-0")])
+    c1 = claim("c1", [("n1", "gpu-0")])
+    c1_same_device = claim("c3", [("n1", "gpu-0")])
+    c2_pending = claim("c2", [], allocated=False)
+    c2 = claim("c2", [("n2", "gpu-0"), ("n2", "gpu-1")])
+    c4_uid_of_c0 = claim("c4", [("n0", "gpu-1")], uid=c0["metadata"]["uid"])
+    steps = [
+        [c0],
+        [c0, c1],
+        [c0, c1, c2_pending],
+        [c0, c1, c2],
+        [c0, c1, c2, c1_same_device],
+        [c0, c2, c1_same_device],
+        [c0, c2],
+        [c2],
+        [c2, c0, c1],
+        [],
+        [c1],
+        [c1, c0],
+        [c1, c0, c4_uid_of_c0],
+        [c1, c0],
+    ]
+    cache = ObserveCache()
+    # Also observed again with the same clock, later: what used `now` then is `now` again.
+    again = ObserveCache()
+    clock = AllocationClock()
+    for i, claims in enumerate(steps):
+        objects = objs(nodes=nodes, slices=slices, claims=claims, pods=pods, replicas=replicas)
+        now = T0 + timedelta(seconds=i)
+        want = observe(objects, clock, CONFIG, now)
+        assert observe(objects, clock, CONFIG, now, cache) == want, i
+        assert observe(objects, clock, CONFIG, now, again) == want, i
+        later = now + timedelta(milliseconds=500)
+        assert observe(objects, clock, CONFIG, later, again) == observe(
+            objects, clock, CONFIG, later
+        ), i
+        clock = want[1]
+    # Read in full: the first step, the claim sharing a uid and the step after it.
+    assert cache.runs["claims_patched"] == len(steps) - 3

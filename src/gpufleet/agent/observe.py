@@ -1457,6 +1457,10 @@ class ObserveCache:
       (all nodes the same), the DRA inventory (slices and node pools), the claims (claims,
       inventory, clock, and the time when it was used), the pods grouped per replica (all
       pods the same);
+    - when only a few claims came or went (a changed claim is one gone and one come) and
+      the last read was plain (no problem, every claim with its own uid and published
+      devices), that read is patched with them rather than every claim read again
+      (`_patched_claims`);
     - a pool whose nodes, inventory, taken devices and problems are as last call keeps its
       observation, and so does a replica whose own read, pods and their claims' times are;
       only the replicas whose read or pods are not the same objects as last call, or whose
@@ -1481,6 +1485,7 @@ class ObserveCache:
         self._inventory: tuple[tuple[object, ...], Mapping[str, str], _Inventory, _Problems]
         self._inventory = ((), {}, _Inventory(), _Problems())
         self._claims: _ClaimsCall | None = None
+        self._claims_aux: _ClaimsAux | None = None
         self._pods_of: _PodsCall | None = None
         self._pools: dict[str, _PoolResult] = {}
         self._next_pools: dict[str, _PoolResult] = {}
@@ -1544,13 +1549,162 @@ class ObserveCache:
         prev = clock.first_seen
         if self._claims is not None and self._claims.is_valid(objects, inv, node_pool, prev, now):
             return self._claims.read
+        if self._claims is not None:
+            patched = self._patched_claims(objects, inv, node_pool, prev, now)
+            if patched is not None:
+                self.runs["claims_patched"] += 1
+                return patched
         self.runs["claims"] += 1
         found = _Problems()
         claims, kept = _read_each(objects, "claim", found, self.claims, _read_claim, _first)
         self.claims.end_call()
         read = _read_claims(claims, kept, inv.working_copy(), node_pool, prev, now, found)
-        self._claims = _ClaimsCall(objects, inv, node_pool, prev, now, read)
+        if self._keeps:
+            self._claims = _ClaimsCall(objects, inv, node_pool, prev, now, read, claims, kept)
         return read
+
+    def _patched_claims(
+        self,
+        objects: tuple[object, ...],
+        inv: _Inventory,
+        node_pool: Mapping[str, str],
+        prev: Mapping[str, datetime],
+        now: datetime,
+    ) -> _ClaimsRead | None:
+        """What `_read_claims` gives, from last call's read and the few claims that came or
+        went since; None when that cannot be told this way (then it is read in full).
+
+        Only for the plain case: last call's read found no problem and every allocated claim
+        had a uid of its own and named only published devices, the inventory and node pools
+        are the same, the clock is the one that read returned, and so are the claims that
+        came. Then each claim that stayed has the time it had (the clock holds it), so the
+        read changes only by what the claims that came or went hold.
+        """
+        last = self._claims
+        assert last is not None
+        read = last.read
+        if not (
+            last.inventory is inv
+            and (last.node_pool is node_pool or last.node_pool == node_pool)
+            and (read.clock.first_seen is prev or read.clock.first_seen == prev)
+        ):
+            return None
+        aux = self._claims_aux
+        if aux is None or aux.read is not read:
+            aux = _ClaimsAux.of(last)
+            self._claims_aux = aux
+            if aux is None:
+                return None
+        by_id = dict(zip(map(id, objects), objects, strict=True))
+        if len(by_id) != len(objects):
+            return None
+        gone = aux.by_id.keys() - by_id.keys()
+        came = [by_id[i] for i in by_id.keys() - aux.by_id.keys()]
+        if len(gone) + len(came) > 8 + len(objects) // 8:
+            return None  # many changed: reading them all costs about the same
+        device_node = inv.device_node
+        claims = dict(last.claims)
+        kept = dict(last.kept)
+        gone_keys = [aux.key_of[i] for i in gone]
+        for key in gone_keys:
+            del claims[key], kept[key]
+        came_infos: list[tuple[RawObject, _ClaimInfo]] = []
+        # The uids of the allocated claims that stay (each claim has its own).
+        uids = set(read.clock.first_seen)
+        uids.difference_update(last.claims[key][2] for key in gone_keys)
+        for obj in came:
+            if not isinstance(obj, dict):
+                return None
+            info = _read_claim(obj)
+            key, is_allocated, uid, keys = info
+            if key in claims:
+                return None  # a duplicate
+            if is_allocated:
+                if uid is None or keys is None or not all(k in device_node for k in keys):
+                    return None
+                if uid in uids:
+                    return None  # two claims with one uid
+                uids.add(uid)
+            claims[key] = info
+            kept[key] = obj
+            came_infos.append((obj, info))
+        # Apply: the read's own mappings are copied (the last read stays as it was).
+        allocated = dict(read.allocated)
+        clock = dict(read.clock.first_seen)
+        taken = dict(read.taken)
+        node_last = dict(read.node_last)
+        touched: set[str] = set()
+
+        def count(holder: str, driver: str, by: int) -> None:
+            per_driver = dict(taken.get(holder, {}))
+            n = per_driver.get(driver, 0) + by
+            if n:
+                per_driver[driver] = n
+            else:
+                del per_driver[driver]
+            if per_driver:
+                taken[holder] = per_driver
+            else:
+                del taken[holder]
+
+        for key in gone_keys:
+            _, is_allocated, uid, keys = last.claims[key]
+            if not is_allocated:
+                continue
+            assert uid is not None and keys is not None
+            t = allocated.pop(key)
+            del clock[uid]
+            for dk in keys:
+                aux.device_claims[dk] -= 1
+                if not aux.device_claims[dk]:
+                    del aux.device_claims[dk]
+                    count(device_node[dk], dk[0], -1)
+                holder = device_node[dk]
+                aux.node_times[holder].remove(t)
+                touched.add(holder)
+        uses_now = False
+        for _, (key, is_allocated, uid, keys) in came_infos:
+            if not is_allocated:
+                continue
+            assert uid is not None and keys is not None
+            seen = prev.get(uid)
+            if seen is None:
+                seen, uses_now = now, True
+            allocated[key] = seen
+            clock[uid] = seen
+            for dk in keys:
+                n = aux.device_claims.get(dk, 0)
+                aux.device_claims[dk] = n + 1
+                if not n:
+                    count(device_node[dk], dk[0], 1)
+                holder = device_node[dk]
+                aux.node_times.setdefault(holder, []).append(seen)
+                touched.add(holder)
+        for holder in touched:
+            times = aux.node_times.get(holder)
+            if times:
+                node_last[holder] = max(times)
+            else:
+                node_last.pop(holder, None)
+                aux.node_times.pop(holder, None)
+        new_read = _ClaimsRead(
+            allocated,
+            AllocationClock(MappingProxyType(dict(sorted(clock.items())))),
+            taken,
+            node_last,
+            read.inventory,
+            _Problems(),
+            uses_now,
+            False,
+        )
+        for i in gone:
+            del aux.by_id[i], aux.key_of[i]
+        for obj, info in came_infos:
+            aux.by_id[id(obj)] = obj
+            aux.key_of[id(obj)] = info[0]
+        aux.read = new_read
+        self._claims = _ClaimsCall(objects, inv, node_pool, prev, now, new_read, claims, kept)
+        return new_read
 
     def pods_of(
         self, objects: tuple[object, ...], problems: _Problems
@@ -1768,6 +1922,9 @@ class _ClaimsCall:
     prev: Mapping[str, datetime]
     now: datetime
     read: _ClaimsRead
+    #: What was read of each claim, and the claim, by (namespace, name).
+    claims: Mapping[tuple[str, str], _ClaimInfo]
+    kept: Mapping[tuple[str, str], RawObject]
 
     def is_valid(
         self,
@@ -1812,6 +1969,48 @@ class _ReplicasCall:
     node_pool: Mapping[str, str]
     keys: list[tuple[str, str]]
     observed: tuple[ObservedReplica, ...]
+
+
+@dataclass(slots=True, eq=False)
+class _ClaimsAux:
+    """What patching a plain claims read needs besides the read (`_patched_claims`)."""
+
+    #: The read it goes with.
+    read: _ClaimsRead
+    #: Each claim (held), and its (namespace, name), by identity.
+    by_id: dict[int, RawObject]
+    key_of: dict[int, tuple[str, str]]
+    #: Published device -> how many allocated claims name it (taken once however many).
+    device_claims: dict[_DevKey, int]
+    #: Node -> the allocation time of each (claim, device) held on it.
+    node_times: dict[str, list[datetime]]
+
+    @staticmethod
+    def of(call: _ClaimsCall) -> _ClaimsAux | None:
+        """For a read of the plain case, else None (see `_patched_claims`)."""
+        read = call.read
+        if read.problems or read.has_uidless or len(call.kept) != len(call.objects):
+            return None
+        device_node = read.inventory.device_node
+        device_claims: dict[_DevKey, int] = defaultdict(int)
+        node_times: dict[str, list[datetime]] = defaultdict(list)
+        uids = 0
+        for key, t in read.allocated.items():
+            _, _, uid, keys = call.claims[key]
+            if uid is None or keys is None:
+                return None
+            uids += 1
+            for dk in keys:
+                holder = device_node.get(dk)
+                if holder is None:
+                    return None
+                device_claims[dk] += 1
+                node_times[holder].append(t)
+        if uids != len(read.clock):
+            return None  # two claims with one uid
+        by_id = {id(obj): obj for obj in call.kept.values()}
+        key_of = {id(obj): key for key, obj in call.kept.items()}
+        return _ClaimsAux(read, by_id, key_of, dict(device_claims), dict(node_times))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
