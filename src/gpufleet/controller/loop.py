@@ -217,6 +217,32 @@ class _ReplicaBlock:
 
 
 @dataclass(slots=True)
+class _PublishBlock:
+    """Consecutive replicas of a listing, `[lo, hi)`, as their statuses were published: whether
+    every one not being deleted was found in place, the keys those were published under and
+    the report entries found there (None: none; an entry is the same object while its
+    report is, `_cluster_replica_reports`), the replicas as they read afterwards, and their
+    `_published` entries by identity. Not changed once `Controller._publish_block` has made
+    it."""
+
+    lo: int
+    hi: int
+    is_settled: bool
+    keys: list[tuple[str, str, str]]
+    reports: list[_ReplicaReports | None]
+    out: list[ReadObj]
+    entries: list[tuple[int, _Published]]
+
+
+@dataclass(slots=True)
+class _PublishListing:
+    """A listing of replicas as a step published them: the objects and the blocks."""
+
+    objs: tuple[ReadObj, ...]
+    blocks: list[_PublishBlock]
+
+
+@dataclass(slots=True)
 class _ReplicaListing:
     """A listing of replicas as a step read it: the objects, each one as read, the blocks."""
 
@@ -283,10 +309,14 @@ class _Judged:
 
 
 def _cluster_replica_reports(
-    cluster: str, trust: Trust
+    cluster: str,
+    trust: Trust,
+    last: Mapping[tuple[str, str, str], _ReplicaReports] | None = None,
 ) -> dict[tuple[str, str, str], _ReplicaReports]:
     """Each of one cluster's replicas' reports by (cluster, namespace, name), found once
-    rather than by scanning every report for every replica."""
+    rather than by scanning every report for every replica. An entry of `last` (the
+    cluster's last index) that holds the same report and flag is kept as the same object,
+    so a replica whose report did not change finds it again by identity."""
     out: dict[tuple[str, str, str], _ReplicaReports] = {}
     for r in trust.rejected:
         key = _replica_key(cluster, r)
@@ -301,6 +331,11 @@ def _cluster_replica_reports(
             out[key] = (r, False)
         elif found[0] is None:
             out[key] = (r, found[1])
+    if last:
+        for key, entry in out.items():
+            kept = last.get(key)
+            if kept is not None and kept[0] is entry[0] and kept[1] is entry[1]:
+                out[key] = kept
     return out
 
 
@@ -644,6 +679,8 @@ class Controller:
         #: computed from, whether a report was rejected); swapped like the others.
         self._published: dict[int, _Published] = {}
         self._published_used: dict[int, _Published] = {}
+        #: The last listing of replicas as published (`_publish_replicas`).
+        self._publish_listing: _PublishListing | None = None
         #: The last full step, when it left nothing to do (`_is_quiet`).
         self._quiet: _Quiet | None = None
         #: Cluster status writes of this step that only moved observation times.
@@ -985,7 +1022,8 @@ class Controller:
                 if hit is None or not (
                     _is_same_list(hit[1], accepted) and _is_same_list(hit[2], rejected)
                 ):
-                    hit = (trust, accepted, rejected, _cluster_replica_reports(cluster, trust))
+                    index = _cluster_replica_reports(cluster, trust, hit[3] if hit else None)
+                    hit = (trust, accepted, rejected, index)
                 else:
                     hit = (trust, accepted, rejected, hit[3])
             kept[cluster] = hit
@@ -1090,21 +1128,73 @@ class Controller:
         A replica that is the same object as when its status was last found in place, and
         meets the same report object, is that object again: what `replica_status` reads is
         the same (SettledCache, without building its inputs or even its key for each of the
-        fleet's replicas). Being the same object, it is not being deleted either."""
-        published, used = self._published, self._published_used
+        fleet's replicas). Being the same object, it is not being deleted either. The
+        listing goes by blocks (`_PublishBlock`): a block whose replicas were all found in
+        place, that holds the same objects as last time and finds the same report entries
+        under their keys (so each replica meets the same report), is taken whole."""
+        objs = tuple(replicas)
+        last = self._publish_listing
         out: list[ReadObj] = []
-        for replica in replicas:
+        blocks: list[_PublishBlock] = []
+        if last is not None and len(last.objs) == len(objs):
+            for block in last.blocks:
+                lo, hi = block.lo, block.hi
+                if (
+                    block.is_settled
+                    and all(map(operator.is_, objs[lo:hi], last.objs[lo:hi]))
+                    and all(map(operator.is_, map(reports.get, block.keys), block.reports))
+                ):
+                    out.extend(block.out)
+                    self._published_used.update(block.entries)
+                    blocks.append(block)
+                    continue
+                blocks.append(self._publish_block(objs, lo, hi, reports, now, result))
+                out.extend(blocks[-1].out)
+        else:
+            for lo in range(0, len(objs), _RUN_LENGTH):
+                hi = min(lo + _RUN_LENGTH, len(objs))
+                blocks.append(self._publish_block(objs, lo, hi, reports, now, result))
+                out.extend(blocks[-1].out)
+        self._publish_listing = _PublishListing(objs, blocks)
+        return out
+
+    def _publish_block(
+        self,
+        objs: Sequence[ReadObj],
+        lo: int,
+        hi: int,
+        reports: Mapping[tuple[str, str, str], _ReplicaReports],
+        now: datetime,
+        result: StepResult,
+    ) -> _PublishBlock:
+        """Publish the replicas `objs[lo:hi]` one by one (see `_publish_replicas`)."""
+        published, used = self._published, self._published_used
+        block = _PublishBlock(lo, hi, True, [], [], [], [])
+        for j in range(lo, hi):
+            replica = objs[j]
             hit = published.get(id(replica))
             if hit is not None and hit[0] is replica:
                 report, is_rejected = reports.get(hit[1], _NO_REPORTS)
                 body = report.body if report is not None else None
-                if body is hit[2] and is_rejected is hit[3]:
-                    used[id(replica)] = hit
-                    out.append(replica)
+                if body is not hit[2] or is_rejected is not hit[3]:
+                    hit = None
+            else:
+                hit = None
+            if hit is None:
+                if _is_deleting(replica):
                     continue
-            if not _is_deleting(replica):
-                out.append(self._publish_replica(replica, reports, now, result))
-        return out
+                written = self._publish_replica(replica, reports, now, result)
+                hit = used.get(id(replica)) if written is replica else None
+                if hit is None or hit[0] is not replica:
+                    block.is_settled = False
+                    block.out.append(written)
+                    continue
+            used[id(replica)] = hit
+            block.entries.append((id(replica), hit))
+            block.keys.append(hit[1])
+            block.reports.append(reports.get(hit[1]))
+            block.out.append(replica)
+        return block
 
     def _publish_replica(
         self,
