@@ -7,6 +7,9 @@ One step, in this order (docs/controller.md):
 2. Trust: per cluster, judge its agent's reports by lease epoch (status.py); write a
    `StaleAgentReport` event for each ignored report (once per situation).
 3. Publish each InferenceCluster's status (`gpuPools`, `agent`, `Ready`, `gateway`).
+   A *quiet* step stops here, with the last full step's decision: when that step could be
+   repeated and nothing changed since but its own status writes and heartbeats, the rest
+   would decide and write the same (`Controller._is_quiet`, docs/controller.md).
 4. Publish each ModelReplica's status (`ModelPodsScheduled`, `observedGeneration`, `pools`).
 5. Schedule the whole fleet once: build the core `Snapshot` from the statuses just computed,
    call `schedule(snapshot, now)` once, and apply the decision: delete dropped replicas,
