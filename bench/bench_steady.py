@@ -30,20 +30,6 @@ Run interleaved on the loaded machine: 60-64 -> 38-40 -> 2.5-2.9. Where a kept-m
 goes (timed by section): retaining and charging ~55% (a third of it for the ~6 deployments
 per step whose objects changed), building the ledgers ~15%, grouping replicas ~9%, the round
 for the ~3 short deployments (fill and diagnosis) ~10%, the pools' final states ~7%.
-
-perf-core2 (2026-12-01, same machine): 45 snapshots recorded from 6 h to 6.3 h of the 24-hour
-fleet (`record --hours 24 --start 6 --window 0.3`; ~250 deployments, ~620 replicas; per step
-~2 replicas and every Cluster object new, ~60% of Pool objects the same), replayed with
-`replay /tmp/steady-core-long.pickle --runs 5`, base (86ecd2c) and branch run back to back:
-
-    base,  one kept memo, warm calls            1.57 .. 1.66
-    + charges checked by pool view versions     1.45
-    + ledgers copied for pool objects seen before, final states shared   1.38 .. 1.39
-
-(Charges' windows compared pools' allocation datetimes, whose pydantic TzInfo makes each
-compare call Python code; a version per pool view compares ints.) What is left per call is
-O(deployments + replicas) dictionary work: grouping replicas, a memo lookup and a version
-check per deployment, sorting.
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from gpufleet.core.model import (
     PoolObservation,
     Replica,
     ReplicaStatus,
-    SchedulingConfig,
     Snapshot,
     Taint,
     TaintEffect,
@@ -296,18 +295,3 @@ def test_a_memo_keeps_only_what_the_last_two_calls_used() -> None:
     schedule(last, NOW, memo=once)
     # Nothing of the thirty earlier fleets is left: at most what one call on `last` derives.
     assert 0 < memo.size() <= once.size()
-
-
-def test_a_kept_memo_rebuilds_pool_ledgers_when_the_config_changes() -> None:
-    # The same pool objects on every call: the memo copies their ledgers, which read the
-    # config (a histogram over the bucket cap falls back to whole-node accounting).
-    fleet = (
-        cluster("a").pool("p0", nodes=3, gpus=8, observation=observed({8: 1, 4: 1, 2: 1})).build(),
-    )
-    deps = (deployment("ml/x").replicas(2).engine(gpus=2).build(),)
-    memo = ScheduleMemo()
-    for cap in (16, 2, 2, 16):
-        snap = Snapshot(
-            deployments=deps, clusters=fleet, config=SchedulingConfig(max_histogram_buckets=cap)
-        )
-        assert schedule(snap, NOW, memo=memo) == schedule(snap, NOW)

@@ -26,9 +26,7 @@ Which way it errs. Growth up to the ceiling is trusted (may over-promise during 
 Unknown bucket drivers are ignored and missing ones read 0 free (errs toward full). Negative
 counts read 0. Naive datetimes are read as UTC.
 
-The ledger is the one mutable structure of the core; it lives inside one `schedule` call. A
-kept memo may hold a pool's ledger as built, never changed, and hand each call a copy
-(`PoolLedger.copy`): the copy is the call's, and shares its origin's final state while unchanged.
+The ledger is the one mutable structure of the core; it lives inside one `schedule` call.
 """
 
 from __future__ import annotations
@@ -209,7 +207,6 @@ class PoolLedger:
         "log",
         "memo",
         "observation",
-        "origin",
         "pool",
         "reasons",
         "version",
@@ -242,7 +239,6 @@ class PoolLedger:
         self.log: list[object] | None = [] if record else None
         #: Results computed from the current state (fits, reasons, summary); cleared on change.
         self.memo: dict[object, object] = {}
-        self.origin: PoolLedger | None = None
         observation = pool.observation
         if observation is None or fallback is not None or observation.buckets is None:
             self.accounting = Accounting.WHOLE_NODE
@@ -256,28 +252,6 @@ class PoolLedger:
         growth = max(0, pool.nodes - observation.observed_nodes)
         if growth:
             self.free[self.full] = self.free.get(self.full, 0) + growth
-
-    def copy(self) -> PoolLedger:
-        """A new ledger in this one's state, for a later call on the same pool object (built
-        once, copied per call: most pools are the same objects step after step). This one
-        must then never change: the copy's `origin`, it keeps results for copies that have
-        not changed either (`state`)."""
-        other = PoolLedger.__new__(PoolLedger)
-        other.accounting = self.accounting
-        other.class_id = self.class_id
-        other.cluster = self.cluster
-        other.drivers = self.drivers
-        other.free = dict(self.free)
-        other.free_nodes = self.free_nodes
-        other.full = self.full
-        other.log = None
-        other.memo = {}
-        other.observation = self.observation
-        other.origin = self
-        other.pool = self.pool
-        other.reasons = self.reasons
-        other.version = 0
-        return other
 
     @property
     def is_free_gpu(self) -> bool:
@@ -327,19 +301,6 @@ class PoolLedger:
         return summary
 
     def state(self, observation: ObservationState) -> PoolState:
-        origin = self.origin
-        if self.version == 0 and origin is not None:
-            # Unchanged since copied: the state is its origin's, which a copy on an earlier
-            # call may have built already (PoolState is frozen, so it can be shared).
-            key = ("state", observation)
-            found = origin.memo.get(key)
-            if found is None:
-                found = origin.memo[key] = self._state(observation)
-            assert isinstance(found, PoolState)
-            return found
-        return self._state(observation)
-
-    def _state(self, observation: ObservationState) -> PoolState:
         histogram = tuple(
             FreeBucket(dict(zip(self.drivers, vector, strict=True)), nodes)
             for vector, nodes in sorted(self.free.items(), key=lambda kv: kv[0], reverse=True)

@@ -37,9 +37,6 @@ PoolKey = tuple[ClusterName, PoolName]
 #: same id while the view is the same) and its `last_allocation_time` as UTC.
 PoolView = tuple[int, datetime | None]
 NO_POOL: PoolView = (0, None)
-#: Per pool, an id for its whole `PoolView`: the same while the view is, never given to another
-#: (so equal versions mean equal views, compared without touching a datetime).
-PoolVersions = Mapping[PoolKey, int]
 
 
 def replica_order(r: Replica) -> ReplicaOrder:
@@ -139,12 +136,6 @@ class HeldCharges:
 
     windows: tuple[_Window, ...]
     charges: tuple[Charge, ...]
-    #: The windows' pools, and their view versions (`PoolVersions`; None: no such pool) on
-    #: the latest call that found the charges holding. Most calls see every pool as the one
-    #: before did, and comparing ints in C is cheaper than walking the windows (comparing
-    #: the views' datetimes may call their tzinfo's Python code).
-    pools: tuple[PoolKey, ...] = ()
-    seen: tuple[int | None, ...] = ()
 
     def hold(self, views: Mapping[PoolKey, PoolView]) -> bool:
         """Whether these are still the charges with the pools as `views` has them."""
@@ -158,19 +149,6 @@ class HeldCharges:
                 return False
         return True
 
-    def hold_as_seen(self, versions: PoolVersions) -> bool:
-        """Whether every pool has the view it had when these charges were last found to
-        hold: then they hold (`hold` reads nothing else), and the windows need no walk."""
-        return tuple(map(versions.get, self.pools)) == self.seen
-
-    def seen_with(self, versions: PoolVersions) -> HeldCharges:
-        """These charges, found to hold with the pools at `versions`."""
-        return HeldCharges(self.windows, self.charges, self.pools, _seen(self.pools, versions))
-
-
-def _seen(pools: tuple[PoolKey, ...], versions: PoolVersions) -> tuple[int | None, ...]:
-    return tuple(map(versions.get, pools))
-
 
 #: Nothing to charge, whatever the pools: shared, so a deployment without replicas allocates
 #: nothing that outlives the call.
@@ -181,7 +159,6 @@ def held_charges(
     kept: Iterable[Kept],
     ledgers: Mapping[ClusterName, ClusterLedger],
     views: Mapping[PoolKey, PoolView],
-    versions: PoolVersions,
 ) -> HeldCharges:
     """The charges of `kept` (each on a cluster of `ledgers`) and for which pool states they
     hold: per pinned pool, the window of allocation times that counts the same replicas."""
@@ -201,10 +178,7 @@ def held_charges(
         _window(key, views.get(key, NO_POOL), times)
         for key, times in sorted(since.items(), key=lambda kv: kv[0])
     )
-    if not windows and not charges:
-        return NO_CHARGES
-    pools = tuple(w[0] for w in windows)
-    return HeldCharges(windows, tuple(charges), pools, _seen(pools, versions))
+    return HeldCharges(windows, tuple(charges)) if windows or charges else NO_CHARGES
 
 
 def _window(key: PoolKey, now: PoolView, since: list[datetime]) -> _Window:

@@ -33,14 +33,11 @@ from gpufleet.core.matching import Matcher, MemberMatch
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
     Cluster,
-    ClusterName,
     Deployment,
     Engine,
-    Pool,
     PoolName,
     ReplicaEngine,
     ReplicaMember,
-    SchedulingConfig,
 )
 
 
@@ -160,12 +157,10 @@ class PlacementMemo:
     """
 
     __slots__ = (
-        "_config",
         "_next_shape_id",
         "_shape_ids",
         "engines",
         "hosts",
-        "ledgers",
         "matcher",
         "mismatches",
         "on_shapes",
@@ -179,11 +174,6 @@ class PlacementMemo:
         self.on_shapes: Generations[tuple[int, int], _EngineOnShape] = Generations()
         self.hosts: Generations[tuple[int, int], bool] = Generations()
         #: The reason, or () when there is none (a memo stores no None).
-        #: Per pool object (by id, with its cluster's name and class id) its ledger as built,
-        #: never changed: a call copies it (`PoolLedger.copy`) instead of building it again.
-        #: Valid for one `SchedulingConfig` (the ledger reads it): see `ledgers_for`.
-        self.ledgers: Generations[tuple[int, ClusterName, int], PoolLedger] = Generations()
-        self._config: SchedulingConfig | None = None
         self.mismatches: Generations[
             tuple[int, PoolName, int, tuple[bool, ...]], tuple[Reason, ...]
         ] = Generations()
@@ -195,27 +185,7 @@ class PlacementMemo:
         self.engines.advance()
         self.on_shapes.advance()
         self.hosts.advance()
-        self.ledgers.advance()
         self.mismatches.advance()
-
-    def pool_ledger(
-        self, cluster: ClusterName, pool: Pool, config: SchedulingConfig, *, record: bool
-    ) -> PoolLedger:
-        """A fresh ledger of `pool` on `cluster`: a copy of the one built for the same pool
-        object (and class, and an equal config) on this or the previous call, when there is
-        one. Recording ledgers (tests, explain) are always built."""
-        class_id = self.matcher.class_id(pool.devices)
-        if record:
-            return PoolLedger(cluster, pool, class_id, config, record=True)
-        if config is not self._config:
-            if self._config is None or config != self._config:
-                self.ledgers = Generations()
-            self._config = config
-        key = (id(pool), cluster, class_id)
-        built = self.ledgers.get(key, pool)
-        if built is None:
-            built = self.ledgers.put(key, PoolLedger(cluster, pool, class_id, config), pool)
-        return built.copy()
 
     def shape_id(self, shape: tuple[tuple[int, bool], ...]) -> int:
         found = self._shape_ids.get(shape)
@@ -232,7 +202,6 @@ class PlacementMemo:
             + len(self.engines)
             + len(self.on_shapes)
             + len(self.hosts)
-            + len(self.ledgers)
             + len(self.mismatches)
         )
 

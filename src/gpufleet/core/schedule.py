@@ -27,10 +27,8 @@ given the same free device; a deployment with shortfall > 0 has a non-empty diag
 Memo. A caller that schedules the same fleet again and again (the hub controller, every step)
 may pass one `ScheduleMemo` to every call: matching, and steps 2 and 3 of a deployment whose
 objects, replicas and pools did not change, are then answered from what an earlier call
-derived; a pool object seen before gets a copy of the ledger built for it (step 1), and if
-nothing is charged or placed on it, that ledger's final state. The memo is an argument, not a
-global, and changes no result: only the time a call takes (most of which, in a steady fleet,
-was steps 2 and 3 and the matching behind them).
+derived. The memo is an argument, not a global, and changes no result: only the time a call
+takes (most of which, in a steady fleet, was steps 2 and 3 and the matching behind them).
 
 Which way it errs: the ledger errs toward full (see accounting.py); round-robin with a stop at
 the first failure may leave capacity another order would use (may refuse, never overcommits).
@@ -57,7 +55,6 @@ from gpufleet.core.charging import (
     HeldCharges,
     Kept,
     PoolKey,
-    PoolVersions,
     PoolView,
     allocation_time,
     apply_charges,
@@ -173,14 +170,12 @@ class ScheduleMemo:
     It holds, keyed by the identity of the snapshot's Deployment objects (an entry holds the
     deployment and the replicas whose ids it compares, so no id can answer for another
     object while the entry lives) and by pool class: member matches and engine shapes per
-    class of pool, each Pool object's ledger as built (copied per call; placement.py), and
-    per deployment its retain result (kept replicas re-stamped, dropped ones, its whole
-    decision when nothing is pending) and its kept replicas' charges. A retain result is
-    recomputed when the deployment, its replicas or what retaining reads of the clusters
-    (names, labels, taints, gateways, pools by name and class) change; charges when a pool
-    they pin changes class or accounting, or its allocation time leaves the window they hold
-    for (charging.py). Each pool's view gets a version, so charges whose pools all kept their
-    versions are known to hold without walking their windows.
+    class of pool, and per deployment its retain result (kept replicas re-stamped, dropped
+    ones, its whole decision when nothing is pending) and its kept replicas' charges. A
+    retain result is recomputed when the deployment, its replicas or what retaining reads of
+    the clusters (names, labels, taints, gateways, pools by name and class) change; charges
+    when a pool they pin changes class or accounting, or its allocation time leaves the
+    window they hold for (charging.py).
 
     Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
     about two snapshots' worth of derived values. Reusable across any sequence of snapshots:
@@ -194,7 +189,7 @@ class ScheduleMemo:
         #: Per deployment (by id), its latest retain result and charges.
         self.deployments: Generations[int, _Remembered] = Generations()
         self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
-        self._pools: dict[PoolKey, _PoolSeen] = {}
+        self._pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         self._views = 0
 
     def advance(self) -> None:
@@ -204,35 +199,26 @@ class ScheduleMemo:
 
     def views(
         self, ledgers: Mapping[ClusterName, ClusterLedger], *, pools: bool
-    ) -> tuple[int, dict[PoolKey, PoolView], dict[PoolKey, int]]:
+    ) -> tuple[int, dict[PoolKey, PoolView]]:
         """The id of the fleet's retain view and (when `pools`: only charges read them) each
-        pool's `PoolView` and its version (`PoolVersions`). A view id or version stays the
-        same while the view does, and is never given to another view."""
+        pool's `PoolView`. A view id stays the same while the view does, and is never given
+        to another view."""
         fleet = tuple(_retain_view(ledger) for ledger in ledgers.values())
         if fleet != self._fleet[0]:
             self._fleet = (fleet, self._new_view())
         if not pools:
-            return self._fleet[1], {}, {}
-        known: dict[PoolKey, _PoolSeen] = {}
+            return self._fleet[1], {}
+        known: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         views: dict[PoolKey, PoolView] = {}
-        versions: dict[PoolKey, int] = {}
         for name, ledger in ledgers.items():
             for pool in ledger.pools:
                 key = (name, pool.pool.name)
                 view = charge_view(pool)
-                time = allocation_time(pool)
                 before = self._pools.get(key)
-                if before is None or before[0] != view:
-                    seen = (view, self._new_view(), time, self._new_view())
-                elif before[2] is not time and before[2] != time:
-                    seen = (view, before[1], time, self._new_view())
-                else:
-                    seen = before
-                known[key] = seen
-                views[key] = (seen[1], time)
-                versions[key] = seen[3]
+                known[key] = before if before and before[0] == view else (view, self._new_view())
+                views[key] = (known[key][1], allocation_time(pool))
         self._pools = known
-        return self._fleet[1], views, versions
+        return self._fleet[1], views
 
     def _new_view(self) -> int:
         self._views += 1
@@ -241,11 +227,6 @@ class ScheduleMemo:
     def size(self) -> int:
         """Entries held: about what the last two calls derived, never the history."""
         return self.placement.size() + len(self.deployments)
-
-
-#: A pool as the latest call saw it: its charge view, that view's id, its allocation time and
-#: the version of the two (`PoolVersions`).
-_PoolSeen = tuple[tuple[object, ...], int, datetime | None, int]
 
 
 def _retain_view(ledger: ClusterLedger) -> tuple[object, ...]:
@@ -324,6 +305,7 @@ def _deployment_order(d: Deployment) -> tuple[str, str]:
 def _build_ledgers(
     snapshot: Snapshot, now: datetime, memo: PlacementMemo, record: bool
 ) -> dict[ClusterName, ClusterLedger]:
+    matcher = memo.matcher
     ledgers: dict[ClusterName, ClusterLedger] = {}
     config = snapshot.config
     for cluster in sorted(snapshot.clusters, key=lambda c: c.name):
@@ -333,7 +315,8 @@ def _build_ledgers(
             if pool.name in seen:
                 continue
             seen.add(pool.name)
-            pools.append(memo.pool_ledger(cluster.name, pool, config, record=record))
+            class_id = matcher.class_id(pool.devices)
+            pools.append(PoolLedger(cluster.name, pool, class_id, config, record=record))
         ledgers[cluster.name] = ClusterLedger(
             cluster,
             tuple(pools),
@@ -397,7 +380,6 @@ def _retain_and_charge(
     memo: ScheduleMemo,
     fleet: int,
     views: Mapping[PoolKey, PoolView],
-    versions: PoolVersions,
 ) -> tuple[_Retained, tuple[Charge, ...]]:
     """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
     ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
@@ -411,22 +393,14 @@ def _retain_and_charge(
     found = memo.deployments.get(id(deployment), deployment)
     is_same = found is not None and found.fleet == fleet and found.replica_ids == ids
     known = found if is_same else None
-    if known is not None and known.charges.hold_as_seen(versions):
-        return known.retained, known.charges.charges
     if known is not None and known.charges.hold(views):
-        # Some pinned pool moved within the windows: remember the views it holds for now, so
-        # the next call with the pools like this one takes the cheap check above.
-        charges = known.charges.seen_with(versions)
-        memo.deployments.put(
-            id(deployment), _Remembered(fleet, ids, replicas, known.retained, charges), deployment
-        )
-        return known.retained, charges.charges
+        return known.retained, known.charges.charges
     if known is not None:
         retained = known.retained
     else:
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher)
-    charges = held_charges(retained.kept, ledgers, views, versions)
+    charges = held_charges(retained.kept, ledgers, views)
     remembered = _Remembered(fleet, ids, replicas, retained, charges)
     memo.deployments.put(id(deployment), remembered, deployment)
     return retained, charges.charges
@@ -716,7 +690,7 @@ def plan(
         memo = ScheduleMemo()
     memo.advance()
     ledgers = _build_ledgers(snapshot, now, memo.placement, record)
-    fleet, pool_views, versions = memo.views(ledgers, pools=bool(snapshot.replicas))
+    fleet, pool_views = memo.views(ledgers, pools=bool(snapshot.replicas))
     placing = memo.placement
     initial = (
         {(c, p.pool.name): dict(p.free) for c, cl in ledgers.items() for p in cl.pools}
@@ -734,9 +708,7 @@ def plan(
     # Per deployment, its decision when retaining settles it, else its work for the round.
     outcomes: list[DeploymentDecision | _Work] = []
     for d, group in zip(deployments, groups, strict=True):
-        retained, kept = _retain_and_charge(
-            d, tuple(group), ledgers, memo, fleet, pool_views, versions
-        )
+        retained, kept = _retain_and_charge(d, tuple(group), ledgers, memo, fleet, pool_views)
         charges.extend(kept)
         outcomes.append(retained.settled or _Work.start(d, retained))
     apply_charges(charges, ledgers)
