@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, Generic, Protocol, TypeVar, cast
 
 from gpufleet.api import (
     FieldError,
@@ -245,15 +245,6 @@ class _PublishListing:
     blocks: list[_PublishBlock]
 
 
-@dataclass(slots=True)
-class _ReplicaListing:
-    """A listing of replicas as a step read it: the objects, each one as read, the blocks."""
-
-    objs: tuple[ReadObj, ...]
-    hits: list[_ReadReplica]
-    blocks: list[_ReplicaBlock]
-
-
 def _read_replica(obj: ReadObj) -> tuple[Replica | None, str, tuple[str, str]]:
     key = (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
     try:
@@ -301,14 +292,62 @@ class _Run:
     errors: list[str]
 
 
+class _Span(Protocol):
+    """Consecutive objects of a listing, `[lo, hi)` (a `_Run` or a `_ReplicaBlock`)."""
+
+    @property
+    def lo(self) -> int: ...
+
+    @property
+    def hi(self) -> int: ...
+
+
+#: What was read of one object (its first element is the object), and a span of them.
+_Hit = TypeVar("_Hit", _JudgedObservation, _ReadReplica)
+_S = TypeVar("_S", bound=_Span)
+
+#: Reads `objs[lo:hi]`, taking an object's hit from the map (by identity) when it is there:
+#: appends one hit per object and the spans that cover them, in order.
+_ReadSpans = Callable[[Sequence[ReadObj], int, int, Mapping[int, _Hit], list[_Hit], list[_S]], None]
+
+
 @dataclass(slots=True)
-class _Judged:
-    """A listing of observations as a step judged it: the objects, each one's judgement, and
-    the runs that cover it in order."""
+class _Listing(Generic[_Hit, _S]):
+    """A listing as a step read it: the objects, what was read of each, and the spans that
+    cover it in order."""
 
     objs: tuple[ReadObj, ...]
-    hits: list[_JudgedObservation]
-    runs: list[_Run]
+    hits: list[_Hit]
+    spans: list[_S]
+
+
+def _reread(
+    listed: Sequence[ReadObj],
+    last: _Listing[_Hit, _S] | None,
+    read: _ReadSpans[_Hit, _S],
+) -> _Listing[_Hit, _S]:
+    """`listed` read span by span, `read` called again only for the spans whose objects are
+    not the same objects as in `last` (an unchanged object is the same object: a view's
+    is), as a span's hits are a function of its objects alone; the spans keep listing order,
+    so what comes out is what reading each object would give."""
+    objs = tuple(listed)
+    hits: list[_Hit] = []
+    spans: list[_S] = []
+    if last is not None and len(last.objs) == len(objs):
+        by_id: dict[int, _Hit] | None = None
+        for span in last.spans:
+            lo, hi = span.lo, span.hi
+            if all(map(operator.is_, objs[lo:hi], last.objs[lo:hi])):
+                hits.extend(last.hits[lo:hi])
+                spans.append(span)
+                continue
+            if by_id is None:
+                by_id = {id(h[0]): h for h in last.hits}
+            read(objs, lo, hi, by_id, hits, spans)
+    else:
+        by_id = {id(h[0]): h for h in last.hits} if last is not None else {}
+        read(objs, 0, len(objs), by_id, hits, spans)
+    return _Listing(objs, hits, spans)
 
 
 def _cluster_replica_reports(
@@ -659,11 +698,11 @@ class Controller:
         self._applied_used: dict[tuple[str, str], _Applied] = {}
         #: The last step's listings of observations as judged (0: PoolObservations,
         #: 1: ReplicaObservations), for `_judge_listing`.
-        self._listings: dict[int, _Judged] = {}
+        self._listings: dict[int, _Listing[_JudgedObservation, _Run]] = {}
         #: Per cluster, the reports it was last judged on, its known epoch and the Trust.
         self._trusts: dict[str, tuple[list[AgentReport], int | None, Trust]] = {}
         #: The last listing of replicas as scheduling read it (`_read_replicas`).
-        self._replica_listing: _ReplicaListing | None = None
+        self._replica_listing: _Listing[_ReadReplica, _ReplicaBlock] | None = None
         #: The same by (namespace, name), for a version seen before as another object.
         self._named_replicas: dict[tuple[str, str], _ReadReplica] = {}
         self._named_replicas_used: dict[tuple[str, str], _ReadReplica] = {}
@@ -926,30 +965,11 @@ class Controller:
         return trusts
 
     def _judge_listing(self, index: int, listed: Sequence[ReadObj]) -> list[_Run]:
-        """The runs of a listing of observations (`_Judged`), with each observation's cluster,
-        report and error (`_read_report`), found again only for the runs whose objects are not
-        the same objects as in the last step's listing: an unchanged observation is the same
-        object (a view's is), and a run's reports and errors are those of its objects."""
-        objs = tuple(listed)
-        last = self._listings.get(index)
-        hits: list[_JudgedObservation] = []
-        runs: list[_Run] = []
-        if last is not None and len(last.objs) == len(objs):
-            by_id: dict[int, _JudgedObservation] | None = None
-            for run in last.runs:
-                lo, hi = run.lo, run.hi
-                if all(map(operator.is_, objs[lo:hi], last.objs[lo:hi])):
-                    hits.extend(last.hits[lo:hi])
-                    runs.append(run)
-                    continue
-                if by_id is None:
-                    by_id = {id(h[0]): h for h in last.hits}
-                self._judge_objects(objs, lo, hi, by_id, hits, runs)
-        else:
-            by_id = {id(h[0]): h for h in last.hits} if last is not None else {}
-            self._judge_objects(objs, 0, len(objs), by_id, hits, runs)
-        self._listings[index] = _Judged(objs, hits, runs)
-        return runs
+        """The runs of a listing of observations, with each observation's cluster, report
+        and error (`_read_report`), found again only for the runs that changed (`_reread`)."""
+        judged = _reread(listed, self._listings.get(index), self._judge_objects)
+        self._listings[index] = judged
+        return judged.spans
 
     def _judge_objects(
         self,
@@ -1306,30 +1326,22 @@ class Controller:
 
     def _read_replicas(self, replicas: Sequence[ReadObj]) -> list[_ReplicaBlock]:
         """The replicas as scheduling reads them (`_read_replica`), in blocks of consecutive
-        ones, read again only for the blocks whose objects are not the same objects as in
-        the last listing read: a block's result is a function of its objects alone."""
-        objs = tuple(replicas)
-        last = self._replica_listing
-        hits: list[_ReadReplica] = []
-        blocks: list[_ReplicaBlock] = []
-        if last is not None and len(last.objs) == len(objs):
-            by_id: dict[int, _ReadReplica] | None = None
-            for block in last.blocks:
-                lo, hi = block.lo, block.hi
-                if all(map(operator.is_, objs[lo:hi], last.objs[lo:hi])):
-                    hits.extend(last.hits[lo:hi])
-                    blocks.append(block)
-                    continue
-                if by_id is None:
-                    by_id = {id(h[0]): h for h in last.hits}
-                blocks.append(self._read_block(objs, lo, hi, by_id, hits))
-        else:
-            by_id = {id(h[0]): h for h in last.hits} if last is not None else {}
-            for lo in range(0, len(objs), _RUN_LENGTH):
-                hi = min(lo + _RUN_LENGTH, len(objs))
-                blocks.append(self._read_block(objs, lo, hi, by_id, hits))
-        self._replica_listing = _ReplicaListing(objs, hits, blocks)
-        return blocks
+        ones, read again only for the blocks that changed (`_reread`)."""
+        self._replica_listing = _reread(replicas, self._replica_listing, self._read_blocks)
+        return self._replica_listing.spans
+
+    def _read_blocks(
+        self,
+        objs: Sequence[ReadObj],
+        lo: int,
+        hi: int,
+        last: Mapping[int, _ReadReplica],
+        hits: list[_ReadReplica],
+        blocks: list[_ReplicaBlock],
+    ) -> None:
+        """Read `objs[lo:hi]` in blocks of at most `_RUN_LENGTH` (`_read_block`)."""
+        for start in range(lo, hi, _RUN_LENGTH):
+            blocks.append(self._read_block(objs, start, min(start + _RUN_LENGTH, hi), last, hits))
 
     def _read_block(
         self,
