@@ -160,9 +160,10 @@ def test_a_new_version_shares_nothing_a_caller_can_change() -> None:
     assert before is not None and before["status"] == {"members": {"m": {"phase": "Pending"}}}
     after = store.peek_one(MODEL_REPLICA, "r", "ml")
     assert after is not None and after["spec"] is before["spec"]
-    # Neither what the caller gets back nor the patch it handed in reaches the store.
-    patched["spec"]["members"][0]["pool"] = "mutated"
-    patched["status"]["members"]["m"]["phase"] = "mutated"
+    # What the caller gets back is the stored version, read-only (no copy); the patch it
+    # handed in does not reach the store.
+    assert patched is after
+    patch["members"]["m"]["node"] = "mutated"
     patch["conditions"][0]["type"] = "mutated"
     got = store.get(MODEL_REPLICA, "r", "ml")
     assert got is not None

@@ -195,7 +195,7 @@ class Agent:
         #: Per observation (kind, name), the object as our last write left it, and the status
         #: content (without agent/observedAt) written then. The next write patches it blind,
         #: guarded by its resourceVersion, instead of reading it again.
-        self._written: dict[tuple[str, str], tuple[Obj, Obj]] = {}
+        self._written: dict[tuple[str, str], tuple[Mapping[str, Any], Obj]] = {}
         #: What the last complete push left of the ReplicaObservations: the report's replica
         #: entries (held: their identities stay theirs), the agent stamp, and each
         #: observation's resourceVersion after it. An observation of the same entry found at
@@ -424,7 +424,7 @@ class Agent:
                     return
         status = {**content, **stamp}
 
-        def write() -> Obj:
+        def write() -> Mapping[str, Any]:
             current = self.hub.get(kind, name, self.namespace)
             if current is None:
                 body: Obj = {

@@ -337,6 +337,12 @@ class _HubStep:
         #: (time, line): what the controller did and the actions of the timeline.
         self.log: list[tuple[float, str]] = []
         self._last: dict[str, tuple[object, ...]] = {}
+        #: The last decision `_record` went through (see there).
+        self._recorded: object = None
+        #: Per kind, the last view `_next_age_crossing` read and the times found in it; and
+        #: the times parsed (most recur: replica observations do not heartbeat).
+        self._kind_times: dict[str, tuple[Sequence[Mapping[str, Any]], frozenset[str]]] = {}
+        self._parsed_times: dict[str, datetime] = {}
 
     def step(self, now: datetime) -> None:
         if self.controller is None:
@@ -356,20 +362,19 @@ class _HubStep:
 
     def _next_age_crossing(self, now: datetime) -> datetime | None:
         """The earliest time after `now` an observation on the hub turns Stale or Expired."""
-        times: list[str] = []
-        for obj in self.hub.view(INFERENCE_CLUSTER):
-            status = obj.get("status") or {}
-            times.append((status.get("agent") or {}).get("observedAt") or "")
-            for pool in status.get("gpuPools") or []:
-                times.append((pool.get("observation") or {}).get("observedAt") or "")
-        for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION):
-            for obj in self.hub.view(kind):
-                times.append((obj.get("status") or {}).get("observedAt") or "")
+        times: set[str] = set()
+        for kind in (INFERENCE_CLUSTER, POOL_OBSERVATION, REPLICA_OBSERVATION):
+            times |= self._times_of(kind)
         due: datetime | None = None
-        for text in set(times):
+        parsed = self._parsed_times
+        if len(parsed) > 4 * len(times) + 1024:
+            parsed.clear()
+        for text in times:
             if not text:
                 continue
-            at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+            at = parsed.get(text)
+            if at is None:
+                at = parsed[text] = datetime.fromisoformat(text.replace("Z", "+00:00"))
             for age_s in self.ages_s:
                 # One second later than the threshold: ages are compared with `>`.
                 crossing = at + timedelta(seconds=age_s + 1)
@@ -377,9 +382,34 @@ class _HubStep:
                     due = crossing
         return due
 
+    def _times_of(self, kind: Kind) -> frozenset[str]:
+        """The observation times the hub's objects of `kind` carry: the clusters' published
+        agent and pool observations, or the observations' own. The same while the hub's
+        view of the kind is the same tuple (it keeps one until the kind's next write)."""
+        viewed = self.hub.view(kind)
+        last = self._kind_times.get(kind.kind)
+        if last is not None and last[0] is viewed:
+            return last[1]
+        times: list[str] = []
+        for obj in viewed:
+            status = obj.get("status") or {}
+            if kind is INFERENCE_CLUSTER:
+                times.append((status.get("agent") or {}).get("observedAt") or "")
+                for pool in status.get("gpuPools") or []:
+                    times.append((pool.get("observation") or {}).get("observedAt") or "")
+            else:
+                times.append(status.get("observedAt") or "")
+        found = frozenset(times)
+        self._kind_times[kind.kind] = (viewed, found)
+        return found
+
     def _record(self, result: StepResult, now: datetime) -> None:
-        if result.decision is None:
+        # A quiet step hands out the last full step's decision again: it creates and drops
+        # nothing (`Controller._quiet_record`), and every signature below is the one recorded
+        # for it, so going through it again would add nothing.
+        if result.decision is None or (result.is_quiet and result.decision is self._recorded):
             return
+        self._recorded = result.decision
         at_s = (now - EPOCH).total_seconds()
         for decided in result.decision.deployments:
             key = f"{decided.key.namespace}/{decided.key.name}"

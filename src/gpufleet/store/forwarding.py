@@ -60,7 +60,7 @@ class ForwardingStore:
         namespace: str | None,
         status: Mapping[str, Any],
         resource_version: str | None = None,
-    ) -> Obj:
+    ) -> Mapping[str, Any]:
         self.before_call()
         return self.inner.patch_status(kind, name, namespace, status, resource_version)
 

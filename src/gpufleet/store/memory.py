@@ -95,15 +95,19 @@ class _Table:
         self.keys: list[_ObjKey] = []
         self.labels = _Index(_label_items)
         self.indexes: dict[str, _Index] = {}
-        self.listing: list[Obj] | None = None
+        #: The last full listing and per-namespace listings, until a write. Tuples: `view`
+        #: hands them out as they are, and a write replaces them rather than changing them.
+        self.listing: tuple[Obj, ...] | None = None
+        self.namespaces: dict[str, tuple[Obj, ...]] = {}
         #: The last selections by (namespace, selector), until a write: a controller lists
         #: the same selection of a kind that changes far less often than it is listed.
-        self.selections: dict[tuple[str | None, Selector], list[Obj]] = {}
+        self.selections: dict[tuple[str | None, Selector], tuple[Obj, ...]] = {}
 
     def put(self, key: _ObjKey, obj: Obj) -> None:
         old = self.objects.get(key)
         self.objects[key] = obj
         self.listing = None
+        self.namespaces.clear()
         self.selections.clear()
         if old is None:
             bisect.insort(self.keys, key)
@@ -116,30 +120,37 @@ class _Table:
     def pop(self, key: _ObjKey) -> None:
         old = self.objects.pop(key)
         self.listing = None
+        self.namespaces.clear()
         self.selections.clear()
         del self.keys[bisect.bisect_left(self.keys, key)]
         for index in (self.labels, *self.indexes.values()):
             index.remove(key, old)
 
-    def all(self) -> builtins.list[Obj]:
+    def all(self) -> tuple[Obj, ...]:
         if self.listing is None:
-            self.listing = [self.objects[k] for k in self.keys]
-        return builtins.list(self.listing)
+            self.listing = tuple(self.objects[k] for k in self.keys)
+        return self.listing
 
-    def in_namespace(self, namespace: str) -> builtins.list[Obj]:
-        # Keys sort by namespace first, so one namespace's keys are one run: from
-        # (namespace, "") to the first key of the next namespace, which sorts at or after
-        # namespace + "\0" (the least string greater than every (namespace, name)).
-        lo = bisect.bisect_left(self.keys, (namespace, ""))
-        hi = bisect.bisect_left(self.keys, (namespace + "\0", ""), lo)
-        return [self.objects[k] for k in self.keys[lo:hi]]
+    def in_namespace(self, namespace: str) -> tuple[Obj, ...]:
+        found = self.namespaces.get(namespace)
+        if found is None:
+            # Keys sort by namespace first, so one namespace's keys are one run: from
+            # (namespace, "") to the first key of the next namespace, which sorts at or
+            # after namespace + "\0" (the least string greater than every (namespace, name)).
+            lo = bisect.bisect_left(self.keys, (namespace, ""))
+            hi = bisect.bisect_left(self.keys, (namespace + "\0", ""), lo)
+            found = tuple(self.objects[k] for k in self.keys[lo:hi])
+            self.namespaces[namespace] = found
+        return found
 
-    def selected(self, namespace: str | None, selector: Selector) -> builtins.list[Obj]:
+    def selected(self, namespace: str | None, selector: Selector) -> tuple[Obj, ...]:
         """Objects matching `selector` (see `_select`), kept until the next write."""
         found = self.selections.get((namespace, selector))
         if found is None:
-            found = self.selections[(namespace, selector)] = self._select(namespace, selector)
-        return builtins.list(found)
+            found = self.selections[(namespace, selector)] = tuple(
+                self._select(namespace, selector)
+            )
+        return found
 
     def _select(self, namespace: str | None, selector: Selector) -> builtins.list[Obj]:
         """Objects matching `selector`, found through the label index when the selector has
@@ -225,21 +236,23 @@ class MemoryStore:
         """`list` without copies: the stored objects themselves, which the caller must not
         change. For the simulator's emulated components; the agent and the controller read
         through the `Store` port, which copies as an API client's decoding does."""
-        selector = parse_selector(label_selector) if label_selector else ()
-        table = self._tables.get(kind)
-        if table is None:
-            return []
-        if selector:
-            return table.selected(namespace, selector)
-        return table.all() if namespace is None else table.in_namespace(namespace)
+        return builtins.list(self.view(kind, namespace, label_selector))
 
     def view(
         self,
         kind: Kind,
         namespace: str | None = None,
         label_selector: str | Mapping[str, str] | None = None,
-    ) -> builtins.list[Obj]:
-        return self.peek(kind, namespace, label_selector)
+    ) -> tuple[Obj, ...]:
+        """`peek` as a tuple the store keeps until the kind's next write: the same tuple
+        (no copies at all) for every view of an unchanged selection."""
+        selector = parse_selector(label_selector) if label_selector else ()
+        table = self._tables.get(kind)
+        if table is None:
+            return ()
+        if selector:
+            return table.selected(namespace, selector)
+        return table.all() if namespace is None else table.in_namespace(namespace)
 
     def peek_one(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
         """`get` without a copy (see `peek`)."""
@@ -366,8 +379,10 @@ class MemoryStore:
         namespace: str | None,
         status: Mapping[str, Any],
         resource_version: str | None = None,
-    ) -> Obj:
-        return copy_json(self.patch_status_shared(kind, name, namespace, status, resource_version))
+    ) -> Mapping[str, Any]:
+        # The stored object itself (the port's result is read-only): stored objects are
+        # never changed in place, so it stays what was written.
+        return self.patch_status_shared(kind, name, namespace, status, resource_version)
 
     def patch_status_shared(
         self,

@@ -179,7 +179,12 @@ class Store(Protocol):
         namespace: str | None,
         status: Mapping[str, Any],
         resource_version: str | None = None,
-    ) -> Obj: ...
+    ) -> Mapping[str, Any]:
+        """Merge-patch the status subresource (a None value removes a key), guarded by
+        `resource_version` when given; returns the object as written, which, like `view`'s,
+        may be shared with the store: read-only. Status writers read the result (its
+        resourceVersion, what they wrote) and never change it."""
+        ...
 
     def delete(self, kind: Kind, name: str, namespace: str | None = None) -> None: ...
 
