@@ -88,20 +88,27 @@ class EventLoop:
             raise ValueError(f"period_s must be > 0, got {period_s}")
         series = _Event(self._now, 0, name, action)
         handle = Handle(series)
+        period = timedelta(seconds=period_s)
+        queue = self._queue
 
         def tick() -> None:
             if series.cancelled:
                 return
             action()
-            self.after(period_s, tick, name)
+            # `after(period_s, tick, name)` without its checks and handle: the next run is
+            # never in the past, and a series is cancelled through its own handle.
+            self._seq += 1
+            event = _Event(self._now + period, self._seq, name, tick)
+            heapq.heappush(queue, (event.at, event.seq, event))
 
         self.after(first_after_s, tick, name)
         return handle
 
     def run_until(self, until: datetime) -> None:
         """Run every event due at or before `until`, then set the clock to `until`."""
-        while self._queue and self._queue[0][0] <= until:
-            event = heapq.heappop(self._queue)[2]
+        queue, pop = self._queue, heapq.heappop
+        while queue and queue[0][0] <= until:
+            event = pop(queue)[2]
             if event.cancelled:
                 continue
             self._now = event.at
