@@ -729,15 +729,16 @@ def delete_deployment(hub: Store, key: str) -> None:
         return
     hub.delete(MODEL_DEPLOYMENT, name, namespace)
     uid = current["metadata"].get("uid")
-    owned = [
-        r["metadata"]["name"]
-        for r in hub.view(MODEL_REPLICA, namespace)  # read-only: nothing copied to be deleted
-        if any(o.get("uid") == uid for o in r["metadata"].get("ownerReferences") or [])
-        or (
-            (r.get("spec") or {}).get("deploymentName") == name
-            and not r["metadata"].get("ownerReferences")
-        )
-    ]
+    owned: list[str] = []
+    for r in hub.view(MODEL_REPLICA, namespace):  # read-only: nothing copied to be deleted
+        meta = r["metadata"]
+        refs = meta.get("ownerReferences")
+        if refs:
+            is_owned = any(o.get("uid") == uid for o in refs)
+        else:
+            is_owned = (r.get("spec") or {}).get("deploymentName") == name
+        if is_owned:
+            owned.append(meta["name"])
     for replica in owned:
         with contextlib.suppress(NotFound):
             hub.delete(MODEL_REPLICA, replica, namespace)
