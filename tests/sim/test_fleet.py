@@ -287,6 +287,31 @@ def test_node_choice(case: ChoiceCase) -> None:
     assert histogram(f) == case.want
 
 
+def test_pack_passes_over_the_fullest_node_when_the_claim_does_not_fit_there() -> None:
+    f, w = fleet(cluster("a", pool(nodes=2, gpus=4), node_choice=NodeChoice.PACK))
+    w.create(model_replica("big-0", gpus=3, deployment="big"))
+    f.run_for(30)
+    # The fullest node has 1 GPU free: a 2-GPU pod goes to the next node in Pack's order.
+    w.create(model_replica("small-0", gpus=2, deployment="small"))
+    f.run_for(30)
+    assert histogram(f) == {1: 1, 2: 1}
+
+
+def test_a_pod_that_fits_no_node_counts_every_nodes_reason() -> None:
+    spec = cluster("a", pool(nodes=2, gpus=4), pool("h100", nodes=1), is_autoscaling=False)
+    f, w = fleet(spec)
+    w.create(model_replica(gpus=8))
+    f.run_for(30)
+    (pod,) = f.clusters["a"].store.list(POD, "ml")
+    (condition,) = [c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert (condition["status"], condition["reason"], condition["message"]) == (
+        "False",
+        "Unschedulable",
+        "0/3 nodes are available: 2 cannot allocate all claims, "
+        "1 node(s) didn't match Pod's node affinity/selector.",
+    )
+
+
 @dataclass(frozen=True)
 class GangCase:
     id: str

@@ -58,7 +58,7 @@ import hashlib
 import json
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -986,39 +986,38 @@ class WorkloadCluster:
         )
         claim_requests = [dra.claim_requests(c, self.class_drivers) for c in claims]
         reasons: dict[str, int] = defaultdict(int)
-        feasible: list[tuple[str, int, list[tuple[Obj, list[dict[str, str]]]]]] = []
+        # The nodes that pass the filters, with their free devices: the node chosen is the
+        # first of them in the node choice's order whose devices can hold every claim. So the
+        # claims are tried in that order and the first fit ends the search; only when no node
+        # fits is every node tried, and every reason counted.
+        candidates: list[tuple[str, int]] = []
         for node in nodes:
             name = node["metadata"]["name"]
             reason = _node_filter(node, spec)
             if reason is None and name in gang_nodes:
                 reason = "node(s) already had a pod of the same group"
-            allocations: list[tuple[Obj, list[dict[str, str]]]] = []
-            if reason is None:
-                devices = published.get(name, [])
-                # Only this node's devices are looked up in it: not a copy of every taken one.
-                node_taken = {d.key for d in devices if d.key in taken}
-                for claim, requests in zip(claims, claim_requests, strict=True):
-                    results = dra.allocate(requests, devices, node_taken)
-                    if results is None:
-                        reason = "cannot allocate all claims"
-                        break
-                    node_taken |= {(r["driver"], r["pool"], r["device"]) for r in results}
-                    allocations.append((claim, results))
             if reason is not None:
                 reasons[reason] += 1
                 continue
             free = sum(1 for d in published.get(name, []) if d.key not in taken)
-            feasible.append((name, free, allocations))
-        if not feasible:
+            candidates.append((name, free))
+        if self.behaviour.node_choice is NodeChoice.PACK:
+            candidates.sort(key=lambda f: (f[1], dra.natural_key(f[0])))
+        else:
+            candidates.sort(key=lambda f: (-f[1], dra.natural_key(f[0])))
+        chosen: tuple[str, list[tuple[Obj, list[dict[str, str]]]]] | None = None
+        for name, _ in candidates:
+            fits = self._allocate_on(published.get(name, []), taken, claims, claim_requests)
+            if fits is not None:
+                chosen = (name, fits)
+                break
+            reasons["cannot allocate all claims"] += 1
+        if chosen is None:
             summary = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
             message = f"0/{len(nodes)} nodes are available: {summary}."
             self._mark_unschedulable(pod, message)
             return
-        if self.behaviour.node_choice is NodeChoice.PACK:
-            feasible.sort(key=lambda f: (f[1], dra.natural_key(f[0])))
-        else:
-            feasible.sort(key=lambda f: (-f[1], dra.natural_key(f[0])))
-        node_name, _, allocations = feasible[0]
+        node_name, allocations = chosen
         for claim, results in allocations:
             self.store.patch_status_shared(
                 RESOURCE_CLAIM,
@@ -1051,6 +1050,26 @@ class WorkloadCluster:
         self.store.patch_status_shared(
             POD, meta["name"], meta["namespace"], {"conditions": conditions}
         )
+
+    @staticmethod
+    def _allocate_on(
+        devices: Sequence[dra.PublishedDevice],
+        taken: Container[dra.DeviceKey],
+        claims: Sequence[Obj],
+        claim_requests: Sequence[Sequence[dra.Request]],
+    ) -> list[tuple[Obj, list[dict[str, str]]]] | None:
+        """Each claim's devices on a node with `devices` (first fit, one claim after the
+        other), or None when one of them does not fit."""
+        # Only this node's devices are looked up in `taken`: not a copy of every taken one.
+        node_taken = {d.key for d in devices if d.key in taken}
+        allocations: list[tuple[Obj, list[dict[str, str]]]] = []
+        for claim, requests in zip(claims, claim_requests, strict=True):
+            results = dra.allocate(requests, devices, node_taken)
+            if results is None:
+                return None
+            node_taken |= {(r["driver"], r["pool"], r["device"]) for r in results}
+            allocations.append((claim, results))
+        return allocations
 
     def _mark_unschedulable(self, pod: Obj, message: str) -> None:
         conditions = pod["status"].get("conditions") or []
