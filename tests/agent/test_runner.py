@@ -634,6 +634,134 @@ def test_materializing_what_was_settled_skips_nothing_that_changed() -> None:
     assert run(is_kept=True) == run(is_kept=False)
 
 
+def test_materializing_what_changed_does_what_a_whole_pass_does() -> None:
+    """Materialize looks only at what came, went or changed since its last call: replicas by
+    identity (the desired set is patched with what they want), local objects by identity,
+    and the keys the last pass wrote. Through replicas coming, going and changing (spec,
+    status, labels, namespace), invalid ones, one listed twice, and local objects changed
+    or deleted by someone else, every step does what an agent that keeps nothing does."""
+
+    def run(is_kept: bool) -> list[tuple[list[str], list[str], list[str], list[str], Any]]:
+        w = World()
+        agent = w.agent()
+        patched: list[bool] = []
+
+        def add(name: str, namespace: str = "ml", copies: int = 1) -> None:
+            replica = model_replica(name, copies=copies)
+            replica["metadata"]["namespace"] = namespace
+            w.hub.create(replica)
+
+        def respec(name: str, copies: int) -> None:
+            replica = w.hub.get(MODEL_REPLICA, name, "ml")
+            assert replica is not None
+            replica["spec"]["engines"][0]["copies"] = copies
+            w.hub.update(replica)
+
+        def invalid() -> None:
+            replica = model_replica("bad")
+            del replica["spec"]["engines"][0]["name"]
+            w.hub.create(replica)
+
+        def edit_deployment(name: str) -> None:
+            dep = w.local.get(DEPLOYMENT, name, "ml")
+            assert dep is not None
+            dep["spec"]["replicas"] = 7
+            w.local.update(dep)
+
+        def relabel(name: str) -> None:
+            replica = w.hub.get(MODEL_REPLICA, name, "ml")
+            assert replica is not None
+            replica["metadata"]["labels"]["gpufleet.io/deployment"] = "mistral"
+            w.hub.update(replica)
+
+        events: list[Any] = [
+            lambda: [add(f"r{i}") for i in range(1, 6)],
+            lambda: None,
+            lambda: add("r6"),
+            lambda: w.hub.patch_status(MODEL_REPLICA, "r2", "ml", {"phase": "Placed"}),
+            lambda: respec("r3", 2),
+            lambda: w.hub.delete(MODEL_REPLICA, "r4", "ml"),
+            lambda: add("r7", namespace="ml2"),
+            lambda: edit_deployment("r1-main"),
+            lambda: w.local.delete(RESOURCE_CLAIM_TEMPLATE, "r5-main-standalone", "ml"),
+            lambda: w.local.patch_status(DEPLOYMENT, "r6-main", "ml", {"readyReplicas": 1}),
+            lambda: relabel("r2"),
+            invalid,
+            lambda: add("r8"),
+            lambda: w.hub.delete(MODEL_REPLICA, "bad", "ml"),
+            lambda: w.hub.delete(MODEL_REPLICA, "r7", "ml2"),
+            lambda: [respec("r1", 3), w.hub.delete(MODEL_REPLICA, "r5", "ml")],
+            lambda: None,
+        ]
+        out = []
+        for event in [*events, "twice", lambda: None, "copy", lambda: None]:
+            replicas = None
+            if callable(event):
+                event()
+            else:
+                listed = agent.read_replicas()
+                assert listed is not None
+                if event == "twice":
+                    replicas = [*listed, listed[0]]  # one object listed twice
+                else:
+                    replicas = [*listed, copy.deepcopy(listed[-1])]  # two of one key
+            if replicas is None:
+                replicas = agent.read_replicas()
+            assert replicas is not None
+            outcome = StepOutcome()
+            (agent if is_kept else w.agent()).materialize(replicas, outcome)
+            state = agent._desired_state
+            patched.append(state is not None and state.made is None)
+            local = [
+                o
+                for kind in (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT, NAMESPACE)
+                for o in w.local.list(kind)
+            ]
+            out.append((outcome.created, outcome.updated, outcome.deleted, outcome.errors, local))
+        if is_kept:
+            # The desired set was patched from a change at least once (not made whole).
+            assert any(patched)
+        return out
+
+    assert run(is_kept=True) == run(is_kept=False)
+
+
+class RefusingStore(MemoryStore):
+    """A cluster whose API server refuses to create Deployments while `is_refusing`."""
+
+    is_refusing = True
+
+    def create(self, obj: Obj) -> Obj:
+        if self.is_refusing and obj.get("kind") == "Deployment":
+            raise StoreError("admission webhook refused the Deployment")
+        return super().create(obj)
+
+
+def test_a_write_that_failed_is_tried_again_though_nothing_changed() -> None:
+    """A pass looks again at the keys the last one wrote or failed to write: a refused
+    create leaves the listing as it was, and is still tried (and reported) every pass."""
+    w = World()
+    w.local = RefusingStore(clock=w.clock, uid_seed="local")
+    agent = w.agent()
+    w.hub.create(model_replica("r1"))
+    errors = []
+    for refuses in (True, True, True, False, False):
+        w.local.is_refusing = refuses
+        outcome = StepOutcome()
+        replicas = agent.read_replicas()
+        assert replicas is not None
+        agent.materialize(replicas, outcome)
+        errors.append((outcome.errors, outcome.created))
+    refused = ["apply Deployment ml/r1-main: admission webhook refused the Deployment"]
+    assert errors == [
+        (refused, ["ResourceClaimTemplate ml/r1-main-standalone"]),
+        (refused, []),
+        (refused, []),
+        ([], ["Deployment ml/r1-main"]),
+        ([], []),
+    ]
+
+
 def test_a_workload_changed_by_someone_else_is_put_back() -> None:
     """The agent remembers which workloads already hold what it wants; a workload changed
     since (a new object) is compared again, even when its replica did not change."""

@@ -36,8 +36,9 @@ A step costs what changed since the last one, not every object: the Agent reads 
 `Store.view`, whose objects are replaced, never changed, when they change, so what it derived
 from an object is kept by the object's identity (`ObserveCache`, each replica's desired
 objects by its spec's, which a status write leaves as it is; the local objects known to agree
-with them), and it patches the observations it wrote last without reading them back (guarded
-by their resourceVersion).
+with them). Materialize looks only at the replicas and local objects that came or went since
+its last call (by identity) and at what it wrote last; and a push patches the observations it
+wrote last without reading them back (guarded by their resourceVersion).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import contextlib
 import logging
 import operator
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeVar
@@ -179,16 +181,10 @@ class Agent:
         #: unchanged is reused, so that it too compares by identity.
         self._last_report_pools: dict[str, Obj] = {}
         self._last_report_replicas: dict[str, tuple[Obj, Obj]] = {}
-        #: The desired objects of each replica, by (namespace, name), with what they were made
-        #: from (`_desired_of_all`).
-        self._desired: dict[tuple[object, object], _DesiredOf] = {}
-        #: The same, by the identity of the replica objects of the last call (held).
-        self._desired_seen: dict[int, tuple[object, tuple[object, object], _DesiredOf]] = {}
-        #: Local objects known to hold what is desired of them: (local, desired) by identity.
-        self._agreeing: dict[Kind, dict[tuple[int, int], tuple[Mapping[str, Any], Obj]]] = {}
-        #: The last desired set (`_desired_set`): each replica's desired objects (held), and
-        #: what was made of them.
-        self._desired_set_held: _DesiredSet | None = None
+        #: What the last desired set was made from, and what was made (`_desired_set`).
+        self._desired_state: _DesiredState | None = None
+        #: Per kind, what its last pass saw and found (`_materialize_kind`).
+        self._passes: dict[Kind, _KindPass] = {}
         #: Per kind, after a pass in which every local object agreed with what was wanted and
         #: none was unwanted: the wanted mapping and the local objects listed (both held).
         self._settled: dict[Kind, tuple[object, tuple[Mapping[str, Any], ...]]] = {}
@@ -458,7 +454,7 @@ class Agent:
     ) -> None:
         """Make the local workloads equal the desired set for `replicas`."""
         outcome = outcome if outcome is not None else StepOutcome()
-        desired, namespaces, errors = self._desired_set(replicas)
+        desired, namespaces, errors, changes = self._desired_set(replicas)
         outcome.errors.extend(errors)
         for ns in namespaces:
             self._ensure_namespace(ns, outcome)
@@ -477,7 +473,7 @@ class Agent:
                 # one agreed and none was unwanted: this pass would find the same.
                 self._settled[kind] = settled
                 continue
-            self._materialize_kind(kind, wanted, listed, outcome)
+            self._materialize_kind(kind, wanted, listed, outcome, changes.get(kind))
 
     def _materialize_kind(
         self,
@@ -485,71 +481,211 @@ class Agent:
         wanted: Mapping[tuple[str, str], Obj],
         listed: Sequence[Mapping[str, Any]],
         outcome: StepOutcome,
+        since: _WantedChange | None = None,
     ) -> None:
-        existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed}
-        agreeing, self._agreeing[kind] = self._agreeing.get(kind, {}), {}
-        now_agreeing = self._agreeing[kind]
-        is_settled = True
-        for key in sorted(wanted):
+        """Create or update each wanted object that the local one does not hold (sorted by
+        key), then delete each listed object not wanted (sorted).
+
+        A pass costs what changed since the last one: a wanted object whose local object
+        was found to hold it, both the same objects since, is not looked at again (objects
+        are replaced, never changed, so the same pair agrees again). When the wanted
+        mapping is the last pass's, or `since` names the keys in which it differs from it,
+        only those keys, the keys of the local objects that came or went (by identity) and
+        the keys the last pass acted on are looked at: every other key is a pair that agreed
+        and is the same pair."""
+        last = self._passes.pop(kind, None)
+        by_id = dict(zip(map(id, listed), listed, strict=True))
+        existing: dict[tuple[str, str], Mapping[str, Any]] | None = None
+        keys: set[tuple[str, str]] | None = None
+        if last is not None and len(by_id) == len(listed):
+            changed: AbstractSet[tuple[str, str]] | None = None
+            if last.wanted is wanted:
+                changed = frozenset()
+            elif since is not None and since[0] is last.wanted:
+                changed = since[1]
+            if changed is not None:
+                found = _listing_since(last, by_id)
+                if found is not None:
+                    existing, touched = found
+                    keys = last.acted | changed | touched
+        if existing is None:
+            existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed}
+        before = last.agreeing if last is not None else {}
+        agreeing: dict[tuple[str, str], tuple[Mapping[str, Any], Obj]]
+        if keys is None:
+            agreeing, looked_at = {}, sorted(wanted)
+        else:
+            # Every pair held but for these keys is one of keys not looked at: it stays.
+            agreeing = dict(before)
+            for key in keys:
+                agreeing.pop(key, None)
+            looked_at = sorted(k for k in keys if k in wanted)
+        acted: set[tuple[str, str]] = set()
+        for key in looked_at:
             want, current = wanted[key], existing.get(key)
-            pair = (id(current), id(want))
-            if current is not None and pair in agreeing:
+            held = before.get(key)
+            if current is not None and held is not None and held[0] is current and held[1] is want:
                 # Neither changed since they were found to agree (both are held there,
                 # so the identities are still theirs).
-                now_agreeing[pair] = agreeing[pair]
+                agreeing[key] = held
                 continue
             if self._apply(kind, want, current, outcome):
                 assert current is not None
-                now_agreeing[pair] = (current, want)
+                agreeing[key] = (current, want)
             else:
-                is_settled = False
-        for key in sorted(existing):
-            if key not in wanted:
-                is_settled = False
+                acted.add(key)
+        unwanted = sorted(k for k in (existing if keys is None else keys) if k not in wanted)
+        for key in unwanted:
+            if key in existing:
+                acted.add(key)
                 self._delete_local(kind, key[1], key[0], outcome)
-        if is_settled:
+        if not acted:
             self._settled[kind] = (wanted, tuple(listed))
+        if len(existing) == len(listed):
+            # One object per key: what came and went next pass can be told by identity.
+            self._passes[kind] = _KindPass(wanted, by_id, existing, agreeing, acted)
 
     def _desired_set(
         self, replicas: Sequence[Mapping[str, Any]]
-    ) -> tuple[Mapping[Kind, Mapping[tuple[str, str], Obj]], list[str], list[str]]:
+    ) -> tuple[
+        Mapping[Kind, Mapping[tuple[str, str], Obj]],
+        list[str],
+        list[str],
+        Mapping[Kind, _WantedChange],
+    ]:
         """Every replica's desired objects by kind and (namespace, name), their namespaces
-        (sorted) and the errors of invalid replicas. The same mappings as last call when each
-        replica's desired objects are (`_desired_of_all`), so that a kind's pass can tell
-        by identity that nothing it wants changed."""
-        made = self._desired_of_all(replicas)
-        held = self._desired_set_held
-        if held is not None and _is_same(held[0], [objs for _, objs in made]):
-            return held[1], held[2], held[3]
-        desired: dict[Kind, dict[tuple[str, str], Obj]] = {kind: {} for kind in OWNED_KINDS}
-        errors: list[str] = []
-        for replica, objs in made:
-            if isinstance(objs, ReplicaInvalid):
-                meta = replica.get("metadata") or {}
-                errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
-                continue
-            for kind, key, obj in objs:
-                desired[kind][key] = obj
-        namespaces = sorted({ns for by_key in desired.values() for (ns, _) in by_key})
-        self._desired_set_held = (tuple(objs for _, objs in made), desired, namespaces, errors)
-        return desired, namespaces, errors
+        (sorted), the errors of invalid replicas, and per kind whose mapping is not last
+        call's, that mapping and the keys in which the two differ, when they are known.
 
-    def _desired_of_all(
+        The same mappings as last call when each replica's desired objects are, so that a
+        kind's pass can tell by identity that nothing it wants changed. A replica's desired
+        objects are the very objects of the last call when what `materialize` reads of it is
+        unchanged: the spec, which a status write leaves the same object (objects are
+        replaced, their unchanged subtrees shared), and the name, namespace, generation and
+        labels. So a replica whose status alone changed changes nothing here."""
+        state = self._desired_state
+        if state is not None and state.counts is not None:
+            found = self._desired_set_since(state, replicas)
+            if found is not None:
+                return found
+        return self._desired_set_whole(replicas)
+
+    def _desired_set_since(
+        self, state: _DesiredState, replicas: Sequence[Mapping[str, Any]]
+    ) -> (
+        tuple[
+            Mapping[Kind, Mapping[tuple[str, str], Obj]],
+            list[str],
+            list[str],
+            Mapping[Kind, _WantedChange],
+        ]
+        | None
+    ):
+        """`_desired_set` from the last call's, by the replicas that came or went since (by
+        identity); None when it cannot be told that way (then it is made whole).
+
+        For a plain last set only (`_DesiredState.counts`): every replica with a key and an
+        identity of its own, none invalid, no object wanted by two. Then the set does not
+        depend on the replicas' order, and changes by what the replicas that came or went
+        want, as long as no two replicas come to want one object."""
+        by_id = dict(zip(map(id, replicas), replicas, strict=True))
+        if len(by_id) != len(replicas):
+            return None
+        seen = state.seen
+        gone = seen.keys() - by_id.keys()
+        came = by_id.keys() - seen.keys()
+        if not gone and not came:
+            return state.desired, state.namespaces, state.errors, {}
+        last = state.by_key
+        made: dict[tuple[object, object], tuple[int, _DesiredOf]] = {}
+        for i in came:
+            replica = by_id[i]
+            meta = replica.get("metadata") or {}
+            key = (meta.get("namespace"), meta.get("name"))
+            if key in made:
+                return None
+            spec = replica.get("spec")
+            reads = (meta.get("generation", 1), meta.get("labels"))
+            held = last.get(key)
+            if held is None or held[0] is not spec or held[1] != reads:
+                held = (spec, reads, _desired_of(replica))
+            made[key] = (i, held)
+        new_seen = dict(seen)
+        by_key = dict(last)
+        removed: dict[tuple[object, object], tuple[_Desired, ...] | ReplicaInvalid] = {}
+        for i in gone:
+            _, key, held = new_seen.pop(i)
+            removed[key] = held[2]
+            del by_key[key]
+        for key, (i, held) in made.items():
+            if key in by_key:
+                return None  # a replica that stays has this key too
+            by_key[key] = held
+            new_seen[i] = (by_id[i], key, held)
+        olds: list[tuple[_Desired, ...]] = []
+        news: list[tuple[_Desired, ...]] = []
+        for key in removed.keys() | made.keys():
+            old = removed.get(key, ())
+            new = made[key][1][2] if key in made else ()
+            if old is new:
+                continue
+            if isinstance(old, ReplicaInvalid) or isinstance(new, ReplicaInvalid):
+                return None
+            olds.append(old)
+            news.append(new)
+        desired, namespaces, counts = state.desired, state.namespaces, state.counts
+        changes: dict[Kind, _WantedChange] = {}
+        if olds or news:
+            assert counts is not None
+            counts = dict(counts)
+            copies: dict[Kind, dict[tuple[str, str], Obj]] = {}
+            keys: dict[Kind, set[tuple[str, str]]] = {}
+            # What the replicas wanted first, then what they want (an object may move).
+            for objs, by in ((olds, -1), (news, 1)):
+                for kind, key, obj in (d for o in objs for d in o):
+                    copy = copies.get(kind)
+                    if copy is None:
+                        copy = copies[kind] = dict(desired[kind])
+                        keys[kind] = set()
+                    if by < 0:
+                        del copy[key]
+                    elif key in copy:
+                        return None  # two replicas want it
+                    else:
+                        copy[key] = obj
+                    counts[key[0]] = counts.get(key[0], 0) + by
+                    keys[kind].add(key)
+            for ns in [ns for ns, n in counts.items() if not n]:
+                del counts[ns]
+            if counts.keys() != set(namespaces):
+                namespaces = sorted(counts)
+            changes = {kind: (desired[kind], keys[kind]) for kind in copies}
+            desired = {**desired, **copies}
+        self._desired_state = _DesiredState(
+            new_seen, by_key, None, desired, namespaces, state.errors, counts
+        )
+        return desired, namespaces, state.errors, changes
+
+    def _desired_set_whole(
         self, replicas: Sequence[Mapping[str, Any]]
-    ) -> list[tuple[Mapping[str, Any], tuple[_Desired, ...] | ReplicaInvalid]]:
-        """Each replica with `_desired_of(replica)`: the very objects of the last call when
-        what `materialize` reads of the replica is unchanged. It reads the spec, which a
-        status write leaves the same object (objects are replaced, their unchanged subtrees
-        shared), and the name, namespace, generation and labels; so the desired objects of a
-        replica whose status alone changed stay the same objects, which `_agreeing` knows."""
-        last, self._desired = self._desired, {}
-        last_seen, self._desired_seen = self._desired_seen, {}
-        out: list[tuple[Mapping[str, Any], tuple[_Desired, ...] | ReplicaInvalid]] = []
+    ) -> tuple[
+        Mapping[Kind, Mapping[tuple[str, str], Obj]],
+        list[str],
+        list[str],
+        Mapping[Kind, _WantedChange],
+    ]:
+        """`_desired_set`, replica by replica (what it reuses is by identity or key)."""
+        state = self._desired_state
+        last_seen = state.seen if state is not None else {}
+        last = state.by_key if state is not None else {}
+        seen: dict[int, tuple[Mapping[str, Any], tuple[object, object], _DesiredOf]] = {}
+        by_key: dict[tuple[object, object], _DesiredOf] = {}
+        made: list[tuple[_Desired, ...] | ReplicaInvalid] = []
         for replica in replicas:
-            seen = last_seen.get(id(replica))
-            if seen is not None and seen[0] is replica:
+            hit = last_seen.get(id(replica))
+            if hit is not None and hit[0] is replica:
                 # The very object of the last call: nothing to look up in it.
-                key, held = seen[1], seen[2]
+                key, held = hit[1], hit[2]
             else:
                 meta = replica.get("metadata") or {}
                 key = (meta.get("namespace"), meta.get("name"))
@@ -559,10 +695,36 @@ class Agent:
                 if found is None or found[0] is not spec or found[1] != reads:
                     found = (spec, reads, _desired_of(replica))
                 held = found
-            self._desired[key] = held
-            self._desired_seen[id(replica)] = (replica, key, held)
-            out.append((replica, held[2]))
-        return out
+            by_key[key] = held
+            seen[id(replica)] = (replica, key, held)
+            made.append(held[2])
+        is_unique = len(seen) == len(by_key) == len(replicas)
+        if state is not None and state.made is not None and _is_same(state.made, made):
+            desired, namespaces, errors = state.desired, state.namespaces, state.errors
+            counts = state.counts if is_unique else None
+        else:
+            desired_by: dict[Kind, dict[tuple[str, str], Obj]] = {k: {} for k in OWNED_KINDS}
+            errors = []
+            counts = {} if is_unique else None
+            for replica, objs in zip(replicas, made, strict=True):
+                if isinstance(objs, ReplicaInvalid):
+                    meta = replica.get("metadata") or {}
+                    errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
+                    counts = None
+                    continue
+                for kind, key, obj in objs:
+                    if counts is not None:
+                        if key in desired_by[kind]:
+                            counts = None  # wanted twice: the last replica's wins
+                        else:
+                            counts[key[0]] = counts.get(key[0], 0) + 1
+                    desired_by[kind][key] = obj
+            desired = desired_by
+            namespaces = sorted({ns for by in desired_by.values() for (ns, _) in by})
+        self._desired_state = _DesiredState(
+            seen, by_key, tuple(made), desired, namespaces, errors, counts
+        )
+        return desired, namespaces, errors, {}
 
     def _apply(
         self, kind: Kind, want: Obj, current: Mapping[str, Any] | None, outcome: StepOutcome
@@ -670,13 +832,78 @@ def _status_patch(
 
 #: One desired local object: its kind, (namespace, name) and body (shared: never changed).
 _Desired = tuple[Kind, tuple[str, str], Obj]
-#: See `Agent._desired_set`.
-_DesiredSet = tuple[
-    tuple[object, ...], Mapping[Kind, Mapping[tuple[str, str], Obj]], list[str], list[str]
-]
+#: A kind's wanted mapping as it was, and the keys in which the one now differs from it.
+_WantedChange = tuple[Mapping[tuple[str, str], Obj], AbstractSet[tuple[str, str]]]
 #: A replica's spec (held: its identity stays its own), its generation and labels, and the
 #: desired objects made from them (`Agent._desired_of_all`).
 _DesiredOf = tuple[object, tuple[object, object], tuple[_Desired, ...] | ReplicaInvalid]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _DesiredState:
+    """One `Agent._desired_set` call: what it was made from and what it made. Never changed
+    once made (a call makes a new one), so the mappings it holds keep their content."""
+
+    #: Each replica (held: its identity stays its own) by identity, with its (namespace,
+    #: name) and its desired objects and what they were made from.
+    seen: dict[int, tuple[Mapping[str, Any], tuple[object, object], _DesiredOf]]
+    #: The same desired objects by the replica's (namespace, name).
+    by_key: dict[tuple[object, object], _DesiredOf]
+    #: Each replica's desired objects in the replicas' order (held); None when the set was
+    #: made from a change (`_desired_set_since`), which does not keep an order.
+    made: tuple[tuple[_Desired, ...] | ReplicaInvalid, ...] | None
+    desired: Mapping[Kind, Mapping[tuple[str, str], Obj]]
+    namespaces: list[str]
+    errors: list[str]
+    #: How many desired objects each namespace has, for a plain set: every replica with a
+    #: key and an identity of its own, none invalid, no object wanted by two. None otherwise
+    #: (then the next set is made whole).
+    counts: dict[str, int] | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _KindPass:
+    """What one kind's last pass saw and found (`Agent._materialize_kind`), for a listing
+    with one object per key. Never changed once made."""
+
+    #: The wanted mapping (held: its identity stays its own).
+    wanted: Mapping[tuple[str, str], Obj]
+    #: The local objects listed (held), by identity.
+    listed: dict[int, Mapping[str, Any]]
+    #: The same, by (namespace, name).
+    existing: dict[tuple[str, str], Mapping[str, Any]]
+    #: Each wanted key whose local object holds what is wanted: the pair (held).
+    agreeing: dict[tuple[str, str], tuple[Mapping[str, Any], Obj]]
+    #: The keys the pass wrote (or failed to): wanted ones whose local object did not hold
+    #: what is wanted, and listed ones not wanted.
+    acted: set[tuple[str, str]]
+
+
+def _listing_since(
+    last: _KindPass, by_id: Mapping[int, Mapping[str, Any]]
+) -> tuple[dict[tuple[str, str], Mapping[str, Any]], set[tuple[str, str]]] | None:
+    """The listing `by_id` by (namespace, name), from the last pass's, and the keys of the
+    objects that came or went since (by identity: a changed object is one gone, one come);
+    None when it has two objects of one key."""
+    gone = last.listed.keys() - by_id.keys()
+    came = by_id.keys() - last.listed.keys()
+    if not gone and not came:
+        return last.existing, set()
+    existing = dict(last.existing)
+    touched: set[tuple[str, str]] = set()
+    for i in gone:
+        meta = last.listed[i]["metadata"]
+        key = (meta["namespace"], meta["name"])
+        del existing[key]
+        touched.add(key)
+    for i in came:
+        meta = by_id[i]["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if key in existing:
+            return None
+        existing[key] = by_id[i]
+        touched.add(key)
+    return existing, touched
 
 
 def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInvalid:
