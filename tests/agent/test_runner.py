@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome
+from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, _status_patch
 from gpufleet.store import Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
 from gpufleet.store.forwarding import ForwardingStore
+from gpufleet.store.merge import merge_patch
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -396,7 +397,8 @@ def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_woul
     """A push leaves alone, without looking at it, each replica observation whose entry is
     the same object as in the last complete push and whose version on the hub is the one that
     push left. Whatever others do to the observations in between, and whichever entries
-    change, the hub ends as when every entry is a new (equal) object, compared one by one."""
+    change (or come in another order, or go), the hub ends as when every entry is a new
+    (equal) object, compared one by one."""
 
     def run(is_reused: bool) -> list[tuple[bool, list[Obj]]]:
         w = World()
@@ -421,6 +423,7 @@ def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_woul
             lambda: w.hub.delete(REPLICA_OBSERVATION, "ml.r2", NS),
             lambda: w.hub.create(foreign),
             lambda: w.hub.patch_status(REPLICA_OBSERVATION, "ml.r3", NS, {"agent": None}),
+            lambda: w.hub.patch_status(REPLICA_OBSERVATION, "ml.r3", NS, {"podsScheduled": 1}),
             lambda: None,
         ]
         out = []
@@ -431,8 +434,13 @@ def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_woul
             if t in (3, 6):  # r2's content changes (and, at 6, changes back)
                 spec, status = entries["ml.r2"]
                 entries["ml.r2"] = (spec, {**status, "podsScheduled": t == 3})
+            if t == 4:  # the same entries, in another order
+                entries = dict(reversed(entries.items()))
+            if t >= 7:  # r3 is gone
+                del entries["ml.r3"]
             if not is_reused:
                 entries = {name: copy.deepcopy(entry) for name, entry in entries.items()}
+                agent._replicas_left = None  # nothing known: every entry is compared
             report = dataclasses.replace(last, observed_at=at, replicas=entries)
             if t == 2 and is_reused:
                 report = dataclasses.replace(last, observed_at=at)  # the very mapping
@@ -450,7 +458,8 @@ def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_woul
                 for name, (spec, status) in report.replicas.items()
             }
             out.append((is_pushed, on_hub))
-        out.append((True, w.hub.list(POOL_OBSERVATION, NS)))
+        out.append((w.hub.revision > 0, w.hub.list(POOL_OBSERVATION, NS)))
+        out.append((True, [c.obj for c in w.hub.changes(0, [REPLICA_OBSERVATION])[0]]))
         return out
 
     assert run(is_reused=True) == run(is_reused=False)
@@ -924,3 +933,25 @@ def test_unreachable_hub_changes_nothing_and_push_is_retried() -> None:
 
 
 # --- merge patches ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        {"x": 1, "agent": {"identity": "agent-1", "leaseEpoch": 1}, "observedAt": "T1"},
+        {"x": 1, "agent": {"identity": "agent-1", "leaseEpoch": 1}, "observedAt": "T2"},
+        {"x": 1, "agent": {"identity": "agent-1", "leaseEpoch": 2}, "observedAt": "T1"},
+        {"x": 1, "agent": {"identity": "agent-1", "leaseEpoch": 1, "more": 0}},
+        {"x": 1, "agent": {"identity": "agent-1", "leaseEpoch": 1}},
+        {"x": 1, "agent": None, "observedAt": "T1"},
+        {"x": 1, "observedAt": "T1"},
+    ],
+    ids=["same", "time", "epoch", "agent-field", "no-time", "null-agent", "no-agent"],
+)
+def test_a_heartbeat_patch_is_the_merge_patch_of_the_stamp(written: Obj) -> None:
+    """Unchanged content: the patch is the merge patch from the stamp as written to the new
+    stamp, which a heartbeat (the agent as written) tells without diffing."""
+    content = {"x": 1}
+    stamp = {"agent": {"identity": "agent-1", "leaseEpoch": 1}, "observedAt": "T2"}
+    want = merge_patch({k: written[k] for k in stamp if k in written}, stamp)
+    assert _status_patch(written, content, content, stamp) == want

@@ -44,9 +44,10 @@ wrote last without reading them back (guarded by their resourceVersion).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -166,10 +167,12 @@ class Agent:
         self.clock = AllocationClock()
         self.namespace = observation_namespace(cluster_name)
         self._last_push_at: datetime | None = None
-        self._last_pushed: dict[tuple[str, str], Obj] | None = None
-        #: The report mappings `_last_pushed` was made from (held: their identities stay
-        #: theirs). Mappings are never changed, so the same ones have the same content.
-        self._last_pushed_from: tuple[object, object] | None = None
+        #: The mappings of the last report pushed (held: their identities stay theirs).
+        #: Mappings are never changed, so the same ones have the same content, and content
+        #: is compared with them (`is_push_due`).
+        self._last_pushed_from: tuple[Mapping[str, Obj], Mapping[str, tuple[Obj, Obj]]] | None = (
+            None
+        )
         #: What observe read from each object it saw last step (by identity: views only).
         self._observed = ObserveCache()
         #: The last status body made from each pool's and replica's observation: an equal
@@ -198,7 +201,7 @@ class Agent:
         #: the same version on the hub has nothing to write (`_write_replica_observations`).
         self._replicas_left: _ReplicasLeft | None = None
         #: The ReplicaObservations the last push viewed on the hub (held) and their versions.
-        self._viewed_on_hub: tuple[tuple[Mapping[str, Any], ...], dict[str, object]] = ((), {})
+        self._viewed_on_hub: tuple[dict[int, Mapping[str, Any]], dict[str, object]] = ({}, {})
 
     # --- the step -------------------------------------------------------------------------
 
@@ -275,14 +278,19 @@ class Agent:
         return Report(now, result, pools, reps)
 
     def is_push_due(self, report: Report, now: datetime) -> bool:
-        if self._last_push_at is None or self._last_pushed is None:
+        last = self._last_pushed_from
+        if self._last_push_at is None or last is None:
             return True
         since_s = (now - self._last_push_at).total_seconds()
         if since_s < self.config.min_push_interval_s:
             return False
         if since_s >= self.config.heartbeat_interval_s:
             return True
-        return not self._is_last_pushed(report) and _content(report) != self._last_pushed
+        # A report's content is its two mappings: compared in C, and by identity for the
+        # entries that are the same objects (unchanged content is).
+        return not self._is_last_pushed(report) and (
+            report.pools != last[0] or report.replicas != last[1]
+        )
 
     def _is_last_pushed(self, report: Report) -> bool:
         """Whether the report holds the very mappings last pushed (a quiet step's report)."""
@@ -319,21 +327,28 @@ class Agent:
         if not is_complete:
             return False
         self._last_push_at = now
-        if not self._is_last_pushed(report):
-            self._last_pushed = _content(report)
-            self._last_pushed_from = (report.pools, report.replicas)
+        self._last_pushed_from = (report.pools, report.replicas)
         self._replicas_left = (report.replicas, stamp["agent"], versions)
         outcome.is_pushed = True
         return True
 
     def _versions_on_hub(self, viewed: Sequence[Mapping[str, Any]]) -> dict[str, object]:
         """Name -> resourceVersion of the viewed observations; the same dict as last push when
-        the view holds the same objects (a view hands out an object until it changes)."""
+        the view holds the same objects (a view hands out an object until it changes), else
+        that dict patched with the objects that came and went (by identity) when the view
+        has one object per name (as a namespace's listing has)."""
         held, versions = self._viewed_on_hub
-        if not _is_same(held, viewed):
-            versions = {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
-            self._viewed_on_hub = (tuple(viewed), versions)
-        return versions
+        by_id = dict(zip(map(id, viewed), viewed, strict=True))
+        gone, came = held.keys() - by_id.keys(), by_id.keys() - held.keys()
+        if not gone and not came and len(by_id) == len(viewed):
+            return versions
+        patched = _patched_versions(held, versions, by_id, gone, came)
+        if patched is None or len(by_id) != len(viewed):
+            patched = {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
+        # Held only for a view of one object per name: the next is patched from it.
+        is_plain = len(patched) == len(by_id) == len(viewed)
+        self._viewed_on_hub = (by_id if is_plain else {}, patched)
+        return patched
 
     def _write_replica_observations(
         self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
@@ -352,21 +367,32 @@ class Agent:
             # that push's report that is the same object here holds the same content: such
             # an observation would be left alone, so it is not looked at one by one.
             entries, _, versions = left
+            # The observations not at the version that push left (compared in C: versions
+            # are strings), and the entries that are not that push's (in C too, when the two
+            # mappings have their names in one order, as reports of the same replicas do).
+            stale = {n for n, v in versions.items() - on_hub.items() if on_hub.get(n) != v}
+            replicas = report.replicas
+            if replicas is entries:
+                changed: Iterable[str] = ()
+            elif list(replicas) == list(entries):
+                changed = itertools.compress(
+                    replicas, map(operator.is_not, replicas.values(), entries.values())
+                )
+            else:
+                changed = [n for n, entry in replicas.items() if entries.get(n) is not entry]
+                stale &= replicas.keys()
+            stale.update(changed)
             versions = dict(versions)
-            names = sorted(
-                name
-                for name, entry in report.replicas.items()
-                if entries.get(name) is not entry or on_hub.get(name) != versions.get(name)
-            )
+            names = sorted(stale)
         for name in names:
             spec, content = report.replicas[name]
             self._write_observation(REPLICA_OBSERVATION, name, spec, content, stamp, on_hub=on_hub)
             versions[name] = self._written[(kind, name)][0]["metadata"].get("resourceVersion")
-        for name in on_hub:
-            if name not in report.replicas:
-                self._written.pop((kind, name), None)
-                with contextlib.suppress(NotFound):
-                    self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
+        # In the view's order (by name).
+        for name in sorted(on_hub.keys() - report.replicas.keys()):
+            self._written.pop((kind, name), None)
+            with contextlib.suppress(NotFound):
+                self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
         if versions.keys() != report.replicas.keys():
             versions = {name: versions[name] for name in report.replicas}
         return versions
@@ -801,6 +827,29 @@ _ReplicasLeft = tuple[Mapping[str, tuple[Obj, Obj]], object, dict[str, object]]
 _O = TypeVar("_O", ObservedPool, ObservedReplica)
 
 
+def _patched_versions(
+    held: Mapping[int, Mapping[str, Any]],
+    versions: Mapping[str, object],
+    by_id: Mapping[int, Mapping[str, Any]],
+    gone: Iterable[int],
+    came: Iterable[int],
+) -> dict[str, object] | None:
+    """`versions` (name -> resourceVersion of the objects `held`, one per name) changed to
+    those of `by_id`, which lacks the objects `gone` and adds those `came`; None when
+    `held` or `by_id` has two objects of one name."""
+    if len(versions) != len(held):
+        return None
+    patched = dict(versions)
+    for i in gone:
+        del patched[held[i]["metadata"]["name"]]
+    for i in came:
+        meta = by_id[i]["metadata"]
+        if meta["name"] in patched:
+            return None
+        patched[meta["name"]] = meta.get("resourceVersion")
+    return patched
+
+
 def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
     """The status body of `observed`: the last one made, when the observation is equal."""
     # The observe cache hands out the very observation while its inputs are unchanged.
@@ -826,8 +875,21 @@ def _status_patch(
     stamp) to `content` and `stamp`. Unchanged content is the same object (`_status_of`), so
     then only the stamp is compared."""
     if content is last_content:
+        at = stamp.get("observedAt")
+        if (
+            stamp.keys() == _STAMP_KEYS
+            and isinstance(at, str)
+            and "agent" in written
+            and written["agent"] == stamp["agent"]
+        ):
+            # A heartbeat: the agent as written, so only the time can move (what the diff
+            # below finds, without making it).
+            return {} if written.get("observedAt") == at else {"observedAt": at}
         return merge_patch({k: written[k] for k in stamp if k in written}, stamp)
     return merge_patch(written, {**content, **stamp})
+
+
+_STAMP_KEYS: Final = frozenset({"agent", "observedAt"})
 
 
 #: One desired local object: its kind, (namespace, name) and body (shared: never changed).
@@ -913,15 +975,6 @@ def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInv
     except ReplicaInvalid as e:
         return e
     return tuple((_kind(o), (o["metadata"]["namespace"], o["metadata"]["name"]), o) for o in objs)
-
-
-def _content(report: Report) -> dict[tuple[str, str], Obj]:
-    out: dict[tuple[str, str], Obj] = {}
-    for pool, status in report.pools.items():
-        out[("PoolObservation", pool)] = status
-    for name, (spec, status) in report.replicas.items():
-        out[("ReplicaObservation", name)] = {"spec": spec, "status": status}
-    return out
 
 
 def _contains(current: object, want: object) -> bool:
