@@ -196,12 +196,15 @@ class Agent:
         #: guarded by its resourceVersion, instead of reading it again.
         self._written: dict[tuple[str, str], tuple[Mapping[str, Any], Obj]] = {}
         #: What the last complete push left of the ReplicaObservations: the report's replica
-        #: entries (held: their identities stay theirs), the agent stamp, and each
-        #: observation's resourceVersion after it. An observation of the same entry found at
-        #: the same version on the hub has nothing to write (`_write_replica_observations`).
+        #: entries (held: their identities stay theirs), the agent stamp, each observation's
+        #: resourceVersion after it, and the versions it found on the hub (held) when it wrote
+        #: and deleted none. An observation of the same entry found at the same version on
+        #: the hub has nothing to write (`_write_replica_observations`).
         self._replicas_left: _ReplicasLeft | None = None
         #: The ReplicaObservations the last push viewed on the hub (held) and their versions.
-        self._viewed_on_hub: tuple[dict[int, Mapping[str, Any]], dict[str, object]] = ({}, {})
+        self._viewed_on_hub: tuple[
+            tuple[Mapping[str, Any], ...], dict[int, Mapping[str, Any]], dict[str, object]
+        ] = ((), {}, {})
 
     # --- the step -------------------------------------------------------------------------
 
@@ -318,7 +321,7 @@ class Agent:
             # What is on the hub now: an observation someone else wrote since our last write
             # has another resourceVersion, and is written again even when ours is unchanged.
             on_hub = self._versions_on_hub(self.hub.view(REPLICA_OBSERVATION, self.namespace))
-            versions = self._write_replica_observations(report, stamp, on_hub)
+            left = self._write_replica_observations(report, stamp, on_hub)
         except StoreError as e:
             # Unreachable hub or a write refused: try again on the next step.
             outcome.is_hub_reachable = False
@@ -328,7 +331,7 @@ class Agent:
             return False
         self._last_push_at = now
         self._last_pushed_from = (report.pools, report.replicas)
-        self._replicas_left = (report.replicas, stamp["agent"], versions)
+        self._replicas_left = left
         outcome.is_pushed = True
         return True
 
@@ -337,7 +340,9 @@ class Agent:
         the view holds the same objects (a view hands out an object until it changes), else
         that dict patched with the objects that came and went (by identity) when the view
         has one object per name (as a namespace's listing has)."""
-        held, versions = self._viewed_on_hub
+        listed, held, versions = self._viewed_on_hub
+        if _is_same(listed, viewed):
+            return versions
         by_id = dict(zip(map(id, viewed), viewed, strict=True))
         gone, came = held.keys() - by_id.keys(), by_id.keys() - held.keys()
         if not gone and not came and len(by_id) == len(viewed):
@@ -347,17 +352,27 @@ class Agent:
             patched = {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
         # Held only for a view of one object per name: the next is patched from it.
         is_plain = len(patched) == len(by_id) == len(viewed)
-        self._viewed_on_hub = (by_id if is_plain else {}, patched)
+        self._viewed_on_hub = (tuple(viewed), by_id if is_plain else {}, patched)
         return patched
 
     def _write_replica_observations(
         self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
-    ) -> dict[str, object]:
+    ) -> _ReplicasLeft:
         """Write each of the report's ReplicaObservations that changed or someone else wrote
         (`_write_observation` leaves the others alone), delete those of replicas that are gone,
-        and return the resourceVersion each of the report's observations has now."""
+        and say what that left (`_replicas_left`): the resourceVersion each of the report's
+        observations has now, and `on_hub` when nothing was written or deleted."""
         left, self._replicas_left = self._replicas_left, None
         kind = REPLICA_OBSERVATION.kind
+        if (
+            left is not None
+            and left[3] is on_hub
+            and left[0] is report.replicas
+            and left[1] == stamp["agent"]
+        ):
+            # The very entries, and the very observations on the hub, that the last complete
+            # push found and left as they were: it would find nothing again.
+            return left
         if left is None or left[1] != stamp["agent"]:
             names = sorted(report.replicas)
             versions: dict[str, object] = {}
@@ -366,7 +381,7 @@ class Agent:
             # version on the hub is the one that push left, and an entry (spec, content) of
             # that push's report that is the same object here holds the same content: such
             # an observation would be left alone, so it is not looked at one by one.
-            entries, _, versions = left
+            entries, _, versions, _ = left
             # The observations not at the version that push left (compared in C: versions
             # are strings), and the entries that are not that push's (in C too, when the two
             # mappings have their names in one order, as reports of the same replicas do).
@@ -389,13 +404,15 @@ class Agent:
             self._write_observation(REPLICA_OBSERVATION, name, spec, content, stamp, on_hub=on_hub)
             versions[name] = self._written[(kind, name)][0]["metadata"].get("resourceVersion")
         # In the view's order (by name).
-        for name in sorted(on_hub.keys() - report.replicas.keys()):
+        gone = sorted(on_hub.keys() - report.replicas.keys())
+        for name in gone:
             self._written.pop((kind, name), None)
             with contextlib.suppress(NotFound):
                 self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
         if versions.keys() != report.replicas.keys():
             versions = {name: versions[name] for name in report.replicas}
-        return versions
+        is_untouched = not names and not gone
+        return report.replicas, stamp["agent"], versions, on_hub if is_untouched else None
 
     def _write_observation(
         self,
@@ -822,7 +839,9 @@ class Agent:
 
 
 #: See `Agent._replicas_left`.
-_ReplicasLeft = tuple[Mapping[str, tuple[Obj, Obj]], object, dict[str, object]]
+_ReplicasLeft = tuple[
+    Mapping[str, tuple[Obj, Obj]], object, dict[str, object], Mapping[str, object] | None
+]
 
 _O = TypeVar("_O", ObservedPool, ObservedReplica)
 
