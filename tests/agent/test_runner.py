@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from observe_builders import pod as opod
 
 from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, _status_patch
 from gpufleet.store import Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
@@ -23,6 +24,7 @@ from gpufleet.store.port import (
     MODEL_REPLICA,
     NAMESPACE,
     NODE,
+    POD,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     RESOURCE_CLAIM,
@@ -494,6 +496,59 @@ def test_observing_unchanged_content_reuses_the_report_mappings() -> None:
 
 
 # --- materializing ----------------------------------------------------------------------
+
+
+def test_a_report_made_from_the_observations_that_changed_is_the_whole_report() -> None:
+    """A report's replica entries are made again only where the observation is not the very
+    one of the last call. Through pods coming and going for one replica, a new generation,
+    a status write, replicas coming and going and a replica whose pod changes and changes
+    back, the entries are equal to those made from every observation, and the same
+    objects as the last report's at the same places."""
+    pods: dict[str, Obj] = {
+        "p1": opod("p1", "r1", ns="ml"),
+        "p3": opod("p3", "r3", ns="ml", phase="Pending"),
+    }
+    events: list[Any] = [
+        lambda w: None,
+        lambda w: w.add(copy.deepcopy(pods["p1"])),
+        lambda w: w.add(copy.deepcopy(pods["p3"])),
+        lambda w: w.hub.patch_status(MODEL_REPLICA, "r2", "ml", {"phase": "Placed"}),
+        lambda w: respec(w, "r2", 2),
+        lambda w: w.local.delete(POD, "p1", "ml"),
+        lambda w: w.hub.create(model_replica("r4")),
+        lambda w: w.local.delete(POD, "p3", "ml"),
+        lambda w: w.hub.delete(MODEL_REPLICA, "r1", "ml"),
+        lambda w: w.add(copy.deepcopy(pods["p3"])),
+        lambda w: None,
+    ]
+
+    def respec(w: World, name: str, copies: int) -> None:
+        replica = w.hub.get(MODEL_REPLICA, name, "ml")
+        assert replica is not None
+        replica["spec"]["engines"][0]["copies"] = copies
+        w.hub.update(replica)
+
+    def run(is_whole: bool) -> list[tuple[Any, list[bool]]]:
+        w = World()
+        w.add(node("n0"), slice_("n0"))
+        for name in ("r1", "r2", "r3"):
+            w.hub.create(model_replica(name))
+        agent = w.agent()
+        out = []
+        last: Mapping[str, Any] = {}
+        for t, event in enumerate(events):
+            event(w)
+            replicas = agent.read_replicas()
+            assert replicas is not None
+            if is_whole:
+                agent._observed_replicas = ()  # every observation looked at
+            report = agent.observe(w.at(t), replicas)
+            kept = [last.get(name) is entry for name, entry in report.replicas.items()]
+            out.append((report.replicas, [*kept, report.replicas is last]))
+            last = report.replicas
+        return out
+
+    assert run(is_whole=False) == run(is_whole=True)
 
 
 def owned(w: World) -> list[str]:

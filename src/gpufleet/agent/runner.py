@@ -184,6 +184,8 @@ class Agent:
         #: unchanged is reused, so that it too compares by identity.
         self._last_report_pools: dict[str, Obj] = {}
         self._last_report_replicas: dict[str, tuple[Obj, Obj]] = {}
+        #: The replica observations the last report was made from (held).
+        self._observed_replicas: tuple[ObservedReplica, ...] = ()
         #: What the last desired set was made from, and what was made (`_desired_set`).
         self._desired_state: _DesiredState | None = None
         #: Per kind, what its last pass saw and found (`_materialize_kind`).
@@ -248,37 +250,76 @@ class Agent:
         for p in result.pools:
             pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
         self._pool_statuses = pool_statuses
-        replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
-        last_reps = self._last_report_replicas
-        reps: dict[str, tuple[Obj, Obj]] = {}
-        for r in result.replicas:
-            name = replica_observation_name(r.namespace, r.name)
-            replica_statuses[name] = _status_of(r, self._replica_statuses.get(name))
-            status = replica_statuses[name][1]
-            entry = last_reps.get(name)
-            if not (
-                entry is not None
-                and entry[1] is status
-                and entry[0]["replicaName"] == r.name
-                and entry[0]["replicaNamespace"] == r.namespace
-            ):
-                spec = {
-                    "clusterName": self.cluster_name,
-                    "replicaName": r.name,
-                    "replicaNamespace": r.namespace,
-                }
-                entry = (spec, status)
-            reps[name] = entry
-        self._replica_statuses = replica_statuses
-        pools = {name: status for name, (_, status) in pool_statuses.items()}
         # Unchanged content is the same objects as last step, entry by entry, and then the
         # same mappings: a push compares them by identity (`is_push_due`, `push`).
-        if _is_same_entries(reps, last_reps):
-            reps = last_reps
+        reps = self._report_replicas_since(result.replicas)
+        if reps is None:
+            replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
+            reps = {}
+            for r in result.replicas:
+                name = replica_observation_name(r.namespace, r.name)
+                reps[name] = self._replica_entry(r, name, replica_statuses)
+            self._replica_statuses = replica_statuses
+            if _is_same_entries(reps, self._last_report_replicas):
+                reps = self._last_report_replicas
+        self._observed_replicas = result.replicas
+        pools = {name: status for name, (_, status) in pool_statuses.items()}
         if _is_same_entries(pools, self._last_report_pools):
             pools = self._last_report_pools
         self._last_report_replicas, self._last_report_pools = reps, pools
         return Report(now, result, pools, reps)
+
+    def _replica_entry(
+        self, r: ObservedReplica, name: str, statuses: dict[str, tuple[ObservedReplica, Obj]]
+    ) -> tuple[Obj, Obj]:
+        """The report's entry for `r` (named `name`), and its status into `statuses`: the
+        last report's entry and status when they are equal (so then the same objects)."""
+        statuses[name] = _status_of(r, self._replica_statuses.get(name))
+        status = statuses[name][1]
+        entry = self._last_report_replicas.get(name)
+        if not (
+            entry is not None
+            and entry[1] is status
+            and entry[0]["replicaName"] == r.name
+            and entry[0]["replicaNamespace"] == r.namespace
+        ):
+            spec = {
+                "clusterName": self.cluster_name,
+                "replicaName": r.name,
+                "replicaNamespace": r.namespace,
+            }
+            entry = (spec, status)
+        return entry
+
+    def _report_replicas_since(
+        self, observed: tuple[ObservedReplica, ...]
+    ) -> dict[str, tuple[Obj, Obj]] | None:
+        """The report's replica entries from the last report's, when the observations are
+        those of the last call but at a few places, each of the same replica (the observe
+        cache hands out the very observation while nothing it reads changed): only those
+        places are looked at, since at every other the entry would be the one it was. None
+        when that cannot be told this way (then every observation is looked at)."""
+        last, last_reps = self._observed_replicas, self._last_report_replicas
+        if observed is last:
+            return last_reps
+        if len(observed) != len(last) or len(self._replica_statuses) != len(last):
+            return None  # replicas came or went, or two shared one name
+        changed = list(itertools.compress(range(len(last)), map(operator.is_not, observed, last)))
+        for i in changed:
+            if observed[i].name != last[i].name or observed[i].namespace != last[i].namespace:
+                return None
+        statuses = dict(self._replica_statuses)
+        reps: dict[str, tuple[Obj, Obj]] | None = None
+        for i in changed:
+            r = observed[i]
+            name = replica_observation_name(r.namespace, r.name)
+            entry = self._replica_entry(r, name, statuses)
+            if entry is not last_reps[name]:
+                if reps is None:
+                    reps = dict(last_reps)
+                reps[name] = entry
+        self._replica_statuses = statuses
+        return last_reps if reps is None else reps
 
     def is_push_due(self, report: Report, now: datetime) -> bool:
         last = self._last_pushed_from
