@@ -528,7 +528,7 @@ def test_a_report_made_from_the_observations_that_changed_is_the_whole_report() 
         replica["spec"]["engines"][0]["copies"] = copies
         w.hub.update(replica)
 
-    def run(is_whole: bool) -> list[tuple[Any, list[bool]]]:
+    def run(is_whole: bool) -> list[tuple[Any, dict[str, bool], bool]]:
         w = World()
         w.add(node("n0"), slice_("n0"))
         for name in ("r1", "r2", "r3"):
@@ -541,10 +541,10 @@ def test_a_report_made_from_the_observations_that_changed_is_the_whole_report() 
             replicas = agent.read_replicas()
             assert replicas is not None
             if is_whole:
-                agent._observed_replicas = ()  # every observation looked at
+                agent._observed_replicas = ((), {})  # every observation looked at
             report = agent.observe(w.at(t), replicas)
-            kept = [last.get(name) is entry for name, entry in report.replicas.items()]
-            out.append((report.replicas, [*kept, report.replicas is last]))
+            kept = {name: last.get(name) is entry for name, entry in report.replicas.items()}
+            out.append((report.replicas, kept, report.replicas is last))
             last = report.replicas
         return out
 
@@ -1010,3 +1010,25 @@ def test_a_heartbeat_patch_is_the_merge_patch_of_the_stamp(written: Obj) -> None
     stamp = {"agent": {"identity": "agent-1", "leaseEpoch": 1}, "observedAt": "T2"}
     want = merge_patch({k: written[k] for k in stamp if k in written}, stamp)
     assert _status_patch(written, content, content, stamp) == want
+
+
+def test_replicas_read_again_are_the_replicas_not_being_deleted() -> None:
+    """Reading the same replicas again reuses the last filtering (a new list each time);
+    a replica being deleted (held by a finalizer) drops out as soon as it is marked."""
+    w = World()
+    for name in ("r1", "r2"):
+        replica = model_replica(name)
+        replica["metadata"]["finalizers"] = ["gpufleet.io/cleanup"]
+        w.hub.create(replica)
+    agent = w.agent()
+
+    def names() -> list[str]:
+        replicas = agent.read_replicas()
+        assert replicas is not None
+        found = [r["metadata"]["name"] for r in replicas]
+        replicas.clear()  # the caller's list: the next read is not changed by it
+        return found
+
+    assert [names(), names()] == [["r1", "r2"], ["r1", "r2"]]
+    w.hub.delete(MODEL_REPLICA, "r1", "ml")
+    assert [names(), names()] == [["r2"], ["r2"]]

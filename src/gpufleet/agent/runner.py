@@ -173,6 +173,9 @@ class Agent:
         self._last_pushed_from: tuple[Mapping[str, Obj], Mapping[str, tuple[Obj, Obj]]] | None = (
             None
         )
+        #: The replicas the last `read_replicas` viewed (held), and those it kept (not deleting).
+        self._replicas_read: tuple[tuple[Mapping[str, Any], ...], list[Mapping[str, Any]]]
+        self._replicas_read = ((), [])
         #: What observe read from each object it saw last step (by identity: views only).
         self._observed = ObserveCache()
         #: The last status body made from each pool's and replica's observation: an equal
@@ -184,8 +187,11 @@ class Agent:
         #: unchanged is reused, so that it too compares by identity.
         self._last_report_pools: dict[str, Obj] = {}
         self._last_report_replicas: dict[str, tuple[Obj, Obj]] = {}
-        #: The replica observations the last report was made from (held).
-        self._observed_replicas: tuple[ObservedReplica, ...] = ()
+        #: The replica observations the last report was made from (held), by identity, with
+        #: their observations' names.
+        self._observed_replicas: tuple[
+            tuple[ObservedReplica, ...], dict[int, tuple[ObservedReplica, str]]
+        ] = ((), {})
         #: What the last desired set was made from, and what was made (`_desired_set`).
         self._desired_state: _DesiredState | None = None
         #: Per kind, what its last pass saw and found (`_materialize_kind`).
@@ -233,7 +239,11 @@ class Agent:
                 outcome.is_hub_reachable = False
                 outcome.errors.append(f"list ModelReplicas: {e}")
             return None
-        return [r for r in found if not r["metadata"].get("deletionTimestamp")]
+        held, kept = self._replicas_read
+        if not _is_same(held, found):
+            kept = [r for r in found if not r["metadata"].get("deletionTimestamp")]
+            self._replicas_read = (tuple(found), kept)
+        return list(kept)
 
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
@@ -255,14 +265,16 @@ class Agent:
         reps = self._report_replicas_since(result.replicas)
         if reps is None:
             replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
+            names: dict[int, tuple[ObservedReplica, str]] = {}
             reps = {}
             for r in result.replicas:
                 name = replica_observation_name(r.namespace, r.name)
                 reps[name] = self._replica_entry(r, name, replica_statuses)
+                names[id(r)] = (r, name)
             self._replica_statuses = replica_statuses
+            self._observed_replicas = (result.replicas, names)
             if _is_same_entries(reps, self._last_report_replicas):
                 reps = self._last_report_replicas
-        self._observed_replicas = result.replicas
         pools = {name: status for name, (_, status) in pool_statuses.items()}
         if _is_same_entries(pools, self._last_report_pools):
             pools = self._last_report_pools
@@ -294,32 +306,38 @@ class Agent:
     def _report_replicas_since(
         self, observed: tuple[ObservedReplica, ...]
     ) -> dict[str, tuple[Obj, Obj]] | None:
-        """The report's replica entries from the last report's, when the observations are
-        those of the last call but at a few places, each of the same replica (the observe
-        cache hands out the very observation while nothing it reads changed): only those
-        places are looked at, since at every other the entry would be the one it was. None
-        when that cannot be told this way (then every observation is looked at)."""
-        last, last_reps = self._observed_replicas, self._last_report_replicas
-        if observed is last:
+        """The report's replica entries from the last report's, patched with the observations
+        that came and went since (by identity: the observe cache hands out the very
+        observation while nothing it reads changed), since every other would give the entry
+        it gave. None when that cannot be told this way (then every observation is looked
+        at): many changed, or two observations share a name."""
+        (held, last), last_reps = self._observed_replicas, self._last_report_replicas
+        if observed is held:
             return last_reps
-        if len(observed) != len(last) or len(self._replica_statuses) != len(last):
-            return None  # replicas came or went, or two shared one name
-        changed = list(itertools.compress(range(len(last)), map(operator.is_not, observed, last)))
-        for i in changed:
-            if observed[i].name != last[i].name or observed[i].namespace != last[i].namespace:
-                return None
+        if not (len(last) == len(self._replica_statuses) == len(last_reps)):
+            return None  # two shared one name
+        by_id = dict(zip(map(id, observed), observed, strict=True))
+        gone = last.keys() - by_id.keys()
+        came = by_id.keys() - last.keys()
+        if len(by_id) != len(observed) or len(gone) + len(came) > 8 + len(observed) // 4:
+            return None
         statuses = dict(self._replica_statuses)
-        reps: dict[str, tuple[Obj, Obj]] | None = None
-        for i in changed:
-            r = observed[i]
+        reps = dict(last_reps)
+        names = dict(last)
+        for i in gone:
+            name = names.pop(i)[1]
+            del statuses[name], reps[name]
+        is_changed = bool(gone)
+        # In the observations' order (by namespace and name), as a whole report is made.
+        for r in sorted((by_id[i] for i in came), key=_namespace_name):
             name = replica_observation_name(r.namespace, r.name)
-            entry = self._replica_entry(r, name, statuses)
-            if entry is not last_reps[name]:
-                if reps is None:
-                    reps = dict(last_reps)
-                reps[name] = entry
-        self._replica_statuses = statuses
-        return last_reps if reps is None else reps
+            if name in statuses:
+                return None  # two observations of one name
+            entry = reps[name] = self._replica_entry(r, name, statuses)
+            names[id(r)] = (r, name)
+            is_changed = is_changed or entry is not last_reps.get(name)
+        self._replica_statuses, self._observed_replicas = statuses, (observed, names)
+        return reps if is_changed else last_reps
 
     def is_push_due(self, report: Report, now: datetime) -> bool:
         last = self._last_pushed_from
@@ -908,6 +926,10 @@ def _patched_versions(
             return None
         patched[meta["name"]] = meta.get("resourceVersion")
     return patched
+
+
+def _namespace_name(r: ObservedReplica) -> tuple[str, str]:
+    return r.namespace, r.name
 
 
 def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
