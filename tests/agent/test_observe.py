@@ -911,17 +911,27 @@ CACHE_CASES = [
     CacheCase(
         "pod-deleted",
         {"pods": [pod("p2", "r1", claims=["c2"])]},
-        {"pods": 1, "replicas": 1},
+        {"pods_patched": 1, "replicas": 1},
     ),
     CacheCase(
         "replica-removed",
         {"replicas": [replica("r1", member(pool="b"))]},
-        {},
+        {"replica_reads_patched": 1},
     ),
     CacheCase(
         "replica-changed",
         {"replicas": [replica("r0", member(pool="a"), copies=2), replica("r1", member(pool="b"))]},
-        {"replicas": 1},
+        {"replica_reads_patched": 1, "replicas": 1},
+    ),
+    CacheCase(
+        "replica-status-written",
+        {
+            "replicas": [
+                {**replica("r0", member(pool="a")), "status": {"phase": "Placed"}},
+                replica("r1", member(pool="b")),
+            ]
+        },
+        {"replica_reads_patched": 1},
     ),
 ]
 
@@ -989,3 +999,55 @@ def test_claims_that_come_and_go_patch_the_last_read_as_reading_them_all_would()
         clock = want[1]
     # Read in full: the first step, the claim sharing a uid and the step after it.
     assert cache.runs["claims_patched"] == len(steps) - 3
+
+
+def test_pods_and_replicas_that_come_and_go_patch_the_last_call_as_reading_them_all_would() -> None:
+    """Pods created, deleted, changed and moved to another replica, replicas coming, going and
+    changing (a status write reads nothing new), claims allocated meanwhile, one or a few
+    at a time, and between them a duplicate and a malformed object (read in full): the
+    patched groupings and reads (`pods_patched`, `replica_reads_patched`) give what a fresh
+    observe says at every step."""
+    nodes = [node("n0", "a"), node("n1", "a"), node("n2", "b")]
+    slices = [rslice("n0"), rslice("n1"), rslice("n2")]
+    r0, r1, r2 = (
+        replica("r0", member(pool="a")),
+        replica("r1", member(pool="b")),
+        replica("r2", member(pool="a"), copies=2),
+    )
+    r0_placed = {**r0, "status": {"phase": "Placed"}}
+    r1_v2 = replica("r1", member(pool="b"), generation=2)
+    c0, c1 = claim("c0", [("n0", "gpu-0")]), claim("c1", [("n1", "gpu-0")])
+    c2 = claim("c2", [("n2", "gpu-0")])
+    p0, p1 = pod("p0", "r0", claims=["c0"]), pod("p1", "r1", claims=["c2"], generation=2)
+    p2, p2_failed = pod("p2", "r2", claims=["c1"]), pod("p2", "r2", claims=["c1"], phase="Failed")
+    p2_moved = pod("p2", "r0", claims=["c1"])
+    p3 = pod("p3", "r2")
+    steps: list[tuple[list[Any], list[Any], list[Any]]] = [  # (claims, pods, replicas)
+        ([c0], [p0], [r0, r1]),
+        ([c0], [p0, p1], [r0, r1]),
+        ([c0, c2], [p0, p1], [r0_placed, r1]),
+        ([c0, c2], [p0, p1, p2], [r0_placed, r1, r2]),
+        ([c0, c1, c2], [p0, p1, p2], [r0_placed, r1_v2, r2]),
+        ([c0, c1, c2], [p0, p1, p2_failed, p3], [r0, r1_v2, r2]),
+        ([c0, c1, c2], [p0, p1, p2_moved, p3], [r0, r1_v2, r2]),
+        ([c0, c1, c2], [p0, p1, p2_moved, p3, pod("p3", "r1")], [r0, r1_v2, r2]),
+        ([c0, c1, c2], [p0, p1, p2_moved], [r0, r1_v2, r2, replica("r2", member())]),
+        ([c0, c1, c2], [p0, p1, p2_moved, "not a pod"], [r0, r1_v2, r2, "not a replica"]),
+        ([c0, c1, c2], [p0, p1, p2_moved], [r0, r1_v2, r2]),
+        ([c0, c1], [p1, p2_moved], [r0, r1_v2]),
+        ([c1], [p1], [r1_v2]),
+        ([c1], [p1], [r1_v2]),
+        ([], [], []),
+    ]
+    cache = ObserveCache()
+    clock = AllocationClock()
+    for i, (claims, pods, replicas) in enumerate(steps):
+        objects = objs(nodes=nodes, slices=slices, claims=claims, pods=pods, replicas=replicas)
+        now = T0 + timedelta(seconds=i)
+        want = observe(objects, clock, CONFIG, now)
+        assert observe(objects, clock, CONFIG, now, cache) == want, i
+        clock = want[1]
+    # Read in full: the first step, the steps with a duplicate or a malformed object and the
+    # steps after them; patched: every other step that changed the pods (the replicas).
+    assert (cache.runs["pods_patched"], cache.runs["replica_reads_patched"]) == (7, 7)
+    assert (cache.runs["pods"], cache.runs["replica_reads"]) == (5, 4)

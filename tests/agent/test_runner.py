@@ -12,16 +12,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from observe_builders import pod as opod
 
-from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome
+from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, _status_patch
 from gpufleet.store import Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
 from gpufleet.store.forwarding import ForwardingStore
+from gpufleet.store.merge import merge_patch
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
     MODEL_REPLICA,
     NAMESPACE,
     NODE,
+    POD,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     RESOURCE_CLAIM,
@@ -396,7 +399,8 @@ def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_woul
     """A push leaves alone, without looking at it, each replica observation whose entry is
     the same object as in the last complete push and whose version on the hub is the one that
     push left. Whatever others do to the observations in between, and whichever entries
-    change, the hub ends as when every entry is a new (equal) object, compared one by one."""
+    change (or come in another order, or go), the hub ends as when every entry is a new
+    (equal) object, compared one by one."""
 
     def run(is_reused: bool) -> list[tuple[bool, list[Obj]]]:
         w = World()
@@ -421,6 +425,7 @@ def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_woul
             lambda: w.hub.delete(REPLICA_OBSERVATION, "ml.r2", NS),
             lambda: w.hub.create(foreign),
             lambda: w.hub.patch_status(REPLICA_OBSERVATION, "ml.r3", NS, {"agent": None}),
+            lambda: w.hub.patch_status(REPLICA_OBSERVATION, "ml.r3", NS, {"podsScheduled": 1}),
             lambda: None,
         ]
         out = []
@@ -431,8 +436,13 @@ def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_woul
             if t in (3, 6):  # r2's content changes (and, at 6, changes back)
                 spec, status = entries["ml.r2"]
                 entries["ml.r2"] = (spec, {**status, "podsScheduled": t == 3})
+            if t == 4:  # the same entries, in another order
+                entries = dict(reversed(entries.items()))
+            if t >= 7:  # r3 is gone
+                del entries["ml.r3"]
             if not is_reused:
                 entries = {name: copy.deepcopy(entry) for name, entry in entries.items()}
+                agent._replicas_left = None  # nothing known: every entry is compared
             report = dataclasses.replace(last, observed_at=at, replicas=entries)
             if t == 2 and is_reused:
                 report = dataclasses.replace(last, observed_at=at)  # the very mapping
@@ -450,7 +460,8 @@ def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_woul
                 for name, (spec, status) in report.replicas.items()
             }
             out.append((is_pushed, on_hub))
-        out.append((True, w.hub.list(POOL_OBSERVATION, NS)))
+        out.append((w.hub.revision > 0, w.hub.list(POOL_OBSERVATION, NS)))
+        out.append((True, [c.obj for c in w.hub.changes(0, [REPLICA_OBSERVATION])[0]]))
         return out
 
     assert run(is_reused=True) == run(is_reused=False)
@@ -485,6 +496,59 @@ def test_observing_unchanged_content_reuses_the_report_mappings() -> None:
 
 
 # --- materializing ----------------------------------------------------------------------
+
+
+def test_a_report_made_from_the_observations_that_changed_is_the_whole_report() -> None:
+    """A report's replica entries are made again only where the observation is not the very
+    one of the last call. Through pods coming and going for one replica, a new generation,
+    a status write, replicas coming and going and a replica whose pod changes and changes
+    back, the entries are equal to those made from every observation, and the same
+    objects as the last report's at the same places."""
+    pods: dict[str, Obj] = {
+        "p1": opod("p1", "r1", ns="ml"),
+        "p3": opod("p3", "r3", ns="ml", phase="Pending"),
+    }
+    events: list[Any] = [
+        lambda w: None,
+        lambda w: w.add(copy.deepcopy(pods["p1"])),
+        lambda w: w.add(copy.deepcopy(pods["p3"])),
+        lambda w: w.hub.patch_status(MODEL_REPLICA, "r2", "ml", {"phase": "Placed"}),
+        lambda w: respec(w, "r2", 2),
+        lambda w: w.local.delete(POD, "p1", "ml"),
+        lambda w: w.hub.create(model_replica("r4")),
+        lambda w: w.local.delete(POD, "p3", "ml"),
+        lambda w: w.hub.delete(MODEL_REPLICA, "r1", "ml"),
+        lambda w: w.add(copy.deepcopy(pods["p3"])),
+        lambda w: None,
+    ]
+
+    def respec(w: World, name: str, copies: int) -> None:
+        replica = w.hub.get(MODEL_REPLICA, name, "ml")
+        assert replica is not None
+        replica["spec"]["engines"][0]["copies"] = copies
+        w.hub.update(replica)
+
+    def run(is_whole: bool) -> list[tuple[Any, dict[str, bool], bool]]:
+        w = World()
+        w.add(node("n0"), slice_("n0"))
+        for name in ("r1", "r2", "r3"):
+            w.hub.create(model_replica(name))
+        agent = w.agent()
+        out = []
+        last: Mapping[str, Any] = {}
+        for t, event in enumerate(events):
+            event(w)
+            replicas = agent.read_replicas()
+            assert replicas is not None
+            if is_whole:
+                agent._observed_replicas = ((), {})  # every observation looked at
+            report = agent.observe(w.at(t), replicas)
+            kept = {name: last.get(name) is entry for name, entry in report.replicas.items()}
+            out.append((report.replicas, kept, report.replicas is last))
+            last = report.replicas
+        return out
+
+    assert run(is_whole=False) == run(is_whole=True)
 
 
 def owned(w: World) -> list[str]:
@@ -632,6 +696,134 @@ def test_materializing_what_was_settled_skips_nothing_that_changed() -> None:
         return out
 
     assert run(is_kept=True) == run(is_kept=False)
+
+
+def test_materializing_what_changed_does_what_a_whole_pass_does() -> None:
+    """Materialize looks only at what came, went or changed since its last call: replicas by
+    identity (the desired set is patched with what they want), local objects by identity,
+    and the keys the last pass wrote. Through replicas coming, going and changing (spec,
+    status, labels, namespace), invalid ones, one listed twice, and local objects changed
+    or deleted by someone else, every step does what an agent that keeps nothing does."""
+
+    def run(is_kept: bool) -> list[tuple[list[str], list[str], list[str], list[str], Any]]:
+        w = World()
+        agent = w.agent()
+        patched: list[bool] = []
+
+        def add(name: str, namespace: str = "ml", copies: int = 1) -> None:
+            replica = model_replica(name, copies=copies)
+            replica["metadata"]["namespace"] = namespace
+            w.hub.create(replica)
+
+        def respec(name: str, copies: int) -> None:
+            replica = w.hub.get(MODEL_REPLICA, name, "ml")
+            assert replica is not None
+            replica["spec"]["engines"][0]["copies"] = copies
+            w.hub.update(replica)
+
+        def invalid() -> None:
+            replica = model_replica("bad")
+            del replica["spec"]["engines"][0]["name"]
+            w.hub.create(replica)
+
+        def edit_deployment(name: str) -> None:
+            dep = w.local.get(DEPLOYMENT, name, "ml")
+            assert dep is not None
+            dep["spec"]["replicas"] = 7
+            w.local.update(dep)
+
+        def relabel(name: str) -> None:
+            replica = w.hub.get(MODEL_REPLICA, name, "ml")
+            assert replica is not None
+            replica["metadata"]["labels"]["gpufleet.io/deployment"] = "mistral"
+            w.hub.update(replica)
+
+        events: list[Any] = [
+            lambda: [add(f"r{i}") for i in range(1, 6)],
+            lambda: None,
+            lambda: add("r6"),
+            lambda: w.hub.patch_status(MODEL_REPLICA, "r2", "ml", {"phase": "Placed"}),
+            lambda: respec("r3", 2),
+            lambda: w.hub.delete(MODEL_REPLICA, "r4", "ml"),
+            lambda: add("r7", namespace="ml2"),
+            lambda: edit_deployment("r1-main"),
+            lambda: w.local.delete(RESOURCE_CLAIM_TEMPLATE, "r5-main-standalone", "ml"),
+            lambda: w.local.patch_status(DEPLOYMENT, "r6-main", "ml", {"readyReplicas": 1}),
+            lambda: relabel("r2"),
+            invalid,
+            lambda: add("r8"),
+            lambda: w.hub.delete(MODEL_REPLICA, "bad", "ml"),
+            lambda: w.hub.delete(MODEL_REPLICA, "r7", "ml2"),
+            lambda: [respec("r1", 3), w.hub.delete(MODEL_REPLICA, "r5", "ml")],
+            lambda: None,
+        ]
+        out = []
+        for event in [*events, "twice", lambda: None, "copy", lambda: None]:
+            replicas = None
+            if callable(event):
+                event()
+            else:
+                listed = agent.read_replicas()
+                assert listed is not None
+                if event == "twice":
+                    replicas = [*listed, listed[0]]  # one object listed twice
+                else:
+                    replicas = [*listed, copy.deepcopy(listed[-1])]  # two of one key
+            if replicas is None:
+                replicas = agent.read_replicas()
+            assert replicas is not None
+            outcome = StepOutcome()
+            (agent if is_kept else w.agent()).materialize(replicas, outcome)
+            state = agent._desired_state
+            patched.append(state is not None and state.made is None)
+            local = [
+                o
+                for kind in (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT, NAMESPACE)
+                for o in w.local.list(kind)
+            ]
+            out.append((outcome.created, outcome.updated, outcome.deleted, outcome.errors, local))
+        if is_kept:
+            # The desired set was patched from a change at least once (not made whole).
+            assert any(patched)
+        return out
+
+    assert run(is_kept=True) == run(is_kept=False)
+
+
+class RefusingStore(MemoryStore):
+    """A cluster whose API server refuses to create Deployments while `is_refusing`."""
+
+    is_refusing = True
+
+    def create(self, obj: Obj) -> Obj:
+        if self.is_refusing and obj.get("kind") == "Deployment":
+            raise StoreError("admission webhook refused the Deployment")
+        return super().create(obj)
+
+
+def test_a_write_that_failed_is_tried_again_though_nothing_changed() -> None:
+    """A pass looks again at the keys the last one wrote or failed to write: a refused
+    create leaves the listing as it was, and is still tried (and reported) every pass."""
+    w = World()
+    w.local = RefusingStore(clock=w.clock, uid_seed="local")
+    agent = w.agent()
+    w.hub.create(model_replica("r1"))
+    errors = []
+    for refuses in (True, True, True, False, False):
+        w.local.is_refusing = refuses
+        outcome = StepOutcome()
+        replicas = agent.read_replicas()
+        assert replicas is not None
+        agent.materialize(replicas, outcome)
+        errors.append((outcome.errors, outcome.created))
+    refused = ["apply Deployment ml/r1-main: admission webhook refused the Deployment"]
+    assert errors == [
+        (refused, ["ResourceClaimTemplate ml/r1-main-standalone"]),
+        (refused, []),
+        (refused, []),
+        ([], ["Deployment ml/r1-main"]),
+        ([], []),
+    ]
 
 
 def test_a_workload_changed_by_someone_else_is_put_back() -> None:
@@ -796,3 +988,47 @@ def test_unreachable_hub_changes_nothing_and_push_is_retried() -> None:
 
 
 # --- merge patches ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        {"x": 1, "agent": {"identity": "agent-1", "leaseEpoch": 1}, "observedAt": "T1"},
+        {"x": 1, "agent": {"identity": "agent-1", "leaseEpoch": 1}, "observedAt": "T2"},
+        {"x": 1, "agent": {"identity": "agent-1", "leaseEpoch": 2}, "observedAt": "T1"},
+        {"x": 1, "agent": {"identity": "agent-1", "leaseEpoch": 1, "more": 0}},
+        {"x": 1, "agent": {"identity": "agent-1", "leaseEpoch": 1}},
+        {"x": 1, "agent": None, "observedAt": "T1"},
+        {"x": 1, "observedAt": "T1"},
+    ],
+    ids=["same", "time", "epoch", "agent-field", "no-time", "null-agent", "no-agent"],
+)
+def test_a_heartbeat_patch_is_the_merge_patch_of_the_stamp(written: Obj) -> None:
+    """Unchanged content: the patch is the merge patch from the stamp as written to the new
+    stamp, which a heartbeat (the agent as written) tells without diffing."""
+    content = {"x": 1}
+    stamp = {"agent": {"identity": "agent-1", "leaseEpoch": 1}, "observedAt": "T2"}
+    want = merge_patch({k: written[k] for k in stamp if k in written}, stamp)
+    assert _status_patch(written, content, content, stamp) == want
+
+
+def test_replicas_read_again_are_the_replicas_not_being_deleted() -> None:
+    """Reading the same replicas again reuses the last filtering (a new list each time);
+    a replica being deleted (held by a finalizer) drops out as soon as it is marked."""
+    w = World()
+    for name in ("r1", "r2"):
+        replica = model_replica(name)
+        replica["metadata"]["finalizers"] = ["gpufleet.io/cleanup"]
+        w.hub.create(replica)
+    agent = w.agent()
+
+    def names() -> list[str]:
+        replicas = agent.read_replicas()
+        assert replicas is not None
+        found = [r["metadata"]["name"] for r in replicas]
+        replicas.clear()  # the caller's list: the next read is not changed by it
+        return found
+
+    assert [names(), names()] == [["r1", "r2"], ["r1", "r2"]]
+    w.hub.delete(MODEL_REPLICA, "r1", "ml")
+    assert [names(), names()] == [["r2"], ["r2"]]

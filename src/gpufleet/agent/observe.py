@@ -64,6 +64,7 @@ objects).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import operator
@@ -1445,6 +1446,21 @@ class IdentityMemo(Generic[_V]):
     def end_call(self) -> None:
         self._entries, self._used = self._used, {}
 
+    def entries(self) -> Mapping[int, tuple[RawObject, _V]]:
+        """What the last call read: each object (held) and its value, by identity."""
+        return self._entries
+
+    def patch(self, gone: Iterable[int], came: Iterable[tuple[RawObject, _V]]) -> None:
+        """Drop the objects `gone` (identities) and add what was read of those `came`: for a
+        call that read only what changed, so that the memo holds what reading every object
+        would have left. Between calls only."""
+        entries = dict(self._entries)
+        for key in gone:
+            del entries[key]
+        for obj, value in came:
+            entries[id(obj)] = (obj, value)
+        self._entries = entries
+
 
 class ObserveCache:
     """What `observe` computed, kept between calls so that a call costs what changed.
@@ -1460,7 +1476,9 @@ class ObserveCache:
     - when only a few claims came or went (a changed claim is one gone and one come) and
       the last read was plain (no problem, every claim with its own uid and published
       devices), that read is patched with them rather than every claim read again
-      (`_patched_claims`);
+      (`_patched_claims`); so are the replicas' reads and the pods grouped per replica
+      (`_patched_replica_reads`, `_patched_pods`), and each patch says which keys it
+      changed, so that the replicas to look at are found without looking at every one;
     - a pool whose nodes, inventory, taken devices and problems are as last call keeps its
       observation, and so does a replica whose own read, pods and their claims' times are;
       only the replicas whose read or pods are not the same objects as last call, or whose
@@ -1487,6 +1505,10 @@ class ObserveCache:
         self._claims: _ClaimsCall | None = None
         self._claims_aux: _ClaimsAux | None = None
         self._pods_of: _PodsCall | None = None
+        self._replica_reads: _ReplicaReads | None = None
+        #: The allocation times of the last claims read patched from the one before (held
+        #: both) and the claims whose time is not the same object in the two.
+        self._claims_since: _ClaimsSince | None = None
         self._pools: dict[str, _PoolResult] = {}
         self._next_pools: dict[str, _PoolResult] = {}
         self._replica_results: dict[tuple[str, str], _ReplicaResult] = {}
@@ -1506,8 +1528,7 @@ class ObserveCache:
             self._config = config
 
     def end_call(self) -> None:
-        # The memos of the nodes, the claims and the pods turn over only when their stage runs.
-        self.replicas.end_call()
+        # The memos turn over only when their stage runs.
         self._pools, self._next_pools = self._next_pools, {}
         self._replica_results, self._next_replicas = self._next_replicas, {}
 
@@ -1555,6 +1576,7 @@ class ObserveCache:
                 self.runs["claims_patched"] += 1
                 return patched
         self.runs["claims"] += 1
+        self._claims_since = None
         found = _Problems()
         claims, kept = _read_each(objects, "claim", found, self.claims, _read_claim, _first)
         self.claims.end_call()
@@ -1704,42 +1726,218 @@ class ObserveCache:
             aux.key_of[id(obj)] = info[0]
         aux.read = new_read
         self._claims = _ClaimsCall(objects, inv, node_pool, prev, now, new_read, claims, kept)
+        before = read.allocated
+        moved = {*gone_keys, *(info[0] for _, info in came_infos)}
+        changed = [k for k in moved if before.get(k) is not allocated.get(k)]
+        self._claims_since = (before, allocated, changed)
         return new_read
+
+    def replica_reads(
+        self, objects: tuple[object, ...], problems: _Problems
+    ) -> tuple[Mapping[tuple[str, str], _Replica], frozenset[str]]:
+        """Each named replica's read by (namespace, name), sorted, and the pools they name;
+        what it gave last call when the replicas are the same objects, patched with those
+        that came and went when the last call was plain (`_patched_replica_reads`)."""
+        held = self._replica_reads
+        if held is None or not _same(held[0], objects):
+            patched = self._patched_replica_reads(held, objects) if held is not None else None
+            if patched is not None:
+                self.runs["replica_reads_patched"] += 1
+                held = patched
+            else:
+                self.runs["replica_reads"] += 1
+                found = _Problems()
+                reads, _ = _read_each(objects, "replica", found, self.replicas, _read_replica, _key)
+                self.replicas.end_call()
+                replicas: dict[tuple[str, str], _Replica] = {}
+                pools: set[str] = set()
+                for key in sorted(reads):
+                    if not key[1]:
+                        found.add(None, ProblemCode.MALFORMED_REPLICA, "<unnamed>: metadata.name")
+                        continue
+                    rep = reads[key]
+                    replicas[key] = rep
+                    pools |= rep.pools
+                is_plain = not found and len(replicas) == len(objects)
+                is_plain = is_plain and len(self.replicas.entries()) == len(objects)
+                held = (objects, replicas, found, frozenset(pools), is_plain, None)
+            if self._keeps:
+                self._replica_reads = held
+        problems.merge(held[2])
+        return held[1], held[3]
+
+    def _patched_replica_reads(
+        self, held: _ReplicaReads, objects: tuple[object, ...]
+    ) -> _ReplicaReads | None:
+        """The last call's reads patched with the replicas that came and went (by identity);
+        None when that cannot be told this way (then every replica is looked at).
+
+        Only for a plain last call (every object a mapping, each replica named, with a key
+        of its own) and plain replicas that came (mappings, named, keys not taken). A replica
+        that came whose read equals the one of the replica of its key that went (a status
+        write: it reads no status) keeps that read, so that what was derived from it is
+        kept by identity; when every one does, so do the mapping and the pools. The keys of
+        the reads that changed are told `observed_replicas` (the sixth field)."""
+        if not held[4]:
+            return None
+        last = self.replicas.entries()
+        by_id = dict(zip(map(id, objects), objects, strict=True))
+        if len(by_id) != len(objects):
+            return None
+        gone = last.keys() - by_id.keys()
+        came = by_id.keys() - last.keys()
+        if len(gone) + len(came) > 8 + len(objects) // 4:
+            return None  # many changed: reading them all costs about the same
+        before = held[1]
+        replicas = dict(before)
+        for i in gone:
+            del replicas[last[i][1].key]
+        read: list[tuple[RawObject, _Replica]] = []
+        changed: list[tuple[str, str]] = []
+        for i in came:
+            obj = by_id[i]
+            if type(obj) is not dict:
+                return None
+            rep = _read_replica(obj)
+            key = rep.key
+            if not key[1] or key in replicas:
+                return None  # unnamed, or two replicas of one key
+            was = before.get(key)
+            if was is not None and was == rep:
+                rep = was
+            else:
+                changed.append(key)
+            replicas[key] = rep
+            read.append((obj, rep))
+        changed.extend(last[i][1].key for i in gone if last[i][1].key not in replicas)
+        self.replicas.patch(gone, read)
+        if not changed:
+            return (objects, before, held[2], held[3], True, None)
+        pools = frozenset().union(*(rep.pools for rep in replicas.values()))
+        return (objects, replicas, held[2], pools, True, (before, frozenset(changed)))
 
     def pods_of(
         self, objects: tuple[object, ...], problems: _Problems
     ) -> Mapping[tuple[str, str], tuple[_PodInfo, ...]]:
         """The pods of each replica, by (namespace, replica label); what it gave last call
-        when the pods are the same objects."""
+        when the pods are the same objects, patched with the pods that came and went when
+        few did (`_patched_pods`)."""
         held = self._pods_of
         if held is None or not _same(held[0], objects):
-            self.runs["pods"] += 1
-            found = _Problems()
-            pods, _ = _read_each(objects, "pod", found, self.pods, _read_pod, _first)
-            self.pods.end_call()
-            grouped: dict[tuple[str, str], list[_PodInfo]] = defaultdict(list)
-            #: (namespace, claim name) -> the replicas whose pods name it.
-            claimed_by: dict[tuple[str, str], set[tuple[str, str]]] = defaultdict(set)
-            for (ns, _), pod in pods.items():
-                replica = pod[1]
-                if replica is not None:
-                    key = (ns, replica)
-                    grouped[key].append(pod)
-                    for c in pod[5]:
-                        claimed_by[(ns, c)].add(key)
-            # Tuples, and last call's tuple when equal: a replica's pods are then the same
-            # tuple while they are the same pods (`observed_replicas` compares by identity).
-            before = held[1] if held is not None else {}
-            groups: dict[tuple[str, str], tuple[_PodInfo, ...]] = {}
-            for key, ps in grouped.items():
-                group = tuple(ps)
-                last = before.get(key)
-                groups[key] = last if last is not None and last == group else group
-            held = (objects, groups, found, claimed_by)
+            patched = self._patched_pods(held, objects) if held is not None else None
+            if patched is not None:
+                self.runs["pods_patched"] += 1
+                held = patched
+            else:
+                self.runs["pods"] += 1
+                held = self._grouped_pods(held, objects)
             if self._keeps:
                 self._pods_of = held
         problems.merge(held[2])
         return held[1]
+
+    def _grouped_pods(self, held: _PodsCall | None, objects: tuple[object, ...]) -> _PodsCall:
+        """Every pod read (once per object: the memo) and grouped by replica."""
+        found = _Problems()
+        pods, _ = _read_each(objects, "pod", found, self.pods, _read_pod, _first)
+        self.pods.end_call()
+        grouped: dict[tuple[str, str], list[_PodInfo]] = defaultdict(list)
+        claimed_by: dict[tuple[str, str], dict[tuple[str, str], int]] = defaultdict(dict)
+        for (ns, _), pod in pods.items():
+            replica = pod[1]
+            if replica is not None:
+                key = (ns, replica)
+                grouped[key].append(pod)
+                for c in pod[5]:
+                    by = claimed_by[(ns, c)]
+                    by[key] = by.get(key, 0) + 1
+        # Tuples, and last call's tuple when equal: a replica's pods are then the same
+        # tuple while they are the same pods (`observed_replicas` compares by identity).
+        before = held[1] if held is not None else {}
+        groups: dict[tuple[str, str], tuple[_PodInfo, ...]] = {}
+        for key, ps in grouped.items():
+            group = tuple(ps)
+            last = before.get(key)
+            groups[key] = last if last is not None and last == group else group
+        # Patchable next call when plain: every object a pod with a key of its own.
+        is_plain = not found and len(pods) == len(objects) == len(self.pods.entries())
+        return (objects, groups, found, claimed_by, is_plain, None, pods)
+
+    def _patched_pods(self, held: _PodsCall, objects: tuple[object, ...]) -> _PodsCall | None:
+        """The last call's grouping patched with the pods that came and went since (by
+        identity: a changed pod is one gone and one come); None when that cannot be told this
+        way (then every pod is grouped again).
+
+        Only for a plain last call (no problem: every object a mapping, every pod with a key
+        of its own) and plain pods that came (mappings, keys not taken). Then a replica's pods
+        are the last ones but for what came and went: only the replicas those belong to get
+        a new tuple (of their pods by key; the order of a replica's pods changes nothing
+        observe says), and `observed_replicas` is told which (the sixth field)."""
+        if not held[4]:
+            return None
+        last = self.pods.entries()
+        by_id = dict(zip(map(id, objects), objects, strict=True))
+        if len(by_id) != len(objects):
+            return None
+        gone = last.keys() - by_id.keys()
+        came = by_id.keys() - last.keys()
+        if len(gone) + len(came) > 8 + len(objects) // 8:
+            return None  # many changed: grouping them all costs about the same
+        read: list[tuple[RawObject, _PodInfo]] = []
+        for i in came:
+            obj = by_id[i]
+            if type(obj) is not dict:
+                return None
+            read.append((obj, _read_pod(obj)))
+        by_key = dict(held[6])
+        for i in gone:
+            del by_key[last[i][1][0]]
+        for _, pod in read:
+            if pod[0] in by_key:
+                return None  # two pods of one key
+            by_key[pod[0]] = pod
+        groups = dict(held[1])
+        claimed_by = dict(held[3])
+        touched: dict[tuple[str, str], list[_PodInfo]] = {}
+
+        def claims(ns: str, pod: _PodInfo, key: tuple[str, str], by: int) -> None:
+            for c in pod[5]:
+                counts = dict(claimed_by.get((ns, c), {}))
+                n = counts.get(key, 0) + by
+                if n:
+                    counts[key] = n
+                else:
+                    del counts[key]
+                if counts:
+                    claimed_by[(ns, c)] = counts
+                else:
+                    claimed_by.pop((ns, c), None)
+
+        for i in gone:
+            pod = last[i][1]
+            if pod[1] is None:
+                continue
+            key = (pod[0][0], pod[1])
+            if key not in touched:
+                touched[key] = list(groups.get(key, ()))
+            touched[key].remove(pod)
+            claims(pod[0][0], pod, key, -1)
+        for _, pod in read:
+            if pod[1] is None:
+                continue
+            key = (pod[0][0], pod[1])
+            if key not in touched:
+                touched[key] = list(groups.get(key, ()))
+            touched[key].append(pod)
+            claims(pod[0][0], pod, key, 1)
+        for key, ps in touched.items():
+            if ps:
+                groups[key] = tuple(sorted(ps, key=_first))
+            else:
+                groups.pop(key, None)
+        self.pods.patch(gone, read)
+        since = (held[1], frozenset(touched))
+        return (objects, groups, held[2], claimed_by, True, since, by_key)
 
     def observed_pool(
         self,
@@ -1792,8 +1990,8 @@ class ObserveCache:
         objects as last call give the same observation, so only the others are looked at:
         a different read or pods tuple, or a claim whose time is not the same object.
         """
-        keys = sorted(replicas)
         last = self._replicas_call
+        keys = last.keys if last is not None and last.replicas is replicas else sorted(replicas)
         node_pool = table.node_pool
         if (
             not self._keeps
@@ -1803,19 +2001,40 @@ class ObserveCache:
             dirty: set[tuple[str, str]] | None = None
         else:
             dirty = set()
+            # Each input that is not last call's: the keys in which it differs, from the stage
+            # that patched it from last call's when it did, else by looking at every key.
             if last.replicas is not replicas:
                 held = last.replicas
-                dirty.update(k for k in keys if held.get(k) is not replicas[k])
+                reads = self._replica_reads
+                since = reads[5] if reads is not None and reads[1] is replicas else None
+                if since is not None and since[0] is held:
+                    dirty.update(since[1])
+                else:
+                    dirty.update(k for k in keys if held.get(k) is not replicas[k])
             if last.pods_of is not pods_of:
                 held_pods = last.pods_of
-                dirty.update(
-                    k for k in keys if held_pods.get(k, _NO_PODS) is not pods_of.get(k, _NO_PODS)
-                )
+                grouped = self._pods_of
+                pods_since = grouped[5] if grouped is not None and grouped[1] is pods_of else None
+                if pods_since is not None and pods_since[0] is held_pods:
+                    dirty.update(k for k in pods_since[1] if k in replicas)
+                else:
+                    dirty.update(
+                        k
+                        for k in keys
+                        if held_pods.get(k, _NO_PODS) is not pods_of.get(k, _NO_PODS)
+                    )
             if last.claims is not claims:
                 # Identity: a claim keeps the very time object while the clock holds it.
                 before, after = last.claims.allocated, claims.allocated
-                changed = [k for k, t in after.items() if before.get(k) is not t]
-                changed.extend(k for k in before if k not in after)
+                claims_since = self._claims_since
+                if claims_since is not None and claims_since[0] is last.claims.allocated:
+                    if claims_since[1] is after:
+                        changed = claims_since[2]
+                    else:
+                        claims_since = None
+                if claims_since is None:
+                    changed = [k for k, t in after.items() if before.get(k) is not t]
+                    changed.extend(k for k in before if k not in after)
                 if changed:
                     claimed_by = self._claimed_by()
                     for claim_key in changed:
@@ -1823,6 +2042,18 @@ class ObserveCache:
         if dirty is not None and not dirty and last is not None and last.keys == keys:
             observed = last.observed
             self._next_replicas.update(self._replica_results)
+        elif dirty is not None and last is not None and last.keys == keys:
+            # The same replicas, a few of them to look at: last call's observations with
+            # those replaced (in place: `keys` is sorted, so a key's place is found by halves).
+            self._next_replicas.update(self._replica_results)
+            out_at = list(last.observed)
+            for key in dirty:
+                i = bisect.bisect_left(keys, key)
+                if i < len(keys) and keys[i] == key:
+                    out_at[i] = self.observed_replica(
+                        replicas[key], pods_of.get(key, _NO_PODS), claims, table
+                    )
+            observed = tuple(out_at)
         else:
             results = self._replica_results
             out: list[ObservedReplica] = []
@@ -1846,7 +2077,7 @@ class ObserveCache:
             )
         return observed
 
-    def _claimed_by(self) -> Mapping[tuple[str, str], set[tuple[str, str]]]:
+    def _claimed_by(self) -> Mapping[tuple[str, str], Mapping[tuple[str, str], int]]:
         """The replicas whose pods name each claim (of the pods last grouped)."""
         held = self._pods_of
         return held[3] if held is not None else {}
@@ -1902,13 +2133,19 @@ class ObserveCache:
         return nodes
 
 
-#: The pods (held), each replica's pods read from them, the problems found reading them, and
-#: the replicas whose pods name each (namespace, claim name).
+#: The pods (held), each replica's pods read from them, the problems found reading them, the
+#: replicas whose pods name each (namespace, claim name) with how many of their pods do,
+#: whether the next call may patch this one (`_patched_pods`), for a patched call the
+#: grouping it was patched from (held) and the replicas whose pods it changed, and what was
+#: read of each pod by its (namespace, name).
 _PodsCall = tuple[
     tuple[object, ...],
     Mapping[tuple[str, str], tuple[_PodInfo, ...]],
     _Problems,
-    Mapping[tuple[str, str], set[tuple[str, str]]],
+    Mapping[tuple[str, str], Mapping[tuple[str, str], int]],
+    bool,
+    tuple[Mapping[tuple[str, str], tuple[_PodInfo, ...]], frozenset[tuple[str, str]]] | None,
+    Mapping[tuple[str, str], _PodInfo],
 ]
 
 
@@ -1957,6 +2194,23 @@ class _ClaimsCall:
 
 #: A replica without pods.
 _NO_PODS: Final[tuple[_PodInfo, ...]] = ()
+
+#: The replicas (held), each named one's read by key, the problems found reading them, the
+#: pools they name, whether the next call may patch this one (`_patched_replica_reads`),
+#: and for a patched call the reads it was patched from (held) and the keys that changed.
+_ReplicaReads = tuple[
+    tuple[object, ...],
+    Mapping[tuple[str, str], _Replica],
+    _Problems,
+    frozenset[str],
+    bool,
+    tuple[Mapping[tuple[str, str], _Replica], frozenset[tuple[str, str]]] | None,
+]
+
+#: See `ObserveCache._claims_since`.
+_ClaimsSince = tuple[
+    Mapping[tuple[str, str], datetime], Mapping[tuple[str, str], datetime], list[tuple[str, str]]
+]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -2174,18 +2428,8 @@ def _observe(
     problems.merge(table.problems)
 
     # Replicas name pools too.
-    pool_names = set(table.pools)
-    replica_reads, _ = _read_each(
-        objects.replicas, "replica", problems, cache.replicas, _read_replica, _key
-    )
-    replicas: dict[tuple[str, str], _Replica] = {}
-    for key in sorted(replica_reads):
-        if not key[1]:
-            problems.add(None, ProblemCode.MALFORMED_REPLICA, "<unnamed>: metadata.name")
-            continue
-        rep = replica_reads[key]
-        replicas[key] = rep
-        pool_names |= rep.pools
+    replicas, replica_pools = cache.replica_reads(objects.replicas, problems)
+    pool_names = table.pools | replica_pools
 
     # Slices and claims.
     inv = cache.inventory(objects.slices, table.node_pool, problems)

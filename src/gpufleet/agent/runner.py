@@ -36,16 +36,19 @@ A step costs what changed since the last one, not every object: the Agent reads 
 `Store.view`, whose objects are replaced, never changed, when they change, so what it derived
 from an object is kept by the object's identity (`ObserveCache`, each replica's desired
 objects by its spec's, which a status write leaves as it is; the local objects known to agree
-with them), and it patches the observations it wrote last without reading them back (guarded
-by their resourceVersion).
+with them). Materialize looks only at the replicas and local objects that came or went since
+its last call (by identity) and at what it wrote last; and a push patches the observations it
+wrote last without reading them back (guarded by their resourceVersion).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeVar
@@ -164,10 +167,15 @@ class Agent:
         self.clock = AllocationClock()
         self.namespace = observation_namespace(cluster_name)
         self._last_push_at: datetime | None = None
-        self._last_pushed: dict[tuple[str, str], Obj] | None = None
-        #: The report mappings `_last_pushed` was made from (held: their identities stay
-        #: theirs). Mappings are never changed, so the same ones have the same content.
-        self._last_pushed_from: tuple[object, object] | None = None
+        #: The mappings of the last report pushed (held: their identities stay theirs).
+        #: Mappings are never changed, so the same ones have the same content, and content
+        #: is compared with them (`is_push_due`).
+        self._last_pushed_from: tuple[Mapping[str, Obj], Mapping[str, tuple[Obj, Obj]]] | None = (
+            None
+        )
+        #: The replicas the last `read_replicas` viewed (held), and those it kept (not deleting).
+        self._replicas_read: tuple[tuple[Mapping[str, Any], ...], list[Mapping[str, Any]]]
+        self._replicas_read = ((), [])
         #: What observe read from each object it saw last step (by identity: views only).
         self._observed = ObserveCache()
         #: The last status body made from each pool's and replica's observation: an equal
@@ -179,16 +187,15 @@ class Agent:
         #: unchanged is reused, so that it too compares by identity.
         self._last_report_pools: dict[str, Obj] = {}
         self._last_report_replicas: dict[str, tuple[Obj, Obj]] = {}
-        #: The desired objects of each replica, by (namespace, name), with what they were made
-        #: from (`_desired_of_all`).
-        self._desired: dict[tuple[object, object], _DesiredOf] = {}
-        #: The same, by the identity of the replica objects of the last call (held).
-        self._desired_seen: dict[int, tuple[object, tuple[object, object], _DesiredOf]] = {}
-        #: Local objects known to hold what is desired of them: (local, desired) by identity.
-        self._agreeing: dict[Kind, dict[tuple[int, int], tuple[Mapping[str, Any], Obj]]] = {}
-        #: The last desired set (`_desired_set`): each replica's desired objects (held), and
-        #: what was made of them.
-        self._desired_set_held: _DesiredSet | None = None
+        #: The replica observations the last report was made from (held), by identity, with
+        #: their observations' names.
+        self._observed_replicas: tuple[
+            tuple[ObservedReplica, ...], dict[int, tuple[ObservedReplica, str]]
+        ] = ((), {})
+        #: What the last desired set was made from, and what was made (`_desired_set`).
+        self._desired_state: _DesiredState | None = None
+        #: Per kind, what its last pass saw and found (`_materialize_kind`).
+        self._passes: dict[Kind, _KindPass] = {}
         #: Per kind, after a pass in which every local object agreed with what was wanted and
         #: none was unwanted: the wanted mapping and the local objects listed (both held).
         self._settled: dict[Kind, tuple[object, tuple[Mapping[str, Any], ...]]] = {}
@@ -197,12 +204,15 @@ class Agent:
         #: guarded by its resourceVersion, instead of reading it again.
         self._written: dict[tuple[str, str], tuple[Mapping[str, Any], Obj]] = {}
         #: What the last complete push left of the ReplicaObservations: the report's replica
-        #: entries (held: their identities stay theirs), the agent stamp, and each
-        #: observation's resourceVersion after it. An observation of the same entry found at
-        #: the same version on the hub has nothing to write (`_write_replica_observations`).
+        #: entries (held: their identities stay theirs), the agent stamp, each observation's
+        #: resourceVersion after it, and the versions it found on the hub (held) when it wrote
+        #: and deleted none. An observation of the same entry found at the same version on
+        #: the hub has nothing to write (`_write_replica_observations`).
         self._replicas_left: _ReplicasLeft | None = None
         #: The ReplicaObservations the last push viewed on the hub (held) and their versions.
-        self._viewed_on_hub: tuple[tuple[Mapping[str, Any], ...], dict[str, object]] = ((), {})
+        self._viewed_on_hub: tuple[
+            tuple[Mapping[str, Any], ...], dict[int, Mapping[str, Any]], dict[str, object]
+        ] = ((), {}, {})
 
     # --- the step -------------------------------------------------------------------------
 
@@ -229,7 +239,11 @@ class Agent:
                 outcome.is_hub_reachable = False
                 outcome.errors.append(f"list ModelReplicas: {e}")
             return None
-        return [r for r in found if not r["metadata"].get("deletionTimestamp")]
+        held, kept = self._replicas_read
+        if not _is_same(held, found):
+            kept = [r for r in found if not r["metadata"].get("deletionTimestamp")]
+            self._replicas_read = (tuple(found), kept)
+        return list(kept)
 
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
@@ -246,47 +260,99 @@ class Agent:
         for p in result.pools:
             pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
         self._pool_statuses = pool_statuses
-        replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
-        last_reps = self._last_report_replicas
-        reps: dict[str, tuple[Obj, Obj]] = {}
-        for r in result.replicas:
-            name = replica_observation_name(r.namespace, r.name)
-            replica_statuses[name] = _status_of(r, self._replica_statuses.get(name))
-            status = replica_statuses[name][1]
-            entry = last_reps.get(name)
-            if not (
-                entry is not None
-                and entry[1] is status
-                and entry[0]["replicaName"] == r.name
-                and entry[0]["replicaNamespace"] == r.namespace
-            ):
-                spec = {
-                    "clusterName": self.cluster_name,
-                    "replicaName": r.name,
-                    "replicaNamespace": r.namespace,
-                }
-                entry = (spec, status)
-            reps[name] = entry
-        self._replica_statuses = replica_statuses
-        pools = {name: status for name, (_, status) in pool_statuses.items()}
         # Unchanged content is the same objects as last step, entry by entry, and then the
         # same mappings: a push compares them by identity (`is_push_due`, `push`).
-        if _is_same_entries(reps, last_reps):
-            reps = last_reps
+        reps = self._report_replicas_since(result.replicas)
+        if reps is None:
+            replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
+            names: dict[int, tuple[ObservedReplica, str]] = {}
+            reps = {}
+            for r in result.replicas:
+                name = replica_observation_name(r.namespace, r.name)
+                reps[name] = self._replica_entry(r, name, replica_statuses)
+                names[id(r)] = (r, name)
+            self._replica_statuses = replica_statuses
+            self._observed_replicas = (result.replicas, names)
+            if _is_same_entries(reps, self._last_report_replicas):
+                reps = self._last_report_replicas
+        pools = {name: status for name, (_, status) in pool_statuses.items()}
         if _is_same_entries(pools, self._last_report_pools):
             pools = self._last_report_pools
         self._last_report_replicas, self._last_report_pools = reps, pools
         return Report(now, result, pools, reps)
 
+    def _replica_entry(
+        self, r: ObservedReplica, name: str, statuses: dict[str, tuple[ObservedReplica, Obj]]
+    ) -> tuple[Obj, Obj]:
+        """The report's entry for `r` (named `name`), and its status into `statuses`: the
+        last report's entry and status when they are equal (so then the same objects)."""
+        statuses[name] = _status_of(r, self._replica_statuses.get(name))
+        status = statuses[name][1]
+        entry = self._last_report_replicas.get(name)
+        if not (
+            entry is not None
+            and entry[1] is status
+            and entry[0]["replicaName"] == r.name
+            and entry[0]["replicaNamespace"] == r.namespace
+        ):
+            spec = {
+                "clusterName": self.cluster_name,
+                "replicaName": r.name,
+                "replicaNamespace": r.namespace,
+            }
+            entry = (spec, status)
+        return entry
+
+    def _report_replicas_since(
+        self, observed: tuple[ObservedReplica, ...]
+    ) -> dict[str, tuple[Obj, Obj]] | None:
+        """The report's replica entries from the last report's, patched with the observations
+        that came and went since (by identity: the observe cache hands out the very
+        observation while nothing it reads changed), since every other would give the entry
+        it gave. None when that cannot be told this way (then every observation is looked
+        at): many changed, or two observations share a name."""
+        (held, last), last_reps = self._observed_replicas, self._last_report_replicas
+        if observed is held:
+            return last_reps
+        if not (len(last) == len(self._replica_statuses) == len(last_reps)):
+            return None  # two shared one name
+        by_id = dict(zip(map(id, observed), observed, strict=True))
+        gone = last.keys() - by_id.keys()
+        came = by_id.keys() - last.keys()
+        if len(by_id) != len(observed) or len(gone) + len(came) > 8 + len(observed) // 4:
+            return None
+        statuses = dict(self._replica_statuses)
+        reps = dict(last_reps)
+        names = dict(last)
+        for i in gone:
+            name = names.pop(i)[1]
+            del statuses[name], reps[name]
+        is_changed = bool(gone)
+        # In the observations' order (by namespace and name), as a whole report is made.
+        for r in sorted((by_id[i] for i in came), key=_namespace_name):
+            name = replica_observation_name(r.namespace, r.name)
+            if name in statuses:
+                return None  # two observations of one name
+            entry = reps[name] = self._replica_entry(r, name, statuses)
+            names[id(r)] = (r, name)
+            is_changed = is_changed or entry is not last_reps.get(name)
+        self._replica_statuses, self._observed_replicas = statuses, (observed, names)
+        return reps if is_changed else last_reps
+
     def is_push_due(self, report: Report, now: datetime) -> bool:
-        if self._last_push_at is None or self._last_pushed is None:
+        last = self._last_pushed_from
+        if self._last_push_at is None or last is None:
             return True
         since_s = (now - self._last_push_at).total_seconds()
         if since_s < self.config.min_push_interval_s:
             return False
         if since_s >= self.config.heartbeat_interval_s:
             return True
-        return not self._is_last_pushed(report) and _content(report) != self._last_pushed
+        # A report's content is its two mappings: compared in C, and by identity for the
+        # entries that are the same objects (unchanged content is).
+        return not self._is_last_pushed(report) and (
+            report.pools != last[0] or report.replicas != last[1]
+        )
 
     def _is_last_pushed(self, report: Report) -> bool:
         """Whether the report holds the very mappings last pushed (a quiet step's report)."""
@@ -314,7 +380,7 @@ class Agent:
             # What is on the hub now: an observation someone else wrote since our last write
             # has another resourceVersion, and is written again even when ours is unchanged.
             on_hub = self._versions_on_hub(self.hub.view(REPLICA_OBSERVATION, self.namespace))
-            versions = self._write_replica_observations(report, stamp, on_hub)
+            left = self._write_replica_observations(report, stamp, on_hub)
         except StoreError as e:
             # Unreachable hub or a write refused: try again on the next step.
             outcome.is_hub_reachable = False
@@ -323,30 +389,49 @@ class Agent:
         if not is_complete:
             return False
         self._last_push_at = now
-        if not self._is_last_pushed(report):
-            self._last_pushed = _content(report)
-            self._last_pushed_from = (report.pools, report.replicas)
-        self._replicas_left = (report.replicas, stamp["agent"], versions)
+        self._last_pushed_from = (report.pools, report.replicas)
+        self._replicas_left = left
         outcome.is_pushed = True
         return True
 
     def _versions_on_hub(self, viewed: Sequence[Mapping[str, Any]]) -> dict[str, object]:
         """Name -> resourceVersion of the viewed observations; the same dict as last push when
-        the view holds the same objects (a view hands out an object until it changes)."""
-        held, versions = self._viewed_on_hub
-        if not _is_same(held, viewed):
-            versions = {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
-            self._viewed_on_hub = (tuple(viewed), versions)
-        return versions
+        the view holds the same objects (a view hands out an object until it changes), else
+        that dict patched with the objects that came and went (by identity) when the view
+        has one object per name (as a namespace's listing has)."""
+        listed, held, versions = self._viewed_on_hub
+        if _is_same(listed, viewed):
+            return versions
+        by_id = dict(zip(map(id, viewed), viewed, strict=True))
+        gone, came = held.keys() - by_id.keys(), by_id.keys() - held.keys()
+        if not gone and not came and len(by_id) == len(viewed):
+            return versions
+        patched = _patched_versions(held, versions, by_id, gone, came)
+        if patched is None or len(by_id) != len(viewed):
+            patched = {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
+        # Held only for a view of one object per name: the next is patched from it.
+        is_plain = len(patched) == len(by_id) == len(viewed)
+        self._viewed_on_hub = (tuple(viewed), by_id if is_plain else {}, patched)
+        return patched
 
     def _write_replica_observations(
         self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
-    ) -> dict[str, object]:
+    ) -> _ReplicasLeft:
         """Write each of the report's ReplicaObservations that changed or someone else wrote
         (`_write_observation` leaves the others alone), delete those of replicas that are gone,
-        and return the resourceVersion each of the report's observations has now."""
+        and say what that left (`_replicas_left`): the resourceVersion each of the report's
+        observations has now, and `on_hub` when nothing was written or deleted."""
         left, self._replicas_left = self._replicas_left, None
         kind = REPLICA_OBSERVATION.kind
+        if (
+            left is not None
+            and left[3] is on_hub
+            and left[0] is report.replicas
+            and left[1] == stamp["agent"]
+        ):
+            # The very entries, and the very observations on the hub, that the last complete
+            # push found and left as they were: it would find nothing again.
+            return left
         if left is None or left[1] != stamp["agent"]:
             names = sorted(report.replicas)
             versions: dict[str, object] = {}
@@ -355,25 +440,38 @@ class Agent:
             # version on the hub is the one that push left, and an entry (spec, content) of
             # that push's report that is the same object here holds the same content: such
             # an observation would be left alone, so it is not looked at one by one.
-            entries, _, versions = left
+            entries, _, versions, _ = left
+            # The observations not at the version that push left (compared in C: versions
+            # are strings), and the entries that are not that push's (in C too, when the two
+            # mappings have their names in one order, as reports of the same replicas do).
+            stale = {n for n, v in versions.items() - on_hub.items() if on_hub.get(n) != v}
+            replicas = report.replicas
+            if replicas is entries:
+                changed: Iterable[str] = ()
+            elif list(replicas) == list(entries):
+                changed = itertools.compress(
+                    replicas, map(operator.is_not, replicas.values(), entries.values())
+                )
+            else:
+                changed = [n for n, entry in replicas.items() if entries.get(n) is not entry]
+                stale &= replicas.keys()
+            stale.update(changed)
             versions = dict(versions)
-            names = sorted(
-                name
-                for name, entry in report.replicas.items()
-                if entries.get(name) is not entry or on_hub.get(name) != versions.get(name)
-            )
+            names = sorted(stale)
         for name in names:
             spec, content = report.replicas[name]
             self._write_observation(REPLICA_OBSERVATION, name, spec, content, stamp, on_hub=on_hub)
             versions[name] = self._written[(kind, name)][0]["metadata"].get("resourceVersion")
-        for name in on_hub:
-            if name not in report.replicas:
-                self._written.pop((kind, name), None)
-                with contextlib.suppress(NotFound):
-                    self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
+        # In the view's order (by name).
+        gone = sorted(on_hub.keys() - report.replicas.keys())
+        for name in gone:
+            self._written.pop((kind, name), None)
+            with contextlib.suppress(NotFound):
+                self.hub.delete(REPLICA_OBSERVATION, name, self.namespace)
         if versions.keys() != report.replicas.keys():
             versions = {name: versions[name] for name in report.replicas}
-        return versions
+        is_untouched = not names and not gone
+        return report.replicas, stamp["agent"], versions, on_hub if is_untouched else None
 
     def _write_observation(
         self,
@@ -458,7 +556,7 @@ class Agent:
     ) -> None:
         """Make the local workloads equal the desired set for `replicas`."""
         outcome = outcome if outcome is not None else StepOutcome()
-        desired, namespaces, errors = self._desired_set(replicas)
+        desired, namespaces, errors, changes = self._desired_set(replicas)
         outcome.errors.extend(errors)
         for ns in namespaces:
             self._ensure_namespace(ns, outcome)
@@ -477,7 +575,7 @@ class Agent:
                 # one agreed and none was unwanted: this pass would find the same.
                 self._settled[kind] = settled
                 continue
-            self._materialize_kind(kind, wanted, listed, outcome)
+            self._materialize_kind(kind, wanted, listed, outcome, changes.get(kind))
 
     def _materialize_kind(
         self,
@@ -485,71 +583,211 @@ class Agent:
         wanted: Mapping[tuple[str, str], Obj],
         listed: Sequence[Mapping[str, Any]],
         outcome: StepOutcome,
+        since: _WantedChange | None = None,
     ) -> None:
-        existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed}
-        agreeing, self._agreeing[kind] = self._agreeing.get(kind, {}), {}
-        now_agreeing = self._agreeing[kind]
-        is_settled = True
-        for key in sorted(wanted):
+        """Create or update each wanted object that the local one does not hold (sorted by
+        key), then delete each listed object not wanted (sorted).
+
+        A pass costs what changed since the last one: a wanted object whose local object
+        was found to hold it, both the same objects since, is not looked at again (objects
+        are replaced, never changed, so the same pair agrees again). When the wanted
+        mapping is the last pass's, or `since` names the keys in which it differs from it,
+        only those keys, the keys of the local objects that came or went (by identity) and
+        the keys the last pass acted on are looked at: every other key is a pair that agreed
+        and is the same pair."""
+        last = self._passes.pop(kind, None)
+        by_id = dict(zip(map(id, listed), listed, strict=True))
+        existing: dict[tuple[str, str], Mapping[str, Any]] | None = None
+        keys: set[tuple[str, str]] | None = None
+        if last is not None and len(by_id) == len(listed):
+            changed: AbstractSet[tuple[str, str]] | None = None
+            if last.wanted is wanted:
+                changed = frozenset()
+            elif since is not None and since[0] is last.wanted:
+                changed = since[1]
+            if changed is not None:
+                found = _listing_since(last, by_id)
+                if found is not None:
+                    existing, touched = found
+                    keys = last.acted | changed | touched
+        if existing is None:
+            existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed}
+        before = last.agreeing if last is not None else {}
+        agreeing: dict[tuple[str, str], tuple[Mapping[str, Any], Obj]]
+        if keys is None:
+            agreeing, looked_at = {}, sorted(wanted)
+        else:
+            # Every pair held but for these keys is one of keys not looked at: it stays.
+            agreeing = dict(before)
+            for key in keys:
+                agreeing.pop(key, None)
+            looked_at = sorted(k for k in keys if k in wanted)
+        acted: set[tuple[str, str]] = set()
+        for key in looked_at:
             want, current = wanted[key], existing.get(key)
-            pair = (id(current), id(want))
-            if current is not None and pair in agreeing:
+            held = before.get(key)
+            if current is not None and held is not None and held[0] is current and held[1] is want:
                 # Neither changed since they were found to agree (both are held there,
                 # so the identities are still theirs).
-                now_agreeing[pair] = agreeing[pair]
+                agreeing[key] = held
                 continue
             if self._apply(kind, want, current, outcome):
                 assert current is not None
-                now_agreeing[pair] = (current, want)
+                agreeing[key] = (current, want)
             else:
-                is_settled = False
-        for key in sorted(existing):
-            if key not in wanted:
-                is_settled = False
+                acted.add(key)
+        unwanted = sorted(k for k in (existing if keys is None else keys) if k not in wanted)
+        for key in unwanted:
+            if key in existing:
+                acted.add(key)
                 self._delete_local(kind, key[1], key[0], outcome)
-        if is_settled:
+        if not acted:
             self._settled[kind] = (wanted, tuple(listed))
+        if len(existing) == len(listed):
+            # One object per key: what came and went next pass can be told by identity.
+            self._passes[kind] = _KindPass(wanted, by_id, existing, agreeing, acted)
 
     def _desired_set(
         self, replicas: Sequence[Mapping[str, Any]]
-    ) -> tuple[Mapping[Kind, Mapping[tuple[str, str], Obj]], list[str], list[str]]:
+    ) -> tuple[
+        Mapping[Kind, Mapping[tuple[str, str], Obj]],
+        list[str],
+        list[str],
+        Mapping[Kind, _WantedChange],
+    ]:
         """Every replica's desired objects by kind and (namespace, name), their namespaces
-        (sorted) and the errors of invalid replicas. The same mappings as last call when each
-        replica's desired objects are (`_desired_of_all`), so that a kind's pass can tell
-        by identity that nothing it wants changed."""
-        made = self._desired_of_all(replicas)
-        held = self._desired_set_held
-        if held is not None and _is_same(held[0], [objs for _, objs in made]):
-            return held[1], held[2], held[3]
-        desired: dict[Kind, dict[tuple[str, str], Obj]] = {kind: {} for kind in OWNED_KINDS}
-        errors: list[str] = []
-        for replica, objs in made:
-            if isinstance(objs, ReplicaInvalid):
-                meta = replica.get("metadata") or {}
-                errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
-                continue
-            for kind, key, obj in objs:
-                desired[kind][key] = obj
-        namespaces = sorted({ns for by_key in desired.values() for (ns, _) in by_key})
-        self._desired_set_held = (tuple(objs for _, objs in made), desired, namespaces, errors)
-        return desired, namespaces, errors
+        (sorted), the errors of invalid replicas, and per kind whose mapping is not last
+        call's, that mapping and the keys in which the two differ, when they are known.
 
-    def _desired_of_all(
+        The same mappings as last call when each replica's desired objects are, so that a
+        kind's pass can tell by identity that nothing it wants changed. A replica's desired
+        objects are the very objects of the last call when what `materialize` reads of it is
+        unchanged: the spec, which a status write leaves the same object (objects are
+        replaced, their unchanged subtrees shared), and the name, namespace, generation and
+        labels. So a replica whose status alone changed changes nothing here."""
+        state = self._desired_state
+        if state is not None and state.counts is not None:
+            found = self._desired_set_since(state, replicas)
+            if found is not None:
+                return found
+        return self._desired_set_whole(replicas)
+
+    def _desired_set_since(
+        self, state: _DesiredState, replicas: Sequence[Mapping[str, Any]]
+    ) -> (
+        tuple[
+            Mapping[Kind, Mapping[tuple[str, str], Obj]],
+            list[str],
+            list[str],
+            Mapping[Kind, _WantedChange],
+        ]
+        | None
+    ):
+        """`_desired_set` from the last call's, by the replicas that came or went since (by
+        identity); None when it cannot be told that way (then it is made whole).
+
+        For a plain last set only (`_DesiredState.counts`): every replica with a key and an
+        identity of its own, none invalid, no object wanted by two. Then the set does not
+        depend on the replicas' order, and changes by what the replicas that came or went
+        want, as long as no two replicas come to want one object."""
+        by_id = dict(zip(map(id, replicas), replicas, strict=True))
+        if len(by_id) != len(replicas):
+            return None
+        seen = state.seen
+        gone = seen.keys() - by_id.keys()
+        came = by_id.keys() - seen.keys()
+        if not gone and not came:
+            return state.desired, state.namespaces, state.errors, {}
+        last = state.by_key
+        made: dict[tuple[object, object], tuple[int, _DesiredOf]] = {}
+        for i in came:
+            replica = by_id[i]
+            meta = replica.get("metadata") or {}
+            key = (meta.get("namespace"), meta.get("name"))
+            if key in made:
+                return None
+            spec = replica.get("spec")
+            reads = (meta.get("generation", 1), meta.get("labels"))
+            held = last.get(key)
+            if held is None or held[0] is not spec or held[1] != reads:
+                held = (spec, reads, _desired_of(replica))
+            made[key] = (i, held)
+        new_seen = dict(seen)
+        by_key = dict(last)
+        removed: dict[tuple[object, object], tuple[_Desired, ...] | ReplicaInvalid] = {}
+        for i in gone:
+            _, key, held = new_seen.pop(i)
+            removed[key] = held[2]
+            del by_key[key]
+        for key, (i, held) in made.items():
+            if key in by_key:
+                return None  # a replica that stays has this key too
+            by_key[key] = held
+            new_seen[i] = (by_id[i], key, held)
+        olds: list[tuple[_Desired, ...]] = []
+        news: list[tuple[_Desired, ...]] = []
+        for key in removed.keys() | made.keys():
+            old = removed.get(key, ())
+            new = made[key][1][2] if key in made else ()
+            if old is new:
+                continue
+            if isinstance(old, ReplicaInvalid) or isinstance(new, ReplicaInvalid):
+                return None
+            olds.append(old)
+            news.append(new)
+        desired, namespaces, counts = state.desired, state.namespaces, state.counts
+        changes: dict[Kind, _WantedChange] = {}
+        if olds or news:
+            assert counts is not None
+            counts = dict(counts)
+            copies: dict[Kind, dict[tuple[str, str], Obj]] = {}
+            keys: dict[Kind, set[tuple[str, str]]] = {}
+            # What the replicas wanted first, then what they want (an object may move).
+            for objs, by in ((olds, -1), (news, 1)):
+                for kind, key, obj in (d for o in objs for d in o):
+                    copy = copies.get(kind)
+                    if copy is None:
+                        copy = copies[kind] = dict(desired[kind])
+                        keys[kind] = set()
+                    if by < 0:
+                        del copy[key]
+                    elif key in copy:
+                        return None  # two replicas want it
+                    else:
+                        copy[key] = obj
+                    counts[key[0]] = counts.get(key[0], 0) + by
+                    keys[kind].add(key)
+            for ns in [ns for ns, n in counts.items() if not n]:
+                del counts[ns]
+            if counts.keys() != set(namespaces):
+                namespaces = sorted(counts)
+            changes = {kind: (desired[kind], keys[kind]) for kind in copies}
+            desired = {**desired, **copies}
+        self._desired_state = _DesiredState(
+            new_seen, by_key, None, desired, namespaces, state.errors, counts
+        )
+        return desired, namespaces, state.errors, changes
+
+    def _desired_set_whole(
         self, replicas: Sequence[Mapping[str, Any]]
-    ) -> list[tuple[Mapping[str, Any], tuple[_Desired, ...] | ReplicaInvalid]]:
-        """Each replica with `_desired_of(replica)`: the very objects of the last call when
-        what `materialize` reads of the replica is unchanged. It reads the spec, which a
-        status write leaves the same object (objects are replaced, their unchanged subtrees
-        shared), and the name, namespace, generation and labels; so the desired objects of a
-        replica whose status alone changed stay the same objects, which `_agreeing` knows."""
-        last, self._desired = self._desired, {}
-        last_seen, self._desired_seen = self._desired_seen, {}
-        out: list[tuple[Mapping[str, Any], tuple[_Desired, ...] | ReplicaInvalid]] = []
+    ) -> tuple[
+        Mapping[Kind, Mapping[tuple[str, str], Obj]],
+        list[str],
+        list[str],
+        Mapping[Kind, _WantedChange],
+    ]:
+        """`_desired_set`, replica by replica (what it reuses is by identity or key)."""
+        state = self._desired_state
+        last_seen = state.seen if state is not None else {}
+        last = state.by_key if state is not None else {}
+        seen: dict[int, tuple[Mapping[str, Any], tuple[object, object], _DesiredOf]] = {}
+        by_key: dict[tuple[object, object], _DesiredOf] = {}
+        made: list[tuple[_Desired, ...] | ReplicaInvalid] = []
         for replica in replicas:
-            seen = last_seen.get(id(replica))
-            if seen is not None and seen[0] is replica:
+            hit = last_seen.get(id(replica))
+            if hit is not None and hit[0] is replica:
                 # The very object of the last call: nothing to look up in it.
-                key, held = seen[1], seen[2]
+                key, held = hit[1], hit[2]
             else:
                 meta = replica.get("metadata") or {}
                 key = (meta.get("namespace"), meta.get("name"))
@@ -559,10 +797,36 @@ class Agent:
                 if found is None or found[0] is not spec or found[1] != reads:
                     found = (spec, reads, _desired_of(replica))
                 held = found
-            self._desired[key] = held
-            self._desired_seen[id(replica)] = (replica, key, held)
-            out.append((replica, held[2]))
-        return out
+            by_key[key] = held
+            seen[id(replica)] = (replica, key, held)
+            made.append(held[2])
+        is_unique = len(seen) == len(by_key) == len(replicas)
+        if state is not None and state.made is not None and _is_same(state.made, made):
+            desired, namespaces, errors = state.desired, state.namespaces, state.errors
+            counts = state.counts if is_unique else None
+        else:
+            desired_by: dict[Kind, dict[tuple[str, str], Obj]] = {k: {} for k in OWNED_KINDS}
+            errors = []
+            counts = {} if is_unique else None
+            for replica, objs in zip(replicas, made, strict=True):
+                if isinstance(objs, ReplicaInvalid):
+                    meta = replica.get("metadata") or {}
+                    errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
+                    counts = None
+                    continue
+                for kind, key, obj in objs:
+                    if counts is not None:
+                        if key in desired_by[kind]:
+                            counts = None  # wanted twice: the last replica's wins
+                        else:
+                            counts[key[0]] = counts.get(key[0], 0) + 1
+                    desired_by[kind][key] = obj
+            desired = desired_by
+            namespaces = sorted({ns for by in desired_by.values() for (ns, _) in by})
+        self._desired_state = _DesiredState(
+            seen, by_key, tuple(made), desired, namespaces, errors, counts
+        )
+        return desired, namespaces, errors, {}
 
     def _apply(
         self, kind: Kind, want: Obj, current: Mapping[str, Any] | None, outcome: StepOutcome
@@ -634,9 +898,38 @@ class Agent:
 
 
 #: See `Agent._replicas_left`.
-_ReplicasLeft = tuple[Mapping[str, tuple[Obj, Obj]], object, dict[str, object]]
+_ReplicasLeft = tuple[
+    Mapping[str, tuple[Obj, Obj]], object, dict[str, object], Mapping[str, object] | None
+]
 
 _O = TypeVar("_O", ObservedPool, ObservedReplica)
+
+
+def _patched_versions(
+    held: Mapping[int, Mapping[str, Any]],
+    versions: Mapping[str, object],
+    by_id: Mapping[int, Mapping[str, Any]],
+    gone: Iterable[int],
+    came: Iterable[int],
+) -> dict[str, object] | None:
+    """`versions` (name -> resourceVersion of the objects `held`, one per name) changed to
+    those of `by_id`, which lacks the objects `gone` and adds those `came`; None when
+    `held` or `by_id` has two objects of one name."""
+    if len(versions) != len(held):
+        return None
+    patched = dict(versions)
+    for i in gone:
+        del patched[held[i]["metadata"]["name"]]
+    for i in came:
+        meta = by_id[i]["metadata"]
+        if meta["name"] in patched:
+            return None
+        patched[meta["name"]] = meta.get("resourceVersion")
+    return patched
+
+
+def _namespace_name(r: ObservedReplica) -> tuple[str, str]:
+    return r.namespace, r.name
 
 
 def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
@@ -664,19 +957,97 @@ def _status_patch(
     stamp) to `content` and `stamp`. Unchanged content is the same object (`_status_of`), so
     then only the stamp is compared."""
     if content is last_content:
+        at = stamp.get("observedAt")
+        if (
+            stamp.keys() == _STAMP_KEYS
+            and isinstance(at, str)
+            and "agent" in written
+            and written["agent"] == stamp["agent"]
+        ):
+            # A heartbeat: the agent as written, so only the time can move (what the diff
+            # below finds, without making it).
+            return {} if written.get("observedAt") == at else {"observedAt": at}
         return merge_patch({k: written[k] for k in stamp if k in written}, stamp)
     return merge_patch(written, {**content, **stamp})
 
 
+_STAMP_KEYS: Final = frozenset({"agent", "observedAt"})
+
+
 #: One desired local object: its kind, (namespace, name) and body (shared: never changed).
 _Desired = tuple[Kind, tuple[str, str], Obj]
-#: See `Agent._desired_set`.
-_DesiredSet = tuple[
-    tuple[object, ...], Mapping[Kind, Mapping[tuple[str, str], Obj]], list[str], list[str]
-]
+#: A kind's wanted mapping as it was, and the keys in which the one now differs from it.
+_WantedChange = tuple[Mapping[tuple[str, str], Obj], AbstractSet[tuple[str, str]]]
 #: A replica's spec (held: its identity stays its own), its generation and labels, and the
 #: desired objects made from them (`Agent._desired_of_all`).
 _DesiredOf = tuple[object, tuple[object, object], tuple[_Desired, ...] | ReplicaInvalid]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _DesiredState:
+    """One `Agent._desired_set` call: what it was made from and what it made. Never changed
+    once made (a call makes a new one), so the mappings it holds keep their content."""
+
+    #: Each replica (held: its identity stays its own) by identity, with its (namespace,
+    #: name) and its desired objects and what they were made from.
+    seen: dict[int, tuple[Mapping[str, Any], tuple[object, object], _DesiredOf]]
+    #: The same desired objects by the replica's (namespace, name).
+    by_key: dict[tuple[object, object], _DesiredOf]
+    #: Each replica's desired objects in the replicas' order (held); None when the set was
+    #: made from a change (`_desired_set_since`), which does not keep an order.
+    made: tuple[tuple[_Desired, ...] | ReplicaInvalid, ...] | None
+    desired: Mapping[Kind, Mapping[tuple[str, str], Obj]]
+    namespaces: list[str]
+    errors: list[str]
+    #: How many desired objects each namespace has, for a plain set: every replica with a
+    #: key and an identity of its own, none invalid, no object wanted by two. None otherwise
+    #: (then the next set is made whole).
+    counts: dict[str, int] | None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _KindPass:
+    """What one kind's last pass saw and found (`Agent._materialize_kind`), for a listing
+    with one object per key. Never changed once made."""
+
+    #: The wanted mapping (held: its identity stays its own).
+    wanted: Mapping[tuple[str, str], Obj]
+    #: The local objects listed (held), by identity.
+    listed: dict[int, Mapping[str, Any]]
+    #: The same, by (namespace, name).
+    existing: dict[tuple[str, str], Mapping[str, Any]]
+    #: Each wanted key whose local object holds what is wanted: the pair (held).
+    agreeing: dict[tuple[str, str], tuple[Mapping[str, Any], Obj]]
+    #: The keys the pass wrote (or failed to): wanted ones whose local object did not hold
+    #: what is wanted, and listed ones not wanted.
+    acted: set[tuple[str, str]]
+
+
+def _listing_since(
+    last: _KindPass, by_id: Mapping[int, Mapping[str, Any]]
+) -> tuple[dict[tuple[str, str], Mapping[str, Any]], set[tuple[str, str]]] | None:
+    """The listing `by_id` by (namespace, name), from the last pass's, and the keys of the
+    objects that came or went since (by identity: a changed object is one gone, one come);
+    None when it has two objects of one key."""
+    gone = last.listed.keys() - by_id.keys()
+    came = by_id.keys() - last.listed.keys()
+    if not gone and not came:
+        return last.existing, set()
+    existing = dict(last.existing)
+    touched: set[tuple[str, str]] = set()
+    for i in gone:
+        meta = last.listed[i]["metadata"]
+        key = (meta["namespace"], meta["name"])
+        del existing[key]
+        touched.add(key)
+    for i in came:
+        meta = by_id[i]["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if key in existing:
+            return None
+        existing[key] = by_id[i]
+        touched.add(key)
+    return existing, touched
 
 
 def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInvalid:
@@ -686,15 +1057,6 @@ def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInv
     except ReplicaInvalid as e:
         return e
     return tuple((_kind(o), (o["metadata"]["namespace"], o["metadata"]["name"]), o) for o in objs)
-
-
-def _content(report: Report) -> dict[tuple[str, str], Obj]:
-    out: dict[tuple[str, str], Obj] = {}
-    for pool, status in report.pools.items():
-        out[("PoolObservation", pool)] = status
-    for name, (spec, status) in report.replicas.items():
-        out[("ReplicaObservation", name)] = {"spec": spec, "status": status}
-    return out
 
 
 def _contains(current: object, want: object) -> bool:

@@ -10,7 +10,8 @@ can be partitioned). It publishes the fleet's InferenceClasses and InferenceClus
 - every agent, every `report_interval_s`: it observes the cluster and reads its replicas at
   once, materializes at once, and its report reaches the hub `report_delay_s` later. A half
   of the step whose inputs did not change is not run again: the last report is re-sent with a
-  new time, a materialize that changed nothing is not repeated (`Fleet._agent_tick`);
+  new time, a materialize that changed nothing is not repeated, and the replicas are not read
+  again while the hub's change feed shows none of them changed (`Fleet._agent_tick`);
 - the hub controller (anything with `step(now)`, the `HubController` protocol), every
   `controller_interval_s`.
 
@@ -184,7 +185,9 @@ class Fleet:
         observed = _revisions(local, _OBSERVED_KINDS)
         is_local_steady = slot.last_report is not None and observed == slot.observed_revisions
         replicas: Sequence[Mapping[str, Any]]
-        if is_steady and is_local_steady:
+        if is_steady and slot.last_report is not None:
+            # None of the cluster's ModelReplicas changed since they were last read (the
+            # change feed says so): a read would hand out the very objects read then.
             replicas = slot.replicas
         else:
             read = agent.read_replicas()
