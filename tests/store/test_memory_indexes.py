@@ -1,6 +1,7 @@
 """What makes `MemoryStore` reads cheap must never make them wrong: the label index, caller
 indexes, the ordered keys and the subtrees a new version shares with the one it replaces."""
 
+import random
 from datetime import UTC, datetime
 from typing import Any
 
@@ -209,3 +210,44 @@ def test_merged_copies_what_the_patch_brings_and_shares_the_rest() -> None:
     assert target == {"a": {"b": 1, "c": [1]}, "d": {"e": 2}, "gone": 3}
     assert out["d"] is target["d"] and out["a"]["c"] is target["a"]["c"]
     assert out["h"] is not patch["h"] and out["a"]["f"] is not patch["a"]["f"]
+
+
+def test_kept_views_follow_every_write_like_a_fresh_listing() -> None:
+    """Views kept across writes (a new version put in its place; an add, delete or relabel
+    dropping what it may change) equal what a store that keeps nothing lists, after every
+    write of a random sequence."""
+    rng = random.Random(7)
+    store = MemoryStore(clock=lambda: T0)
+    selectors = ["c=x", "c in (x,y)", "c", "!c", "c!=x", "t=1,c=y"]
+    namespaces = ["ml", "ml2", "m"]
+    for _ in range(600):
+        name, namespace = f"r{rng.randrange(12)}", rng.choice(namespaces)
+        current = store.get(MODEL_REPLICA, name, namespace)
+        op = rng.random()
+        if current is None:
+            labels = {"c": rng.choice("xyz")} if rng.random() < 0.8 else {}
+            store.create(replica(name, namespace, **labels))
+        elif op < 0.15:
+            store.delete(MODEL_REPLICA, name, namespace)
+        elif op < 0.35:
+            current["metadata"]["labels"] = {"c": rng.choice("xyz"), "t": rng.choice("12")}
+            store.update(current)
+        elif op < 0.5:
+            current["spec"]["clusterName"] = rng.choice("ab")
+            store.update(current)
+        else:
+            store.patch_status(MODEL_REPLICA, name, namespace, {"n": rng.randrange(5)})
+        # Read some views (so that some are kept into the next write), and check them all.
+        every = sorted(
+            store.list(MODEL_REPLICA),
+            key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]),
+        )
+        for namespace in (None, *namespaces):
+            if rng.random() < 0.5:
+                continue
+            in_ns = [o for o in every if namespace in (None, o["metadata"]["namespace"])]
+            assert list(store.view(MODEL_REPLICA, namespace)) == in_ns
+            for text in selectors:
+                selector = parse_selector(text)
+                want = [o for o in in_ns if matches(selector, o["metadata"].get("labels"))]
+                assert list(store.view(MODEL_REPLICA, namespace, text)) == want, text

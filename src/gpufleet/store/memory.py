@@ -85,6 +85,11 @@ class _Index:
         return self.buckets.get(value, set())
 
 
+def _put_at(objs: tuple[Obj, ...], at: int, obj: Obj) -> tuple[Obj, ...]:
+    """`objs` with `obj` at `at` instead of what is there."""
+    return (*objs[:at], obj, *objs[at + 1 :])
+
+
 class _Table:
     """The objects of one kind, with what makes reading them cheap: their keys in order, a
     label index, any indexes a caller added, and the last full listing (until a write)."""
@@ -95,69 +100,103 @@ class _Table:
         self.keys: list[_ObjKey] = []
         self.labels = _Index(_label_items)
         self.indexes: dict[str, _Index] = {}
-        #: The last full listing and per-namespace listings, until a write. Tuples: `view`
-        #: hands them out as they are, and a write replaces them rather than changing them.
+        #: The last full listing, per-namespace listings and selections (by (namespace,
+        #: selector): a controller lists the same selection of a kind that changes far less
+        #: often than it is listed). Tuples: `view` hands them out as they are, and a write
+        #: never changes one but replaces it. A new version of an object is put in its place
+        #: in each (its key's position is found by bisection: every one is in key order); an
+        #: object added or deleted drops the listings it may belong to, as does a version
+        #: whose labels changed (the selections it belongs to may change).
         self.listing: tuple[Obj, ...] | None = None
         self.namespaces: dict[str, tuple[Obj, ...]] = {}
-        #: The last selections by (namespace, selector), until a write: a controller lists
-        #: the same selection of a kind that changes far less often than it is listed.
-        self.selections: dict[tuple[str | None, Selector], tuple[Obj, ...]] = {}
+        self.selections: dict[
+            tuple[str | None, Selector], tuple[tuple[_ObjKey, ...], tuple[Obj, ...]]
+        ] = {}
 
     def put(self, key: _ObjKey, obj: Obj) -> None:
         old = self.objects.get(key)
         self.objects[key] = obj
-        self.listing = None
-        self.namespaces.clear()
-        self.selections.clear()
         if old is None:
             bisect.insort(self.keys, key)
+            self._dropped(key)
             for index in (self.labels, *self.indexes.values()):
                 index.add(key, obj)
-        else:
-            for index in (self.labels, *self.indexes.values()):
-                index.replace(key, old, obj)
+            return
+        self._replaced(key, old, obj)
+        for index in (self.labels, *self.indexes.values()):
+            index.replace(key, old, obj)
 
     def pop(self, key: _ObjKey) -> None:
         old = self.objects.pop(key)
-        self.listing = None
-        self.namespaces.clear()
-        self.selections.clear()
+        self._dropped(key)
         del self.keys[bisect.bisect_left(self.keys, key)]
         for index in (self.labels, *self.indexes.values()):
             index.remove(key, old)
 
+    def _dropped(self, key: _ObjKey) -> None:
+        """Forget the listings an object added or deleted at `key` may change."""
+        self.listing = None
+        self.namespaces.pop(key[0], None)
+        self.selections.clear()
+
+    def _replaced(self, key: _ObjKey, old: Obj, new: Obj) -> None:
+        """Put `new` in the place of `old` (at `key`) in every listing kept."""
+        if self.listing is not None:
+            self.listing = _put_at(self.listing, bisect.bisect_left(self.keys, key), new)
+        in_namespace = self.namespaces.get(key[0])
+        if in_namespace is not None:
+            lo = bisect.bisect_left(self.keys, (key[0], ""))
+            self.namespaces[key[0]] = _put_at(
+                in_namespace, bisect.bisect_left(self.keys, key, lo) - lo, new
+            )
+        if not self.selections:
+            return
+        old_labels, new_labels = old["metadata"].get("labels"), new["metadata"].get("labels")
+        if old_labels is not new_labels and old_labels != new_labels:
+            self.selections.clear()
+            return
+        for selection, (keys, objs) in list(self.selections.items()):
+            at = bisect.bisect_left(keys, key)
+            if at < len(keys) and keys[at] == key:
+                self.selections[selection] = (keys, _put_at(objs, at, new))
+
     def all(self) -> tuple[Obj, ...]:
         if self.listing is None:
-            self.listing = tuple(self.objects[k] for k in self.keys)
+            self.listing = tuple(map(self.objects.__getitem__, self.keys))
         return self.listing
 
     def in_namespace(self, namespace: str) -> tuple[Obj, ...]:
         found = self.namespaces.get(namespace)
         if found is None:
-            # Keys sort by namespace first, so one namespace's keys are one run: from
-            # (namespace, "") to the first key of the next namespace, which sorts at or
-            # after namespace + "\0" (the least string greater than every (namespace, name)).
-            lo = bisect.bisect_left(self.keys, (namespace, ""))
-            hi = bisect.bisect_left(self.keys, (namespace + "\0", ""), lo)
-            found = tuple(self.objects[k] for k in self.keys[lo:hi])
+            found = tuple(map(self.objects.__getitem__, self._keys_in(namespace)))
             self.namespaces[namespace] = found
         return found
 
+    def _keys_in(self, namespace: str) -> builtins.list[_ObjKey]:
+        # Keys sort by namespace first, so one namespace's keys are one run: from
+        # (namespace, "") to the first key of the next namespace, which sorts at or after
+        # namespace + "\0" (the least string greater than every (namespace, name)).
+        lo = bisect.bisect_left(self.keys, (namespace, ""))
+        hi = bisect.bisect_left(self.keys, (namespace + "\0", ""), lo)
+        return self.keys[lo:hi]
+
     def selected(self, namespace: str | None, selector: Selector) -> tuple[Obj, ...]:
-        """Objects matching `selector` (see `_select`), kept until the next write."""
+        """Objects matching `selector` (see `_select`), kept as the objects change."""
         found = self.selections.get((namespace, selector))
         if found is None:
-            found = self.selections[(namespace, selector)] = tuple(
-                self._select(namespace, selector)
+            keys = tuple(self._select(namespace, selector))
+            found = self.selections[(namespace, selector)] = (
+                keys,
+                tuple(map(self.objects.__getitem__, keys)),
             )
-        return found
+        return found[1]
 
-    def _select(self, namespace: str | None, selector: Selector) -> builtins.list[Obj]:
-        """Objects matching `selector`, found through the label index when the selector has
-        an equality, `in` or existence term (any match must carry one of its pairs, or its
-        key), else by scanning. When every term is one of those, the index answers exactly
-        and no object is matched again; when it answers for most of the kind, the keys are
-        taken in their order instead of sorted."""
+    def _select(self, namespace: str | None, selector: Selector) -> builtins.list[_ObjKey]:
+        """The keys of the objects matching `selector`, in key order, found through the label
+        index when the selector has an equality, `in` or existence term (any match must
+        carry one of its pairs, or its key), else by scanning. When every term is one of
+        those, the index answers exactly and no object is matched again; when it answers
+        for most of the kind, the keys are taken in their order instead of sorted."""
         candidates: set[_ObjKey] | None = None
         for r in selector:
             if r.op is Op.EXISTS:
@@ -171,19 +210,19 @@ class _Table:
             candidates = keys if candidates is None else candidates & keys
             if not candidates:
                 return []
+        objects = self.objects
         if candidates is None:
-            scanned = self.all() if namespace is None else self.in_namespace(namespace)
-            return [o for o in scanned if matches(selector, o["metadata"].get("labels"))]
+            scanned = self.keys if namespace is None else self._keys_in(namespace)
+            return [k for k in scanned if matches(selector, objects[k]["metadata"].get("labels"))]
         if len(candidates) * 4 > len(self.keys):
             keys_in = [k for k in self.keys if k in candidates]
         else:
             keys_in = sorted(candidates)
         if namespace is not None:
             keys_in = [k for k in keys_in if k[0] == namespace]
-        found = [self.objects[k] for k in keys_in]
         if all(r.op in _INDEXED_OPS for r in selector):
-            return found
-        return [o for o in found if matches(selector, o["metadata"].get("labels"))]
+            return keys_in
+        return [k for k in keys_in if matches(selector, objects[k]["metadata"].get("labels"))]
 
     def indexed(self, name: str, value: Hashable, namespace: str | None) -> builtins.list[Obj]:
         keys = self.indexes[name].keys(value)
