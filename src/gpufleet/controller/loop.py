@@ -29,13 +29,14 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import itertools
 import logging
 import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Generic, Protocol, TypeVar, cast
+from typing import Any, Final, Generic, Protocol, Self, TypeVar, cast
 
 from gpufleet.api import (
     FieldError,
@@ -218,6 +219,9 @@ class _ReplicaBlock:
     named: list[tuple[tuple[str, str], ReadObj]]
     errors: list[str]
 
+    def moved(self, lo: int) -> _ReplicaBlock:
+        return _ReplicaBlock(lo, lo + self.hi - self.lo, self.cores, self.named, self.errors)
+
 
 @dataclass(slots=True)
 class _PublishBlock:
@@ -235,6 +239,17 @@ class _PublishBlock:
     reports: list[_ReplicaReports | None]
     out: list[ReadObj]
     entries: list[tuple[int, _Published]]
+
+    def moved(self, lo: int) -> _PublishBlock:
+        return _PublishBlock(
+            lo,
+            lo + self.hi - self.lo,
+            self.is_settled,
+            self.keys,
+            self.reports,
+            self.out,
+            self.entries,
+        )
 
 
 @dataclass(slots=True)
@@ -291,15 +306,23 @@ class _Run:
     reports: list[AgentReport]
     errors: list[str]
 
+    def moved(self, lo: int) -> _Run:
+        return _Run(lo, lo + self.hi - self.lo, self.cluster, self.reports, self.errors)
+
 
 class _Span(Protocol):
-    """Consecutive objects of a listing, `[lo, hi)` (a `_Run` or a `_ReplicaBlock`)."""
+    """Consecutive objects of a listing, `[lo, hi)` (a `_Run`, `_ReplicaBlock` or
+    `_PublishBlock`)."""
 
     @property
     def lo(self) -> int: ...
 
     @property
     def hi(self) -> int: ...
+
+    def moved(self, lo: int) -> Self:
+        """The same span at `[lo, lo + hi - self.lo)` of a later listing."""
+        ...
 
 
 #: What was read of one object (its first element is the object), and a span of them.
@@ -321,32 +344,98 @@ class _Listing(Generic[_Hit, _S]):
     spans: list[_S]
 
 
+def _aligned(
+    objs: Sequence[ReadObj],
+    last: Sequence[ReadObj],
+    spans: Iterable[_S],
+    is_kept: Callable[[_S], bool] | None = None,
+) -> list[tuple[int, int, _S | None]]:
+    """`objs` cut into segments `(lo, hi, span)` in order: a span of `last` (a listing, and
+    spans that cover it) whose objects are the same objects, consecutive and in the same
+    order, at `objs[lo:hi]` (and that `is_kept` keeps), or None for objects to read again.
+
+    A span is looked for where the spans before it put it (in place while the listing only
+    changed objects), and else by its first object: an object added or deleted shifts the
+    spans after it, which are found again rather than read again. A reused span shorter than
+    `_RUN_LENGTH` next to objects read again is read again with them, so that the spans of a
+    listing that changes here and there do not shrink step by step."""
+    segments: list[tuple[int, int, _S | None]] = []
+    where: dict[int, int] | None = None
+    at = shift = 0
+    end = len(objs)
+    for span in spans:
+        lo, hi = span.lo, span.hi
+        size, start = hi - lo, lo + shift
+        if at <= start < end and objs[start] is last[lo]:
+            if start + size > end or not all(
+                map(operator.is_, objs[start : start + size], last[lo:hi])
+            ):
+                continue  # in place, but changed
+        else:
+            if where is None:
+                where = dict(zip(map(id, objs), itertools.count()))  # at C speed
+            found = where.get(id(last[lo]))
+            if (
+                found is None
+                or found < at
+                or found + size > end
+                or not all(map(operator.is_, objs[found : found + size], last[lo:hi]))
+            ):
+                continue
+            start, shift = found, found - lo
+        if is_kept is not None and not is_kept(span):
+            continue
+        if at < start:
+            segments.append((at, start, None))
+        segments.append((start, start + size, span))
+        at = start + size
+    if at < end:
+        segments.append((at, end, None))
+    if len(segments) == 1:
+        return segments
+    # Short spans beside objects read again are read with them; then join what is read.
+    out: list[tuple[int, int, _S | None]] = []
+    for i, (lo, hi, kept) in enumerate(segments):
+        if (
+            kept is not None
+            and hi - lo < _RUN_LENGTH
+            and (
+                (i > 0 and segments[i - 1][2] is None)
+                or (i + 1 < len(segments) and segments[i + 1][2] is None)
+            )
+        ):
+            kept = None
+        if kept is None and out and out[-1][2] is None:
+            out[-1] = (out[-1][0], hi, None)
+        else:
+            out.append((lo, hi, kept))
+    return out
+
+
 def _reread(
     listed: Sequence[ReadObj],
     last: _Listing[_Hit, _S] | None,
     read: _ReadSpans[_Hit, _S],
 ) -> _Listing[_Hit, _S]:
-    """`listed` read span by span, `read` called again only for the spans whose objects are
-    not the same objects as in `last` (an unchanged object is the same object: a view's
-    is), as a span's hits are a function of its objects alone; the spans keep listing order,
-    so what comes out is what reading each object would give."""
+    """`listed` read span by span, `read` called again only for the objects not in a span
+    of `last` found again (`_aligned`: the same objects, an unchanged object being the same
+    object, as a view's is), as a span's hits are a function of its objects alone; the spans
+    keep listing order, so what comes out is what reading each object would give."""
     objs = tuple(listed)
     hits: list[_Hit] = []
     spans: list[_S] = []
-    if last is not None and len(last.objs) == len(objs):
-        by_id: dict[int, _Hit] | None = None
-        for span in last.spans:
-            lo, hi = span.lo, span.hi
-            if all(map(operator.is_, objs[lo:hi], last.objs[lo:hi])):
-                hits.extend(last.hits[lo:hi])
-                spans.append(span)
-                continue
-            if by_id is None:
-                by_id = {id(h[0]): h for h in last.hits}
-            read(objs, lo, hi, by_id, hits, spans)
-    else:
-        by_id = {id(h[0]): h for h in last.hits} if last is not None else {}
-        read(objs, 0, len(objs), by_id, hits, spans)
+    if last is None:
+        read(objs, 0, len(objs), {}, hits, spans)
+        return _Listing(objs, hits, spans)
+    by_id: dict[int, _Hit] | None = None
+    for lo, hi, span in _aligned(objs, last.objs, last.spans):
+        if span is not None:
+            hits.extend(last.hits[span.lo : span.hi])
+            spans.append(span if span.lo == lo else span.moved(lo))
+            continue
+        if by_id is None:  # a hit's first element is its object: `last.objs`, in order
+            by_id = dict(zip(map(id, last.objs), last.hits, strict=True))
+        read(objs, lo, hi, by_id, hits, spans)
     return _Listing(objs, hits, spans)
 
 
@@ -1153,30 +1242,33 @@ class Controller:
         the same (SettledCache, without building its inputs or even its key for each of the
         fleet's replicas). Being the same object, it is not being deleted either. The
         listing goes by blocks (`_PublishBlock`): a block whose replicas were all found in
-        place, that holds the same objects as last time and finds the same report entries
-        under their keys (so each replica meets the same report), is taken whole."""
+        place, that holds the same objects as last time, consecutive (wherever they now are
+        in the listing: `_aligned`), and finds the same report entries under their keys (so
+        each replica meets the same report), is taken whole."""
         objs = tuple(replicas)
         last = self._publish_listing
         out: list[ReadObj] = []
         blocks: list[_PublishBlock] = []
-        if last is not None and len(last.objs) == len(objs):
-            for block in last.blocks:
-                lo, hi = block.lo, block.hi
-                if (
-                    block.is_settled
-                    and all(map(operator.is_, objs[lo:hi], last.objs[lo:hi]))
-                    and all(map(operator.is_, map(reports.get, block.keys), block.reports))
-                ):
-                    out.extend(block.out)
-                    self._published_used.update(block.entries)
-                    blocks.append(block)
-                    continue
-                blocks.append(self._publish_block(objs, lo, hi, reports, now, result))
-                out.extend(blocks[-1].out)
-        else:
-            for lo in range(0, len(objs), _RUN_LENGTH):
-                hi = min(lo + _RUN_LENGTH, len(objs))
-                blocks.append(self._publish_block(objs, lo, hi, reports, now, result))
+
+        def is_kept(block: _PublishBlock) -> bool:
+            return block.is_settled and all(
+                map(operator.is_, map(reports.get, block.keys), block.reports)
+            )
+
+        segments: list[tuple[int, int, _PublishBlock | None]] = (
+            _aligned(objs, last.objs, last.blocks, is_kept)
+            if last is not None
+            else [(0, len(objs), None)]
+        )
+        for lo, hi, kept in segments:
+            if kept is not None:
+                out.extend(kept.out)
+                self._published_used.update(kept.entries)
+                blocks.append(kept if kept.lo == lo else kept.moved(lo))
+                continue
+            for start in range(lo, hi, _RUN_LENGTH):
+                end = min(start + _RUN_LENGTH, hi)
+                blocks.append(self._publish_block(objs, start, end, reports, now, result))
                 out.extend(blocks[-1].out)
         self._publish_listing = _PublishListing(objs, blocks)
         return out
