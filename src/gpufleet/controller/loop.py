@@ -226,29 +226,22 @@ class _ReplicaBlock:
 @dataclass(slots=True)
 class _PublishBlock:
     """Consecutive replicas of a listing, `[lo, hi)`, as their statuses were published: whether
-    every one not being deleted was found in place, the keys those were published under and
-    the report entries found there (None: none; an entry is the same object while its
-    report is, `_cluster_replica_reports`), the replicas as they read afterwards, and their
+    every one not being deleted was found in place, the keys those were published under (a
+    report entry found under a key is the same object while its report is,
+    `_cluster_replica_reports`), the replicas as they read afterwards, and their
     `_published` entries by identity. Not changed once `Controller._publish_block` has made
     it."""
 
     lo: int
     hi: int
     is_settled: bool
-    keys: list[tuple[str, str, str]]
-    reports: list[_ReplicaReports | None]
+    keys: frozenset[tuple[str, str, str]]
     out: list[ReadObj]
     entries: list[tuple[int, _Published]]
 
     def moved(self, lo: int) -> _PublishBlock:
         return _PublishBlock(
-            lo,
-            lo + self.hi - self.lo,
-            self.is_settled,
-            self.keys,
-            self.reports,
-            self.out,
-            self.entries,
+            lo, lo + self.hi - self.lo, self.is_settled, self.keys, self.out, self.entries
         )
 
 
@@ -258,6 +251,79 @@ class _PublishListing:
 
     objs: tuple[ReadObj, ...]
     blocks: list[_PublishBlock]
+
+
+#: A valid deployment as scheduling reads it: the object and its core Deployment.
+_ValidDeployment = tuple[ReadObj, Deployment]
+
+
+@dataclass(slots=True)
+class _CheckBlock:
+    """Consecutive deployments of a listing, `[lo, hi)`, as `Controller._valid_deployments`
+    checked them: whether every one is valid (or being deleted), the valid ones by key, and
+    their `_checked_deployment` entries. Not changed once made."""
+
+    lo: int
+    hi: int
+    is_valid: bool
+    valid: list[tuple[tuple[str, str], _ValidDeployment]]
+    entries: list[tuple[tuple[str, str], _CheckedDeployment]]
+
+    def moved(self, lo: int) -> _CheckBlock:
+        return _CheckBlock(lo, lo + self.hi - self.lo, self.is_valid, self.valid, self.entries)
+
+
+@dataclass(slots=True)
+class _CheckListing:
+    """A listing of deployments as a step checked them: the objects and the blocks."""
+
+    objs: tuple[ReadObj, ...]
+    blocks: list[_CheckBlock]
+
+
+@dataclass(slots=True)
+class _ApplyBlock:
+    """Consecutive deployment decisions, `[lo, hi)` of a Decision's `deployments`, as
+    `Controller._apply_decision` applied them: whether each was applied with nothing to
+    write (`_apply_once`), their keys, their retained replicas' (namespace, name), what
+    they add to the step's numbers (the refusal reason of each one short, in order; the
+    shortfall; the refusal subjects), and their `_apply_once` entries. Not changed once
+    made."""
+
+    lo: int
+    hi: int
+    is_applied: bool
+    keys: frozenset[tuple[str, str]]
+    names: frozenset[tuple[str, str]]
+    refusals: list[str]
+    shortfall: int
+    refused: list[tuple[str, ...]]
+    entries: list[tuple[tuple[str, str], _Applied]]
+
+    def moved(self, lo: int) -> _ApplyBlock:
+        return _ApplyBlock(
+            lo,
+            lo + self.hi - self.lo,
+            self.is_applied,
+            self.keys,
+            self.names,
+            self.refusals,
+            self.shortfall,
+            self.refused,
+            self.entries,
+        )
+
+
+@dataclass(slots=True)
+class _ApplyListing:
+    """A Decision's deployments as a step applied them: the decisions and the blocks."""
+
+    objs: tuple[DeploymentDecision, ...]
+    blocks: list[_ApplyBlock]
+
+
+def _is_valid_block(block: _CheckBlock) -> bool:
+    return block.is_valid
 
 
 def _read_replica(obj: ReadObj) -> tuple[Replica | None, str, tuple[str, str]]:
@@ -337,16 +403,19 @@ _ReadSpans = Callable[[Sequence[ReadObj], int, int, Mapping[int, _Hit], list[_Hi
 @dataclass(slots=True)
 class _Listing(Generic[_Hit, _S]):
     """A listing as a step read it: the objects, what was read of each, and the spans that
-    cover it in order."""
+    cover it in order; of those, the spans read this time (the others were found again),
+    and the last listing's spans not found again."""
 
     objs: tuple[ReadObj, ...]
     hits: list[_Hit]
     spans: list[_S]
+    fresh: list[_S]
+    dropped: list[_S]
 
 
 def _aligned(
-    objs: Sequence[ReadObj],
-    last: Sequence[ReadObj],
+    objs: Sequence[object],
+    last: Sequence[object],
     spans: Iterable[_S],
     is_kept: Callable[[_S], bool] | None = None,
 ) -> list[tuple[int, int, _S | None]]:
@@ -426,17 +495,60 @@ def _reread(
     spans: list[_S] = []
     if last is None:
         read(objs, 0, len(objs), {}, hits, spans)
-        return _Listing(objs, hits, spans)
+        return _Listing(objs, hits, spans, list(spans), [])
+    if len(objs) == len(last.objs):
+        return _reread_in_place(objs, last, read)
     by_id: dict[int, _Hit] | None = None
+    fresh: list[_S] = []
+    found: set[int] = set()
     for lo, hi, span in _aligned(objs, last.objs, last.spans):
         if span is not None:
             hits.extend(last.hits[span.lo : span.hi])
             spans.append(span if span.lo == lo else span.moved(lo))
+            found.add(id(span))
             continue
         if by_id is None:  # a hit's first element is its object: `last.objs`, in order
             by_id = dict(zip(map(id, last.objs), last.hits, strict=True))
+        start = len(spans)
         read(objs, lo, hi, by_id, hits, spans)
-    return _Listing(objs, hits, spans)
+        fresh.extend(spans[start:])
+    dropped = [span for span in last.spans if id(span) not in found]
+    return _Listing(objs, hits, spans, fresh, dropped)
+
+
+def _reread_in_place(
+    objs: tuple[ReadObj, ...],
+    last: _Listing[_Hit, _S],
+    read: _ReadSpans[_Hit, _S],
+) -> _Listing[_Hit, _S]:
+    """`_reread` of a listing as long as the last one: the spans holding an object that is
+    not the one at its place in `last` (found at C speed) are read again, and the runs of
+    spans between them are taken whole, as `_aligned` would find each of them in place.
+    (A span read again in place is cut as it was: no span shrinks.)"""
+    changed = list(itertools.compress(itertools.count(), map(operator.is_not, objs, last.objs)))
+    if not changed:
+        return _Listing(objs, last.hits, last.spans, [], [])
+    starts = list(map(_LO, last.spans))
+    stale = sorted({bisect.bisect_right(starts, i) - 1 for i in changed})
+    by_id = dict(zip(map(id, last.objs), last.hits, strict=True))
+    hits: list[_Hit] = []
+    spans: list[_S] = []
+    fresh: list[_S] = []
+    at = 0  # the first span of `last` not taken or read yet
+    for index in stale:
+        span = last.spans[index]
+        spans.extend(last.spans[at:index])
+        hits.extend(last.hits[starts[at] if at < index else span.lo : span.lo])
+        start = len(spans)
+        read(objs, span.lo, span.hi, by_id, hits, spans)
+        fresh.extend(spans[start:])
+        at = index + 1
+    spans.extend(last.spans[at:])
+    hits.extend(last.hits[starts[at] if at < len(starts) else len(objs) :])
+    return _Listing(objs, hits, spans, fresh, [last.spans[i] for i in stale])
+
+
+_LO: Final = operator.attrgetter("lo")
 
 
 def _cluster_replica_reports(
@@ -468,6 +580,38 @@ def _cluster_replica_reports(
             if kept is not None and kept[0] is entry[0] and kept[1] is entry[1]:
                 out[key] = kept
     return out
+
+
+def _replaced_reports(
+    cluster: str,
+    last: Sequence[AgentReport],
+    accepted: Sequence[AgentReport],
+    index: Mapping[tuple[str, str, str], _ReplicaReports],
+) -> tuple[dict[tuple[str, str, str], _ReplicaReports], list[tuple[str, str, str]]] | None:
+    """`_cluster_replica_reports` for accepted ReplicaObservation reports that are `last`
+    (those `index` was made from, with the same rejected ones) but for some replaced at
+    their place (found at C speed), each by one about the same replica, which was the one
+    `index` holds for it: `index` with those entries replaced, and their keys; None when
+    the reports changed otherwise. Each replaced report is then its replica's first, so
+    the entry it gets is what computing the index again gives, and every other entry is
+    the same object."""
+    if len(last) != len(accepted):
+        return None
+    out: dict[tuple[str, str, str], _ReplicaReports] | None = None
+    keys: list[tuple[str, str, str]] = []
+    for i in itertools.compress(itertools.count(), map(operator.is_not, last, accepted)):
+        was, report = last[i], accepted[i]
+        key = _replica_key(cluster, report)
+        if key is None:
+            return None
+        entry = index.get(key)
+        if entry is None or entry[0] is not was or _replica_key(cluster, was) != key:
+            return None
+        if out is None:
+            out = dict(index)
+        out[key] = (report, entry[1])
+        keys.append(key)
+    return (out if out is not None else dict(index)), keys
 
 
 #: A cluster's replicas' reports as `_replica_reports` last found them: the Trust, its
@@ -803,8 +947,10 @@ class Controller:
         self._cluster_times: dict[str, tuple[ReadObj, Trust, tuple[datetime | None, ...]]] = {}
         #: Per cluster, the Trust and refresh flag its status inputs were last built from.
         self._cluster_inputs: dict[str, tuple[Trust, bool, tuple[object, ...]]] = {}
-        #: Per cluster, its replicas' reports (`_replica_reports`).
+        #: Per cluster, its replicas' reports (`_replica_reports`), and the keys whose
+        #: entry is another object than in the last step that found them (or none).
         self._cluster_reports: dict[str, _ClusterReports] = {}
+        self._changed_reports: set[tuple[str, str, str]] = set()
         #: Replica statuses found in place, by the replica object's identity (an entry holds
         #: its object): (replica, its (cluster, namespace, name), the report body it was
         #: computed from, whether a report was rejected); swapped like the others.
@@ -812,6 +958,17 @@ class Controller:
         self._published_used: dict[int, _Published] = {}
         #: The last listing of replicas as published (`_publish_replicas`).
         self._publish_listing: _PublishListing | None = None
+        #: The last listing of deployments as checked (`_valid_deployments`), and the last
+        #: decision as applied (`_apply_decision`).
+        self._check_listing: _CheckListing | None = None
+        self._valid: dict[tuple[str, str], _ValidDeployment] = {}
+        #: The last step's replicas by (namespace, name) as scheduling read them, and the
+        #: names of the replicas and valid deployments that changed since the last decision
+        #: was applied (`_note_changed_replicas`, `_valid_deployments`, `_apply_decision`).
+        self._by_name: Mapping[tuple[str, str], ReadObj] = {}
+        self._changed_replicas: set[tuple[str, str]] = set()
+        self._changed_deployments: set[tuple[str, str]] = set()
+        self._apply_listing: _ApplyListing | None = None
         #: The last full step, when it left nothing to do (`_is_quiet`).
         self._quiet: _Quiet | None = None
         #: Cluster status writes of this step that only moved observation times.
@@ -1124,22 +1281,38 @@ class Controller:
     ) -> dict[tuple[str, str, str], _ReplicaReports]:
         """Every replica's reports (`_cluster_replica_reports`), computed again only for the
         clusters whose judged ReplicaObservation reports changed: a PoolObservation's
-        heartbeat makes a new Trust (`_judge_cluster`) but reads no replica's report."""
+        heartbeat makes a new Trust (`_judge_cluster`) but reads no replica's report.
+        Notes in `_changed_reports` the keys whose entry is not the one the last call found
+        (a cluster's index not computed again keeps its entries; `_publish_replicas`)."""
         out: dict[tuple[str, str, str], _ReplicaReports] = {}
         kept: dict[str, _ClusterReports] = {}
+        last = self._cluster_reports
+        changed = self._changed_reports = set()
         for cluster, trust in trusts.items():
-            hit = self._cluster_reports.get(cluster)
+            hit = last.get(cluster)
             if hit is None or hit[0] is not trust:
                 accepted, rejected = _replica_part(trust.accepted), _replica_part(trust.rejected)
                 if hit is None or not (
                     _is_same_list(hit[1], accepted) and _is_same_list(hit[2], rejected)
                 ):
-                    index = _cluster_replica_reports(cluster, trust, hit[3] if hit else None)
+                    was = hit[3] if hit else {}
+                    replaced = None
+                    if hit is not None and _is_same_list(hit[2], rejected):
+                        replaced = _replaced_reports(cluster, hit[1], accepted, was)
+                    if replaced is not None:
+                        index = replaced[0]
+                        changed.update(replaced[1])
+                    else:
+                        index = _cluster_replica_reports(cluster, trust, was)
+                        changed.update(k for k, v in index.items() if was.get(k) is not v)
+                        changed.update(was.keys() - index.keys())
                     hit = (trust, accepted, rejected, index)
                 else:
                     hit = (trust, accepted, rejected, hit[3])
             kept[cluster] = hit
             out.update(hit[3])
+        for cluster in last.keys() - kept.keys():
+            changed.update(last[cluster][3])
         self._cluster_reports = kept
         return out
 
@@ -1170,8 +1343,11 @@ class Controller:
         report: AgentReport | None = None
         if last is not None and last[1] is not None and _is_heartbeat(last[0], obj):
             at = _strict_time(obj["status"]["observedAt"])
-            if at is not None:
-                report = dataclasses.replace(last[1], observed_at=at, body=obj)
+            if at is not None:  # `dataclasses.replace`, without its cost per field
+                was = last[1]
+                report = AgentReport(
+                    was.kind, was.name, was.namespace, was.identity, was.lease_epoch, at, obj
+                )
         if report is None:
             report = parse_report(obj)
         self._reports_used[key] = (obj, report)
@@ -1243,17 +1419,17 @@ class Controller:
         fleet's replicas). Being the same object, it is not being deleted either. The
         listing goes by blocks (`_PublishBlock`): a block whose replicas were all found in
         place, that holds the same objects as last time, consecutive (wherever they now are
-        in the listing: `_aligned`), and finds the same report entries under their keys (so
-        each replica meets the same report), is taken whole."""
+        in the listing: `_aligned`), and none of whose keys has another report entry since
+        (`_changed_reports`; so each replica meets the same report), is taken whole."""
         objs = tuple(replicas)
         last = self._publish_listing
         out: list[ReadObj] = []
         blocks: list[_PublishBlock] = []
 
+        changed = self._changed_reports
+
         def is_kept(block: _PublishBlock) -> bool:
-            return block.is_settled and all(
-                map(operator.is_, map(reports.get, block.keys), block.reports)
-            )
+            return block.is_settled and changed.isdisjoint(block.keys)
 
         segments: list[tuple[int, int, _PublishBlock | None]] = (
             _aligned(objs, last.objs, last.blocks, is_kept)
@@ -1284,7 +1460,8 @@ class Controller:
     ) -> _PublishBlock:
         """Publish the replicas `objs[lo:hi]` one by one (see `_publish_replicas`)."""
         published, used = self._published, self._published_used
-        block = _PublishBlock(lo, hi, True, [], [], [], [])
+        block = _PublishBlock(lo, hi, True, frozenset(), [], [])
+        keys: list[tuple[str, str, str]] = []
         for j in range(lo, hi):
             replica = objs[j]
             hit = published.get(id(replica))
@@ -1306,9 +1483,9 @@ class Controller:
                     continue
             used[id(replica)] = hit
             block.entries.append((id(replica), hit))
-            block.keys.append(hit[1])
-            block.reports.append(reports.get(hit[1]))
+            keys.append(hit[1])
             block.out.append(replica)
+        block.keys = frozenset(keys)
         return block
 
     def _publish_replica(
@@ -1369,28 +1546,18 @@ class Controller:
                 core_clusters.append(self._reported(converted, trusts.get(converted.name)))
         core_replicas: list[Replica] = []
         by_name: dict[tuple[str, str], ReadObj] = {}
-        for block in self._read_replicas(replicas):
+        listing = self._read_replicas(replicas)
+        for block in listing.spans:
             core_replicas.extend(block.cores)
             by_name.update(block.named)
             unreadable.extend(block.errors)
+        self._note_changed_replicas(listing, by_name)
         if unreadable:
             for line in unreadable:
                 self._error(result, f"scheduling skipped: cannot read {line}")
             return
 
-        valid: dict[tuple[str, str], tuple[ReadObj, Deployment]] = {}
-        alive: set[tuple[str, ...]] = set()
-        for obj in deployments:
-            if _is_deleting(obj):
-                continue
-            checked = self._checked_deployment(obj)
-            if isinstance(checked, Deployment):
-                valid[(checked.key.namespace, checked.key.name)] = (obj, checked)
-                continue
-            self._invalid_deployment(obj, checked, replicas, now, result)
-            alive.add(("invalid", *self._key(obj)))
-        self.recorder.forget_missing("invalid", alive)
-
+        valid = self._valid_deployments(deployments, replicas, now, result)
         snapshot = Snapshot(
             deployments=tuple(d for _, d in valid.values()),
             clusters=tuple(core_clusters),
@@ -1406,21 +1573,167 @@ class Controller:
         if started is not None and self.timer is not None:
             result.decision_latency_s = self.timer() - started
         result.decision = decision
+        self._apply_decision(decision, valid, by_name, now, result)
 
-        alive = set()
-        for decided in decision.deployments:
-            key = (decided.key.namespace, decided.key.name)
-            obj, _ = valid[key]
-            self._apply_once(key, obj, decided, by_name, now, result)
-            if decided.shortfall > 0:
-                alive.add(("refusal", decided.key.namespace, decided.key.name))
+    def _valid_deployments(
+        self,
+        deployments: Sequence[ReadObj],
+        replicas: Sequence[ReadObj],
+        now: datetime,
+        result: StepResult,
+    ) -> dict[tuple[str, str], _ValidDeployment]:
+        """The valid deployments not being deleted, by key in listing order
+        (`_checked_deployment`); says why of each invalid one (`_invalid_deployment`).
+
+        The listing goes by blocks (`_CheckBlock`): a block of valid deployments that holds
+        the same objects as last time, consecutive (`_aligned`), is taken whole, as checking
+        each would find it again (`_checked_deployment` keeps a result while it is the same
+        object)."""
+        objs = tuple(deployments)
+        last, last_valid = self._check_listing, self._valid
+        if last is None:
+            last_valid = {}
+        valid: dict[tuple[str, str], _ValidDeployment] = {}
+        alive: set[tuple[str, ...]] = set()
+        blocks: list[_CheckBlock] = []
+        used = self._deployments_used
+        segments: list[tuple[int, int, _CheckBlock | None]] = (
+            _aligned(objs, last.objs, last.blocks, _is_valid_block)
+            if last is not None
+            else [(0, len(objs), None)]
+        )
+        found: set[int] = set()
+        for lo, hi, kept in segments:
+            if kept is not None:
+                valid.update(kept.valid)
+                used.update(kept.entries)
+                blocks.append(kept if kept.lo == lo else kept.moved(lo))
+                found.add(id(kept))
+                continue
+            for start in range(lo, hi, _RUN_LENGTH):
+                block = _CheckBlock(start, min(start + _RUN_LENGTH, hi), True, [], [])
+                for obj in objs[block.lo : block.hi]:
+                    if _is_deleting(obj):
+                        continue
+                    checked, at = self._checked_deployment(obj)
+                    block.entries.append((at, used[at]))
+                    if isinstance(checked, Deployment):
+                        key = (checked.key.namespace, checked.key.name)
+                        pair = last_valid.get(key)  # the same pair while it is the same
+                        if pair is None or pair[0] is not obj or pair[1] is not checked:
+                            pair = (obj, checked)
+                            self._changed_deployments.add(key)
+                        valid[key] = pair
+                        block.valid.append((key, pair))
+                        continue
+                    block.is_valid = False
+                    self._invalid_deployment(obj, checked, replicas, now, result)
+                    alive.add(("invalid", *self._key(obj)))
+                blocks.append(block)
+        # A valid deployment of the last listing not found again, unless checked again to
+        # the same pair, is gone, moved or changed (see `_note_changed_replicas`).
+        for block in last.blocks if last is not None else ():
+            if id(block) not in found:
+                self._changed_deployments.update(
+                    key for key, pair in block.valid if valid.get(key) is not pair
+                )
+        self._check_listing, self._valid = _CheckListing(objs, blocks), valid
+        self.recorder.forget_missing("invalid", alive)
+        return valid
+
+    def _apply_decision(
+        self,
+        decision: Decision,
+        valid: Mapping[tuple[str, str], _ValidDeployment],
+        replicas: Mapping[tuple[str, str], ReadObj],
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        """Apply each deployment's decision (`_apply_once`), in the decision's order.
+
+        The decisions go by blocks (`_ApplyBlock`): a block whose decisions were all applied
+        with nothing to write, that holds the same decisions as last time, consecutive
+        (`_aligned`), and none of whose deployments and retained replicas changed since
+        (`_changed_deployments`, `_changed_replicas`: each is the same object as when the
+        block was made), is taken whole: `_apply_once` would skip each of them, adding only
+        its numbers. The sets are of what changed since the last decision was applied, and
+        are emptied here, so no name is looked up for a block taken whole."""
+        objs = decision.deployments
+        last = self._apply_listing
+        changed_deployments, changed_replicas = self._changed_deployments, self._changed_replicas
+
+        def is_applied_kept(block: _ApplyBlock) -> bool:
+            return (
+                block.is_applied
+                and changed_deployments.isdisjoint(block.keys)
+                and changed_replicas.isdisjoint(block.names)
+            )
+
+        segments: list[tuple[int, int, _ApplyBlock | None]] = (
+            _aligned(objs, last.objs, last.blocks, is_applied_kept)
+            if last is not None
+            else [(0, len(objs), None)]
+        )
+        alive: set[tuple[str, ...]] = set()
+        blocks: list[_ApplyBlock] = []
+        used = self._applied_used
+        for lo, hi, kept in segments:
+            if kept is not None:
+                used.update(kept.entries)
+                for reason in kept.refusals:  # the numbers `_apply_once` adds, as it adds them
+                    result.refusals[reason] += 1
+                result.shortfall += kept.shortfall
+                alive.update(kept.refused)
+                blocks.append(kept if kept.lo == lo else kept.moved(lo))
+                continue
+            for start in range(lo, hi, _RUN_LENGTH):
+                end = min(start + _RUN_LENGTH, hi)
+                keys: list[tuple[str, str]] = []
+                names: list[tuple[str, str]] = []
+                block = _ApplyBlock(start, end, True, frozenset(), frozenset(), [], 0, [], [])
+                for decided in objs[start:end]:
+                    key = (decided.key.namespace, decided.key.name)
+                    keys.append(key)
+                    if self._apply_once(key, valid[key][0], decided, replicas, now, result):
+                        entry = used[key]
+                        block.entries.append((key, entry))
+                        names.extend(entry[3])
+                    else:
+                        block.is_applied = False
+                    if decided.shortfall > 0:
+                        subject = ("refusal", decided.key.namespace, decided.key.name)
+                        alive.add(subject)
+                        block.refused.append(subject)
+                        block.refusals.append(decided.condition.reason)
+                        block.shortfall += decided.shortfall
+                block.keys, block.names = frozenset(keys), frozenset(names)
+                blocks.append(block)
+        changed_deployments.clear()
+        changed_replicas.clear()
+        self._apply_listing = _ApplyListing(objs, blocks)
         self.recorder.forget_missing("refusal", alive)
 
-    def _read_replicas(self, replicas: Sequence[ReadObj]) -> list[_ReplicaBlock]:
+    def _note_changed_replicas(
+        self,
+        listing: _Listing[_ReadReplica, _ReplicaBlock],
+        by_name: Mapping[tuple[str, str], ReadObj],
+    ) -> None:
+        """Add to `_changed_replicas` every (namespace, name) whose object in `by_name` is
+        not the one of the last step's: such a name is in a block read this time (an
+        object in a block found again was in the last listing, under its name) or was in
+        a block of the last listing not found again (its object is gone, or moved)."""
+        last, changed = self._by_name, self._changed_replicas
+        for block in listing.fresh:
+            changed.update(key for key, obj in block.named if last.get(key) is not obj)
+        for block in listing.dropped:
+            changed.update(key for key, obj in block.named if by_name.get(key) is not obj)
+        self._by_name = by_name
+
+    def _read_replicas(self, replicas: Sequence[ReadObj]) -> _Listing[_ReadReplica, _ReplicaBlock]:
         """The replicas as scheduling reads them (`_read_replica`), in blocks of consecutive
         ones, read again only for the blocks that changed (`_reread`)."""
         self._replica_listing = _reread(replicas, self._replica_listing, self._read_blocks)
-        return self._replica_listing.spans
+        return self._replica_listing
 
     def _read_blocks(
         self,
@@ -1477,11 +1790,13 @@ class Controller:
         replicas: Mapping[tuple[str, str], ReadObj],
         now: datetime,
         result: StepResult,
-    ) -> None:
+    ) -> bool:
         """`_apply`, skipped when the last step applied the same decision (the core's memo
         hands out the same DeploymentDecision while nothing it read changed) to the same
         deployment and replica objects and that wrote nothing: `_apply` is a function of
-        those, and of `now` only through the times of writes it then did not need."""
+        those, and of `now` only through the times of writes it then did not need.
+
+        True when the decision was (or is) applied with nothing to write, and so is kept."""
         hit = self._applied.get(key)
         if (
             hit is not None
@@ -1494,7 +1809,7 @@ class Controller:
             if decided.shortfall > 0:  # the numbers `_apply` adds up, as it adds them
                 result.shortfall += decided.shortfall
                 result.refusals[decided.condition.reason] += 1
-            return
+            return True
         names = tuple((key[0], p.name) for p in decided.retained)
         currents = tuple(map(replicas.get, names))
         writes, errors = result.write_count, len(result.errors)
@@ -1506,18 +1821,22 @@ class Controller:
             and len(result.errors) == errors
         ):
             self._applied_used[key] = (deployment, decided, currents, names)
+            return True
+        return False
 
-    def _checked_deployment(self, obj: ReadObj) -> Deployment | list[FieldError]:
+    def _checked_deployment(
+        self, obj: ReadObj
+    ) -> tuple[Deployment | list[FieldError], tuple[str, str]]:
         """`_check_deployment`, the same result while the spec is the same object and what
         it reads of the rest is equal: a status write replaces the object (so `ParseCache`
         misses) but leaves the spec as it was, and the core's ScheduleMemo keys its work by
-        the Deployment it is handed."""
+        the Deployment it is handed. With the key of its entry (in `_deployments_used`)."""
         meta = obj["metadata"]
         key = (meta.get("namespace") or "", str(meta.get("name")))
         last = self._deployments.get(key)
         if last is not None and last[3] is obj:
             self._deployments_used[key] = last
-            return last[2]
+            return last[2], key
         rest = (
             obj.get("apiVersion"),
             obj.get("kind"),
@@ -1533,7 +1852,7 @@ class Controller:
         else:
             checked = self.parsed.get("deployment", obj, _check_deployment)
         self._deployments_used[key] = (spec, rest, checked, obj)
-        return checked
+        return checked, key
 
     def _core_cluster(
         self,
