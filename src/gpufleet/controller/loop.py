@@ -912,7 +912,8 @@ class Controller:
         #: Core clusters by name: (parsed cluster, what it was converted with, the result);
         #: the entries used in a step replace the others when it ends.
         self._core_clusters: dict[str, tuple[InferenceCluster, tuple[object, ...], Cluster]] = {}
-        #: Checked deployments by (namespace, name): (spec, the rest it read, the result).
+        #: Checked deployments by (namespace, name): (spec, the rest it read, the result);
+        #: made from the blocks of the last listing not taken whole (`_valid_deployments`).
         self._deployments: dict[tuple[str, str], _CheckedDeployment] = {}
         self._deployments_used: dict[tuple[str, str], _CheckedDeployment] = {}
         #: The last report parsed from each observation object, by (kind, namespace, name),
@@ -926,7 +927,7 @@ class Controller:
         #: The highest lease epoch accepted per cluster (also persisted in its status).
         self.epochs: dict[str, int] = {}
         #: Decisions applied with nothing to write, by deployment: (deployment, decision,
-        #: its retained replicas as read), for `_apply_once`; swapped like the others.
+        #: its retained replicas as read), for `_apply_once`; made like `_deployments`.
         self._applied: dict[tuple[str, str], _Applied] = {}
         self._applied_used: dict[tuple[str, str], _Applied] = {}
         #: The last step's listings of observations as judged (0: PoolObservations,
@@ -955,7 +956,6 @@ class Controller:
         #: its object): (replica, its (cluster, namespace, name), the report body it was
         #: computed from, whether a report was rejected); swapped like the others.
         self._published: dict[int, _Published] = {}
-        self._published_used: dict[int, _Published] = {}
         #: The last listing of replicas as published (`_publish_replicas`).
         self._publish_listing: _PublishListing | None = None
         #: The last listing of deployments as checked (`_valid_deployments`), and the last
@@ -1009,9 +1009,6 @@ class Controller:
         self.parsed.end_step()
         self.settled.end_step()
         self._core_clusters, self._core_clusters_used = self._core_clusters_used, {}
-        self._deployments, self._deployments_used = self._deployments_used, {}
-        self._applied, self._applied_used = self._applied_used, {}
-        self._published, self._published_used = self._published_used, {}
         self._named_replicas, self._named_replicas_used = self._named_replicas_used, {}
         return result
 
@@ -1100,11 +1097,8 @@ class Controller:
         self.settled.keep_step()
         self._core_clusters.update(self._core_clusters_used)
         self._core_clusters_used = {}
-        self._deployments.update(self._deployments_used)
-        self._deployments_used = {}
-        self._applied.update(self._applied_used)
-        self._applied_used = {}
-        # Replica statuses were not published: the entries stay as the full step left them.
+        # Replica statuses, deployments and decisions were not read: their listings (and
+        # the entries in their blocks) stay as the full step left them.
         return result
 
     def _quiet_record(
@@ -1436,10 +1430,18 @@ class Controller:
             if last is not None
             else [(0, len(objs), None)]
         )
+        # A replica published again was in a block of the last listing not taken whole,
+        # if in any: its entry is there (a block taken whole needs none of its entries).
+        found = {id(kept) for _, _, kept in segments if kept is not None}
+        self._published = {
+            at: entry
+            for block in (last.blocks if last is not None else ())
+            if id(block) not in found
+            for at, entry in block.entries
+        }
         for lo, hi, kept in segments:
             if kept is not None:
                 out.extend(kept.out)
-                self._published_used.update(kept.entries)
                 blocks.append(kept if kept.lo == lo else kept.moved(lo))
                 continue
             for start in range(lo, hi, _RUN_LENGTH):
@@ -1459,7 +1461,7 @@ class Controller:
         result: StepResult,
     ) -> _PublishBlock:
         """Publish the replicas `objs[lo:hi]` one by one (see `_publish_replicas`)."""
-        published, used = self._published, self._published_used
+        published = self._published
         block = _PublishBlock(lo, hi, True, frozenset(), [], [])
         keys: list[tuple[str, str, str]] = []
         for j in range(lo, hi):
@@ -1475,13 +1477,11 @@ class Controller:
             if hit is None:
                 if _is_deleting(replica):
                     continue
-                written = self._publish_replica(replica, reports, now, result)
-                hit = used.get(id(replica)) if written is replica else None
-                if hit is None or hit[0] is not replica:
+                written, hit = self._publish_replica(replica, reports, now, result)
+                if hit is None:
                     block.is_settled = False
                     block.out.append(written)
                     continue
-            used[id(replica)] = hit
             block.entries.append((id(replica), hit))
             keys.append(hit[1])
             block.out.append(replica)
@@ -1494,7 +1494,9 @@ class Controller:
         reports: Mapping[tuple[str, str, str], _ReplicaReports],
         now: datetime,
         result: StepResult,
-    ) -> ReadObj:
+    ) -> tuple[ReadObj, _Published | None]:
+        """The replica as it reads after publishing its status, and its entry when the
+        status was found in place."""
         meta = replica["metadata"]
         cluster = (replica.get("spec") or {}).get("clusterName", "")
         key = (cluster, meta.get("namespace") or "", meta["name"])
@@ -1512,8 +1514,8 @@ class Controller:
             MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result, inputs=inputs
         )
         if written is replica:
-            self._published_used[id(replica)] = (replica, key, body, is_rejected)
-        return written
+            return written, (replica, key, body, is_rejected)
+        return written, None
 
     # --- scheduling -----------------------------------------------------------------------
 
@@ -1596,19 +1598,24 @@ class Controller:
         valid: dict[tuple[str, str], _ValidDeployment] = {}
         alive: set[tuple[str, ...]] = set()
         blocks: list[_CheckBlock] = []
-        used = self._deployments_used
         segments: list[tuple[int, int, _CheckBlock | None]] = (
             _aligned(objs, last.objs, last.blocks, _is_valid_block)
             if last is not None
             else [(0, len(objs), None)]
         )
-        found: set[int] = set()
+        # A deployment checked again was in a block not taken whole (see `_publish_replicas`).
+        found = {id(kept) for _, _, kept in segments if kept is not None}
+        self._deployments = {
+            at: entry
+            for block in (last.blocks if last is not None else ())
+            if id(block) not in found
+            for at, entry in block.entries
+        }
+        used = self._deployments_used = {}
         for lo, hi, kept in segments:
             if kept is not None:
                 valid.update(kept.valid)
-                used.update(kept.entries)
                 blocks.append(kept if kept.lo == lo else kept.moved(lo))
-                found.add(id(kept))
                 continue
             for start in range(lo, hi, _RUN_LENGTH):
                 block = _CheckBlock(start, min(start + _RUN_LENGTH, hi), True, [], [])
@@ -1676,10 +1683,17 @@ class Controller:
         )
         alive: set[tuple[str, ...]] = set()
         blocks: list[_ApplyBlock] = []
-        used = self._applied_used
+        # A decision applied again was in a block not taken whole (see `_publish_replicas`).
+        found = {id(kept) for _, _, kept in segments if kept is not None}
+        self._applied = {
+            key: entry
+            for block in (last.blocks if last is not None else ())
+            if id(block) not in found
+            for key, entry in block.entries
+        }
+        used = self._applied_used = {}
         for lo, hi, kept in segments:
             if kept is not None:
-                used.update(kept.entries)
                 for reason in kept.refusals:  # the numbers `_apply_once` adds, as it adds them
                     result.refusals[reason] += 1
                 result.shortfall += kept.shortfall
