@@ -632,6 +632,8 @@ def _replica_part(reports: tuple[AgentReport, ...]) -> tuple[AgentReport, ...]:
 
 
 _KIND: Final = operator.attrgetter("kind")
+_FRESH: Final = Freshness.FRESH.value
+_STALE: Final = Freshness.STALE.value
 
 
 def _replica_key(cluster: str, report: AgentReport) -> tuple[str, str, str] | None:
@@ -814,28 +816,42 @@ class _Quiet:
     clusters: Sequence[ReadObj]
     #: The step's status writes: (kind, namespace, name) -> the resourceVersion written.
     written: dict[tuple[str, str, str], object]
-    #: The observations by identity (an entry holds its object, so no id is reused).
-    observations: dict[int, ReadObj]
+    #: The observations as listed (PoolObservations, then ReplicaObservations).
+    observations: tuple[ReadObj, ...]
     epochs: dict[str, int | None]
     result: StepResult
-    #: The same, by (kind, namespace, name); made when a step first needs it.
-    _by_name: dict[tuple[str, str, str], ReadObj] | None = None
-    #: (last version, heartbeat) pairs a quiet check found, for `take_heartbeats`.
-    heartbeats: list[tuple[ReadObj, ReadObj]] = field(default_factory=list)
 
-    def by_name(self) -> dict[tuple[str, str, str], ReadObj]:
-        if self._by_name is None:
-            self._by_name = {_observation_key(o): o for o in self.observations.values()}
-        return self._by_name
+    def heartbeats(self, observations: Sequence[ReadObj]) -> bool:
+        """Whether `observations` (listed as `self.observations` were) are the recorded
+        ones but for heartbeats of them (`_is_heartbeat`), each in place of its last
+        version.
 
-    def take_heartbeats(self) -> None:
-        """Make the heartbeats a quiet step accepted the versions later steps compare with."""
-        by_name = self.by_name()
-        for last, beat in self.heartbeats:
-            del self.observations[id(last)]
-            self.observations[id(beat)] = beat
-            by_name[_observation_key(beat)] = beat
-        self.heartbeats.clear()
+        Compared place by place (at C speed) first: where each object that is not the
+        recorded one at its place is a heartbeat of the object of the same name there, the
+        pairs are those that finding each by name gives (names are unique in a listing).
+        Otherwise they are found by name, as an object may have another place."""
+        recorded = self.observations
+        if len(observations) != len(recorded):
+            return False
+        moved = itertools.compress(itertools.count(), map(operator.is_not, observations, recorded))
+        for i in moved:
+            obj, last = observations[i], recorded[i]
+            if _observation_key(obj) != _observation_key(last) or not _is_heartbeat(last, obj):
+                return self._heartbeats_by_name(observations)
+        return True
+
+    def _heartbeats_by_name(self, observations: Sequence[ReadObj]) -> bool:
+        seen = {id(o): o for o in self.observations}
+        by_name = {_observation_key(o): o for o in self.observations}
+        # The same objects pair with themselves; only the others are looked up by name (the
+        # counts are equal, so each must replace, as a heartbeat, one of the same name).
+        for obj in observations:
+            if seen.get(id(obj)) is obj:
+                continue
+            last = by_name.get(_observation_key(obj))
+            if last is None or not _is_heartbeat(last, obj):
+                return False
+        return True
 
 
 def _observation_key(obj: ReadObj) -> tuple[str, str, str]:
@@ -946,6 +962,17 @@ class Controller:
         ] = {}
         #: Per cluster name: (cluster object, Trust, the times `cluster_times` found).
         self._cluster_times: dict[str, tuple[ReadObj, Trust, tuple[datetime | None, ...]]] = {}
+        #: Per cluster name: (the times, when, their states, the oldest Fresh and Stale).
+        self._cluster_states: dict[
+            str,
+            tuple[
+                tuple[datetime | None, ...],
+                datetime,
+                tuple[str, ...],
+                datetime | None,
+                datetime | None,
+            ],
+        ] = {}
         #: Per cluster, the Trust and refresh flag its status inputs were last built from.
         self._cluster_inputs: dict[str, tuple[Trust, bool, tuple[object, ...]]] = {}
         #: Per cluster, its replicas' reports (`_replica_reports`), and the keys whose
@@ -1052,7 +1079,6 @@ class Controller:
             or not self._is_fresh_and_clean(trusts, now, result)
         ):
             return False
-        q.heartbeats.clear()
         if {name: t.epoch for name, t in trusts.items()} != q.epochs:
             return False
         if not (
@@ -1062,20 +1088,7 @@ class Controller:
             and _is_same_or_written(INFERENCE_CLUSTER, view.clusters, q.clusters, q.written)
         ):
             return False
-        observations = (*view.pool_observations, *view.replica_observations)
-        if len(observations) != len(q.observations):
-            return False
-        seen = q.observations
-        # The same objects pair with themselves; only the others are looked up by name (the
-        # counts are equal, so each must replace, as a heartbeat, one of the same name).
-        for obj in observations:
-            if seen.get(id(obj)) is obj:
-                continue
-            last = q.by_name().get(_observation_key(obj))
-            if last is None or not _is_heartbeat(last, obj):
-                return False
-            q.heartbeats.append((last, obj))
-        return True
+        return q.heartbeats((*view.pool_observations, *view.replica_observations))
 
     def _quiet_result(self, view: _View, result: StepResult) -> StepResult:
         """End a quiet step: the last full step's decision and numbers, this step's writes
@@ -1090,7 +1103,8 @@ class Controller:
         result.assumed = len(self.ledger)
         q.deployments, q.replicas, q.clusters = view.deployments, view.replicas, view.clusters
         q.written = self._written
-        q.take_heartbeats()
+        # The heartbeats accepted are the versions later steps compare with.
+        q.observations = (*view.pool_observations, *view.replica_observations)
         self.quiet_steps += 1
         # Only part of what a full step reads was read: what the rest computed is kept.
         self.parsed.keep_step()
@@ -1120,7 +1134,7 @@ class Controller:
             replicas=view.replicas,
             clusters=view.clusters,
             written=self._written,
-            observations={id(o): o for o in (*view.pool_observations, *view.replica_observations)},
+            observations=(*view.pool_observations, *view.replica_observations),
             epochs={name: t.epoch for name, t in trusts.items()},
             result=result,
         )
@@ -1369,7 +1383,7 @@ class Controller:
         if times is None or times[0] is not cluster or times[1] is not trust:
             times = (cluster, trust, cluster_times(cluster, trust))
             self._cluster_times[name] = times
-        states = states_at(times[2], now, self.config)
+        states = self._states_at(name, times[2], now)
         # A report that only moved the observation times is published at most every
         # status_refresh_s: the scheduler reads freshness from the reports (`_schedule`).
         is_due = is_refresh_due(cluster, now, self.config)
@@ -1396,6 +1410,35 @@ class Controller:
         ):
             self._refreshes += 1  # only the observation times moved (see `_is_quiet`)
         return written
+
+    def _states_at(
+        self, name: str, times: tuple[datetime | None, ...], now: datetime
+    ) -> tuple[str, ...]:
+        """`states_at`, the same tuple while no time changed state since it was computed.
+
+        A time's state only moves forward as `now` does (Fresh, Stale, Expired: its age
+        grows, and the state grows with the age), and of the times in one state the oldest
+        moves first. So at a later `now` at which the oldest Fresh time is still Fresh and
+        the oldest Stale one still Stale, every time is in the state it was in."""
+        hit = self._cluster_states.get(name)
+        if hit is not None and hit[0] is times and hit[1] <= now:
+            oldest_fresh, oldest_stale = hit[3], hit[4]
+            if (
+                oldest_fresh is None or freshness(oldest_fresh, now, self.config)[1] == _FRESH
+            ) and (oldest_stale is None or freshness(oldest_stale, now, self.config)[1] == _STALE):
+                return hit[2]
+        states = states_at(times, now, self.config)
+        fresh: datetime | None = None
+        stale: datetime | None = None
+        for t, state in zip(times, states, strict=True):
+            if t is None:
+                continue
+            if state == _FRESH and (fresh is None or t < fresh):
+                fresh = t
+            elif state == _STALE and (stale is None or t < stale):
+                stale = t
+        self._cluster_states[name] = (times, now, states, fresh, stale)
+        return states
 
     def _publish_replicas(
         self,
