@@ -646,6 +646,17 @@ def _replica_key(cluster: str, report: AgentReport) -> tuple[str, str, str] | No
     return (cluster, namespace, name)
 
 
+def _is_same_report(old: AgentReport, new: AgentReport) -> bool:
+    """Whether `new` is about the same object as `old`, at the same lease epoch (what
+    `judge` sorts and judges by)."""
+    return (
+        old.kind == new.kind
+        and old.name == new.name
+        and old.lease_epoch == new.lease_epoch
+        and old.namespace == new.namespace
+    )
+
+
 def _is_heartbeat(old: ReadObj, new: ReadObj) -> bool:
     """Whether `new` is `old` with nothing changed but `status.observedAt` (and the version)."""
     old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
@@ -950,7 +961,8 @@ class Controller:
         #: 1: ReplicaObservations), for `_judge_listing`.
         self._listings: dict[int, _Listing[_JudgedObservation, _Run]] = {}
         #: Per cluster, the reports it was last judged on, its known epoch and the Trust.
-        self._trusts: dict[str, tuple[list[AgentReport], int | None, Trust]] = {}
+        #: (And whether the Trust accepted them all in their order.)
+        self._trusts: dict[str, tuple[list[AgentReport], int | None, Trust, bool]] = {}
         #: The last listing of replicas as scheduling read it (`_read_replicas`).
         self._replica_listing: _Listing[_ReadReplica, _ReplicaBlock] | None = None
         #: The same by (namespace, name), for a version seen before as another object.
@@ -1271,17 +1283,29 @@ class Controller:
 
     def _judge_cluster(self, cluster: str, reports: list[AgentReport], known: int | None) -> Trust:
         """`judge`, the same Trust while the cluster's reports are the same objects (a report
-        that did not change is: `_judged`) and its known epoch is the same."""
+        that did not change is: `_judged`) and its known epoch is the same.
+
+        When the last reports were accepted all, in the order given (they came sorted, as
+        a listing is, and of one epoch), and the new ones only replace some of them in
+        place by reports of the same kind, name and lease epoch (a heartbeat, a new
+        content), `judge` would sort them the same and accept them all again at the same
+        epoch: the Trust is made from them as they are."""
         last = self._trusts.get(cluster)
-        if (
-            last is not None
-            and last[1] == known
-            and len(last[0]) == len(reports)
-            and all(map(operator.is_, last[0], reports))
-        ):
-            return last[2]
+        if last is not None and last[1] == known and len(last[0]) == len(reports):
+            was = last[0]
+            changed = itertools.compress(itertools.count(), map(operator.is_not, was, reports))
+            first = next(changed, None)
+            if first is None:
+                return last[2]
+            if last[3] and all(
+                _is_same_report(was[i], reports[i]) for i in itertools.chain((first,), changed)
+            ):
+                trust = Trust(last[2].epoch, tuple(reports), ())
+                self._trusts[cluster] = (reports, known, trust, True)
+                return trust
         trust = judge(reports, known)
-        self._trusts[cluster] = (reports, known, trust)
+        in_order = not trust.rejected and _is_same_list(trust.accepted, reports)
+        self._trusts[cluster] = (reports, known, trust, in_order)
         return trust
 
     def _replica_reports(
@@ -1590,13 +1614,11 @@ class Controller:
                 converted = self._core_cluster(cluster, typed_classes, sched_config)
                 core_clusters.append(self._reported(converted, trusts.get(converted.name)))
         core_replicas: list[Replica] = []
-        by_name: dict[tuple[str, str], ReadObj] = {}
         listing = self._read_replicas(replicas)
         for block in listing.spans:
             core_replicas.extend(block.cores)
-            by_name.update(block.named)
             unreadable.extend(block.errors)
-        self._note_changed_replicas(listing, by_name)
+        by_name = self._replicas_by_name(listing)
         if unreadable:
             for line in unreadable:
                 self._error(result, f"scheduling skipped: cannot read {line}")
@@ -1770,21 +1792,32 @@ class Controller:
         self._apply_listing = _ApplyListing(objs, blocks)
         self.recorder.forget_missing("refusal", alive)
 
-    def _note_changed_replicas(
-        self,
-        listing: _Listing[_ReadReplica, _ReplicaBlock],
-        by_name: Mapping[tuple[str, str], ReadObj],
-    ) -> None:
-        """Add to `_changed_replicas` every (namespace, name) whose object in `by_name` is
-        not the one of the last step's: such a name is in a block read this time (an
-        object in a block found again was in the last listing, under its name) or was in
-        a block of the last listing not found again (its object is gone, or moved)."""
+    def _replicas_by_name(
+        self, listing: _Listing[_ReadReplica, _ReplicaBlock]
+    ) -> Mapping[tuple[str, str], ReadObj]:
+        """The listing's replicas by (namespace, name), made from the last step's: without
+        the objects of the blocks not found again, with those of the blocks read this time
+        (an object in a block found again was in the last listing, under its name; names
+        are unique in a listing).
+
+        Adds to `_changed_replicas` every name whose object is not the last step's: such a
+        name is in a block read this time or was in a block not found again."""
         last, changed = self._by_name, self._changed_replicas
+        if not listing.fresh and not listing.dropped:
+            return last
+        by_name = dict(last)
+        for block in listing.dropped:
+            for key, obj in block.named:
+                if by_name.get(key) is obj:
+                    del by_name[key]
+        for block in listing.fresh:
+            by_name.update(block.named)
         for block in listing.fresh:
             changed.update(key for key, obj in block.named if last.get(key) is not obj)
         for block in listing.dropped:
             changed.update(key for key, obj in block.named if by_name.get(key) is not obj)
         self._by_name = by_name
+        return by_name
 
     def _read_replicas(self, replicas: Sequence[ReadObj]) -> _Listing[_ReadReplica, _ReplicaBlock]:
         """The replicas as scheduling reads them (`_read_replica`), in blocks of consecutive
