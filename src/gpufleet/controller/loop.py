@@ -29,13 +29,14 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import itertools
 import logging
 import operator
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Generic, Protocol, TypeVar, cast
+from typing import Any, Final, Generic, Protocol, Self, TypeVar, cast
 
 from gpufleet.api import (
     FieldError,
@@ -218,23 +219,30 @@ class _ReplicaBlock:
     named: list[tuple[tuple[str, str], ReadObj]]
     errors: list[str]
 
+    def moved(self, lo: int) -> _ReplicaBlock:
+        return _ReplicaBlock(lo, lo + self.hi - self.lo, self.cores, self.named, self.errors)
+
 
 @dataclass(slots=True)
 class _PublishBlock:
     """Consecutive replicas of a listing, `[lo, hi)`, as their statuses were published: whether
-    every one not being deleted was found in place, the keys those were published under and
-    the report entries found there (None: none; an entry is the same object while its
-    report is, `_cluster_replica_reports`), the replicas as they read afterwards, and their
+    every one not being deleted was found in place, the keys those were published under (a
+    report entry found under a key is the same object while its report is,
+    `_cluster_replica_reports`), the replicas as they read afterwards, and their
     `_published` entries by identity. Not changed once `Controller._publish_block` has made
     it."""
 
     lo: int
     hi: int
     is_settled: bool
-    keys: list[tuple[str, str, str]]
-    reports: list[_ReplicaReports | None]
+    keys: frozenset[tuple[str, str, str]]
     out: list[ReadObj]
     entries: list[tuple[int, _Published]]
+
+    def moved(self, lo: int) -> _PublishBlock:
+        return _PublishBlock(
+            lo, lo + self.hi - self.lo, self.is_settled, self.keys, self.out, self.entries
+        )
 
 
 @dataclass(slots=True)
@@ -243,6 +251,79 @@ class _PublishListing:
 
     objs: tuple[ReadObj, ...]
     blocks: list[_PublishBlock]
+
+
+#: A valid deployment as scheduling reads it: the object and its core Deployment.
+_ValidDeployment = tuple[ReadObj, Deployment]
+
+
+@dataclass(slots=True)
+class _CheckBlock:
+    """Consecutive deployments of a listing, `[lo, hi)`, as `Controller._valid_deployments`
+    checked them: whether every one is valid (or being deleted), the valid ones by key, and
+    their `_checked_deployment` entries. Not changed once made."""
+
+    lo: int
+    hi: int
+    is_valid: bool
+    valid: list[tuple[tuple[str, str], _ValidDeployment]]
+    entries: list[tuple[tuple[str, str], _CheckedDeployment]]
+
+    def moved(self, lo: int) -> _CheckBlock:
+        return _CheckBlock(lo, lo + self.hi - self.lo, self.is_valid, self.valid, self.entries)
+
+
+@dataclass(slots=True)
+class _CheckListing:
+    """A listing of deployments as a step checked them: the objects and the blocks."""
+
+    objs: tuple[ReadObj, ...]
+    blocks: list[_CheckBlock]
+
+
+@dataclass(slots=True)
+class _ApplyBlock:
+    """Consecutive deployment decisions, `[lo, hi)` of a Decision's `deployments`, as
+    `Controller._apply_decision` applied them: whether each was applied with nothing to
+    write (`_apply_once`), their keys, their retained replicas' (namespace, name), what
+    they add to the step's numbers (the refusal reason of each one short, in order; the
+    shortfall; the refusal subjects), and their `_apply_once` entries. Not changed once
+    made."""
+
+    lo: int
+    hi: int
+    is_applied: bool
+    keys: frozenset[tuple[str, str]]
+    names: frozenset[tuple[str, str]]
+    refusals: list[str]
+    shortfall: int
+    refused: list[tuple[str, ...]]
+    entries: list[tuple[tuple[str, str], _Applied]]
+
+    def moved(self, lo: int) -> _ApplyBlock:
+        return _ApplyBlock(
+            lo,
+            lo + self.hi - self.lo,
+            self.is_applied,
+            self.keys,
+            self.names,
+            self.refusals,
+            self.shortfall,
+            self.refused,
+            self.entries,
+        )
+
+
+@dataclass(slots=True)
+class _ApplyListing:
+    """A Decision's deployments as a step applied them: the decisions and the blocks."""
+
+    objs: tuple[DeploymentDecision, ...]
+    blocks: list[_ApplyBlock]
+
+
+def _is_valid_block(block: _CheckBlock) -> bool:
+    return block.is_valid
 
 
 def _read_replica(obj: ReadObj) -> tuple[Replica | None, str, tuple[str, str]]:
@@ -291,15 +372,23 @@ class _Run:
     reports: list[AgentReport]
     errors: list[str]
 
+    def moved(self, lo: int) -> _Run:
+        return _Run(lo, lo + self.hi - self.lo, self.cluster, self.reports, self.errors)
+
 
 class _Span(Protocol):
-    """Consecutive objects of a listing, `[lo, hi)` (a `_Run` or a `_ReplicaBlock`)."""
+    """Consecutive objects of a listing, `[lo, hi)` (a `_Run`, `_ReplicaBlock` or
+    `_PublishBlock`)."""
 
     @property
     def lo(self) -> int: ...
 
     @property
     def hi(self) -> int: ...
+
+    def moved(self, lo: int) -> Self:
+        """The same span at `[lo, lo + hi - self.lo)` of a later listing."""
+        ...
 
 
 #: What was read of one object (its first element is the object), and a span of them.
@@ -314,11 +403,82 @@ _ReadSpans = Callable[[Sequence[ReadObj], int, int, Mapping[int, _Hit], list[_Hi
 @dataclass(slots=True)
 class _Listing(Generic[_Hit, _S]):
     """A listing as a step read it: the objects, what was read of each, and the spans that
-    cover it in order."""
+    cover it in order; of those, the spans read this time (the others were found again),
+    and the last listing's spans not found again."""
 
     objs: tuple[ReadObj, ...]
     hits: list[_Hit]
     spans: list[_S]
+    fresh: list[_S]
+    dropped: list[_S]
+
+
+def _aligned(
+    objs: Sequence[object],
+    last: Sequence[object],
+    spans: Iterable[_S],
+    is_kept: Callable[[_S], bool] | None = None,
+) -> list[tuple[int, int, _S | None]]:
+    """`objs` cut into segments `(lo, hi, span)` in order: a span of `last` (a listing, and
+    spans that cover it) whose objects are the same objects, consecutive and in the same
+    order, at `objs[lo:hi]` (and that `is_kept` keeps), or None for objects to read again.
+
+    A span is looked for where the spans before it put it (in place while the listing only
+    changed objects), and else by its first object: an object added or deleted shifts the
+    spans after it, which are found again rather than read again. A reused span shorter than
+    `_RUN_LENGTH` next to objects read again is read again with them, so that the spans of a
+    listing that changes here and there do not shrink step by step."""
+    segments: list[tuple[int, int, _S | None]] = []
+    where: dict[int, int] | None = None
+    at = shift = 0
+    end = len(objs)
+    for span in spans:
+        lo, hi = span.lo, span.hi
+        size, start = hi - lo, lo + shift
+        if at <= start < end and objs[start] is last[lo]:
+            if start + size > end or not all(
+                map(operator.is_, objs[start : start + size], last[lo:hi])
+            ):
+                continue  # in place, but changed
+        else:
+            if where is None:
+                where = dict(zip(map(id, objs), itertools.count()))  # at C speed
+            found = where.get(id(last[lo]))
+            if (
+                found is None
+                or found < at
+                or found + size > end
+                or not all(map(operator.is_, objs[found : found + size], last[lo:hi]))
+            ):
+                continue
+            start, shift = found, found - lo
+        if is_kept is not None and not is_kept(span):
+            continue
+        if at < start:
+            segments.append((at, start, None))
+        segments.append((start, start + size, span))
+        at = start + size
+    if at < end:
+        segments.append((at, end, None))
+    if len(segments) == 1:
+        return segments
+    # Short spans beside objects read again are read with them; then join what is read.
+    out: list[tuple[int, int, _S | None]] = []
+    for i, (lo, hi, kept) in enumerate(segments):
+        if (
+            kept is not None
+            and hi - lo < _RUN_LENGTH
+            and (
+                (i > 0 and segments[i - 1][2] is None)
+                or (i + 1 < len(segments) and segments[i + 1][2] is None)
+            )
+        ):
+            kept = None
+        if kept is None and out and out[-1][2] is None:
+            out[-1] = (out[-1][0], hi, None)
+        else:
+            out.append((lo, hi, kept))
+    return out
 
 
 def _reread(
@@ -326,28 +486,69 @@ def _reread(
     last: _Listing[_Hit, _S] | None,
     read: _ReadSpans[_Hit, _S],
 ) -> _Listing[_Hit, _S]:
-    """`listed` read span by span, `read` called again only for the spans whose objects are
-    not the same objects as in `last` (an unchanged object is the same object: a view's
-    is), as a span's hits are a function of its objects alone; the spans keep listing order,
-    so what comes out is what reading each object would give."""
+    """`listed` read span by span, `read` called again only for the objects not in a span
+    of `last` found again (`_aligned`: the same objects, an unchanged object being the same
+    object, as a view's is), as a span's hits are a function of its objects alone; the spans
+    keep listing order, so what comes out is what reading each object would give."""
     objs = tuple(listed)
     hits: list[_Hit] = []
     spans: list[_S] = []
-    if last is not None and len(last.objs) == len(objs):
-        by_id: dict[int, _Hit] | None = None
-        for span in last.spans:
-            lo, hi = span.lo, span.hi
-            if all(map(operator.is_, objs[lo:hi], last.objs[lo:hi])):
-                hits.extend(last.hits[lo:hi])
-                spans.append(span)
-                continue
-            if by_id is None:
-                by_id = {id(h[0]): h for h in last.hits}
-            read(objs, lo, hi, by_id, hits, spans)
-    else:
-        by_id = {id(h[0]): h for h in last.hits} if last is not None else {}
-        read(objs, 0, len(objs), by_id, hits, spans)
-    return _Listing(objs, hits, spans)
+    if last is None:
+        read(objs, 0, len(objs), {}, hits, spans)
+        return _Listing(objs, hits, spans, list(spans), [])
+    if len(objs) == len(last.objs):
+        return _reread_in_place(objs, last, read)
+    by_id: dict[int, _Hit] | None = None
+    fresh: list[_S] = []
+    found: set[int] = set()
+    for lo, hi, span in _aligned(objs, last.objs, last.spans):
+        if span is not None:
+            hits.extend(last.hits[span.lo : span.hi])
+            spans.append(span if span.lo == lo else span.moved(lo))
+            found.add(id(span))
+            continue
+        if by_id is None:  # a hit's first element is its object: `last.objs`, in order
+            by_id = dict(zip(map(id, last.objs), last.hits, strict=True))
+        start = len(spans)
+        read(objs, lo, hi, by_id, hits, spans)
+        fresh.extend(spans[start:])
+    dropped = [span for span in last.spans if id(span) not in found]
+    return _Listing(objs, hits, spans, fresh, dropped)
+
+
+def _reread_in_place(
+    objs: tuple[ReadObj, ...],
+    last: _Listing[_Hit, _S],
+    read: _ReadSpans[_Hit, _S],
+) -> _Listing[_Hit, _S]:
+    """`_reread` of a listing as long as the last one: the spans holding an object that is
+    not the one at its place in `last` (found at C speed) are read again, and the runs of
+    spans between them are taken whole, as `_aligned` would find each of them in place.
+    (A span read again in place is cut as it was: no span shrinks.)"""
+    changed = list(itertools.compress(itertools.count(), map(operator.is_not, objs, last.objs)))
+    if not changed:
+        return _Listing(objs, last.hits, last.spans, [], [])
+    starts = list(map(_LO, last.spans))
+    stale = sorted({bisect.bisect_right(starts, i) - 1 for i in changed})
+    by_id = dict(zip(map(id, last.objs), last.hits, strict=True))
+    hits: list[_Hit] = []
+    spans: list[_S] = []
+    fresh: list[_S] = []
+    at = 0  # the first span of `last` not taken or read yet
+    for index in stale:
+        span = last.spans[index]
+        spans.extend(last.spans[at:index])
+        hits.extend(last.hits[starts[at] if at < index else span.lo : span.lo])
+        start = len(spans)
+        read(objs, span.lo, span.hi, by_id, hits, spans)
+        fresh.extend(spans[start:])
+        at = index + 1
+    spans.extend(last.spans[at:])
+    hits.extend(last.hits[starts[at] if at < len(starts) else len(objs) :])
+    return _Listing(objs, hits, spans, fresh, [last.spans[i] for i in stale])
+
+
+_LO: Final = operator.attrgetter("lo")
 
 
 def _cluster_replica_reports(
@@ -381,6 +582,38 @@ def _cluster_replica_reports(
     return out
 
 
+def _replaced_reports(
+    cluster: str,
+    last: Sequence[AgentReport],
+    accepted: Sequence[AgentReport],
+    index: Mapping[tuple[str, str, str], _ReplicaReports],
+) -> tuple[dict[tuple[str, str, str], _ReplicaReports], list[tuple[str, str, str]]] | None:
+    """`_cluster_replica_reports` for accepted ReplicaObservation reports that are `last`
+    (those `index` was made from, with the same rejected ones) but for some replaced at
+    their place (found at C speed), each by one about the same replica, which was the one
+    `index` holds for it: `index` with those entries replaced, and their keys; None when
+    the reports changed otherwise. Each replaced report is then its replica's first, so
+    the entry it gets is what computing the index again gives, and every other entry is
+    the same object."""
+    if len(last) != len(accepted):
+        return None
+    out: dict[tuple[str, str, str], _ReplicaReports] | None = None
+    keys: list[tuple[str, str, str]] = []
+    for i in itertools.compress(itertools.count(), map(operator.is_not, last, accepted)):
+        was, report = last[i], accepted[i]
+        key = _replica_key(cluster, report)
+        if key is None:
+            return None
+        entry = index.get(key)
+        if entry is None or entry[0] is not was or _replica_key(cluster, was) != key:
+            return None
+        if out is None:
+            out = dict(index)
+        out[key] = (report, entry[1])
+        keys.append(key)
+    return (out if out is not None else dict(index)), keys
+
+
 #: A cluster's replicas' reports as `_replica_reports` last found them: the Trust, its
 #: accepted and rejected ReplicaObservation reports (`_replica_part`), and the index.
 _ClusterReports = tuple[
@@ -399,6 +632,8 @@ def _replica_part(reports: tuple[AgentReport, ...]) -> tuple[AgentReport, ...]:
 
 
 _KIND: Final = operator.attrgetter("kind")
+_FRESH: Final = Freshness.FRESH.value
+_STALE: Final = Freshness.STALE.value
 
 
 def _replica_key(cluster: str, report: AgentReport) -> tuple[str, str, str] | None:
@@ -409,6 +644,17 @@ def _replica_key(cluster: str, report: AgentReport) -> tuple[str, str, str] | No
     if not isinstance(namespace, str) or not isinstance(name, str):
         return None  # names no replica
     return (cluster, namespace, name)
+
+
+def _is_same_report(old: AgentReport, new: AgentReport) -> bool:
+    """Whether `new` is about the same object as `old`, at the same lease epoch (what
+    `judge` sorts and judges by)."""
+    return (
+        old.kind == new.kind
+        and old.name == new.name
+        and old.lease_epoch == new.lease_epoch
+        and old.namespace == new.namespace
+    )
 
 
 def _is_heartbeat(old: ReadObj, new: ReadObj) -> bool:
@@ -581,28 +827,42 @@ class _Quiet:
     clusters: Sequence[ReadObj]
     #: The step's status writes: (kind, namespace, name) -> the resourceVersion written.
     written: dict[tuple[str, str, str], object]
-    #: The observations by identity (an entry holds its object, so no id is reused).
-    observations: dict[int, ReadObj]
+    #: The observations as listed (PoolObservations, then ReplicaObservations).
+    observations: tuple[ReadObj, ...]
     epochs: dict[str, int | None]
     result: StepResult
-    #: The same, by (kind, namespace, name); made when a step first needs it.
-    _by_name: dict[tuple[str, str, str], ReadObj] | None = None
-    #: (last version, heartbeat) pairs a quiet check found, for `take_heartbeats`.
-    heartbeats: list[tuple[ReadObj, ReadObj]] = field(default_factory=list)
 
-    def by_name(self) -> dict[tuple[str, str, str], ReadObj]:
-        if self._by_name is None:
-            self._by_name = {_observation_key(o): o for o in self.observations.values()}
-        return self._by_name
+    def heartbeats(self, observations: Sequence[ReadObj]) -> bool:
+        """Whether `observations` (listed as `self.observations` were) are the recorded
+        ones but for heartbeats of them (`_is_heartbeat`), each in place of its last
+        version.
 
-    def take_heartbeats(self) -> None:
-        """Make the heartbeats a quiet step accepted the versions later steps compare with."""
-        by_name = self.by_name()
-        for last, beat in self.heartbeats:
-            del self.observations[id(last)]
-            self.observations[id(beat)] = beat
-            by_name[_observation_key(beat)] = beat
-        self.heartbeats.clear()
+        Compared place by place (at C speed) first: where each object that is not the
+        recorded one at its place is a heartbeat of the object of the same name there, the
+        pairs are those that finding each by name gives (names are unique in a listing).
+        Otherwise they are found by name, as an object may have another place."""
+        recorded = self.observations
+        if len(observations) != len(recorded):
+            return False
+        moved = itertools.compress(itertools.count(), map(operator.is_not, observations, recorded))
+        for i in moved:
+            obj, last = observations[i], recorded[i]
+            if _observation_key(obj) != _observation_key(last) or not _is_heartbeat(last, obj):
+                return self._heartbeats_by_name(observations)
+        return True
+
+    def _heartbeats_by_name(self, observations: Sequence[ReadObj]) -> bool:
+        seen = {id(o): o for o in self.observations}
+        by_name = {_observation_key(o): o for o in self.observations}
+        # The same objects pair with themselves; only the others are looked up by name (the
+        # counts are equal, so each must replace, as a heartbeat, one of the same name).
+        for obj in observations:
+            if seen.get(id(obj)) is obj:
+                continue
+            last = by_name.get(_observation_key(obj))
+            if last is None or not _is_heartbeat(last, obj):
+                return False
+        return True
 
 
 def _observation_key(obj: ReadObj) -> tuple[str, str, str]:
@@ -679,7 +939,8 @@ class Controller:
         #: Core clusters by name: (parsed cluster, what it was converted with, the result);
         #: the entries used in a step replace the others when it ends.
         self._core_clusters: dict[str, tuple[InferenceCluster, tuple[object, ...], Cluster]] = {}
-        #: Checked deployments by (namespace, name): (spec, the rest it read, the result).
+        #: Checked deployments by (namespace, name): (spec, the rest it read, the result);
+        #: made from the blocks of the last listing not taken whole (`_valid_deployments`).
         self._deployments: dict[tuple[str, str], _CheckedDeployment] = {}
         self._deployments_used: dict[tuple[str, str], _CheckedDeployment] = {}
         #: The last report parsed from each observation object, by (kind, namespace, name),
@@ -693,14 +954,15 @@ class Controller:
         #: The highest lease epoch accepted per cluster (also persisted in its status).
         self.epochs: dict[str, int] = {}
         #: Decisions applied with nothing to write, by deployment: (deployment, decision,
-        #: its retained replicas as read), for `_apply_once`; swapped like the others.
+        #: its retained replicas as read), for `_apply_once`; made like `_deployments`.
         self._applied: dict[tuple[str, str], _Applied] = {}
         self._applied_used: dict[tuple[str, str], _Applied] = {}
         #: The last step's listings of observations as judged (0: PoolObservations,
         #: 1: ReplicaObservations), for `_judge_listing`.
         self._listings: dict[int, _Listing[_JudgedObservation, _Run]] = {}
         #: Per cluster, the reports it was last judged on, its known epoch and the Trust.
-        self._trusts: dict[str, tuple[list[AgentReport], int | None, Trust]] = {}
+        #: (And whether the Trust accepted them all in their order.)
+        self._trusts: dict[str, tuple[list[AgentReport], int | None, Trust, bool]] = {}
         #: The last listing of replicas as scheduling read it (`_read_replicas`).
         self._replica_listing: _Listing[_ReadReplica, _ReplicaBlock] | None = None
         #: The same by (namespace, name), for a version seen before as another object.
@@ -712,17 +974,40 @@ class Controller:
         ] = {}
         #: Per cluster name: (cluster object, Trust, the times `cluster_times` found).
         self._cluster_times: dict[str, tuple[ReadObj, Trust, tuple[datetime | None, ...]]] = {}
+        #: Per cluster name: (the times, when, their states, the oldest Fresh and Stale).
+        self._cluster_states: dict[
+            str,
+            tuple[
+                tuple[datetime | None, ...],
+                datetime,
+                tuple[str, ...],
+                datetime | None,
+                datetime | None,
+            ],
+        ] = {}
         #: Per cluster, the Trust and refresh flag its status inputs were last built from.
         self._cluster_inputs: dict[str, tuple[Trust, bool, tuple[object, ...]]] = {}
-        #: Per cluster, its replicas' reports (`_replica_reports`).
+        #: Per cluster, its replicas' reports (`_replica_reports`), and the keys whose
+        #: entry is another object than in the last step that found them (or none).
         self._cluster_reports: dict[str, _ClusterReports] = {}
+        self._changed_reports: set[tuple[str, str, str]] = set()
         #: Replica statuses found in place, by the replica object's identity (an entry holds
         #: its object): (replica, its (cluster, namespace, name), the report body it was
         #: computed from, whether a report was rejected); swapped like the others.
         self._published: dict[int, _Published] = {}
-        self._published_used: dict[int, _Published] = {}
         #: The last listing of replicas as published (`_publish_replicas`).
         self._publish_listing: _PublishListing | None = None
+        #: The last listing of deployments as checked (`_valid_deployments`), and the last
+        #: decision as applied (`_apply_decision`).
+        self._check_listing: _CheckListing | None = None
+        self._valid: dict[tuple[str, str], _ValidDeployment] = {}
+        #: The last step's replicas by (namespace, name) as scheduling read them, and the
+        #: names of the replicas and valid deployments that changed since the last decision
+        #: was applied (`_note_changed_replicas`, `_valid_deployments`, `_apply_decision`).
+        self._by_name: Mapping[tuple[str, str], ReadObj] = {}
+        self._changed_replicas: set[tuple[str, str]] = set()
+        self._changed_deployments: set[tuple[str, str]] = set()
+        self._apply_listing: _ApplyListing | None = None
         #: The last full step, when it left nothing to do (`_is_quiet`).
         self._quiet: _Quiet | None = None
         #: Cluster status writes of this step that only moved observation times.
@@ -763,9 +1048,6 @@ class Controller:
         self.parsed.end_step()
         self.settled.end_step()
         self._core_clusters, self._core_clusters_used = self._core_clusters_used, {}
-        self._deployments, self._deployments_used = self._deployments_used, {}
-        self._applied, self._applied_used = self._applied_used, {}
-        self._published, self._published_used = self._published_used, {}
         self._named_replicas, self._named_replicas_used = self._named_replicas_used, {}
         return result
 
@@ -809,7 +1091,6 @@ class Controller:
             or not self._is_fresh_and_clean(trusts, now, result)
         ):
             return False
-        q.heartbeats.clear()
         if {name: t.epoch for name, t in trusts.items()} != q.epochs:
             return False
         if not (
@@ -819,20 +1100,7 @@ class Controller:
             and _is_same_or_written(INFERENCE_CLUSTER, view.clusters, q.clusters, q.written)
         ):
             return False
-        observations = (*view.pool_observations, *view.replica_observations)
-        if len(observations) != len(q.observations):
-            return False
-        seen = q.observations
-        # The same objects pair with themselves; only the others are looked up by name (the
-        # counts are equal, so each must replace, as a heartbeat, one of the same name).
-        for obj in observations:
-            if seen.get(id(obj)) is obj:
-                continue
-            last = q.by_name().get(_observation_key(obj))
-            if last is None or not _is_heartbeat(last, obj):
-                return False
-            q.heartbeats.append((last, obj))
-        return True
+        return q.heartbeats((*view.pool_observations, *view.replica_observations))
 
     def _quiet_result(self, view: _View, result: StepResult) -> StepResult:
         """End a quiet step: the last full step's decision and numbers, this step's writes
@@ -847,18 +1115,16 @@ class Controller:
         result.assumed = len(self.ledger)
         q.deployments, q.replicas, q.clusters = view.deployments, view.replicas, view.clusters
         q.written = self._written
-        q.take_heartbeats()
+        # The heartbeats accepted are the versions later steps compare with.
+        q.observations = (*view.pool_observations, *view.replica_observations)
         self.quiet_steps += 1
         # Only part of what a full step reads was read: what the rest computed is kept.
         self.parsed.keep_step()
         self.settled.keep_step()
         self._core_clusters.update(self._core_clusters_used)
         self._core_clusters_used = {}
-        self._deployments.update(self._deployments_used)
-        self._deployments_used = {}
-        self._applied.update(self._applied_used)
-        self._applied_used = {}
-        # Replica statuses were not published: the entries stay as the full step left them.
+        # Replica statuses, deployments and decisions were not read: their listings (and
+        # the entries in their blocks) stay as the full step left them.
         return result
 
     def _quiet_record(
@@ -880,7 +1146,7 @@ class Controller:
             replicas=view.replicas,
             clusters=view.clusters,
             written=self._written,
-            observations={id(o): o for o in (*view.pool_observations, *view.replica_observations)},
+            observations=(*view.pool_observations, *view.replica_observations),
             epochs={name: t.epoch for name, t in trusts.items()},
             result=result,
         )
@@ -1017,17 +1283,29 @@ class Controller:
 
     def _judge_cluster(self, cluster: str, reports: list[AgentReport], known: int | None) -> Trust:
         """`judge`, the same Trust while the cluster's reports are the same objects (a report
-        that did not change is: `_judged`) and its known epoch is the same."""
+        that did not change is: `_judged`) and its known epoch is the same.
+
+        When the last reports were accepted all, in the order given (they came sorted, as
+        a listing is, and of one epoch), and the new ones only replace some of them in
+        place by reports of the same kind, name and lease epoch (a heartbeat, a new
+        content), `judge` would sort them the same and accept them all again at the same
+        epoch: the Trust is made from them as they are."""
         last = self._trusts.get(cluster)
-        if (
-            last is not None
-            and last[1] == known
-            and len(last[0]) == len(reports)
-            and all(map(operator.is_, last[0], reports))
-        ):
-            return last[2]
+        if last is not None and last[1] == known and len(last[0]) == len(reports):
+            was = last[0]
+            changed = itertools.compress(itertools.count(), map(operator.is_not, was, reports))
+            first = next(changed, None)
+            if first is None:
+                return last[2]
+            if last[3] and all(
+                _is_same_report(was[i], reports[i]) for i in itertools.chain((first,), changed)
+            ):
+                trust = Trust(last[2].epoch, tuple(reports), ())
+                self._trusts[cluster] = (reports, known, trust, True)
+                return trust
         trust = judge(reports, known)
-        self._trusts[cluster] = (reports, known, trust)
+        in_order = not trust.rejected and _is_same_list(trust.accepted, reports)
+        self._trusts[cluster] = (reports, known, trust, in_order)
         return trust
 
     def _replica_reports(
@@ -1035,22 +1313,38 @@ class Controller:
     ) -> dict[tuple[str, str, str], _ReplicaReports]:
         """Every replica's reports (`_cluster_replica_reports`), computed again only for the
         clusters whose judged ReplicaObservation reports changed: a PoolObservation's
-        heartbeat makes a new Trust (`_judge_cluster`) but reads no replica's report."""
+        heartbeat makes a new Trust (`_judge_cluster`) but reads no replica's report.
+        Notes in `_changed_reports` the keys whose entry is not the one the last call found
+        (a cluster's index not computed again keeps its entries; `_publish_replicas`)."""
         out: dict[tuple[str, str, str], _ReplicaReports] = {}
         kept: dict[str, _ClusterReports] = {}
+        last = self._cluster_reports
+        changed = self._changed_reports = set()
         for cluster, trust in trusts.items():
-            hit = self._cluster_reports.get(cluster)
+            hit = last.get(cluster)
             if hit is None or hit[0] is not trust:
                 accepted, rejected = _replica_part(trust.accepted), _replica_part(trust.rejected)
                 if hit is None or not (
                     _is_same_list(hit[1], accepted) and _is_same_list(hit[2], rejected)
                 ):
-                    index = _cluster_replica_reports(cluster, trust, hit[3] if hit else None)
+                    was = hit[3] if hit else {}
+                    replaced = None
+                    if hit is not None and _is_same_list(hit[2], rejected):
+                        replaced = _replaced_reports(cluster, hit[1], accepted, was)
+                    if replaced is not None:
+                        index = replaced[0]
+                        changed.update(replaced[1])
+                    else:
+                        index = _cluster_replica_reports(cluster, trust, was)
+                        changed.update(k for k, v in index.items() if was.get(k) is not v)
+                        changed.update(was.keys() - index.keys())
                     hit = (trust, accepted, rejected, index)
                 else:
                     hit = (trust, accepted, rejected, hit[3])
             kept[cluster] = hit
             out.update(hit[3])
+        for cluster in last.keys() - kept.keys():
+            changed.update(last[cluster][3])
         self._cluster_reports = kept
         return out
 
@@ -1081,8 +1375,11 @@ class Controller:
         report: AgentReport | None = None
         if last is not None and last[1] is not None and _is_heartbeat(last[0], obj):
             at = _strict_time(obj["status"]["observedAt"])
-            if at is not None:
-                report = dataclasses.replace(last[1], observed_at=at, body=obj)
+            if at is not None:  # `dataclasses.replace`, without its cost per field
+                was = last[1]
+                report = AgentReport(
+                    was.kind, was.name, was.namespace, was.identity, was.lease_epoch, at, obj
+                )
         if report is None:
             report = parse_report(obj)
         self._reports_used[key] = (obj, report)
@@ -1110,7 +1407,7 @@ class Controller:
         if times is None or times[0] is not cluster or times[1] is not trust:
             times = (cluster, trust, cluster_times(cluster, trust))
             self._cluster_times[name] = times
-        states = states_at(times[2], now, self.config)
+        states = self._states_at(name, times[2], now)
         # A report that only moved the observation times is published at most every
         # status_refresh_s: the scheduler reads freshness from the reports (`_schedule`).
         is_due = is_refresh_due(cluster, now, self.config)
@@ -1138,6 +1435,35 @@ class Controller:
             self._refreshes += 1  # only the observation times moved (see `_is_quiet`)
         return written
 
+    def _states_at(
+        self, name: str, times: tuple[datetime | None, ...], now: datetime
+    ) -> tuple[str, ...]:
+        """`states_at`, the same tuple while no time changed state since it was computed.
+
+        A time's state only moves forward as `now` does (Fresh, Stale, Expired: its age
+        grows, and the state grows with the age), and of the times in one state the oldest
+        moves first. So at a later `now` at which the oldest Fresh time is still Fresh and
+        the oldest Stale one still Stale, every time is in the state it was in."""
+        hit = self._cluster_states.get(name)
+        if hit is not None and hit[0] is times and hit[1] <= now:
+            oldest_fresh, oldest_stale = hit[3], hit[4]
+            if (
+                oldest_fresh is None or freshness(oldest_fresh, now, self.config)[1] == _FRESH
+            ) and (oldest_stale is None or freshness(oldest_stale, now, self.config)[1] == _STALE):
+                return hit[2]
+        states = states_at(times, now, self.config)
+        fresh: datetime | None = None
+        stale: datetime | None = None
+        for t, state in zip(times, states, strict=True):
+            if t is None:
+                continue
+            if state == _FRESH and (fresh is None or t < fresh):
+                fresh = t
+            elif state == _STALE and (stale is None or t < stale):
+                stale = t
+        self._cluster_states[name] = (times, now, states, fresh, stale)
+        return states
+
     def _publish_replicas(
         self,
         replicas: Sequence[ReadObj],
@@ -1153,30 +1479,41 @@ class Controller:
         the same (SettledCache, without building its inputs or even its key for each of the
         fleet's replicas). Being the same object, it is not being deleted either. The
         listing goes by blocks (`_PublishBlock`): a block whose replicas were all found in
-        place, that holds the same objects as last time and finds the same report entries
-        under their keys (so each replica meets the same report), is taken whole."""
+        place, that holds the same objects as last time, consecutive (wherever they now are
+        in the listing: `_aligned`), and none of whose keys has another report entry since
+        (`_changed_reports`; so each replica meets the same report), is taken whole."""
         objs = tuple(replicas)
         last = self._publish_listing
         out: list[ReadObj] = []
         blocks: list[_PublishBlock] = []
-        if last is not None and len(last.objs) == len(objs):
-            for block in last.blocks:
-                lo, hi = block.lo, block.hi
-                if (
-                    block.is_settled
-                    and all(map(operator.is_, objs[lo:hi], last.objs[lo:hi]))
-                    and all(map(operator.is_, map(reports.get, block.keys), block.reports))
-                ):
-                    out.extend(block.out)
-                    self._published_used.update(block.entries)
-                    blocks.append(block)
-                    continue
-                blocks.append(self._publish_block(objs, lo, hi, reports, now, result))
-                out.extend(blocks[-1].out)
-        else:
-            for lo in range(0, len(objs), _RUN_LENGTH):
-                hi = min(lo + _RUN_LENGTH, len(objs))
-                blocks.append(self._publish_block(objs, lo, hi, reports, now, result))
+
+        changed = self._changed_reports
+
+        def is_kept(block: _PublishBlock) -> bool:
+            return block.is_settled and changed.isdisjoint(block.keys)
+
+        segments: list[tuple[int, int, _PublishBlock | None]] = (
+            _aligned(objs, last.objs, last.blocks, is_kept)
+            if last is not None
+            else [(0, len(objs), None)]
+        )
+        # A replica published again was in a block of the last listing not taken whole,
+        # if in any: its entry is there (a block taken whole needs none of its entries).
+        found = {id(kept) for _, _, kept in segments if kept is not None}
+        self._published = {
+            at: entry
+            for block in (last.blocks if last is not None else ())
+            if id(block) not in found
+            for at, entry in block.entries
+        }
+        for lo, hi, kept in segments:
+            if kept is not None:
+                out.extend(kept.out)
+                blocks.append(kept if kept.lo == lo else kept.moved(lo))
+                continue
+            for start in range(lo, hi, _RUN_LENGTH):
+                end = min(start + _RUN_LENGTH, hi)
+                blocks.append(self._publish_block(objs, start, end, reports, now, result))
                 out.extend(blocks[-1].out)
         self._publish_listing = _PublishListing(objs, blocks)
         return out
@@ -1191,8 +1528,9 @@ class Controller:
         result: StepResult,
     ) -> _PublishBlock:
         """Publish the replicas `objs[lo:hi]` one by one (see `_publish_replicas`)."""
-        published, used = self._published, self._published_used
-        block = _PublishBlock(lo, hi, True, [], [], [], [])
+        published = self._published
+        block = _PublishBlock(lo, hi, True, frozenset(), [], [])
+        keys: list[tuple[str, str, str]] = []
         for j in range(lo, hi):
             replica = objs[j]
             hit = published.get(id(replica))
@@ -1206,17 +1544,15 @@ class Controller:
             if hit is None:
                 if _is_deleting(replica):
                     continue
-                written = self._publish_replica(replica, reports, now, result)
-                hit = used.get(id(replica)) if written is replica else None
-                if hit is None or hit[0] is not replica:
+                written, hit = self._publish_replica(replica, reports, now, result)
+                if hit is None:
                     block.is_settled = False
                     block.out.append(written)
                     continue
-            used[id(replica)] = hit
             block.entries.append((id(replica), hit))
-            block.keys.append(hit[1])
-            block.reports.append(reports.get(hit[1]))
+            keys.append(hit[1])
             block.out.append(replica)
+        block.keys = frozenset(keys)
         return block
 
     def _publish_replica(
@@ -1225,7 +1561,9 @@ class Controller:
         reports: Mapping[tuple[str, str, str], _ReplicaReports],
         now: datetime,
         result: StepResult,
-    ) -> ReadObj:
+    ) -> tuple[ReadObj, _Published | None]:
+        """The replica as it reads after publishing its status, and its entry when the
+        status was found in place."""
         meta = replica["metadata"]
         cluster = (replica.get("spec") or {}).get("clusterName", "")
         key = (cluster, meta.get("namespace") or "", meta["name"])
@@ -1243,8 +1581,8 @@ class Controller:
             MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result, inputs=inputs
         )
         if written is replica:
-            self._published_used[id(replica)] = (replica, key, body, is_rejected)
-        return written
+            return written, (replica, key, body, is_rejected)
+        return written, None
 
     # --- scheduling -----------------------------------------------------------------------
 
@@ -1276,29 +1614,17 @@ class Controller:
                 converted = self._core_cluster(cluster, typed_classes, sched_config)
                 core_clusters.append(self._reported(converted, trusts.get(converted.name)))
         core_replicas: list[Replica] = []
-        by_name: dict[tuple[str, str], ReadObj] = {}
-        for block in self._read_replicas(replicas):
+        listing = self._read_replicas(replicas)
+        for block in listing.spans:
             core_replicas.extend(block.cores)
-            by_name.update(block.named)
             unreadable.extend(block.errors)
+        by_name = self._replicas_by_name(listing)
         if unreadable:
             for line in unreadable:
                 self._error(result, f"scheduling skipped: cannot read {line}")
             return
 
-        valid: dict[tuple[str, str], tuple[ReadObj, Deployment]] = {}
-        alive: set[tuple[str, ...]] = set()
-        for obj in deployments:
-            if _is_deleting(obj):
-                continue
-            checked = self._checked_deployment(obj)
-            if isinstance(checked, Deployment):
-                valid[(checked.key.namespace, checked.key.name)] = (obj, checked)
-                continue
-            self._invalid_deployment(obj, checked, replicas, now, result)
-            alive.add(("invalid", *self._key(obj)))
-        self.recorder.forget_missing("invalid", alive)
-
+        valid = self._valid_deployments(deployments, replicas, now, result)
         snapshot = Snapshot(
             deployments=tuple(d for _, d in valid.values()),
             clusters=tuple(core_clusters),
@@ -1314,21 +1640,190 @@ class Controller:
         if started is not None and self.timer is not None:
             result.decision_latency_s = self.timer() - started
         result.decision = decision
+        self._apply_decision(decision, valid, by_name, now, result)
 
-        alive = set()
-        for decided in decision.deployments:
-            key = (decided.key.namespace, decided.key.name)
-            obj, _ = valid[key]
-            self._apply_once(key, obj, decided, by_name, now, result)
-            if decided.shortfall > 0:
-                alive.add(("refusal", decided.key.namespace, decided.key.name))
+    def _valid_deployments(
+        self,
+        deployments: Sequence[ReadObj],
+        replicas: Sequence[ReadObj],
+        now: datetime,
+        result: StepResult,
+    ) -> dict[tuple[str, str], _ValidDeployment]:
+        """The valid deployments not being deleted, by key in listing order
+        (`_checked_deployment`); says why of each invalid one (`_invalid_deployment`).
+
+        The listing goes by blocks (`_CheckBlock`): a block of valid deployments that holds
+        the same objects as last time, consecutive (`_aligned`), is taken whole, as checking
+        each would find it again (`_checked_deployment` keeps a result while it is the same
+        object)."""
+        objs = tuple(deployments)
+        last, last_valid = self._check_listing, self._valid
+        if last is None:
+            last_valid = {}
+        valid: dict[tuple[str, str], _ValidDeployment] = {}
+        alive: set[tuple[str, ...]] = set()
+        blocks: list[_CheckBlock] = []
+        segments: list[tuple[int, int, _CheckBlock | None]] = (
+            _aligned(objs, last.objs, last.blocks, _is_valid_block)
+            if last is not None
+            else [(0, len(objs), None)]
+        )
+        # A deployment checked again was in a block not taken whole (see `_publish_replicas`).
+        found = {id(kept) for _, _, kept in segments if kept is not None}
+        self._deployments = {
+            at: entry
+            for block in (last.blocks if last is not None else ())
+            if id(block) not in found
+            for at, entry in block.entries
+        }
+        used = self._deployments_used = {}
+        for lo, hi, kept in segments:
+            if kept is not None:
+                valid.update(kept.valid)
+                blocks.append(kept if kept.lo == lo else kept.moved(lo))
+                continue
+            for start in range(lo, hi, _RUN_LENGTH):
+                block = _CheckBlock(start, min(start + _RUN_LENGTH, hi), True, [], [])
+                for obj in objs[block.lo : block.hi]:
+                    if _is_deleting(obj):
+                        continue
+                    checked, at = self._checked_deployment(obj)
+                    block.entries.append((at, used[at]))
+                    if isinstance(checked, Deployment):
+                        key = (checked.key.namespace, checked.key.name)
+                        pair = last_valid.get(key)  # the same pair while it is the same
+                        if pair is None or pair[0] is not obj or pair[1] is not checked:
+                            pair = (obj, checked)
+                            self._changed_deployments.add(key)
+                        valid[key] = pair
+                        block.valid.append((key, pair))
+                        continue
+                    block.is_valid = False
+                    self._invalid_deployment(obj, checked, replicas, now, result)
+                    alive.add(("invalid", *self._key(obj)))
+                blocks.append(block)
+        # A valid deployment of the last listing not found again, unless checked again to
+        # the same pair, is gone, moved or changed (see `_note_changed_replicas`).
+        for block in last.blocks if last is not None else ():
+            if id(block) not in found:
+                self._changed_deployments.update(
+                    key for key, pair in block.valid if valid.get(key) is not pair
+                )
+        self._check_listing, self._valid = _CheckListing(objs, blocks), valid
+        self.recorder.forget_missing("invalid", alive)
+        return valid
+
+    def _apply_decision(
+        self,
+        decision: Decision,
+        valid: Mapping[tuple[str, str], _ValidDeployment],
+        replicas: Mapping[tuple[str, str], ReadObj],
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        """Apply each deployment's decision (`_apply_once`), in the decision's order.
+
+        The decisions go by blocks (`_ApplyBlock`): a block whose decisions were all applied
+        with nothing to write, that holds the same decisions as last time, consecutive
+        (`_aligned`), and none of whose deployments and retained replicas changed since
+        (`_changed_deployments`, `_changed_replicas`: each is the same object as when the
+        block was made), is taken whole: `_apply_once` would skip each of them, adding only
+        its numbers. The sets are of what changed since the last decision was applied, and
+        are emptied here, so no name is looked up for a block taken whole."""
+        objs = decision.deployments
+        last = self._apply_listing
+        changed_deployments, changed_replicas = self._changed_deployments, self._changed_replicas
+
+        def is_applied_kept(block: _ApplyBlock) -> bool:
+            return (
+                block.is_applied
+                and changed_deployments.isdisjoint(block.keys)
+                and changed_replicas.isdisjoint(block.names)
+            )
+
+        segments: list[tuple[int, int, _ApplyBlock | None]] = (
+            _aligned(objs, last.objs, last.blocks, is_applied_kept)
+            if last is not None
+            else [(0, len(objs), None)]
+        )
+        alive: set[tuple[str, ...]] = set()
+        blocks: list[_ApplyBlock] = []
+        # A decision applied again was in a block not taken whole (see `_publish_replicas`).
+        found = {id(kept) for _, _, kept in segments if kept is not None}
+        self._applied = {
+            key: entry
+            for block in (last.blocks if last is not None else ())
+            if id(block) not in found
+            for key, entry in block.entries
+        }
+        used = self._applied_used = {}
+        for lo, hi, kept in segments:
+            if kept is not None:
+                for reason in kept.refusals:  # the numbers `_apply_once` adds, as it adds them
+                    result.refusals[reason] += 1
+                result.shortfall += kept.shortfall
+                alive.update(kept.refused)
+                blocks.append(kept if kept.lo == lo else kept.moved(lo))
+                continue
+            for start in range(lo, hi, _RUN_LENGTH):
+                end = min(start + _RUN_LENGTH, hi)
+                keys: list[tuple[str, str]] = []
+                names: list[tuple[str, str]] = []
+                block = _ApplyBlock(start, end, True, frozenset(), frozenset(), [], 0, [], [])
+                for decided in objs[start:end]:
+                    key = (decided.key.namespace, decided.key.name)
+                    keys.append(key)
+                    if self._apply_once(key, valid[key][0], decided, replicas, now, result):
+                        entry = used[key]
+                        block.entries.append((key, entry))
+                        names.extend(entry[3])
+                    else:
+                        block.is_applied = False
+                    if decided.shortfall > 0:
+                        subject = ("refusal", decided.key.namespace, decided.key.name)
+                        alive.add(subject)
+                        block.refused.append(subject)
+                        block.refusals.append(decided.condition.reason)
+                        block.shortfall += decided.shortfall
+                block.keys, block.names = frozenset(keys), frozenset(names)
+                blocks.append(block)
+        changed_deployments.clear()
+        changed_replicas.clear()
+        self._apply_listing = _ApplyListing(objs, blocks)
         self.recorder.forget_missing("refusal", alive)
 
-    def _read_replicas(self, replicas: Sequence[ReadObj]) -> list[_ReplicaBlock]:
+    def _replicas_by_name(
+        self, listing: _Listing[_ReadReplica, _ReplicaBlock]
+    ) -> Mapping[tuple[str, str], ReadObj]:
+        """The listing's replicas by (namespace, name), made from the last step's: without
+        the objects of the blocks not found again, with those of the blocks read this time
+        (an object in a block found again was in the last listing, under its name; names
+        are unique in a listing).
+
+        Adds to `_changed_replicas` every name whose object is not the last step's: such a
+        name is in a block read this time or was in a block not found again."""
+        last, changed = self._by_name, self._changed_replicas
+        if not listing.fresh and not listing.dropped:
+            return last
+        by_name = dict(last)
+        for block in listing.dropped:
+            for key, obj in block.named:
+                if by_name.get(key) is obj:
+                    del by_name[key]
+        for block in listing.fresh:
+            by_name.update(block.named)
+        for block in listing.fresh:
+            changed.update(key for key, obj in block.named if last.get(key) is not obj)
+        for block in listing.dropped:
+            changed.update(key for key, obj in block.named if by_name.get(key) is not obj)
+        self._by_name = by_name
+        return by_name
+
+    def _read_replicas(self, replicas: Sequence[ReadObj]) -> _Listing[_ReadReplica, _ReplicaBlock]:
         """The replicas as scheduling reads them (`_read_replica`), in blocks of consecutive
         ones, read again only for the blocks that changed (`_reread`)."""
         self._replica_listing = _reread(replicas, self._replica_listing, self._read_blocks)
-        return self._replica_listing.spans
+        return self._replica_listing
 
     def _read_blocks(
         self,
@@ -1385,11 +1880,13 @@ class Controller:
         replicas: Mapping[tuple[str, str], ReadObj],
         now: datetime,
         result: StepResult,
-    ) -> None:
+    ) -> bool:
         """`_apply`, skipped when the last step applied the same decision (the core's memo
         hands out the same DeploymentDecision while nothing it read changed) to the same
         deployment and replica objects and that wrote nothing: `_apply` is a function of
-        those, and of `now` only through the times of writes it then did not need."""
+        those, and of `now` only through the times of writes it then did not need.
+
+        True when the decision was (or is) applied with nothing to write, and so is kept."""
         hit = self._applied.get(key)
         if (
             hit is not None
@@ -1402,7 +1899,7 @@ class Controller:
             if decided.shortfall > 0:  # the numbers `_apply` adds up, as it adds them
                 result.shortfall += decided.shortfall
                 result.refusals[decided.condition.reason] += 1
-            return
+            return True
         names = tuple((key[0], p.name) for p in decided.retained)
         currents = tuple(map(replicas.get, names))
         writes, errors = result.write_count, len(result.errors)
@@ -1414,18 +1911,22 @@ class Controller:
             and len(result.errors) == errors
         ):
             self._applied_used[key] = (deployment, decided, currents, names)
+            return True
+        return False
 
-    def _checked_deployment(self, obj: ReadObj) -> Deployment | list[FieldError]:
+    def _checked_deployment(
+        self, obj: ReadObj
+    ) -> tuple[Deployment | list[FieldError], tuple[str, str]]:
         """`_check_deployment`, the same result while the spec is the same object and what
         it reads of the rest is equal: a status write replaces the object (so `ParseCache`
         misses) but leaves the spec as it was, and the core's ScheduleMemo keys its work by
-        the Deployment it is handed."""
+        the Deployment it is handed. With the key of its entry (in `_deployments_used`)."""
         meta = obj["metadata"]
         key = (meta.get("namespace") or "", str(meta.get("name")))
         last = self._deployments.get(key)
         if last is not None and last[3] is obj:
             self._deployments_used[key] = last
-            return last[2]
+            return last[2], key
         rest = (
             obj.get("apiVersion"),
             obj.get("kind"),
@@ -1441,7 +1942,7 @@ class Controller:
         else:
             checked = self.parsed.get("deployment", obj, _check_deployment)
         self._deployments_used[key] = (spec, rest, checked, obj)
-        return checked
+        return checked, key
 
     def _core_cluster(
         self,
