@@ -123,7 +123,20 @@ def policy_for(cluster: ClusterName, config: SchedulingConfig) -> NodeChoicePoli
 
 
 def as_utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    """`moment` as UTC: naive read as UTC, aware converted (the same instant).
+
+    Converted rather than left in its own zone because the core compares these times often
+    (charge windows on every call, charging.py): two datetimes that share a tzinfo object
+    compare in C, while any other pair calls both tzinfos' `utcoffset` (pydantic gives each
+    parsed time its own `TzInfo`). Comparisons and differences are by instant, so the result
+    is the same either way; a tzinfo without an offset is left alone, as it always was.
+    """
+    tzinfo = moment.tzinfo
+    if tzinfo is UTC:
+        return moment
+    if tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment if moment.utcoffset() is None else moment.astimezone(UTC)
 
 
 @dataclass(frozen=True, slots=True)
