@@ -207,6 +207,7 @@ class PoolLedger:
     FreeGPU: `free` maps a free vector to its node count (never negative, zero entries removed).
     WholeNode: `free_nodes` may go negative when existing replicas overcommit the pool.
     `log`, when enabled, records every pod taken from the histogram (for tests and explain).
+    `origin` is the ledger this one is a `copy` of (None: built from the pool).
     """
 
     __slots__ = (
@@ -220,6 +221,7 @@ class PoolLedger:
         "log",
         "memo",
         "observation",
+        "origin",
         "pool",
         "reasons",
         "version",
@@ -252,6 +254,7 @@ class PoolLedger:
         self.log: list[object] | None = [] if record else None
         #: Results computed from the current state (fits, reasons, summary); cleared on change.
         self.memo: dict[object, object] = {}
+        self.origin: PoolLedger | None = None
         observation = pool.observation
         if observation is None or fallback is not None or observation.buckets is None:
             self.accounting = Accounting.WHOLE_NODE
@@ -265,6 +268,28 @@ class PoolLedger:
         growth = max(0, pool.nodes - observation.observed_nodes)
         if growth:
             self.free[self.full] = self.free.get(self.full, 0) + growth
+
+    def copy(self, *, record: bool = False) -> PoolLedger:
+        """A new ledger in this one's state, with its own histogram, memo and log; everything
+        else (the pool, its drivers and reasons) is immutable and shared. Copying an unused
+        ledger is the same as building one again from the same pool and config, for less
+        (no devices or buckets to read)."""
+        copied = PoolLedger.__new__(PoolLedger)
+        copied.cluster = self.cluster
+        copied.pool = self.pool
+        copied.class_id = self.class_id
+        copied.observation = self.observation
+        copied.drivers = self.drivers
+        copied.full = self.full
+        copied.reasons = self.reasons
+        copied.free = dict(self.free)
+        copied.free_nodes = self.free_nodes
+        copied.version = self.version
+        copied.log = [] if record else None
+        copied.memo = {}
+        copied.origin = self
+        copied.accounting = self.accounting
+        return copied
 
     @property
     def is_free_gpu(self) -> bool:

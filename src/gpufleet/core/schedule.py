@@ -25,10 +25,11 @@ sorted before use, so permuting any snapshot tuple changes nothing); no two plac
 given the same free device; a deployment with shortfall > 0 has a non-empty diagnosis.
 
 Memo. A caller that schedules the same fleet again and again (the hub controller, every step)
-may pass one `ScheduleMemo` to every call: matching, and steps 2 and 3 of a deployment whose
-objects, replicas and pools did not change, are then answered from what an earlier call
-derived. The memo is an argument, not a global, and changes no result: only the time a call
-takes (most of which, in a steady fleet, was steps 2 and 3 and the matching behind them).
+may pass one `ScheduleMemo` to every call: matching, the ledger of a pool object seen before,
+and steps 2 and 3 of a deployment whose objects, replicas and pools did not change, are then
+answered from what an earlier call derived. The memo is an argument, not a global, and
+changes no result: only the time a call takes (most of which, in a steady fleet, was steps 2
+and 3 and the matching behind them).
 
 Which way it errs: the ledger errs toward full (see accounting.py); round-robin with a stop at
 the first failure may leave capacity another order would use (may refuse, never overcommits).
@@ -170,7 +171,8 @@ class ScheduleMemo:
     It holds, keyed by the identity of the snapshot's Deployment objects (an entry holds the
     deployment and the replicas whose ids it compares, so no id can answer for another
     object while the entry lives) and by pool class: member matches and engine shapes per
-    class of pool, and per deployment its retain result (kept replicas re-stamped, dropped
+    class of pool, each Pool object's ledger as built (copied for a call, see
+    `PlacementMemo`), and per deployment its retain result (kept replicas re-stamped, dropped
     ones, its whole decision when nothing is pending) and its kept replicas' charges. A
     retain result is recomputed when the deployment, its replicas or what retaining reads of
     the clusters (names, labels, taints, gateways, pools by name and class) change; charges
@@ -178,14 +180,16 @@ class ScheduleMemo:
     window they hold for (charging.py).
 
     Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
-    about two snapshots' worth of derived values. Reusable across any sequence of snapshots:
-    a call's result is the same as with a fresh memo. Not thread-safe: one caller at a time.
+    about two snapshots' worth of derived values. A memo made for one call
+    (`keeps_ledgers=False`, what `plan` makes when given none) keeps no ledgers: no later
+    call could copy them. Reusable across any sequence of snapshots: a call's result is the
+    same as with a fresh memo. Not thread-safe: one caller at a time.
     """
 
     __slots__ = ("_fleet", "_pools", "_views", "deployments", "placement")
 
-    def __init__(self) -> None:
-        self.placement = PlacementMemo()
+    def __init__(self, *, keeps_ledgers: bool = True) -> None:
+        self.placement = PlacementMemo(keeps_ledgers=keeps_ledgers)
         #: Per deployment (by id), its latest retain result and charges.
         self.deployments: Generations[int, _Remembered] = Generations()
         self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
@@ -305,9 +309,9 @@ def _deployment_order(d: Deployment) -> tuple[str, str]:
 def _build_ledgers(
     snapshot: Snapshot, now: datetime, memo: PlacementMemo, record: bool
 ) -> dict[ClusterName, ClusterLedger]:
-    matcher = memo.matcher
     ledgers: dict[ClusterName, ClusterLedger] = {}
     config = snapshot.config
+    memo.use_config(config)
     for cluster in sorted(snapshot.clusters, key=lambda c: c.name):
         pools: list[PoolLedger] = []
         seen: set[str] = set()
@@ -315,8 +319,7 @@ def _build_ledgers(
             if pool.name in seen:
                 continue
             seen.add(pool.name)
-            class_id = matcher.class_id(pool.devices)
-            pools.append(PoolLedger(cluster.name, pool, class_id, config, record=record))
+            pools.append(memo.pool_ledger(cluster.name, pool, config, record=record))
         ledgers[cluster.name] = ClusterLedger(
             cluster,
             tuple(pools),
@@ -687,7 +690,7 @@ def plan(
     `memo` (default: a fresh one): see `ScheduleMemo`; it never changes the result."""
     _check(snapshot)
     if memo is None:
-        memo = ScheduleMemo()
+        memo = ScheduleMemo(keeps_ledgers=False)
     memo.advance()
     ledgers = _build_ledgers(snapshot, now, memo.placement, record)
     fleet, pool_views = memo.views(ledgers, pools=bool(snapshot.replicas))
@@ -722,17 +725,19 @@ def plan(
     traces: dict[tuple[ClusterName, PoolName], PoolTrace] = {}
     for name, ledger in ledgers.items():
         for pool in sorted(ledger.pools, key=lambda p: p.pool.name):
-            pools.append(pool.state(ledger.freshness.state))
+            pools.append(placing.pool_state(pool, ledger.freshness.state))
             if record and pool.is_free_gpu and pool.log is not None:
                 traces[(name, pool.pool.name)] = PoolTrace(
                     pool.drivers,
                     initial[(name, pool.pool.name)],
                     tuple(a for a in pool.log if isinstance(a, Assignment)),
                 )
-    satisfied = {d.key for d in decisions if d.shortfall == 0} if explain else set()
-    one_more = {
-        d.key: _diagnose(d, ledgers, placing, snapshot)
-        for d in deployments
-        if d.key in explain and d.key in satisfied
-    }
+    one_more: dict[DeploymentKey, Diagnosis] = {}
+    if explain:
+        satisfied = {d.key for d in decisions if d.shortfall == 0}
+        one_more = {
+            d.key: _diagnose(d, ledgers, placing, snapshot)
+            for d in deployments
+            if d.key in explain and d.key in satisfied
+        }
     return Plan(Decision(tuple(decisions), tuple(pools)), traces, one_more)
