@@ -186,7 +186,7 @@ class ScheduleMemo:
     same as with a fresh memo. Not thread-safe: one caller at a time.
     """
 
-    __slots__ = ("_fleet", "_pools", "_views", "deployments", "placement")
+    __slots__ = ("_fleet", "_last_views", "_pools", "_views", "deployments", "placement")
 
     def __init__(self, *, keeps_ledgers: bool = True) -> None:
         self.placement = PlacementMemo(keeps_ledgers=keeps_ledgers)
@@ -195,34 +195,41 @@ class ScheduleMemo:
         self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
         self._pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         self._views = 0
+        #: The previous call's pool views; None when it had none (no replicas to charge).
+        self._last_views: dict[PoolKey, PoolView] | None = None
 
     def advance(self) -> None:
         """Start a call (see memo.py), before it reads anything."""
         self.placement.advance()
         self.deployments.advance()
 
-    def views(
-        self, ledgers: Mapping[ClusterName, ClusterLedger], *, pools: bool
-    ) -> tuple[int, dict[PoolKey, PoolView]]:
+    def views(self, ledgers: Mapping[ClusterName, ClusterLedger], *, pools: bool) -> _Views:
         """The id of the fleet's retain view and (when `pools`: only charges read them) each
-        pool's `PoolView`. A view id stays the same while the view does, and is never given
-        to another view."""
+        pool's `PoolView`, and which pools' views changed since the previous call. A view id
+        stays the same while the view does, and is never given to another view."""
         fleet = tuple(_retain_view(ledger) for ledger in ledgers.values())
         if fleet != self._fleet[0]:
             self._fleet = (fleet, self._new_view())
+        last, self._last_views = self._last_views, None
         if not pools:
-            return self._fleet[1], {}
+            return self._fleet[1], {}, None
         known: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         views: dict[PoolKey, PoolView] = {}
         for name, ledger in ledgers.items():
             for pool in ledger.pools:
                 key = (name, pool.pool.name)
-                view = charge_view(pool)
+                time = allocation_time(pool)
+                view = charge_view(pool, time)
                 before = self._pools.get(key)
                 known[key] = before if before and before[0] == view else (view, self._new_view())
-                views[key] = (known[key][1], allocation_time(pool))
+                views[key] = (known[key][1], time)
         self._pools = known
-        return self._fleet[1], views
+        self._last_views = views
+        if last is None:
+            return self._fleet[1], views, None
+        changed = {key for key, view in views.items() if last.get(key) != view}
+        changed.update(last.keys() - views.keys())
+        return self._fleet[1], views, frozenset(changed)
 
     def _new_view(self) -> int:
         self._views += 1
@@ -231,6 +238,11 @@ class ScheduleMemo:
     def size(self) -> int:
         """Entries held: about what the last two calls derived, never the history."""
         return self.placement.size() + len(self.deployments)
+
+
+#: `ScheduleMemo.views`: the fleet's retain view id, each pool's view, and the pools whose
+#: views changed since the previous call (None: unknown, any may have).
+_Views = tuple[int, dict[PoolKey, PoolView], frozenset[PoolKey] | None]
 
 
 def _retain_view(ledger: ClusterLedger) -> tuple[object, ...]:
@@ -383,20 +395,33 @@ def _retain_and_charge(
     memo: ScheduleMemo,
     fleet: int,
     views: Mapping[PoolKey, PoolView],
+    changed: frozenset[PoolKey] | None,
 ) -> tuple[_Retained, tuple[Charge, ...]]:
     """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
     ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
 
     Keyed by the deployment alone (an int key is cheap to hash) with its latest result: the
-    entry holds the replicas whose ids it compares, so an id cannot answer for another."""
+    entry holds the replicas whose ids it compares, so an id cannot answer for another.
+
+    Every entry a call uses it checks (or replaces by one derived in the call), so an entry
+    carried from the previous call held for that call's pool views: its charges still hold
+    when none of their pools' views `changed` since (a set operation instead of a walk over
+    the windows, which is what most calls see)."""
     if not replicas:
         # Nothing to retain or charge: cheaper to derive than to remember.
         return _retain(deployment, (), ledgers, memo.placement.matcher), ()
     ids = tuple(map(id, replicas))
-    found = memo.deployments.get(id(deployment), deployment)
+    entries = memo.deployments
+    found = entries.carry(id(deployment), deployment)
+    is_carried = found is not None
+    if found is None:
+        found = entries.get(id(deployment), deployment)
     is_same = found is not None and found.fleet == fleet and found.replica_ids == ids
     known = found if is_same else None
-    if known is not None and known.charges.hold(views):
+    if known is not None and (
+        (is_carried and changed is not None and known.charges.pools.isdisjoint(changed))
+        or known.charges.hold(views)
+    ):
         return known.retained, known.charges.charges
     if known is not None:
         retained = known.retained
@@ -404,8 +429,7 @@ def _retain_and_charge(
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher)
     charges = held_charges(retained.kept, ledgers, views)
-    remembered = _Remembered(fleet, ids, replicas, retained, charges)
-    memo.deployments.put(id(deployment), remembered, deployment)
+    entries.put(id(deployment), _Remembered(fleet, ids, replicas, retained, charges), deployment)
     return retained, charges.charges
 
 
@@ -693,7 +717,7 @@ def plan(
         memo = ScheduleMemo(keeps_ledgers=False)
     memo.advance()
     ledgers = _build_ledgers(snapshot, now, memo.placement, record)
-    fleet, pool_views = memo.views(ledgers, pools=bool(snapshot.replicas))
+    fleet, pool_views, changed = memo.views(ledgers, pools=bool(snapshot.replicas))
     placing = memo.placement
     initial = (
         {(c, p.pool.name): dict(p.free) for c, cl in ledgers.items() for p in cl.pools}
@@ -711,7 +735,9 @@ def plan(
     # Per deployment, its decision when retaining settles it, else its work for the round.
     outcomes: list[DeploymentDecision | _Work] = []
     for d, group in zip(deployments, groups, strict=True):
-        retained, kept = _retain_and_charge(d, tuple(group), ledgers, memo, fleet, pool_views)
+        retained, kept = _retain_and_charge(
+            d, tuple(group), ledgers, memo, fleet, pool_views, changed
+        )
         charges.extend(kept)
         outcomes.append(retained.settled or _Work.start(d, retained))
     apply_charges(charges, ledgers)
