@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +33,7 @@ from gpufleet.core.model import (
     Taint,
     TaintEffect,
 )
-from gpufleet.core.schedule import ScheduleMemo, plan, schedule
+from gpufleet.core.schedule import ScheduleMemo, SnapshotError, plan, schedule
 
 GPU = DriverName("gpu.nvidia.com")
 EXAMPLES = int(__import__("os").environ.get("GPUFLEET_EXAMPLES", "60"))
@@ -324,3 +325,19 @@ def test_a_kept_memo_tells_apart_clusters_that_share_a_pool_object() -> None:
     for clusters in ((first, second), (second, first), (first,), (second,), (first, second)):
         snap = Snapshot(deployments=deps, clusters=clusters)
         assert schedule(snap, NOW, memo=memo) == schedule(snap, NOW)
+
+
+def test_a_kept_memo_still_refuses_deployments_that_share_a_key() -> None:
+    # The memo reuses the key order of the same deployment objects; the same object twice,
+    # or an equal one beside it, still shares a key.
+    fleet = (cluster("a").pool("p0", nodes=2, gpus=8).build(),)
+    d = deployment("ml/x").replicas(1).engine(gpus=1).build()
+    e = deployment("ml/y").replicas(1).engine(gpus=1).build()
+    memo = ScheduleMemo()
+    for deployments in ((d, d), (d, replace(d)), (e, replace(d, key=e.key))):
+        schedule(Snapshot(deployments=(d, e), clusters=fleet), NOW, memo=memo)
+        with pytest.raises(SnapshotError, match="share this key"):
+            schedule(Snapshot(deployments=deployments, clusters=fleet), NOW, memo=memo)
+    assert schedule(Snapshot(deployments=(d,), clusters=fleet), NOW, memo=memo) == schedule(
+        Snapshot(deployments=(d,), clusters=fleet), NOW
+    )

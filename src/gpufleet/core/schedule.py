@@ -38,8 +38,9 @@ the first failure may leave capacity another order would use (may refuse, never 
 from __future__ import annotations
 
 import bisect
+import operator
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -180,16 +181,29 @@ class ScheduleMemo:
     window they hold for (charging.py).
 
     Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
-    about two snapshots' worth of derived values. A memo made for one call
-    (`keeps_ledgers=False`, what `plan` makes when given none) keeps no ledgers: no later
-    call could copy them. Reusable across any sequence of snapshots: a call's result is the
+    about two snapshots' worth of derived values; besides, the previous call's deployments
+    in key order, reused while a call has the same Deployment objects. A memo made
+    `for_one_call` (what `plan` makes when given none) keeps neither that nor ledgers: no
+    later call could use them. Reusable across any sequence of snapshots: a call's result is the
     same as with a fresh memo. Not thread-safe: one caller at a time.
     """
 
-    __slots__ = ("_fleet", "_last_views", "_pools", "_views", "deployments", "placement")
+    __slots__ = (
+        "_fleet",
+        "_last_views",
+        "_pools",
+        "_views",
+        "deployments",
+        "for_one_call",
+        "order",
+        "placement",
+    )
 
-    def __init__(self, *, keeps_ledgers: bool = True) -> None:
-        self.placement = PlacementMemo(keeps_ledgers=keeps_ledgers)
+    def __init__(self, *, for_one_call: bool = False) -> None:
+        self.placement = PlacementMemo(keeps_ledgers=not for_one_call)
+        self.for_one_call = for_one_call
+        #: The last checked deployments, as given and in key order.
+        self.order: tuple[tuple[Deployment, ...], tuple[Deployment, ...]] | None = None
         #: Per deployment (by id), its latest retain result and charges.
         self.deployments: Generations[int, _Remembered] = Generations()
         self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
@@ -296,14 +310,32 @@ class _Work:
         return work
 
 
-def _check(snapshot: Snapshot) -> None:
+def _check(snapshot: Snapshot, memo: ScheduleMemo) -> tuple[Deployment, ...]:
+    """Raise for a key two deployments share, then for a name two clusters share; return
+    the deployments in key order.
+
+    The same Deployment objects in the same order as the last call that got this far (the
+    memo holds them: compared by identity, in C) have the same keys: those were unique, and
+    their order is the one remembered."""
     deployments = snapshot.deployments
-    if len({(d.key.namespace, d.key.name) for d in deployments}) < len(deployments):
-        _check_keys(deployments)
+    known = memo.order
+    if (
+        known is not None
+        and len(known[0]) == len(deployments)
+        and all(map(operator.is_, known[0], deployments))
+    ):
+        ordered = known[1]
+    else:
+        if len({(d.key.namespace, d.key.name) for d in deployments}) < len(deployments):
+            _check_keys(deployments)
+        ordered = tuple(sorted(deployments, key=_deployment_order))
+        if not memo.for_one_call:
+            memo.order = (deployments, ordered)
     names = Counter(c.name for c in snapshot.clusters)
     for name, n in sorted(names.items()):
         if n > 1:
             raise SnapshotError(f"clusters[{name}]", f"{n} clusters share this name")
+    return ordered
 
 
 def _check_keys(deployments: tuple[Deployment, ...]) -> None:
@@ -636,7 +668,7 @@ def _condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
 
 
 def _by_deployment(
-    deployments: list[Deployment], replicas: tuple[Replica, ...]
+    deployments: Sequence[Deployment], replicas: tuple[Replica, ...]
 ) -> tuple[list[list[Replica]], list[Replica]]:
     """Each deployment's replicas in snapshot order (retaining sorts them; a memo hit need
     not), and in canonical order the replicas whose deployment is gone (their devices are
@@ -712,9 +744,9 @@ def plan(
     (for the deployments in `explain` that got every replica) the verdicts for one more.
 
     `memo` (default: a fresh one): see `ScheduleMemo`; it never changes the result."""
-    _check(snapshot)
     if memo is None:
-        memo = ScheduleMemo(keeps_ledgers=False)
+        memo = ScheduleMemo(for_one_call=True)
+    deployments = _check(snapshot, memo)
     memo.advance()
     ledgers = _build_ledgers(snapshot, now, memo.placement, record)
     fleet, pool_views, changed = memo.views(ledgers, pools=bool(snapshot.replicas))
@@ -725,7 +757,6 @@ def plan(
         else {}
     )
 
-    deployments = sorted(snapshot.deployments, key=_deployment_order)
     groups, orphans = _by_deployment(deployments, snapshot.replicas)
     charges: list[Charge] = []
     for replica in orphans:
