@@ -154,12 +154,11 @@ class _Retained:
 @dataclass(frozen=True, slots=True)
 class _Remembered:
     """A deployment's memo entry: what its retain result was derived from besides the
-    deployment (the fleet's retain view id, its replicas' ids in snapshot order, and the
-    replicas themselves, held so those ids cannot be reused), that result, and its kept
-    replicas' charges with the pool states they hold for."""
+    deployment (the fleet's retain view id and its replicas in snapshot order, compared by
+    identity and held, so no other object can be taken for one of them), that result, and
+    its kept replicas' charges with the pool states they hold for."""
 
     fleet: int
-    replica_ids: tuple[int, ...]
     replicas: tuple[Replica, ...]
     retained: _Retained
     charges: HeldCharges
@@ -170,7 +169,7 @@ class ScheduleMemo:
     schedules a slowly changing fleet over and over (the hub controller, every step).
 
     It holds, keyed by the identity of the snapshot's Deployment objects (an entry holds the
-    deployment and the replicas whose ids it compares, so no id can answer for another
+    deployment and the replicas it compares by identity, so no id can answer for another
     object while the entry lives) and by pool class: member matches and engine shapes per
     class of pool, each Pool object's ledger as built (copied for a call, see
     `PlacementMemo`), and per deployment its retain result (kept replicas re-stamped, dropped
@@ -422,7 +421,7 @@ def _placed_engines(engines: tuple[ReplicaEngine, ...]) -> tuple[PlacedEngine, .
 
 def _retain_and_charge(
     deployment: Deployment,
-    replicas: tuple[Replica, ...],
+    replicas: Sequence[Replica],
     ledgers: Mapping[ClusterName, ClusterLedger],
     memo: ScheduleMemo,
     fleet: int,
@@ -433,7 +432,7 @@ def _retain_and_charge(
     ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
 
     Keyed by the deployment alone (an int key is cheap to hash) with its latest result: the
-    entry holds the replicas whose ids it compares, so an id cannot answer for another.
+    entry holds the replicas it compares by identity, so no other object is taken for one.
 
     Every entry a call uses it checks (or replaces by one derived in the call), so an entry
     carried from the previous call held for that call's pool views: its charges still hold
@@ -442,13 +441,17 @@ def _retain_and_charge(
     if not replicas:
         # Nothing to retain or charge: cheaper to derive than to remember.
         return _retain(deployment, (), ledgers, memo.placement.matcher), ()
-    ids = tuple(map(id, replicas))
     entries = memo.deployments
     found = entries.carry(id(deployment), deployment)
     is_carried = found is not None
     if found is None:
         found = entries.get(id(deployment), deployment)
-    is_same = found is not None and found.fleet == fleet and found.replica_ids == ids
+    is_same = (
+        found is not None
+        and found.fleet == fleet
+        and len(found.replicas) == len(replicas)
+        and all(map(operator.is_, found.replicas, replicas))
+    )
     known = found if is_same else None
     if known is not None and (
         (is_carried and changed is not None and known.charges.pools.isdisjoint(changed))
@@ -461,7 +464,8 @@ def _retain_and_charge(
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher)
     charges = held_charges(retained.kept, ledgers, views)
-    entries.put(id(deployment), _Remembered(fleet, ids, replicas, retained, charges), deployment)
+    remembered = _Remembered(fleet, tuple(replicas), retained, charges)
+    entries.put(id(deployment), remembered, deployment)
     return retained, charges.charges
 
 
@@ -766,9 +770,7 @@ def plan(
     # Per deployment, its decision when retaining settles it, else its work for the round.
     outcomes: list[DeploymentDecision | _Work] = []
     for d, group in zip(deployments, groups, strict=True):
-        retained, kept = _retain_and_charge(
-            d, tuple(group), ledgers, memo, fleet, pool_views, changed
-        )
+        retained, kept = _retain_and_charge(d, group, ledgers, memo, fleet, pool_views, changed)
         charges.extend(kept)
         outcomes.append(retained.settled or _Work.start(d, retained))
     apply_charges(charges, ledgers)
