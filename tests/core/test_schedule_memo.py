@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,11 +28,12 @@ from gpufleet.core.model import (
     PoolObservation,
     Replica,
     ReplicaStatus,
+    SchedulingConfig,
     Snapshot,
     Taint,
     TaintEffect,
 )
-from gpufleet.core.schedule import ScheduleMemo, plan, schedule
+from gpufleet.core.schedule import ScheduleMemo, SnapshotError, plan, schedule
 
 GPU = DriverName("gpu.nvidia.com")
 EXAMPLES = int(__import__("os").environ.get("GPUFLEET_EXAMPLES", "60"))
@@ -295,3 +297,47 @@ def test_a_memo_keeps_only_what_the_last_two_calls_used() -> None:
     schedule(last, NOW, memo=once)
     # Nothing of the thirty earlier fleets is left: at most what one call on `last` derives.
     assert 0 < memo.size() <= once.size()
+
+
+def test_a_kept_memo_rebuilds_pool_ledgers_when_the_config_changes() -> None:
+    # The same pool objects on every call: the memo copies their ledgers, which read the
+    # config (a histogram over the bucket cap falls back to whole-node accounting).
+    fleet = (
+        cluster("a").pool("p0", nodes=3, gpus=8, observation=observed({8: 1, 4: 1, 2: 1})).build(),
+    )
+    deps = (deployment("ml/x").replicas(2).engine(gpus=2).build(),)
+    memo = ScheduleMemo()
+    decisions = []
+    for cap in (16, 2, 2, 16):
+        config = SchedulingConfig(max_histogram_buckets=cap)
+        snap = Snapshot(deployments=deps, clusters=fleet, config=config)
+        decisions.append(schedule(snap, NOW, memo=memo))
+        assert decisions[-1] == schedule(snap, NOW)
+    assert decisions[0] != decisions[1]
+
+
+def test_a_kept_memo_tells_apart_clusters_that_share_a_pool_object() -> None:
+    # A ledger is kept per Pool object; the same object under two names is two ledgers.
+    first = cluster("a").pool("p0", nodes=2, gpus=8, observation=observed({8: 2})).build()
+    second = replace(first, name="b")
+    deps = (deployment("ml/x").replicas(3).engine(gpus=8).build(),)
+    memo = ScheduleMemo()
+    for clusters in ((first, second), (second, first), (first,), (second,), (first, second)):
+        snap = Snapshot(deployments=deps, clusters=clusters)
+        assert schedule(snap, NOW, memo=memo) == schedule(snap, NOW)
+
+
+def test_a_kept_memo_still_refuses_deployments_that_share_a_key() -> None:
+    # The memo reuses the key order of the same deployment objects; the same object twice,
+    # or an equal one beside it, still shares a key.
+    fleet = (cluster("a").pool("p0", nodes=2, gpus=8).build(),)
+    d = deployment("ml/x").replicas(1).engine(gpus=1).build()
+    e = deployment("ml/y").replicas(1).engine(gpus=1).build()
+    memo = ScheduleMemo()
+    for deployments in ((d, d), (d, replace(d)), (e, replace(d, key=e.key))):
+        schedule(Snapshot(deployments=(d, e), clusters=fleet), NOW, memo=memo)
+        with pytest.raises(SnapshotError, match="share this key"):
+            schedule(Snapshot(deployments=deployments, clusters=fleet), NOW, memo=memo)
+    assert schedule(Snapshot(deployments=(d,), clusters=fleet), NOW, memo=memo) == schedule(
+        Snapshot(deployments=(d,), clusters=fleet), NOW
+    )

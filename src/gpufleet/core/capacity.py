@@ -123,7 +123,20 @@ def policy_for(cluster: ClusterName, config: SchedulingConfig) -> NodeChoicePoli
 
 
 def as_utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+    """`moment` as UTC: naive read as UTC, aware converted (the same instant).
+
+    Converted rather than left in its own zone because the core compares these times often
+    (charge windows on every call, charging.py): two datetimes that share a tzinfo object
+    compare in C, while any other pair calls both tzinfos' `utcoffset` (pydantic gives each
+    parsed time its own `TzInfo`). Comparisons and differences are by instant, so the result
+    is the same either way; a tzinfo without an offset is left alone, as it always was.
+    """
+    tzinfo = moment.tzinfo
+    if tzinfo is UTC:
+        return moment
+    if tzinfo is None:
+        return moment.replace(tzinfo=UTC)
+    return moment if moment.utcoffset() is None else moment.astimezone(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +207,7 @@ class PoolLedger:
     FreeGPU: `free` maps a free vector to its node count (never negative, zero entries removed).
     WholeNode: `free_nodes` may go negative when existing replicas overcommit the pool.
     `log`, when enabled, records every pod taken from the histogram (for tests and explain).
+    `origin` is the ledger this one is a `copy` of (None: built from the pool).
     """
 
     __slots__ = (
@@ -207,6 +221,7 @@ class PoolLedger:
         "log",
         "memo",
         "observation",
+        "origin",
         "pool",
         "reasons",
         "version",
@@ -239,6 +254,7 @@ class PoolLedger:
         self.log: list[object] | None = [] if record else None
         #: Results computed from the current state (fits, reasons, summary); cleared on change.
         self.memo: dict[object, object] = {}
+        self.origin: PoolLedger | None = None
         observation = pool.observation
         if observation is None or fallback is not None or observation.buckets is None:
             self.accounting = Accounting.WHOLE_NODE
@@ -252,6 +268,28 @@ class PoolLedger:
         growth = max(0, pool.nodes - observation.observed_nodes)
         if growth:
             self.free[self.full] = self.free.get(self.full, 0) + growth
+
+    def copy(self, *, record: bool = False) -> PoolLedger:
+        """A new ledger in this one's state, with its own histogram, memo and log; everything
+        else (the pool, its drivers and reasons) is immutable and shared. Copying an unused
+        ledger is the same as building one again from the same pool and config, for less
+        (no devices or buckets to read)."""
+        copied = PoolLedger.__new__(PoolLedger)
+        copied.cluster = self.cluster
+        copied.pool = self.pool
+        copied.class_id = self.class_id
+        copied.observation = self.observation
+        copied.drivers = self.drivers
+        copied.full = self.full
+        copied.reasons = self.reasons
+        copied.free = dict(self.free)
+        copied.free_nodes = self.free_nodes
+        copied.version = self.version
+        copied.log = [] if record else None
+        copied.memo = {}
+        copied.origin = self
+        copied.accounting = self.accounting
+        return copied
 
     @property
     def is_free_gpu(self) -> bool:

@@ -112,9 +112,10 @@ def apply_charges(charges: list[Charge], ledgers: Mapping[ClusterName, ClusterLe
 # --- how long charges hold ----------------------------------------------------------------
 
 
-def charge_view(pool: PoolLedger) -> tuple[object, ...]:
-    """What a charge reads of a pool besides its allocation time (and the replica)."""
-    return (pool.class_id, pool.accounting, allocation_time(pool) is None)
+def charge_view(pool: PoolLedger, time: datetime | None) -> tuple[object, ...]:
+    """What a charge reads of a pool besides its allocation time `time` (`allocation_time`)
+    and the replica."""
+    return (pool.class_id, pool.accounting, time is None)
 
 
 def allocation_time(pool: PoolLedger) -> datetime | None:
@@ -136,6 +137,8 @@ class HeldCharges:
 
     windows: tuple[_Window, ...]
     charges: tuple[Charge, ...]
+    #: The pools of `windows`: while none of them changes its view, these still hold.
+    pools: frozenset[PoolKey] = frozenset()
 
     def hold(self, views: Mapping[PoolKey, PoolView]) -> bool:
         """Whether these are still the charges with the pools as `views` has them."""
@@ -178,7 +181,9 @@ def held_charges(
         _window(key, views.get(key, NO_POOL), times)
         for key, times in sorted(since.items(), key=lambda kv: kv[0])
     )
-    return HeldCharges(windows, tuple(charges)) if windows or charges else NO_CHARGES
+    if not windows and not charges:
+        return NO_CHARGES
+    return HeldCharges(windows, tuple(charges), frozenset(w[0] for w in windows))
 
 
 def _window(key: PoolKey, now: PoolView, since: list[datetime]) -> _Window:

@@ -111,6 +111,8 @@ def match_member(member: Member, devices: Sequence[Device]) -> MemberMatch:
 
 
 _DeviceKey = tuple[object, ...]
+#: A class of pool: everything matching reads of its devices, in order.
+ClassKey = tuple[_DeviceKey, ...]
 
 
 def _device_key(device: Device) -> _DeviceKey:
@@ -144,7 +146,7 @@ class Matcher:
     __slots__ = ("_class_ids", "_matches", "_next_class_id")
 
     def __init__(self) -> None:
-        self._class_ids: Generations[tuple[_DeviceKey, ...], int] = Generations()
+        self._class_ids: Generations[ClassKey, int] = Generations()
         self._next_class_id = 0
         self._matches: Generations[tuple[int, int], MemberMatch] = Generations()
 
@@ -157,12 +159,21 @@ class Matcher:
         return len(self._class_ids) + len(self._matches)
 
     def class_id(self, devices: Sequence[Device]) -> int:
+        return self.class_of(devices)[1]
+
+    def class_of(self, devices: Sequence[Device]) -> tuple[ClassKey, int]:
+        """The class of a device list, by value, and its id."""
         key = tuple(_device_key(d) for d in devices)
         found = self._class_ids.get(key)
-        if found is not None:
-            return found
-        self._next_class_id += 1
-        return self._class_ids.put(key, self._next_class_id)
+        if found is None:
+            self._next_class_id += 1
+            found = self._class_ids.put(key, self._next_class_id)
+        return key, found
+
+    def has_class(self, key: ClassKey, class_id: int) -> bool:
+        """Whether `class_id` is still the id of the class `key` (a `class_of` answer), and
+        keep it so for this call: for a caller that remembers a class instead of asking again."""
+        return self._class_ids.get(key) == class_id
 
     def match(self, member: Member, devices: Sequence[Device], class_id: int) -> MemberMatch:
         memo_key = (id(member), class_id)

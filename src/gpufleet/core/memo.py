@@ -57,6 +57,20 @@ class Generations(Generic[K, V]):
                 self._held[id(held)] = held
         return found
 
+    def carry(self, key: K, held: object = None) -> V | None:
+        """What the previous call used or stored for `key`, moved to this call as by `get`;
+        None when this call has already used `key` (then `get` answers) or the previous
+        call did not. For a caller whose entries the previous call checked: a carried entry
+        was valid then."""
+        if key in self._current:
+            return None
+        found = self._previous.get(key)
+        if found is not None:
+            self._current[key] = found
+            if held is not None:
+                self._held[id(held)] = held
+        return found
+
     def put(self, key: K, value: V, held: object = None) -> V:
         """Store `value` (not None); `held` is kept alive with it (the object whose id is in
         `key`, if any)."""

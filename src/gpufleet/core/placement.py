@@ -27,17 +27,27 @@ from dataclasses import dataclass, field
 from gpufleet.core import diagnosis
 from gpufleet.core.accounting import engine_units, node_cost
 from gpufleet.core.capacity import Freshness, NodeChoicePolicy, PoolLedger
-from gpufleet.core.decision import PlacedEngine, PlacedMember, PoolVerdict, Reason
+from gpufleet.core.decision import (
+    ObservationState,
+    PlacedEngine,
+    PlacedMember,
+    PoolState,
+    PoolVerdict,
+    Reason,
+)
 from gpufleet.core.fit import FitFailure, FitResult, Unit, fit, order_units
-from gpufleet.core.matching import Matcher, MemberMatch
+from gpufleet.core.matching import ClassKey, Matcher, MemberMatch
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
     Cluster,
+    ClusterName,
     Deployment,
     Engine,
+    Pool,
     PoolName,
     ReplicaEngine,
     ReplicaMember,
+    SchedulingConfig,
 )
 
 
@@ -149,24 +159,35 @@ class _EngineOnShape:
 
 class PlacementMemo:
     """What placing computes per (engine or deployment, class of pool or cluster shape),
-    capacity aside.
+    capacity aside; and, for a caller that keeps it, each pool's ledger as built.
 
     Shared by every cluster with pools of a class and, when the caller keeps it, by later
     calls (memo.py): entries are keyed by the engine's or deployment's identity and hold it;
     classes and shapes get ids by value, never given to another class or shape.
+
+    Ledgers (`pool_ledger`, only when `keeps_ledgers`): a pool's ledger as built is a
+    function of the pool, its cluster's name, its class and the config, so it is kept per
+    Pool object (held) with the class it was built for, and a later call that sees the same
+    object gets a copy instead of reading devices and buckets again. The config is compared
+    once per call (`use_config`): another config drops every kept ledger. The `PoolState` of
+    a copy that nothing charged or placed on is the kept ledger's, per observation state.
     """
 
     __slots__ = (
+        "_config",
         "_next_shape_id",
         "_shape_ids",
         "engines",
         "hosts",
+        "keeps_ledgers",
+        "ledgers",
         "matcher",
         "mismatches",
         "on_shapes",
+        "states",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, keeps_ledgers: bool = True) -> None:
         self.matcher = Matcher()
         self._shape_ids: Generations[tuple[tuple[int, bool], ...], int] = Generations()
         self._next_shape_id = 0
@@ -177,6 +198,14 @@ class PlacementMemo:
         self.mismatches: Generations[
             tuple[int, PoolName, int, tuple[bool, ...]], tuple[Reason, ...]
         ] = Generations()
+        #: False for a memo made for one call: it would keep ledgers no call reads.
+        self.keeps_ledgers = keeps_ledgers
+        #: Per Pool object (by id): its ledger as built (never used by a call, only copied)
+        #: and the class key its class id is for.
+        self.ledgers: Generations[int, tuple[PoolLedger, ClassKey]] = Generations()
+        #: Per (kept ledger by id, observation state): its pool state.
+        self.states: Generations[tuple[int, ObservationState], PoolState] = Generations()
+        self._config: SchedulingConfig | None = None
 
     def advance(self) -> None:
         """A new call starts (see memo.py)."""
@@ -186,6 +215,44 @@ class PlacementMemo:
         self.on_shapes.advance()
         self.hosts.advance()
         self.mismatches.advance()
+        self.ledgers.advance()
+        self.states.advance()
+
+    def use_config(self, config: SchedulingConfig) -> None:
+        """Ledgers are built with `config` in this call: kept ones built with another go."""
+        if config is not self._config and config != self._config:
+            self.ledgers = Generations()
+            self.states = Generations()
+        self._config = config
+
+    def pool_ledger(
+        self, cluster: ClusterName, pool: Pool, config: SchedulingConfig, *, record: bool
+    ) -> PoolLedger:
+        """A ledger for `pool` of `cluster` as built from it with `config` (the one given to
+        `use_config`): a copy of the kept one when there is one for this object."""
+        matcher = self.matcher
+        found = self.ledgers.get(id(pool), pool)
+        if found is not None:
+            kept, key = found
+            if kept.cluster == cluster and matcher.has_class(key, kept.class_id):
+                return kept.copy(record=record)
+        key, class_id = matcher.class_of(pool.devices)
+        if not self.keeps_ledgers:
+            return PoolLedger(cluster, pool, class_id, config, record=record)
+        kept = PoolLedger(cluster, pool, class_id, config)
+        self.ledgers.put(id(pool), (kept, key), pool)
+        return kept.copy(record=record)
+
+    def pool_state(self, ledger: PoolLedger, observation: ObservationState) -> PoolState:
+        """`ledger.state(observation)`, shared with every unchanged copy of one kept ledger."""
+        origin = ledger.origin
+        if origin is None or ledger.version != 0:
+            return ledger.state(observation)
+        memo_key = (id(origin), observation)
+        found = self.states.get(memo_key, origin)
+        if found is None:
+            found = self.states.put(memo_key, ledger.state(observation), origin)
+        return found
 
     def shape_id(self, shape: tuple[tuple[int, bool], ...]) -> int:
         found = self._shape_ids.get(shape)
@@ -203,6 +270,8 @@ class PlacementMemo:
             + len(self.on_shapes)
             + len(self.hosts)
             + len(self.mismatches)
+            + len(self.ledgers)
+            + len(self.states)
         )
 
 

@@ -25,10 +25,11 @@ sorted before use, so permuting any snapshot tuple changes nothing); no two plac
 given the same free device; a deployment with shortfall > 0 has a non-empty diagnosis.
 
 Memo. A caller that schedules the same fleet again and again (the hub controller, every step)
-may pass one `ScheduleMemo` to every call: matching, and steps 2 and 3 of a deployment whose
-objects, replicas and pools did not change, are then answered from what an earlier call
-derived. The memo is an argument, not a global, and changes no result: only the time a call
-takes (most of which, in a steady fleet, was steps 2 and 3 and the matching behind them).
+may pass one `ScheduleMemo` to every call: matching, the ledger of a pool object seen before,
+and steps 2 and 3 of a deployment whose objects, replicas and pools did not change, are then
+answered from what an earlier call derived. The memo is an argument, not a global, and
+changes no result: only the time a call takes (most of which, in a steady fleet, was steps 2
+and 3 and the matching behind them).
 
 Which way it errs: the ledger errs toward full (see accounting.py); round-robin with a stop at
 the first failure may leave capacity another order would use (may refuse, never overcommits).
@@ -37,8 +38,9 @@ the first failure may leave capacity another order would use (may refuse, never 
 from __future__ import annotations
 
 import bisect
+import operator
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -152,12 +154,11 @@ class _Retained:
 @dataclass(frozen=True, slots=True)
 class _Remembered:
     """A deployment's memo entry: what its retain result was derived from besides the
-    deployment (the fleet's retain view id, its replicas' ids in snapshot order, and the
-    replicas themselves, held so those ids cannot be reused), that result, and its kept
-    replicas' charges with the pool states they hold for."""
+    deployment (the fleet's retain view id and its replicas in snapshot order, compared by
+    identity and held, so no other object can be taken for one of them), that result, and
+    its kept replicas' charges with the pool states they hold for."""
 
     fleet: int
-    replica_ids: tuple[int, ...]
     replicas: tuple[Replica, ...]
     retained: _Retained
     charges: HeldCharges
@@ -168,9 +169,10 @@ class ScheduleMemo:
     schedules a slowly changing fleet over and over (the hub controller, every step).
 
     It holds, keyed by the identity of the snapshot's Deployment objects (an entry holds the
-    deployment and the replicas whose ids it compares, so no id can answer for another
+    deployment and the replicas it compares by identity, so no id can answer for another
     object while the entry lives) and by pool class: member matches and engine shapes per
-    class of pool, and per deployment its retain result (kept replicas re-stamped, dropped
+    class of pool, each Pool object's ledger as built (copied for a call, see
+    `PlacementMemo`), and per deployment its retain result (kept replicas re-stamped, dropped
     ones, its whole decision when nothing is pending) and its kept replicas' charges. A
     retain result is recomputed when the deployment, its replicas or what retaining reads of
     the clusters (names, labels, taints, gateways, pools by name and class) change; charges
@@ -178,47 +180,69 @@ class ScheduleMemo:
     window they hold for (charging.py).
 
     Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
-    about two snapshots' worth of derived values. Reusable across any sequence of snapshots:
-    a call's result is the same as with a fresh memo. Not thread-safe: one caller at a time.
+    about two snapshots' worth of derived values; besides, the previous call's deployments
+    in key order, reused while a call has the same Deployment objects. A memo made
+    `for_one_call` (what `plan` makes when given none) keeps neither that nor ledgers: no
+    later call could use them. Reusable across any sequence of snapshots: a call's result is the
+    same as with a fresh memo. Not thread-safe: one caller at a time.
     """
 
-    __slots__ = ("_fleet", "_pools", "_views", "deployments", "placement")
+    __slots__ = (
+        "_fleet",
+        "_last_views",
+        "_pools",
+        "_views",
+        "deployments",
+        "for_one_call",
+        "order",
+        "placement",
+    )
 
-    def __init__(self) -> None:
-        self.placement = PlacementMemo()
+    def __init__(self, *, for_one_call: bool = False) -> None:
+        self.placement = PlacementMemo(keeps_ledgers=not for_one_call)
+        self.for_one_call = for_one_call
+        #: The last checked deployments, as given and in key order.
+        self.order: tuple[tuple[Deployment, ...], tuple[Deployment, ...]] | None = None
         #: Per deployment (by id), its latest retain result and charges.
         self.deployments: Generations[int, _Remembered] = Generations()
         self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
         self._pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         self._views = 0
+        #: The previous call's pool views; None when it had none (no replicas to charge).
+        self._last_views: dict[PoolKey, PoolView] | None = None
 
     def advance(self) -> None:
         """Start a call (see memo.py), before it reads anything."""
         self.placement.advance()
         self.deployments.advance()
 
-    def views(
-        self, ledgers: Mapping[ClusterName, ClusterLedger], *, pools: bool
-    ) -> tuple[int, dict[PoolKey, PoolView]]:
+    def views(self, ledgers: Mapping[ClusterName, ClusterLedger], *, pools: bool) -> _Views:
         """The id of the fleet's retain view and (when `pools`: only charges read them) each
-        pool's `PoolView`. A view id stays the same while the view does, and is never given
-        to another view."""
+        pool's `PoolView`, and which pools' views changed since the previous call. A view id
+        stays the same while the view does, and is never given to another view."""
         fleet = tuple(_retain_view(ledger) for ledger in ledgers.values())
         if fleet != self._fleet[0]:
             self._fleet = (fleet, self._new_view())
+        last, self._last_views = self._last_views, None
         if not pools:
-            return self._fleet[1], {}
+            return self._fleet[1], {}, None
         known: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         views: dict[PoolKey, PoolView] = {}
         for name, ledger in ledgers.items():
             for pool in ledger.pools:
                 key = (name, pool.pool.name)
-                view = charge_view(pool)
+                time = allocation_time(pool)
+                view = charge_view(pool, time)
                 before = self._pools.get(key)
                 known[key] = before if before and before[0] == view else (view, self._new_view())
-                views[key] = (known[key][1], allocation_time(pool))
+                views[key] = (known[key][1], time)
         self._pools = known
-        return self._fleet[1], views
+        self._last_views = views
+        if last is None:
+            return self._fleet[1], views, None
+        changed = {key for key, view in views.items() if last.get(key) != view}
+        changed.update(last.keys() - views.keys())
+        return self._fleet[1], views, frozenset(changed)
 
     def _new_view(self) -> int:
         self._views += 1
@@ -227,6 +251,11 @@ class ScheduleMemo:
     def size(self) -> int:
         """Entries held: about what the last two calls derived, never the history."""
         return self.placement.size() + len(self.deployments)
+
+
+#: `ScheduleMemo.views`: the fleet's retain view id, each pool's view, and the pools whose
+#: views changed since the previous call (None: unknown, any may have).
+_Views = tuple[int, dict[PoolKey, PoolView], frozenset[PoolKey] | None]
 
 
 def _retain_view(ledger: ClusterLedger) -> tuple[object, ...]:
@@ -280,14 +309,32 @@ class _Work:
         return work
 
 
-def _check(snapshot: Snapshot) -> None:
+def _check(snapshot: Snapshot, memo: ScheduleMemo) -> tuple[Deployment, ...]:
+    """Raise for a key two deployments share, then for a name two clusters share; return
+    the deployments in key order.
+
+    The same Deployment objects in the same order as the last call that got this far (the
+    memo holds them: compared by identity, in C) have the same keys: those were unique, and
+    their order is the one remembered."""
     deployments = snapshot.deployments
-    if len({(d.key.namespace, d.key.name) for d in deployments}) < len(deployments):
-        _check_keys(deployments)
+    known = memo.order
+    if (
+        known is not None
+        and len(known[0]) == len(deployments)
+        and all(map(operator.is_, known[0], deployments))
+    ):
+        ordered = known[1]
+    else:
+        if len({(d.key.namespace, d.key.name) for d in deployments}) < len(deployments):
+            _check_keys(deployments)
+        ordered = tuple(sorted(deployments, key=_deployment_order))
+        if not memo.for_one_call:
+            memo.order = (deployments, ordered)
     names = Counter(c.name for c in snapshot.clusters)
     for name, n in sorted(names.items()):
         if n > 1:
             raise SnapshotError(f"clusters[{name}]", f"{n} clusters share this name")
+    return ordered
 
 
 def _check_keys(deployments: tuple[Deployment, ...]) -> None:
@@ -305,9 +352,9 @@ def _deployment_order(d: Deployment) -> tuple[str, str]:
 def _build_ledgers(
     snapshot: Snapshot, now: datetime, memo: PlacementMemo, record: bool
 ) -> dict[ClusterName, ClusterLedger]:
-    matcher = memo.matcher
     ledgers: dict[ClusterName, ClusterLedger] = {}
     config = snapshot.config
+    memo.use_config(config)
     for cluster in sorted(snapshot.clusters, key=lambda c: c.name):
         pools: list[PoolLedger] = []
         seen: set[str] = set()
@@ -315,8 +362,7 @@ def _build_ledgers(
             if pool.name in seen:
                 continue
             seen.add(pool.name)
-            class_id = matcher.class_id(pool.devices)
-            pools.append(PoolLedger(cluster.name, pool, class_id, config, record=record))
+            pools.append(memo.pool_ledger(cluster.name, pool, config, record=record))
         ledgers[cluster.name] = ClusterLedger(
             cluster,
             tuple(pools),
@@ -375,25 +421,42 @@ def _placed_engines(engines: tuple[ReplicaEngine, ...]) -> tuple[PlacedEngine, .
 
 def _retain_and_charge(
     deployment: Deployment,
-    replicas: tuple[Replica, ...],
+    replicas: Sequence[Replica],
     ledgers: Mapping[ClusterName, ClusterLedger],
     memo: ScheduleMemo,
     fleet: int,
     views: Mapping[PoolKey, PoolView],
+    changed: frozenset[PoolKey] | None,
 ) -> tuple[_Retained, tuple[Charge, ...]]:
     """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
     ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
 
     Keyed by the deployment alone (an int key is cheap to hash) with its latest result: the
-    entry holds the replicas whose ids it compares, so an id cannot answer for another."""
+    entry holds the replicas it compares by identity, so no other object is taken for one.
+
+    Every entry a call uses it checks (or replaces by one derived in the call), so an entry
+    carried from the previous call held for that call's pool views: its charges still hold
+    when none of their pools' views `changed` since (a set operation instead of a walk over
+    the windows, which is what most calls see)."""
     if not replicas:
         # Nothing to retain or charge: cheaper to derive than to remember.
         return _retain(deployment, (), ledgers, memo.placement.matcher), ()
-    ids = tuple(map(id, replicas))
-    found = memo.deployments.get(id(deployment), deployment)
-    is_same = found is not None and found.fleet == fleet and found.replica_ids == ids
+    entries = memo.deployments
+    found = entries.carry(id(deployment), deployment)
+    is_carried = found is not None
+    if found is None:
+        found = entries.get(id(deployment), deployment)
+    is_same = (
+        found is not None
+        and found.fleet == fleet
+        and len(found.replicas) == len(replicas)
+        and all(map(operator.is_, found.replicas, replicas))
+    )
     known = found if is_same else None
-    if known is not None and known.charges.hold(views):
+    if known is not None and (
+        (is_carried and changed is not None and known.charges.pools.isdisjoint(changed))
+        or known.charges.hold(views)
+    ):
         return known.retained, known.charges.charges
     if known is not None:
         retained = known.retained
@@ -401,8 +464,8 @@ def _retain_and_charge(
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher)
     charges = held_charges(retained.kept, ledgers, views)
-    remembered = _Remembered(fleet, ids, replicas, retained, charges)
-    memo.deployments.put(id(deployment), remembered, deployment)
+    remembered = _Remembered(fleet, tuple(replicas), retained, charges)
+    entries.put(id(deployment), remembered, deployment)
     return retained, charges.charges
 
 
@@ -609,7 +672,7 @@ def _condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
 
 
 def _by_deployment(
-    deployments: list[Deployment], replicas: tuple[Replica, ...]
+    deployments: Sequence[Deployment], replicas: tuple[Replica, ...]
 ) -> tuple[list[list[Replica]], list[Replica]]:
     """Each deployment's replicas in snapshot order (retaining sorts them; a memo hit need
     not), and in canonical order the replicas whose deployment is gone (their devices are
@@ -685,12 +748,12 @@ def plan(
     (for the deployments in `explain` that got every replica) the verdicts for one more.
 
     `memo` (default: a fresh one): see `ScheduleMemo`; it never changes the result."""
-    _check(snapshot)
     if memo is None:
-        memo = ScheduleMemo()
+        memo = ScheduleMemo(for_one_call=True)
+    deployments = _check(snapshot, memo)
     memo.advance()
     ledgers = _build_ledgers(snapshot, now, memo.placement, record)
-    fleet, pool_views = memo.views(ledgers, pools=bool(snapshot.replicas))
+    fleet, pool_views, changed = memo.views(ledgers, pools=bool(snapshot.replicas))
     placing = memo.placement
     initial = (
         {(c, p.pool.name): dict(p.free) for c, cl in ledgers.items() for p in cl.pools}
@@ -698,7 +761,6 @@ def plan(
         else {}
     )
 
-    deployments = sorted(snapshot.deployments, key=_deployment_order)
     groups, orphans = _by_deployment(deployments, snapshot.replicas)
     charges: list[Charge] = []
     for replica in orphans:
@@ -708,7 +770,7 @@ def plan(
     # Per deployment, its decision when retaining settles it, else its work for the round.
     outcomes: list[DeploymentDecision | _Work] = []
     for d, group in zip(deployments, groups, strict=True):
-        retained, kept = _retain_and_charge(d, tuple(group), ledgers, memo, fleet, pool_views)
+        retained, kept = _retain_and_charge(d, group, ledgers, memo, fleet, pool_views, changed)
         charges.extend(kept)
         outcomes.append(retained.settled or _Work.start(d, retained))
     apply_charges(charges, ledgers)
@@ -722,17 +784,19 @@ def plan(
     traces: dict[tuple[ClusterName, PoolName], PoolTrace] = {}
     for name, ledger in ledgers.items():
         for pool in sorted(ledger.pools, key=lambda p: p.pool.name):
-            pools.append(pool.state(ledger.freshness.state))
+            pools.append(placing.pool_state(pool, ledger.freshness.state))
             if record and pool.is_free_gpu and pool.log is not None:
                 traces[(name, pool.pool.name)] = PoolTrace(
                     pool.drivers,
                     initial[(name, pool.pool.name)],
                     tuple(a for a in pool.log if isinstance(a, Assignment)),
                 )
-    satisfied = {d.key for d in decisions if d.shortfall == 0} if explain else set()
-    one_more = {
-        d.key: _diagnose(d, ledgers, placing, snapshot)
-        for d in deployments
-        if d.key in explain and d.key in satisfied
-    }
+    one_more: dict[DeploymentKey, Diagnosis] = {}
+    if explain:
+        satisfied = {d.key for d in decisions if d.shortfall == 0}
+        one_more = {
+            d.key: _diagnose(d, ledgers, placing, snapshot)
+            for d in deployments
+            if d.key in explain and d.key in satisfied
+        }
     return Plan(Decision(tuple(decisions), tuple(pools)), traces, one_more)

@@ -1,0 +1,34 @@
+"""`Generations`: what a call may find of what the calls before it stored."""
+
+from __future__ import annotations
+
+from gpufleet.core.memo import Generations
+
+
+def test_carry_finds_only_what_the_previous_call_used_and_moves_it() -> None:
+    memo: Generations[str, int] = Generations()
+    memo.put("a", 1)
+    memo.put("b", 2)
+    memo.advance()
+    assert memo.carry("a") == 1  # the previous call stored it
+    assert memo.carry("a") is None  # this call has it now: `get` answers
+    assert memo.get("a") == 1
+    memo.put("c", 3)
+    assert memo.carry("c") is None  # stored by this call, not carried
+    memo.advance()
+    # "b" was not used by the previous call: gone; "a" and "c" were.
+    assert (memo.carry("a"), memo.carry("b"), memo.carry("c")) == (1, None, 3)
+    memo.advance()
+    memo.advance()
+    assert len(memo) == 0
+
+
+def test_carry_holds_the_object_whose_id_is_in_the_key() -> None:
+    memo: Generations[int, str] = Generations()
+    held = object()
+    memo.put(id(held), "x", held)
+    memo.advance()
+    assert memo.carry(id(held), held) == "x"
+    memo.advance()
+    # Carried into the last call, so held by it: still there for this one.
+    assert memo.get(id(held), held) == "x"
