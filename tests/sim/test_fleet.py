@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,9 +19,12 @@ from gpufleet.core.model import NodeChoice
 from gpufleet.sim.cluster import ClusterSpec
 from gpufleet.sim.engine import EPOCH
 from gpufleet.sim.fleet import Fleet
+from gpufleet.sim.run import build_fleet, timeline_runner
+from gpufleet.sim.scenario import load_scenario
 from gpufleet.store.port import (
     DEPLOYMENT,
     EVENT,
+    INFERENCE_CLUSTER,
     MODEL_REPLICA,
     NODE,
     POD,
@@ -563,3 +566,31 @@ def test_replica_change_rolls_pods_to_the_new_generation() -> None:
     obs = f.hub.get(REPLICA_OBSERVATION, "ml.llama-0", "gpufleet-cluster-a")
     assert obs is not None
     assert (obs["status"]["observedGeneration"], obs["status"]["podsScheduled"]) == (2, True)
+
+
+@pytest.mark.parametrize("name", ["stale-expired", "eks-agent-down", "quickstart"])
+def test_the_hub_steps_observation_times_follow_the_hub(name: str) -> None:
+    """The times the hub step keeps from the change feed (for the next one to age) are the
+    ones a scan of the hub finds, at every point of a run with agents down and ages crossing."""
+    scenario = load_scenario(name)
+    f, hub_step = build_fleet(scenario, scenario.controller.accounting)
+    run_to = timeline_runner(f, scenario)
+    at_s = 0.0
+    while at_s < scenario.end_s:
+        at_s += 7.0
+        run_to(at_s)
+        texts = [
+            (o.get("status") or {}).get("observedAt")
+            for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION)
+            for o in f.hub.view(kind)
+        ]
+        for c in f.hub.view(INFERENCE_CLUSTER):
+            status = c.get("status") or {}
+            texts.append((status.get("agent") or {}).get("observedAt"))
+            texts.extend(
+                (p.get("observation") or {}).get("observedAt") for p in status.get("gpuPools") or []
+            )
+        times = sorted({datetime.fromisoformat(t.replace("Z", "+00:00")) for t in texts if t})
+        for when in (*times, EPOCH, f.now):
+            want = next((t for t in times if t > when), None)
+            assert hub_step._times.first_after(f.hub, when) == want, (at_s, when)

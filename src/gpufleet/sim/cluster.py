@@ -80,7 +80,6 @@ from gpufleet.store.port import (
     Change,
     ChangeType,
     Conflict,
-    Expired,
     Kind,
     NotFound,
     Obj,
@@ -226,16 +225,6 @@ class SimStore(MemoryStore):
         self.add_index(POD, _BY_NODE, _node_name)
         self.add_index(EVENT, _BY_OBJECT, _involved_uid)
         self.add_index(RESOURCE_CLAIM, _BY_OWNER, _owner_uids)
-
-    def changes_after(self, cursor: int) -> list[Change]:
-        """The changes after `cursor`, oldest first, without copies (their objects are stored
-        ones, which the caller must not change): the components' change feed, read on every
-        pass, where `changes` would copy every object."""
-        if cursor < self._compacted:
-            raise Expired(f"changes before {self._compacted} were compacted")
-        if cursor >= self.revision:
-            return []  # most reads: nothing changed since (no search of the log)
-        return self._log[self._first_after(cursor) :]
 
     def ready_nodes(self) -> frozenset[str]:
         """The names of the Ready nodes (cached per revision of the Nodes)."""

@@ -250,8 +250,11 @@ class Fleet:
         if self.hub.kind_revision(MODEL_REPLICA) <= self._replica_cursor:
             self._replica_cursor = self.hub.revision
             return
-        changes, self._replica_cursor = self.hub.changes(self._replica_cursor, [MODEL_REPLICA])
+        changes = self.hub.changes_after(self._replica_cursor)  # read-only: no copies
+        self._replica_cursor = self.hub.revision
         for c in changes:
+            if c.kind != MODEL_REPLICA:
+                continue
             key = (c.obj["metadata"].get("namespace") or "", c.obj["metadata"]["name"])
             cluster = (c.obj["metadata"].get("labels") or {}).get(labels.CLUSTER)
             before = self._replica_clusters.pop(key, None)

@@ -31,6 +31,7 @@ the condition's reason and message and the core's top reason with its numbers.
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import contextlib
 import gc
@@ -40,7 +41,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.loop import Controller, StepResult
@@ -69,6 +70,7 @@ from gpufleet.store.port import (
     REPLICA_OBSERVATION,
     RESOURCE_CLAIM,
     Change,
+    ChangeType,
     Kind,
     NotFound,
     Obj,
@@ -314,6 +316,83 @@ def _jsonable(value: object) -> object:
 # --- the controller adapter ---------------------------------------------------------------
 
 
+class _ObservedTimes:
+    """The observation times the hub's objects carry (the clusters' published agent and pool
+    observations, and the observations' own), kept sorted and brought up to date from the
+    hub's change feed: a settled step asks for the next one to age, and most steps change a
+    few of the fleet's ~1,000 observations."""
+
+    _KINDS: Final = (INFERENCE_CLUSTER, POOL_OBSERVATION, REPLICA_OBSERVATION)
+
+    def __init__(self) -> None:
+        self._reset(None)
+
+    def _reset(self, hub: MemoryStore | None) -> None:
+        """Start over with `hub` (the hub step is handed its fleet's hub after it is made)."""
+        self._hub = hub
+        self._cursor = 0
+        #: Per object (kind, namespace, name), the times it carries; how many carry each
+        #: time, and the distinct times in order.
+        self._of: dict[tuple[str, str, str], tuple[datetime, ...]] = {}
+        self._count: Counter[datetime] = Counter()
+        self._sorted: list[datetime] = []
+        self._parsed: dict[str, datetime] = {}
+
+    def first_after(self, hub: MemoryStore, when: datetime) -> datetime | None:
+        """The earliest time on `hub` later than `when`."""
+        if hub is not self._hub:
+            self._reset(hub)
+        self._catch_up(hub)
+        at = bisect.bisect_right(self._sorted, when)
+        return self._sorted[at] if at < len(self._sorted) else None
+
+    def _catch_up(self, hub: MemoryStore) -> None:
+        changes = hub.changes_after(self._cursor)
+        self._cursor = hub.revision
+        for c in changes:
+            if c.kind not in self._KINDS:
+                continue
+            meta = c.obj["metadata"]
+            key = (c.kind.kind, meta.get("namespace") or "", meta["name"])
+            for at in self._of.pop(key, ()):
+                self._count[at] -= 1
+                if not self._count[at]:
+                    del self._count[at]
+                    del self._sorted[bisect.bisect_left(self._sorted, at)]
+            if c.type is ChangeType.DELETED:
+                continue
+            times = self._times_of(c.kind, c.obj)
+            self._of[key] = times
+            for at in times:
+                if not self._count[at]:
+                    bisect.insort(self._sorted, at)
+                self._count[at] += 1
+        if len(self._parsed) > 4 * len(self._count) + 1024:
+            self._parsed.clear()
+
+    def _times_of(self, kind: Kind, obj: Mapping[str, Any]) -> tuple[datetime, ...]:
+        status = obj.get("status") or {}
+        if kind == INFERENCE_CLUSTER:
+            texts = [(status.get("agent") or {}).get("observedAt")]
+            for pool in status.get("gpuPools") or []:
+                texts.append((pool.get("observation") or {}).get("observedAt"))
+        else:
+            texts = [status.get("observedAt")]
+        times: list[datetime] = []
+        for text in texts:
+            if not text or not isinstance(text, str):
+                continue
+            at = self._parsed.get(text)
+            if at is None:
+                try:
+                    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+                except ValueError:
+                    continue  # not a time: nothing ages (the controller rejects the report)
+                self._parsed[text] = at
+            times.append(at)
+        return tuple(times)
+
+
 class _HubStep:
     """What the fleet calls: the controller's step, plus refusal bookkeeping.
 
@@ -339,10 +418,8 @@ class _HubStep:
         self._last: dict[str, tuple[object, ...]] = {}
         #: The last decision `_record` went through (see there).
         self._recorded: object = None
-        #: Per kind, the last view `_next_age_crossing` read and the times found in it; and
-        #: the times parsed (most recur: replica observations do not heartbeat).
-        self._kind_times: dict[str, tuple[Sequence[Mapping[str, Any]], frozenset[str]]] = {}
-        self._parsed_times: dict[str, datetime] = {}
+        #: The observation times on the hub, for `_next_age_crossing`.
+        self._times = _ObservedTimes()
 
     def step(self, now: datetime) -> None:
         if self.controller is None:
@@ -361,47 +438,16 @@ class _HubStep:
         self._record(result, now)
 
     def _next_age_crossing(self, now: datetime) -> datetime | None:
-        """The earliest time after `now` an observation on the hub turns Stale or Expired."""
-        times: set[str] = set()
-        for kind in (INFERENCE_CLUSTER, POOL_OBSERVATION, REPLICA_OBSERVATION):
-            times |= self._times_of(kind)
+        """The earliest time after `now` an observation on the hub turns Stale or Expired:
+        for each age, the earliest observation time more than the age (and one second:
+        ages are compared with `>`) before `now`, plus that."""
         due: datetime | None = None
-        parsed = self._parsed_times
-        if len(parsed) > 4 * len(times) + 1024:
-            parsed.clear()
-        for text in times:
-            if not text:
-                continue
-            at = parsed.get(text)
-            if at is None:
-                at = parsed[text] = datetime.fromisoformat(text.replace("Z", "+00:00"))
-            for age_s in self.ages_s:
-                # One second later than the threshold: ages are compared with `>`.
-                crossing = at + timedelta(seconds=age_s + 1)
-                if crossing > now and (due is None or crossing < due):
-                    due = crossing
+        for age_s in self.ages_s:
+            after = timedelta(seconds=age_s + 1)
+            at = self._times.first_after(self.hub, now - after)
+            if at is not None and (due is None or at + after < due):
+                due = at + after
         return due
-
-    def _times_of(self, kind: Kind) -> frozenset[str]:
-        """The observation times the hub's objects of `kind` carry: the clusters' published
-        agent and pool observations, or the observations' own. The same while the hub's
-        view of the kind is the same tuple (it keeps one until the kind's next write)."""
-        viewed = self.hub.view(kind)
-        last = self._kind_times.get(kind.kind)
-        if last is not None and last[0] is viewed:
-            return last[1]
-        times: list[str] = []
-        for obj in viewed:
-            status = obj.get("status") or {}
-            if kind is INFERENCE_CLUSTER:
-                times.append((status.get("agent") or {}).get("observedAt") or "")
-                for pool in status.get("gpuPools") or []:
-                    times.append((pool.get("observation") or {}).get("observedAt") or "")
-            else:
-                times.append(status.get("observedAt") or "")
-        found = frozenset(times)
-        self._kind_times[kind.kind] = (viewed, found)
-        return found
 
     def _record(self, result: StepResult, now: datetime) -> None:
         # A quiet step hands out the last full step's decision again: it creates and drops

@@ -339,6 +339,17 @@ class MemoryStore:
         ]
         return picked, self._revision
 
+    def changes_after(self, cursor: int) -> builtins.list[Change]:
+        """The changes after `cursor`, oldest first, without copies (their objects are stored
+        ones, which the caller must not change): for the simulator's readers of the change
+        feed (the emulated components, the fleet's and the hub step's bookkeeping), read so
+        often that `changes` would copy every object again and again."""
+        if cursor < self._compacted:
+            raise Expired(f"changes before {self._compacted} were compacted")
+        if cursor >= self._revision:
+            return []  # most reads: nothing changed since (no search of the log)
+        return self._log[self._first_after(cursor) :]
+
     @property
     def revision(self) -> int:
         return self._revision
