@@ -52,19 +52,19 @@ READING = """## Reading the numbers
   scheduler) are what recovers the optimum.
 - **B3.** `observe()` is linear in objects and under 1 s at 5,000 nodes / 40,000 claims /
   40,000 pods on this machine.
-- **B4.** The whole target day is run, not extrapolated (see the Targets table), and the
-  target is not met yet. Each step costs what changed since the last one (docs/simulator.md,
-  "Speed"): stores with ordered keys, label indexes and kept selections; emulated components
-  fed by work queues from the change log; agents that re-send their report and skip
-  materializing while nothing they read changed (a replica's status does not count); and a
-  controller that keeps what it derived by object identity and takes *quiet* steps (only
-  heartbeats and its own status writes since a step it could repeat: about 60% of the steps
-  that run), which publish the cluster statuses and do not schedule again. What remains is
-  per step and per object: a full controller step (after a placement, a histogram change or
-  a new deployment; ~3,500 a day) still visits every deployment and replica, in the
-  controller and in the core (about 7-13 ms as the fleet fills), and an agent that must
-  observe walks every replica of its cluster (about 2 ms). Reconciling only what the change
-  feed names, in the controller and the agent, is the next step.
+- **B4.** The whole target day is run, not extrapolated (see the Targets table), and it
+  runs in under a minute. Each step costs what changed since the last one (docs/simulator.md,
+  "Speed"): stores with ordered keys, label indexes and views kept as objects change (a new
+  version takes its old one's place); emulated components fed by work queues from the change
+  log; agents that look only at the replicas, pods, claims and workloads that came or went,
+  and re-send their report while nothing they read changed; a controller that keeps what it
+  derived by object identity, finds the unchanged runs of each listing again, applies and
+  publishes by blocks of what changed, and takes *quiet* steps (only heartbeats and its own
+  status writes since a step it could repeat: about 60% of the steps that run); and a core
+  memo that keeps each pool's ledger and the charges of pools whose views did not change. A
+  full controller step (after a placement, a histogram change or a new deployment; ~3,600 a
+  day) still touches every deployment once, in the controller and in the core: reconciling
+  only what the change feed names is what would take the day further.
 - **B5.** Misprediction is rare while reports are fresh: the fleet re-reads the real histogram
   every report, so a wrong guess only matters for placements made between two reports, and
   then only when the pool is nearly full. The matched diagonal is the control; what shows up
