@@ -70,7 +70,7 @@ import json
 import operator
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -1409,6 +1409,22 @@ def _observed_replica(rep: _Replica) -> ObservedReplica:
 # --- the cache between calls -------------------------------------------------------------
 
 
+def _came_and_gone(
+    held: Set[int], objects: tuple[object, ...], share: int
+) -> tuple[dict[int, object], Set[int], Set[int]] | None:
+    """`objects` by identity, the identities in `held` gone from them and those come since;
+    None when an object is there twice, or when more came and went than 8 and one in
+    `share` of the objects (reading them all then costs about the same as patching)."""
+    by_id = dict(zip(map(id, objects), objects, strict=True))
+    if len(by_id) != len(objects):
+        return None
+    gone = held - by_id.keys()
+    came = by_id.keys() - held
+    if len(gone) + len(came) > 8 + len(objects) // share:
+        return None
+    return by_id, gone, came
+
+
 class IdentityMemo(Generic[_V]):
     """Values computed from read-only objects, by the object's identity.
 
@@ -1617,13 +1633,11 @@ class ObserveCache:
             self._claims_aux = aux
             if aux is None:
                 return None
-        by_id = dict(zip(map(id, objects), objects, strict=True))
-        if len(by_id) != len(objects):
+        diff = _came_and_gone(aux.by_id.keys(), objects, 8)
+        if diff is None:
             return None
-        gone = aux.by_id.keys() - by_id.keys()
-        came = [by_id[i] for i in by_id.keys() - aux.by_id.keys()]
-        if len(gone) + len(came) > 8 + len(objects) // 8:
-            return None  # many changed: reading them all costs about the same
+        by_id, gone, came_ids = diff
+        came = [by_id[i] for i in came_ids]
         device_node = inv.device_node
         claims = dict(last.claims)
         kept = dict(last.kept)
@@ -1781,13 +1795,10 @@ class ObserveCache:
         if not held[4]:
             return None
         last = self.replicas.entries()
-        by_id = dict(zip(map(id, objects), objects, strict=True))
-        if len(by_id) != len(objects):
+        diff = _came_and_gone(last.keys(), objects, 4)
+        if diff is None:
             return None
-        gone = last.keys() - by_id.keys()
-        came = by_id.keys() - last.keys()
-        if len(gone) + len(came) > 8 + len(objects) // 4:
-            return None  # many changed: reading them all costs about the same
+        by_id, gone, came = diff
         before = held[1]
         replicas = dict(before)
         for i in gone:
@@ -1876,13 +1887,10 @@ class ObserveCache:
         if not held[4]:
             return None
         last = self.pods.entries()
-        by_id = dict(zip(map(id, objects), objects, strict=True))
-        if len(by_id) != len(objects):
+        diff = _came_and_gone(last.keys(), objects, 8)
+        if diff is None:
             return None
-        gone = last.keys() - by_id.keys()
-        came = by_id.keys() - last.keys()
-        if len(gone) + len(came) > 8 + len(objects) // 8:
-            return None  # many changed: grouping them all costs about the same
+        by_id, gone, came = diff
         read: list[tuple[RawObject, _PodInfo]] = []
         for i in came:
             obj = by_id[i]
