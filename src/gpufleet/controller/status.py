@@ -22,7 +22,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from enum import StrEnum
 from itertools import compress
 from typing import Any, Final
@@ -31,6 +31,7 @@ from gpufleet.api import parse_object
 from gpufleet.api.models import PoolObservation, ReplicaObservation
 from gpufleet.controller.conditions import Obj, ReadObj, condition, find_condition, set_condition
 from gpufleet.controller.config import ControllerConfig
+from gpufleet.core.capacity import as_utc
 from gpufleet.store import copy_json, copy_obj, format_time
 
 READY: Final = "Ready"
@@ -101,24 +102,11 @@ def parse_report(obj: ReadObj) -> AgentReport | None:
         namespace=parsed.metadata.namespace or "",
         identity=parsed.status.agent.identity,
         lease_epoch=parsed.status.agent.lease_epoch,
-        observed_at=_utc(parsed.status.observed_at),
+        # In `UTC` (the same instant): a report's time is compared and subtracted many times
+        # a step (`Trust`, `freshness`), and times that share a tzinfo do so in C.
+        observed_at=as_utc(parsed.status.observed_at),
         body=obj,
     )
-
-
-def _utc(at: datetime) -> datetime:
-    """`at`, the same instant and fields, with `UTC` as its tzinfo when its offset is zero.
-
-    A parsed time has a tzinfo object of its own (pydantic's), and comparing or subtracting
-    times of two tzinfo objects asks each for its offset: some twenty times the cost of
-    times that share one. A report's time is compared and subtracted many times a step
-    (`Trust`, `freshness`), and the times it meets (`now`, a heartbeat's `_strict_time`)
-    are in `UTC`. Nothing reads the tzinfo object itself: times are written as UTC
-    (`format_time`)."""
-    return at.replace(tzinfo=UTC) if at.utcoffset() == _ZERO else at
-
-
-_ZERO: Final = timedelta(0)
 
 
 @dataclass(frozen=True, slots=True)
