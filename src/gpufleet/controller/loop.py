@@ -394,6 +394,7 @@ class _Span(Protocol):
 #: What was read of one object (its first element is the object), and a span of them.
 _Hit = TypeVar("_Hit", _JudgedObservation, _ReadReplica)
 _S = TypeVar("_S", bound=_Span)
+_S_co = TypeVar("_S_co", bound=_Span, covariant=True)
 
 #: Reads `objs[lo:hi]`, taking an object's hit from the map (by identity) when it is there:
 #: appends one hit per object and the spans that cover them, in order.
@@ -479,6 +480,30 @@ def _aligned(
         else:
             out.append((lo, hi, kept))
     return out
+
+
+class _Blocks(Protocol[_S_co]):
+    """A listing as a step went through it by blocks: the objects and the blocks."""
+
+    @property
+    def objs(self) -> Sequence[object]: ...
+
+    @property
+    def blocks(self) -> Sequence[_S_co]: ...
+
+
+def _blocks_again(
+    objs: Sequence[object], last: _Blocks[_S] | None, is_kept: Callable[[_S], bool]
+) -> tuple[list[tuple[int, int, _S | None]], list[_S]]:
+    """`objs` in segments (`_aligned`: the blocks of `last` found again and kept, and what
+    to go through again), and the blocks of `last` not taken whole: an object gone through
+    again was in one of those, if in any, so only their entries are looked up (a block taken
+    whole needs none of its entries)."""
+    if last is None:
+        return [(0, len(objs), None)], []
+    segments = _aligned(objs, last.objs, last.blocks, is_kept)
+    found = {id(kept) for _, _, kept in segments if kept is not None}
+    return segments, [block for block in last.blocks if id(block) not in found]
 
 
 def _reread(
@@ -1492,20 +1517,8 @@ class Controller:
         def is_kept(block: _PublishBlock) -> bool:
             return block.is_settled and changed.isdisjoint(block.keys)
 
-        segments: list[tuple[int, int, _PublishBlock | None]] = (
-            _aligned(objs, last.objs, last.blocks, is_kept)
-            if last is not None
-            else [(0, len(objs), None)]
-        )
-        # A replica published again was in a block of the last listing not taken whole,
-        # if in any: its entry is there (a block taken whole needs none of its entries).
-        found = {id(kept) for _, _, kept in segments if kept is not None}
-        self._published = {
-            at: entry
-            for block in (last.blocks if last is not None else ())
-            if id(block) not in found
-            for at, entry in block.entries
-        }
+        segments, left = _blocks_again(objs, last, is_kept)
+        self._published = {at: entry for block in left for at, entry in block.entries}
         for lo, hi, kept in segments:
             if kept is not None:
                 out.extend(kept.out)
@@ -1663,19 +1676,8 @@ class Controller:
         valid: dict[tuple[str, str], _ValidDeployment] = {}
         alive: set[tuple[str, ...]] = set()
         blocks: list[_CheckBlock] = []
-        segments: list[tuple[int, int, _CheckBlock | None]] = (
-            _aligned(objs, last.objs, last.blocks, _is_valid_block)
-            if last is not None
-            else [(0, len(objs), None)]
-        )
-        # A deployment checked again was in a block not taken whole (see `_publish_replicas`).
-        found = {id(kept) for _, _, kept in segments if kept is not None}
-        self._deployments = {
-            at: entry
-            for block in (last.blocks if last is not None else ())
-            if id(block) not in found
-            for at, entry in block.entries
-        }
+        segments, left = _blocks_again(objs, last, _is_valid_block)
+        self._deployments = {at: entry for block in left for at, entry in block.entries}
         used = self._deployments_used = {}
         for lo, hi, kept in segments:
             if kept is not None:
@@ -1704,11 +1706,10 @@ class Controller:
                 blocks.append(block)
         # A valid deployment of the last listing not found again, unless checked again to
         # the same pair, is gone, moved or changed (see `_note_changed_replicas`).
-        for block in last.blocks if last is not None else ():
-            if id(block) not in found:
-                self._changed_deployments.update(
-                    key for key, pair in block.valid if valid.get(key) is not pair
-                )
+        for block in left:
+            self._changed_deployments.update(
+                key for key, pair in block.valid if valid.get(key) is not pair
+            )
         self._check_listing, self._valid = _CheckListing(objs, blocks), valid
         self.recorder.forget_missing("invalid", alive)
         return valid
@@ -1741,21 +1742,10 @@ class Controller:
                 and changed_replicas.isdisjoint(block.names)
             )
 
-        segments: list[tuple[int, int, _ApplyBlock | None]] = (
-            _aligned(objs, last.objs, last.blocks, is_applied_kept)
-            if last is not None
-            else [(0, len(objs), None)]
-        )
+        segments, left = _blocks_again(objs, last, is_applied_kept)
         alive: set[tuple[str, ...]] = set()
         blocks: list[_ApplyBlock] = []
-        # A decision applied again was in a block not taken whole (see `_publish_replicas`).
-        found = {id(kept) for _, _, kept in segments if kept is not None}
-        self._applied = {
-            key: entry
-            for block in (last.blocks if last is not None else ())
-            if id(block) not in found
-            for key, entry in block.entries
-        }
+        self._applied = {key: entry for block in left for key, entry in block.entries}
         used = self._applied_used = {}
         for lo, hi, kept in segments:
             if kept is not None:
