@@ -647,14 +647,7 @@ class Agent:
             # One object per key: what came and went next pass can be told by identity.
             self._passes[kind] = _KindPass(wanted, by_id, existing, agreeing, acted)
 
-    def _desired_set(
-        self, replicas: Sequence[Mapping[str, Any]]
-    ) -> tuple[
-        Mapping[Kind, Mapping[tuple[str, str], Obj]],
-        list[str],
-        list[str],
-        Mapping[Kind, _WantedChange],
-    ]:
+    def _desired_set(self, replicas: Sequence[Mapping[str, Any]]) -> _DesiredSet:
         """Every replica's desired objects by kind and (namespace, name), their namespaces
         (sorted), the errors of invalid replicas, and per kind whose mapping is not last
         call's, that mapping and the keys in which the two differ, when they are known.
@@ -674,15 +667,7 @@ class Agent:
 
     def _desired_set_since(
         self, state: _DesiredState, replicas: Sequence[Mapping[str, Any]]
-    ) -> (
-        tuple[
-            Mapping[Kind, Mapping[tuple[str, str], Obj]],
-            list[str],
-            list[str],
-            Mapping[Kind, _WantedChange],
-        ]
-        | None
-    ):
+    ) -> _DesiredSet | None:
         """`_desired_set` from the last call's, by the replicas that came or went since (by
         identity); None when it cannot be told that way (then it is made whole).
 
@@ -768,14 +753,7 @@ class Agent:
         )
         return desired, namespaces, state.errors, changes
 
-    def _desired_set_whole(
-        self, replicas: Sequence[Mapping[str, Any]]
-    ) -> tuple[
-        Mapping[Kind, Mapping[tuple[str, str], Obj]],
-        list[str],
-        list[str],
-        Mapping[Kind, _WantedChange],
-    ]:
+    def _desired_set_whole(self, replicas: Sequence[Mapping[str, Any]]) -> _DesiredSet:
         """`_desired_set`, replica by replica (what it reuses is by identity or key)."""
         state = self._desired_state
         last_seen = state.seen if state is not None else {}
@@ -978,6 +956,11 @@ _STAMP_KEYS: Final = frozenset({"agent", "observedAt"})
 _Desired = tuple[Kind, tuple[str, str], Obj]
 #: A kind's wanted mapping as it was, and the keys in which the one now differs from it.
 _WantedChange = tuple[Mapping[tuple[str, str], Obj], AbstractSet[tuple[str, str]]]
+#: What `Agent._desired_set` returns: the desired objects by kind and (namespace, name),
+#: their namespaces, the errors of invalid replicas, and the kinds' changes when known.
+_DesiredSet = tuple[
+    Mapping[Kind, Mapping[tuple[str, str], Obj]], list[str], list[str], Mapping[Kind, _WantedChange]
+]
 #: A replica's spec (held: its identity stays its own), its generation and labels, and the
 #: desired objects made from them (`Agent._desired_of_all`).
 _DesiredOf = tuple[object, tuple[object, object], tuple[_Desired, ...] | ReplicaInvalid]
