@@ -21,6 +21,7 @@ assume cache does); a non-numeric version is treated as "caught up" only when eq
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -149,15 +150,10 @@ class _Positions:
         return _list_order(self.listed[i])
 
     def find(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        lo, hi, want = 0, len(self.listed), (namespace, name)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.key(mid) < want:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < len(self.listed) and self.key(lo) == want:
-            return self.listed[lo]
+        want = (namespace, name)
+        at = bisect.bisect_left(self.listed, want, key=_list_order)
+        if at < len(self.listed) and self.key(at) == want:
+            return self.listed[at]
         return None
 
 
