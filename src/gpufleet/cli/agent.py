@@ -260,7 +260,7 @@ def command(
     min_push_interval: Annotated[
         float,
         typer.Option("--min-push-interval", help="Never push sooner than this after a push."),
-    ] = 2.0,
+    ] = 0.5,
     log_format: LogFormatOption = LogFormat.JSON,
     log_level: LogLevelOption = "info",
 ) -> None:
