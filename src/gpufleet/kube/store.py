@@ -293,7 +293,8 @@ class KubeStore:
         kind after `cursor` was dropped from the feed, or `cursor` is not one of this store's:
         list again and read on from `cursor`. See the module docstring."""
         if kinds is not None:
-            watched = {key.kind for key in self._informers}
+            with self._lock:  # `watch` adds informers under it, from any thread
+                watched = {key.kind for key in self._informers}
             for kind in kinds:
                 if kind not in watched:
                     self.watch(kind)
