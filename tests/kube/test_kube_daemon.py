@@ -105,27 +105,75 @@ def loop(make_store: Callable[..., KubeStore]) -> tuple[DaemonLoop, Clock, Recor
     return daemon, clock, recorder, store
 
 
-def test_a_burst_of_changes_costs_one_step_after_the_debounce(
+def test_a_change_steps_at_once_and_a_burst_costs_one_more_step_after_the_debounce(
     loop: tuple[DaemonLoop, Clock, Recorder, KubeStore],
 ) -> None:
     daemon, clock, recorder, store = loop
     assert daemon.tick() is Trigger.START and recorder.calls == [(None, Trigger.START, T0)]
     assert daemon.tick() is None
 
+    clock.advance(5)  # a quiet spell
     cursor = store.cursor
-    for i in range(3):
+    store.create(replica("r0"))
+    until_fed(store, cursor)
+    assert daemon.tick() is Trigger.CHANGE  # at once: no debounce after a quiet spell
+
+    cursor = store.cursor
+    for i in range(1, 4):
         store.create(replica(f"r{i}"))
     until_fed(store, cursor)
     clock.advance(0.1)
-    assert daemon.tick() is None  # the first change is seen now; the step waits for the burst
+    assert daemon.tick() is None  # within debounce_s of the last step: the burst waits
     time.sleep(0.2)  # the rest of the burst arrives
     clock.advance(0.3)
     assert daemon.tick() is None
-    assert daemon.seconds_to_next() == pytest.approx(0.2)
-    clock.advance(0.2)
+    assert daemon.seconds_to_next() == pytest.approx(0.1)
+    clock.advance(0.1)
     assert daemon.tick() is Trigger.CHANGE
     assert daemon.tick() is None
-    assert recorder.triggers == [Trigger.START, Trigger.CHANGE]
+    assert recorder.triggers == [Trigger.START, Trigger.CHANGE, Trigger.CHANGE]
+
+
+def test_run_wakes_on_a_change_in_any_store_it_watches(
+    make_store: Callable[..., KubeStore],
+) -> None:
+    first, second = make_store(), make_store()
+    recorder = Recorder()
+    stepped = threading.Event()
+
+    def start(epoch: int | None) -> Callable[[datetime, Trigger], datetime | None]:
+        inner = recorder.start(epoch)
+
+        def reconcile(now: datetime, trigger: Trigger) -> datetime | None:
+            stepped.set()
+            return inner(now, trigger)
+
+        return reconcile
+
+    # No timeout would ever end a wait: only a wake-up from a store can run the step.
+    never = LoopConfig(debounce_s=0.0, resync_period_s=3600.0, max_wait_s=3600.0)
+    daemon = DaemonLoop(
+        "test",
+        [Watch(first, MODEL_REPLICA), Watch(second, POD)],
+        start,
+        lambda: datetime.now(UTC),
+        never,
+    )
+    stop = threading.Event()
+    runner = threading.Thread(target=daemon.run, args=(stop,), daemon=True)
+    runner.start()
+    try:
+        assert stepped.wait(10) and recorder.triggers == [Trigger.START]
+        for store, obj in ((second, pod("p")), (first, replica("r"))):
+            stepped.clear()
+            store.create(obj)
+            assert stepped.wait(10), f"no step after a change in {obj['kind']}"
+        assert recorder.triggers == [Trigger.START, Trigger.CHANGE, Trigger.CHANGE]
+    finally:
+        stop.set()
+        first.create(replica("wake"))  # the stop flag is looked at on a wake-up
+        runner.join(10)
+    assert not runner.is_alive()
 
 
 def test_changes_of_a_non_triggering_watch_do_not_step(

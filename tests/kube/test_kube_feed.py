@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kmockplus import Served
 from kube_helpers import FAST
 
-from gpufleet.kube.store import KubeStore
-from gpufleet.store.port import MODEL_REPLICA, POD, Change, ChangeType, Expired, Obj
+from gpufleet.kube.store import ChangeFeed, KubeStore
+from gpufleet.store.port import MODEL_REPLICA, NODE, POD, Change, ChangeType, Expired, Kind, Obj
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -178,3 +181,85 @@ def test_close_stops_the_informers(make_store: Callable[..., KubeStore], api: Se
     while api.api.watch_count and time.monotonic() < deadline:
         time.sleep(0.02)
     assert api.api.watch_count == 0
+
+
+def pod(name: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "ml"}}
+
+
+def test_the_feed_is_kept_per_kind_and_read_in_cursor_order(
+    make_store: Callable[..., KubeStore],
+) -> None:
+    store = make_store(replace(FAST, feed_capacity=2))
+    store.watch(MODEL_REPLICA)
+    store.watch(POD)
+    for i in range(4):  # interleaved: r0 p0 r1 p1 r2 p2 r3 (cursors 1..7)
+        cursor = store.cursor
+        store.create(replica(f"r{i}"))
+        until_past(store, cursor)
+        if i < 3:
+            cursor = store.cursor
+            store.create(pod(f"p{i}"))
+            until_past(store, cursor)
+    assert store.cursor == 7
+    # r0 and r1 were dropped (2 replicas kept), p0 (2 pods kept): a reader from 0 of either
+    # kind is behind; a reader of pods from 1 (after r0) is not, since p0 came at 2.
+    for kinds in ([MODEL_REPLICA], [POD], None):
+        with pytest.raises(Expired):
+            store.changes(0, kinds)
+    assert [c.name for c in store.changes(2, [POD])[0]] == ["p1", "p2"]
+    both, cursor = store.changes(4, [POD, MODEL_REPLICA])
+    assert [(c.cursor, c.name) for c in both] == [(5, "r2"), (6, "p2"), (7, "r3")]
+    assert cursor == 7 and store.changes(7, [POD, MODEL_REPLICA]) == ([], 7)
+    with pytest.raises(Expired):
+        store.changes(8, [POD])  # a cursor this store never handed out
+
+
+def test_wake_on_change_sets_the_event_of_every_waiter(store: KubeStore) -> None:
+    store.watch(MODEL_REPLICA)
+    event = threading.Event()
+    store.wake_on_change(event)
+    store.create(replica("r"))
+    assert event.wait(5)
+    event.clear()
+    store.stop_waking(event)
+    cursor = store.cursor
+    store.create(replica("s"))
+    until_past(store, cursor)
+    assert not event.is_set()
+
+
+def until_past(store: KubeStore, cursor: int) -> None:
+    assert store.wait_for_changes(cursor, 5), "the informer delivered nothing"
+
+
+KINDS = (MODEL_REPLICA, POD, NODE)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    kinds_written=st.lists(st.sampled_from(KINDS), max_size=40),
+    capacity=st.integers(1, 6),
+    cursor=st.integers(0, 41),
+    kinds_read=st.one_of(st.none(), st.lists(st.sampled_from(KINDS), unique=True)),
+)
+def test_the_feed_agrees_with_the_plain_filter_of_the_whole_history(
+    kinds_written: list[Kind], capacity: int, cursor: int, kinds_read: list[Kind] | None
+) -> None:
+    """The oracle: the changes after `cursor` of the kinds read, from the whole history, in
+    order; `Expired` exactly when one of them was dropped (the feed keeps the last `capacity`
+    of each kind) or the cursor is beyond the newest."""
+    feed = ChangeFeed(capacity)
+    history = [
+        feed.append(ChangeType.ADDED, kind, {"metadata": {"name": f"o{i}"}})
+        for i, kind in enumerate(kinds_written)
+    ]
+    wanted = set(KINDS if kinds_read is None else kinds_read)
+    expected = [c for c in history if c.cursor > cursor and c.kind in wanted]
+    kept = {c.cursor for kind in KINDS for c in [h for h in history if h.kind == kind][-capacity:]}
+    if cursor > len(history) or any(c.cursor not in kept for c in expected):
+        with pytest.raises(Expired):
+            feed.read(cursor, kinds_read)
+        return
+    assert feed.read(cursor, kinds_read) == expected
+    assert feed.cursor == len(history)

@@ -30,6 +30,19 @@ one: syntax errors (cel-go style message with a caret), variables other than `de
 macro-bound names), and functions outside the standard library and the Kubernetes quantity
 and semver libraries. Type errors and non-bool results surface only at evaluation.
 
+**Cost.** Every selector carries a worst-case cost estimate (`gpufleet.cel.cost`: the API
+server's, cel-go's checker estimate with the DRA device schema's bounds); one that costs more
+than `SELECTOR_COST_LIMIT` (Kubernetes' `CELSelectorExpressionMaxCost`, 1,000,000) does not
+compile, the message giving the estimate, the limit and the factor, as the API server refuses
+it. The runtime is bounded too: the estimate holds for a device within the schema's
+bounds, so a device beyond them (more than 32 attributes and capacities, a string or version
+value over 64 characters, a driver or domain over 63, an attribute name over 32) matches no
+selector, as the API server would not have admitted it; and a selector must also fit the limit
+as this engine pays for it (`gpufleet.cel.cost.DEVICE_MAP_COPY`: device map reads, library
+callbacks, pattern compiles and quadratic list building cost more here than in cel-go), which
+refuses only selectors no device needs. A selector whose syntax the estimator cannot
+read is refused (fails closed).
+
 Programs are compiled once per expression and results cached per (expression, device), keyed
 by the only device fields CEL can see: driver, attributes and capacity.
 """
@@ -43,7 +56,18 @@ from typing import Final
 
 import cel
 
+from gpufleet.cel.cost import (
+    DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH,
+    DEVICE_MAX_DOMAIN_LENGTH,
+    DEVICE_MAX_ID_LENGTH,
+    DRIVER_NAME_MAX_LENGTH,
+    MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE,
+    SELECTOR_COST_LIMIT,
+    UNBOUNDED,
+    estimate_cost,
+)
 from gpufleet.cel.functions import LIBRARY_FUNCTIONS, encode_quantity, encode_semver
+from gpufleet.cel.syntax import SyntaxUnsupported, parse
 from gpufleet.core.model import Attribute, AttributeKind, Device
 from gpufleet.core.quantity import MAX_INT64, MIN_INT64, QuantityError, parse_quantity
 from gpufleet.core.semver import SemverError, parse_semver
@@ -108,19 +132,22 @@ class CelSelector:
 
     expression: str
     _program: cel.Program = field(compare=False, repr=False)
+    #: The API server's worst-case cost estimate (cost units) of one evaluation.
+    estimated_cost: int = field(default=0, compare=False)
 
     def matches(self, device: Device) -> bool:
         """True only when the expression evaluates to `true`; errors are non-matches."""
         return _evaluate(self, _device_key(device))
 
 
-def compile_selector(expression: str) -> CelSelector:
-    """Compile `expression` (cached); `CelCompileError` when it cannot compile."""
-    return _compile(expression)
+def compile_selector(expression: str, cost_limit: int | None = SELECTOR_COST_LIMIT) -> CelSelector:
+    """Compile `expression` (cached); `CelCompileError` when it cannot compile, or when its
+    estimated cost exceeds `cost_limit` (None: no limit, for tests of evaluation only)."""
+    return _compile(expression, cost_limit)
 
 
 @lru_cache(maxsize=_COMPILED_SELECTORS_MAX)
-def _compile(expression: str) -> CelSelector:
+def _compile(expression: str, cost_limit: int | None) -> CelSelector:
     try:
         program = cel.compile(expression)
     except ValueError as error:
@@ -139,7 +166,42 @@ def _compile(expression: str) -> CelSelector:
         raise CelCompileError(
             expression, _located(expression, name, f"undeclared reference to '{name}'")
         )
-    return CelSelector(expression, program)
+    cost = _estimated_cost(expression, cost_limit)
+    return CelSelector(expression, program, cost)
+
+
+def _estimated_cost(expression: str, cost_limit: int | None) -> int:
+    """The API server's estimate; `CelCompileError` when it or this engine's exceeds the limit."""
+    try:
+        tree = parse(expression)
+    except SyntaxUnsupported as error:
+        raise CelCompileError(
+            expression, f"cannot estimate the cost of this expression: {error}"
+        ) from None
+    cost = estimate_cost(tree)
+    if cost_limit is None:
+        return cost
+    if cost > cost_limit:
+        raise CelCompileError(expression, _over_budget(cost, cost_limit, ""))
+    on_engine = estimate_cost(tree, is_this_engine=True)
+    if on_engine > cost_limit:
+        raise CelCompileError(
+            expression,
+            _over_budget(on_engine, cost_limit, " on this engine"),
+        )
+    return cost
+
+
+def _over_budget(cost: int, limit: int, where: str) -> str:
+    if cost >= UNBOUNDED:
+        return (
+            f"too complex, exceeds cost limit: estimated cost{where} is unbounded (a size the "
+            f"device schema does not bound), limit {limit}"
+        )
+    return (
+        f"too complex, exceeds cost limit: estimated cost{where} {cost} exceeds budget {limit} "
+        f"by factor of {cost / limit:.1f}x"
+    )
 
 
 def _located(expression: str, name: str, message: str) -> str:
@@ -184,6 +246,11 @@ def _device_context(key: _DeviceKey) -> cel.Context | None:
     driver, attribute_items, capacity_items = key
     attributes: dict[str, dict[str, object]] = {}
     capacity: dict[str, dict[str, object]] = {}
+    # Beyond the schema's bounds the cost estimate does not hold: the device matches nothing.
+    if len(driver) > DRIVER_NAME_MAX_LENGTH or (
+        len(attribute_items) + len(capacity_items) > MAX_ATTRIBUTES_AND_CAPACITIES_PER_DEVICE
+    ):
+        return None
     try:
         for name, kind, _, value in attribute_items:
             _insert(
@@ -206,6 +273,8 @@ def _insert(domains: dict[str, dict[str, object]], driver: str, name: str, value
     domain, separator, identifier = name.partition("/")
     if not separator:
         domain, identifier = driver, name
+    if len(domain) > DEVICE_MAX_DOMAIN_LENGTH or len(identifier) > DEVICE_MAX_ID_LENGTH:
+        raise _InvalidDevice(f"{name!r} is longer than the device schema allows")
     entries = domains.setdefault(domain, {})
     if identifier in entries:
         raise _InvalidDevice(f"{name!r} names {domain}/{identifier} twice")
@@ -214,6 +283,8 @@ def _insert(domains: dict[str, dict[str, object]], driver: str, name: str, value
 
 def _attribute_value(attribute: Attribute) -> object:
     value = attribute.value
+    if isinstance(value, str) and len(value) > DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH:
+        raise _InvalidDevice(f"a value of {len(value)} characters")
     match attribute.kind:
         case AttributeKind.STRING if isinstance(value, str):
             return value

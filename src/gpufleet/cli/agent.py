@@ -166,10 +166,14 @@ class AgentDaemon:
         )
         self.agent = agent
         min_push = timedelta(seconds=self.config.min_push_interval_s)
+        last_push_at: datetime | None = None
 
         def reconcile(now: datetime, trigger: Trigger) -> datetime | None:
+            nonlocal last_push_at
             started = self.timer()
             outcome = agent.step(now)
+            if outcome.is_pushed:
+                last_push_at = now
             self.last_outcome = outcome
             duration_s = self.timer() - started
             self.metrics.record_step(duration_s, report_result(outcome))
@@ -208,9 +212,13 @@ class AgentDaemon:
             )
             if not outcome.is_hub_reachable:
                 return now + min_push  # retry the push soon
-            if not outcome.is_pushed and trigger in (Trigger.START, Trigger.CHANGE):
-                # A change inside the minimum push interval: push it once the interval is over.
-                return now + min_push
+            if outcome.is_pushed or last_push_at is None:
+                return None
+            held_until = last_push_at + min_push  # the agent compares with the `now` it pushed at
+            if now < held_until:
+                # A change inside the minimum push interval: push it when the interval since
+                # the last push ends (if the report did not change, that step pushes nothing).
+                return held_until
             return None
 
         return reconcile
@@ -252,7 +260,7 @@ def command(
     min_push_interval: Annotated[
         float,
         typer.Option("--min-push-interval", help="Never push sooner than this after a push."),
-    ] = 2.0,
+    ] = 0.5,
     log_format: LogFormatOption = LogFormat.JSON,
     log_level: LogLevelOption = "info",
 ) -> None:

@@ -6,7 +6,11 @@ the replica that holds a Lease. The generic half of `gpufleet controller` and `g
 namespace- and label-scoped). Changes of a watch with `triggers=True` mark the loop dirty;
 others only feed readiness (for example the agent watches its own observations on the hub, which
 proves its hub credentials can read them, without waking up on its own writes). A feed that
-expired (`Expired`) counts as a change.
+expired (`Expired`) counts as a change. Every store the loop watches sets one shared
+`threading.Event` on each change (`KubeStore.wake_on_change`), so `run()` wakes at once on a
+change in ANY of its stores (the agent watches its cluster and the hub), never by polling; the
+election thread sets it too when leadership changes. The loop reads only the changes of its
+triggering kinds from each store's feed (`changes(cursor, kinds)`), after its own cursor.
 
 **Leadership.** With a `LeaderElector`, the loop campaigns once every required watch has synced,
 and only the leader reconciles. A term starts when the elector leads under an epoch
@@ -19,8 +23,11 @@ with epoch None.
 **When a step runs** (one at a time), by `Trigger`:
 
 - `start`: at the start of a term;
-- `change`: `debounce_s` after the first unhandled change, so a burst (a rollout, a node pool
-  scaling) costs one step, and a change waits at most `debounce_s`;
+- `change`: at once on a change after a quiet spell, else `debounce_s` after the previous
+  step started: steps run at most once per `debounce_s` (a burst, such as a rollout or a node
+  pool scaling, costs at most two steps: one for its first change, one for the rest), and a
+  change waits at most `debounce_s`. (A step that starts on a change also sees every change
+  that arrived before it reads the store.)
 - `requested`: at the time the previous step asked for (the agent's minimum push interval);
 - `resync`: `resync_period_s` after the last step, changes or not (heartbeats, time-based
   state such as observation expiry, and a bound on staleness if a watch died silently);
@@ -71,7 +78,8 @@ class LoopConfig:
     debounce_s: float = 0.5
     resync_period_s: float = 30.0
     error_backoff_s: float = 5.0
-    #: Longest `run()` blocks between looks at the feed, the stop flag and leadership.
+    #: Longest `run()` blocks without a change or a deadline: how soon it notices its stop flag
+    #: (changes and leadership changes wake it at once).
     max_wait_s: float = 0.25
 
     def __post_init__(self) -> None:
@@ -105,6 +113,16 @@ class Watch:
 
 
 @dataclass
+class _Feed:
+    """One store's change feed as the loop reads it: the kinds that trigger a step, and the
+    cursor up to which the loop has read."""
+
+    store: KubeStore
+    triggering: tuple[Kind, ...]
+    cursor: int = 0
+
+
+@dataclass
 class _Term:
     epoch: int | None
     reconcile: Reconcile
@@ -133,12 +151,24 @@ class DaemonLoop:
     last_error: str | None = field(default=None, init=False)
     _term: _Term | None = field(default=None, init=False)
     _dirty_since: datetime | None = field(default=None, init=False)
-    _cursors: dict[int, int] = field(default_factory=dict, init=False)
+    _feeds: list[_Feed] = field(default_factory=list, init=False)
+    #: Set by every watched store on a change and by the election thread on a leadership
+    #: change; cleared when the loop looks at the feeds.
+    _wake: threading.Event = field(default_factory=threading.Event, init=False)
     _next_election_at: datetime | None = field(default=None, init=False)
     _has_campaigned: bool = field(default=False, init=False)
     _is_running: bool = field(default=False, init=False)
     _has_crashed: bool = field(default=False, init=False)
     _stopping: threading.Event = field(default_factory=threading.Event, init=False)
+
+    def __post_init__(self) -> None:
+        for watch in self.watches:
+            feed = next((f for f in self._feeds if f.store is watch.store), None)
+            if feed is None:
+                feed = _Feed(watch.store, ())
+                self._feeds.append(feed)
+            if watch.triggers and watch.kind not in feed.triggering:
+                feed.triggering += (watch.kind,)
 
     # --- watches --------------------------------------------------------------------------
 
@@ -155,29 +185,23 @@ class DaemonLoop:
             self.last_error = f"sync: {e}"
             log.warning("%s: watches not synced: %s", self.component, e, extra=self._extra())
             return False
-        for store in self._stores():
-            self._cursors[id(store)] = store.cursor
+        for feed in self._feeds:
+            feed.store.wake_on_change(self._wake)
+            feed.cursor = feed.store.cursor
         self.is_synced = True
         log.info("%s: watches synced", self.component, extra=self._extra())
         return True
 
-    def _stores(self) -> list[KubeStore]:
-        stores: dict[int, KubeStore] = {}
-        for watch in self.watches:
-            stores.setdefault(id(watch.store), watch.store)
-        return list(stores.values())
-
     def _poll_feed(self, now: datetime) -> None:
-        for store in self._stores():
-            cursor = self._cursors.get(id(store), 0)
-            if store.cursor <= cursor:
+        self._wake.clear()  # a change from here on wakes the loop again
+        for feed in self._feeds:
+            if feed.store.cursor <= feed.cursor:
                 continue
-            triggering = {w.kind for w in self.watches if w.store is store and w.triggers}
             try:
-                changes, self._cursors[id(store)] = store.changes(cursor)
-                is_changed = any(c.kind in triggering for c in changes)
+                changes, feed.cursor = feed.store.changes(feed.cursor, feed.triggering)
+                is_changed = bool(changes)
             except Expired:
-                self._cursors[id(store)] = store.cursor
+                feed.cursor = feed.store.cursor
                 is_changed = True
             if is_changed and self._dirty_since is None:
                 self._dirty_since = now
@@ -242,15 +266,19 @@ class DaemonLoop:
             return Trigger.RETRY if now >= term.retry_at else None
         if term.last_run_at is None:
             return Trigger.START
-        if self._dirty_since is not None and now >= self._dirty_since + timedelta(
-            seconds=self.config.debounce_s
-        ):
+        if self._dirty_since is not None and now >= self._change_due(term.last_run_at):
             return Trigger.CHANGE
         if term.requested_at is not None and now >= term.requested_at:
             return Trigger.REQUESTED
         if now >= term.last_run_at + timedelta(seconds=self.config.resync_period_s):
             return Trigger.RESYNC
         return None
+
+    def _change_due(self, last_run_at: datetime) -> datetime:
+        """When an unhandled change runs a step: at once, but not within `debounce_s` of the
+        previous step's start."""
+        assert self._dirty_since is not None
+        return max(self._dirty_since, last_run_at + timedelta(seconds=self.config.debounce_s))
 
     def reconcile_if_due(self) -> Trigger | None:
         """Look at the feed and leadership; run one step if one is due. Returns its trigger."""
@@ -305,7 +333,7 @@ class DaemonLoop:
                 return 0.0
             else:
                 if self._dirty_since is not None:
-                    deadlines.append(self._dirty_since + timedelta(seconds=self.config.debounce_s))
+                    deadlines.append(self._change_due(term.last_run_at))
                 if term.requested_at is not None:
                     deadlines.append(term.requested_at)
                 deadlines.append(term.last_run_at + timedelta(seconds=self.config.resync_period_s))
@@ -345,26 +373,25 @@ class DaemonLoop:
         assert self.elector is not None
         period_s = self.elector.config.retry_period_s
         while not self._stopping.is_set():
+            before = self._leadership()
             try:
                 self.elect()
             except Exception:  # the elector logs store errors itself; this is a bug
                 log.exception("%s: election failed", self.component, extra=self._extra())
+            if self._leadership() != before:
+                self._wake.set()  # start or end the term now, not at the next timeout
             self._stopping.wait(min(period_s, self.config.max_wait_s * 4))
 
     def _wait(self, timeout_s: float) -> None:
-        stores = self._stores()
-        if not stores or timeout_s <= 0:
-            if timeout_s > 0:
-                self._stopping.wait(timeout_s)
-            return
-        if any(s.cursor > self._cursors.get(id(s), 0) for s in stores):
-            return
-        first = stores[0]
-        first.wait_for_changes(self._cursors.get(id(first), 0), timeout_s)
+        """Block until a watched store changes, leadership changes, or `timeout_s` passes."""
+        if timeout_s > 0:
+            self._wake.wait(timeout_s)
 
     def shutdown(self) -> None:
         """Stop leading and release the Lease (a standby takes over at once). Idempotent."""
         self._stopping.set()
+        for feed in self._feeds:
+            feed.store.stop_waking(self._wake)
         if self._term is not None:
             log.info("%s: releasing the lease", self.component, extra=self._extra())
         self._term = None

@@ -22,8 +22,17 @@ cached is dropped, and a relist emits only what differs from the cache (ADDED fo
 MODIFIED for changed versions, DELETED for vanished ones). So a reader sees each change once, in
 the order the informer learned of it, under a cursor of our own that only grows. Changes that
 happen and are undone between two lists (while no watch was up) are not seen; the feed
-converges to the server's state, as an informer does. The feed keeps the last `feed_capacity`
-changes; a reader behind that gets `Expired` and lists again.
+converges to the server's state, as an informer does.
+
+**Reading the feed.** `changes(cursor, kinds)` returns the changes after `cursor` of the given
+kinds, in cursor order, and the cursor to pass next time; its cost grows with the changes it
+returns, not with the feed's length (the feed is kept per kind and read from its newest end). The
+feed keeps the last `feed_capacity` changes of each kind: a reader whose cursor is older than a
+dropped change of a kind it asks for gets `Expired` and lists again (a burst of Events cannot
+expire a reader of ModelReplicas); so does a cursor this store never handed out (beyond its
+newest). The objects in the changes are the informer's own, shared with `view`: read-only.
+`wake_on_change(event)` sets a `threading.Event` on every change, so one waiter can block on
+several stores at once (the daemon loop does).
 
 `changes(cursor, kinds)` starts an informer (cluster-wide) for each requested kind that has
 none and waits up to `initial_sync_timeout_s` for its first list; `watch()` starts one scoped
@@ -38,7 +47,7 @@ import collections
 import contextlib
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +93,7 @@ class KubeStoreConfig:
     backoff_max_s: float = 30.0
     #: How long `changes()` waits for a newly started informer's first list.
     initial_sync_timeout_s: float = 30.0
-    #: How many changes the feed keeps for readers.
+    #: How many changes of each kind the feed keeps for readers.
     feed_capacity: int = 100_000
     field_manager: str = "gpufleet"
 
@@ -190,8 +199,8 @@ class KubeStore:
         timeout = httpx2.Timeout(self.config.request_timeout_s)
         self._client = Client(kube_config, timeout=timeout, field_manager=self.config.field_manager)
         self._lock = threading.Condition()
-        self._feed: collections.deque[Change] = collections.deque()
-        self._cursor = 0
+        self._feed = ChangeFeed(self.config.feed_capacity)
+        self._wakes: builtins.list[threading.Event] = []
         self._informers: dict[_WatchKey, _Informer] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -278,31 +287,40 @@ class KubeStore:
     def changes(
         self, cursor: int, kinds: Sequence[Kind] | None = None
     ) -> tuple[builtins.list[Change], int]:
+        """The changes after `cursor` of `kinds` (None: every kind watched), oldest first, and
+        the cursor to pass next time. Starts a cluster-wide informer for a requested kind that
+        has none (waiting for its first list). Raises `Expired` when a change of a requested
+        kind after `cursor` was dropped from the feed, or `cursor` is not one of this store's:
+        list again and read on from `cursor`. See the module docstring."""
         if kinds is not None:
-            watched = {key.kind for key in self._informers}
+            with self._lock:  # `watch` adds informers under it, from any thread
+                watched = {key.kind for key in self._informers}
             for kind in kinds:
                 if kind not in watched:
                     self.watch(kind)
-        wanted = set(kinds) if kinds is not None else None
         with self._lock:
-            first = self._feed[0].cursor if self._feed else self._cursor + 1
-            if cursor < first - 1:
-                raise Expired(f"changes before {first} were dropped from the feed: list again")
-            picked = [
-                c for c in self._feed if c.cursor > cursor and (wanted is None or c.kind in wanted)
-            ]
-            return picked, self._cursor
+            return self._feed.read(cursor, kinds), self._feed.cursor
+
+    def wake_on_change(self, event: threading.Event) -> None:
+        """Set `event` on every change the feed takes in from now on (until `stop_waking`)."""
+        with self._lock:
+            if all(e is not event for e in self._wakes):
+                self._wakes.append(event)
+
+    def stop_waking(self, event: threading.Event) -> None:
+        with self._lock:
+            self._wakes = [e for e in self._wakes if e is not event]
 
     def wait_for_changes(self, cursor: int, timeout_s: float) -> bool:
         """Block until the feed has a change after `cursor` (True) or `timeout_s` passes."""
         with self._lock:
-            return self._lock.wait_for(lambda: self._cursor > cursor, timeout=timeout_s)
+            return self._lock.wait_for(lambda: self._feed.cursor > cursor, timeout=timeout_s)
 
     @property
     def cursor(self) -> int:
         """The cursor of the newest change in the feed."""
         with self._lock:
-            return self._cursor
+            return self._feed.cursor
 
     def watch(
         self,
@@ -434,11 +452,82 @@ class KubeStore:
 
     def _emit(self, type_: ChangeType, kind: Kind, obj: Obj) -> None:
         """Append a change to the feed; the caller holds `self._lock`."""
-        self._cursor += 1
-        self._feed.append(Change(self._cursor, type_, kind, obj))
-        while len(self._feed) > self.config.feed_capacity:
-            self._feed.popleft()
+        self._feed.append(type_, kind, obj)
         self._lock.notify_all()
+        for event in self._wakes:
+            event.set()
+
+
+class ChangeFeed:
+    """The changes a store's informers delivered, under cursors that only grow, kept per kind
+    (the last `capacity` of each). Not thread-safe: `KubeStore` guards it with its lock.
+
+    `read(cursor, kinds)` costs what it returns: each kind's changes are read from the newest
+    end back to `cursor`, and runs of several kinds are merged by cursor.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self.cursor = 0
+        self._by_kind: dict[Kind, collections.deque[Change]] = {}
+        #: Per kind, the cursor of the newest change dropped (absent: none dropped).
+        self._dropped: dict[Kind, int] = {}
+
+    def append(self, type_: ChangeType, kind: Kind, obj: Obj) -> Change:
+        self.cursor += 1
+        change = Change(self.cursor, type_, kind, obj)
+        feed = self._by_kind.get(kind)
+        if feed is None:
+            feed = self._by_kind[kind] = collections.deque()
+        feed.append(change)
+        if len(feed) > self.capacity:
+            self._dropped[kind] = feed.popleft().cursor
+        return change
+
+    def read(self, cursor: int, kinds: Iterable[Kind] | None = None) -> builtins.list[Change]:
+        """The changes after `cursor` of `kinds` (None: all), oldest first. Raises `Expired`
+        when one of them was dropped, or `cursor` is beyond the newest change."""
+        if cursor > self.cursor:
+            raise Expired(f"cursor {cursor} is beyond this feed's newest ({self.cursor})")
+        wanted = set(self._by_kind if kinds is None else kinds)
+        for kind in sorted(wanted):
+            dropped = self._dropped.get(kind, 0)
+            if cursor < dropped:
+                raise Expired(
+                    f"changes of {kind.kind} up to {dropped} were dropped from the feed "
+                    f"(cursor {cursor}): list again"
+                )
+        picked: builtins.list[Change] = []
+        runs = 0
+        for kind in wanted:
+            run = _changes_after(self._by_kind.get(kind), cursor)
+            runs += bool(run)
+            picked.extend(run)
+        if runs > 1:
+            picked.sort(key=_cursor_of)  # merges the sorted runs
+        return picked
+
+
+def _cursor_of(change: Change) -> int:
+    return change.cursor
+
+
+def _changes_after(feed: collections.deque[Change] | None, cursor: int) -> builtins.list[Change]:
+    """The changes of one kind's feed after `cursor`, read from the newest end: a reader that
+    keeps up pays for what it gets, not for the feed's length."""
+    if not feed or feed[-1].cursor <= cursor:
+        return []
+    if feed[0].cursor > cursor:
+        return builtins.list(feed)
+    picked = []
+    for change in reversed(feed):
+        if change.cursor <= cursor:
+            break
+        picked.append(change)
+    picked.reverse()
+    return picked
 
 
 class _Informer:
