@@ -81,9 +81,7 @@ class Samples:
             agent = "up"
         self.agent.setdefault(name, []).append(agent)
         status = (hub.get(INFERENCE_CLUSTER, name) or {}).get("status") or {}
-        ready = next(
-            (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None
-        )
+        ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
         self.ready.setdefault(name, []).append(
             ("Unknown", "") if ready is None else (str(ready["status"]), str(ready["reason"]))
         )
