@@ -78,20 +78,19 @@ def spread(count: int, step_px: float = 3.5, limit_px: float = 9.0) -> list[floa
 
 def nice_max(value: float, *, is_count: bool = True) -> tuple[float, float]:
     """An axis top at or above `value` and a tick step (1, 2 or 5 times a power of ten, at
-    least 1 for counts), about four ticks."""
+    least 1 for counts): the smallest step that needs at most six ticks above zero."""
     if value <= 0:
         return 4.0, 1.0
-    raw = value / 4
-    power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    power = 10 ** math.floor(math.log10(value / 6))
+    step = next(m * power for m in (1, 2, 5, 10) if value / (m * power) <= 6)
     if is_count:
         step = max(1.0, step)
     return step * math.ceil(value / step - 1e-9), step
 
 
 def _time_step(t_max: float, width: float) -> float:
-    """A tick step that gives at most one tick per 90 px (and at most 8)."""
-    ticks = max(2, min(8, int(width // 90)))
+    """A tick step that gives at most one tick per 70 px (and at most 8)."""
+    ticks = max(2, min(8, int(width // 70)))
     for step in _TIME_STEPS:
         if t_max / step <= ticks:
             return float(step)
@@ -152,23 +151,32 @@ def _time_axis(frame: _Frame) -> list[str]:
 
 
 def _markers(frame: _Frame, markers: Sequence[Marker]) -> list[str]:
+    """A dotted rule per marker, and its numbered flag in the band above the plot on one of
+    two rows; a flag with no room on either row is left out (the rule and its tooltip stay)."""
     parts: list[str] = []
     last_x = [-100.0, -100.0]
     for m in markers:
         if m.at_s > frame.t_max + 1e-9:
             continue
         x = frame.x(m.at_s)
-        row = 0 if x - last_x[0] >= 16 else 1 if x - last_x[1] >= 16 else 0
-        last_x[row] = x
-        y = 4 + row * _BAND_ROW
+        free = [row for row in (0, 1) if x - last_x[row] >= 16]
+        flag = ""
+        if free:
+            row = free[0]
+            last_x[row] = x
+            y = 4 + row * _BAND_ROW
+            flag = (
+                f'<rect x="{x - 7:.1f}" y="{y:.1f}" width="14" height="11" rx="2" '
+                f'fill="{m.colour}"/>'
+                f'<text class="flag" x="{x:.1f}" y="{y + 8.5:.1f}" text-anchor="middle">'
+                f"{m.number}</text>"
+            )
         parts.append(
-            f'<g class="marker"><title>{esc(format_duration(m.at_s))}: {esc(m.title)}</title>'
-            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{y + 10:.1f}" y2="{frame.y0:.1f}" '
+            f'<g class="marker"><title>{m.number} at {esc(format_duration(m.at_s))}: '
+            f"{esc(m.title)}</title>"
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{frame.y1:.1f}" y2="{frame.y0:.1f}" '
             f'stroke="{m.colour}" stroke-width="1" stroke-dasharray="2 3" opacity="0.55"/>'
-            f'<rect x="{x - 7:.1f}" y="{y:.1f}" width="14" height="11" rx="2" '
-            f'fill="{m.colour}"/>'
-            f'<text class="flag" x="{x:.1f}" y="{y + 8.5:.1f}" text-anchor="middle">'
-            f"{m.number}</text></g>"
+            f"{flag}</g>"
         )
     return parts
 

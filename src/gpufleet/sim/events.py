@@ -7,8 +7,9 @@ line is) and the failed checks. A drop and a placement of the same deployment at
 instant are one re-placement. A log line of a shape this module does not know is kept, as an
 `other` event, so nothing that happened is left out.
 
-Markers group the events of one instant; a run with many instants marks only the ones that
-explain a change (not every placement; see `marker_instants`).
+Markers group the events of one instant; a run with many instants flags the ones that best
+explain a change (agent events and failed checks first, placements last; see
+`marker_instants`).
 """
 
 from __future__ import annotations
@@ -50,8 +51,6 @@ _AGENT_ACTIONS = {
     ActionKind.PARTITION,
     ActionKind.HEAL,
 }
-#: Kinds that explain a change on a chart, marked even in a busy run.
-_CAUSES = {EventKind.ACTION, EventKind.AGENT, EventKind.CHECK}
 
 _PLACED = re.compile(r"placed (?P<dep>\S+) on (?P<cluster>\S+)$")
 _DROPPED = re.compile(r"dropped (?P<dep>\S+) from (?P<cluster>\S+) \((?P<code>\w+)\)$")
@@ -142,20 +141,38 @@ class Marker:
 MAX_MARKERS = 40
 
 
-def marker_instants(events: Sequence[Event]) -> list[Marker]:
-    """The instants to mark, numbered in time order.
+def tier(event: Event) -> int:
+    """How much an event explains a change on a chart, 0 most: an agent event or a failed
+    check; an action on a node or a cluster; an action on a deployment; a refusal, drop or
+    re-placement; a placement."""
+    if event.kind in (EventKind.AGENT, EventKind.CHECK):
+        return 0
+    if event.kind is EventKind.ACTION:
+        return 2 if event.deployment else 1
+    return 4 if event.kind is EventKind.PLACED else 3
 
-    Every instant with an event when there are at most `MAX_MARKERS`; otherwise only those
-    with an action, an agent event or a failed check (placements, drops and refusals follow
-    from them), and of those the first `MAX_MARKERS`."""
+
+def marker_instants(events: Sequence[Event]) -> list[Marker]:
+    """The instants to flag, numbered in time order: every instant with an event when there
+    are at most `MAX_MARKERS`. Otherwise instants are taken by their most explaining event
+    (`tier`), a tier at a time; the tier that does not fit whole is thinned evenly over the
+    run, so the flags still span it."""
     by_instant: dict[float, list[Event]] = {}
     for event in events:
         by_instant.setdefault(event.at_s, []).append(event)
-    instants = sorted(by_instant)
-    if len(instants) > MAX_MARKERS:
-        instants = [t for t in instants if any(e.kind in _CAUSES for e in by_instant[t])]
+    by_tier: dict[int, list[float]] = {}
+    for at_s, group in sorted(by_instant.items()):
+        by_tier.setdefault(min(tier(e) for e in group), []).append(at_s)
+    chosen: list[float] = []
+    for _, instants in sorted(by_tier.items()):
+        room = MAX_MARKERS - len(chosen)
+        if room <= 0:
+            break
+        if len(instants) > room:
+            instants = [instants[i * len(instants) // room] for i in range(room)]
+        chosen += instants
     markers = []
-    for number, at_s in enumerate(instants[:MAX_MARKERS], start=1):
+    for number, at_s in enumerate(sorted(chosen), start=1):
         group = by_instant[at_s]
         first = min(group, key=lambda e: _PRIORITY.index(e.kind))
         title = "; ".join(e.text for e in group[:6]) + (" ..." if len(group) > 6 else "")

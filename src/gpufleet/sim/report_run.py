@@ -55,7 +55,7 @@ h3{font-size:1.05em;margin:1.2em 0 .3em}
 table{border-collapse:collapse;margin:.5em 0}td,th{border-bottom:1px solid #ddd;padding:3px 10px;
 text-align:left;font-size:.9em;vertical-align:top}th{background:#f4f4f4}
 td.num{text-align:right}.ok{color:#1a7f37}.bad{color:#cf222e}.diff{color:#9a6700}
-.charts{display:flex;flex-wrap:wrap;gap:18px 24px}figure{margin:0}
+.charts{display:flex;flex-wrap:wrap;gap:18px 24px}figure{margin:0 0 1.4em}
 figcaption{font-size:.95em;font-weight:600;color:#333;margin:.4em 0 0}
 svg text{font-size:11px;fill:#444}svg text.axis-title{font-size:12px;fill:#222}
 svg text.flag{font-size:9px;fill:#fff;font-weight:bold}svg text.on-lane{font-size:10px;fill:#fff}
@@ -145,6 +145,28 @@ def kinds_legend() -> str:
     )
 
 
+def timeline_section(events: Sequence[Event], markers: Sequence[Marker]) -> list[str]:
+    """The event timeline: open when short, folded when long (the charts come first then)."""
+    instants = len({e.at_s for e in events})
+    note = (
+        f"<p>{len(events)} events at {instants} instants; {len(markers)} instants are flagged "
+        "on the charts (agent events and failed checks first, then actions on nodes and "
+        "clusters, then on deployments, each kind spread over the run).</p>"
+        if len(markers) < instants
+        else ""
+    )
+    is_open = ' open="open"' if len(events) <= 60 else ""
+    return [
+        '<h2 id="events">Event timeline</h2>',
+        kinds_legend(),
+        note,
+        f"<details{is_open}><summary>{len(events)} event{'' if len(events) == 1 else 's'}"
+        "</summary>",
+        event_table(events, markers),
+        "</details>",
+    ]
+
+
 def event_table(events: Sequence[Event], markers: Sequence[Marker]) -> str:
     numbers = {m.at_s: m for m in markers}
     rows = []
@@ -195,7 +217,10 @@ def gpu_chart(
     for i, name in enumerate(allocated):
         colour = COLOURS[i % len(COLOURS)]
         lines.append(Line(f"{name}: GPUs allocated", allocated[name], colour, False, offsets[i]))
-        lines.append(Line(f"{name}: GPUs published", capacity[name], colour, True, offsets[i], 1.2))
+        # Capacity a little above its pool's allocation, so a full pool shows both lines.
+        lines.append(
+            Line(f"{name}: GPUs published", capacity[name], colour, True, offsets[i] - 3, 1.2)
+        )
         entries.append((name, colour, "solid"))
     svg = line_chart(
         s.times_s,
@@ -283,7 +308,12 @@ def deployment_lanes(
 ) -> str:
     s = result.series
     lanes = []
-    for dep in list(s.desired)[:MAX_LANES]:
+    # Deployments that were ever short of replicas first: in a busy run they are the story.
+    shown = sorted(
+        s.desired,
+        key=lambda d: not any(p < w for p, w in zip(s.placed[d], s.desired[d], strict=True)),
+    )[:MAX_LANES]
+    for dep in shown:
         running = result.samples.replicas_running.get(dep, [])
         values = [
             replica_state(
@@ -316,7 +346,9 @@ def deployment_lanes(
     return figure(svg, caption, legend(entries))
 
 
-def agent_vs_truth(result: RunResult, key: tuple[str, str], markers: Sequence[Marker]) -> str:
+def agent_vs_truth(
+    result: RunResult, key: tuple[str, str], markers: Sequence[Marker], *, width: int = SMALL
+) -> str:
     s = result.series
     truth = [float(v) for v in s.pool_free[key]]
     reported = [None if v is None else float(v) for v in result.samples.reported_free[key]]
@@ -329,8 +361,8 @@ def agent_vs_truth(result: RunResult, key: tuple[str, str], markers: Sequence[Ma
         s.times_s,
         lines,
         y_title="free GPUs",
-        width=SMALL,
-        height=220,
+        width=width,
+        height=220 if width == SMALL else 250,
         t_max=result.scenario.end_s,
         y_max=max(
             [1.0]
@@ -355,7 +387,9 @@ def agent_vs_truth_section(result: RunResult, markers: Sequence[Marker]) -> list
         ),
         "<div class='charts'>",
     ]
-    out += [agent_vs_truth(result, k, markers) for k in keys[:MAX_SMALL]]
+    # One or two pools get the page's width: their chart is the point of a small scenario.
+    width = {1: WIDE, 2: WIDE // 2 - 12}.get(len(keys), SMALL)
+    out += [agent_vs_truth(result, k, markers, width=width) for k in keys[:MAX_SMALL]]
     out.append("</div>")
     if len(keys) > MAX_SMALL:
         out.append(f"<p>First {MAX_SMALL} of {len(keys)} pools.</p>")
@@ -499,7 +533,11 @@ def verdict(result: RunResult, *, is_compared: bool = False) -> str:
     not a failure (red)."""
     n = len(result.failures)
     if result.is_passed:
-        text = f'<span class="ok">all {result.checks_run} checks hold</span>'
+        text = (
+            f'<span class="ok">all {result.checks_run} checks hold</span>'
+            if result.checks_run
+            else "no checks"
+        )
     elif is_compared:
         text = (
             f'<span class="diff">{n} check result{"" if n == 1 else "s"} not as written '
@@ -528,9 +566,7 @@ def single(result: RunResult) -> list[str]:
     out.append(verdict(result))
     if result.failures:
         out.append(failures_table(result))
-    out.append('<h2 id="events">Event timeline</h2>')
-    out.append(kinds_legend())
-    out.append(event_table(events, markers))
+    out += timeline_section(events, markers)
     out.append('<h2 id="charts">Over time</h2>')
     out.append(gpu_chart(result, markers, width=WIDE))
     out.append(replica_chart(result, markers, width=WIDE))
