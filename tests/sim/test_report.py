@@ -83,8 +83,10 @@ def test_comparison_has_one_summary_shared_axes_and_differences() -> None:
         sorted(_text(t) for t in fig.iter(_svg("text")) if _text(t).isdigit()) for fig in first
     ]
     assert len(first) == 2 and ticks[0] == ticks[1]
-    # The checks that differ are not shown as failures.
+    # The checks that differ are not shown as failures, not even as the flags' colour.
     assert not [s for s in root.iter("span") if s.attrib.get("class") == "bad"]
+    legends = " ".join(_text(d) for d in root.iter("div") if d.attrib.get("class") == "legend")
+    assert "check differs" in legends and "check failed" not in legends
 
 
 def test_every_builtin_renders_well_formed() -> None:

@@ -280,7 +280,7 @@ def lane_chart(
     ]
     y = float(_PAD_T)
     for lane in lanes:
-        parts.append(f'<text x="{frame.x0}" y="{y + 10:.1f}">{esc(lane.label)}</text>')
+        parts.append(f'<text x="{frame.x0 + 4}" y="{y + 10:.1f}">{esc(lane.label)}</text>')
         y += label_h
         for start, end, state in _runs(times_s, lane.values, t_end):
             x_a, x_b = frame.x(start), frame.x(end)

@@ -31,6 +31,8 @@ class EventKind(StrEnum):
     REPLACED = "re-placed"
     REFUSED = "refused"
     CHECK = "check failed"
+    #: Under `--compare`: a check that does not hold in this mode (a difference, not a failure).
+    CHECK_DIFFERS = "check differs"
     OTHER = "other"
 
 
@@ -43,6 +45,7 @@ KIND_COLOURS: dict[EventKind, str] = {
     EventKind.REPLACED: "#b35900",
     EventKind.REFUSED: "#cf222e",
     EventKind.CHECK: "#cf222e",
+    EventKind.CHECK_DIFFERS: "#bf8700",
     EventKind.OTHER: "#777777",
 }
 _AGENT_ACTIONS = {
@@ -66,8 +69,9 @@ class Event:
     cluster: str = ""
 
 
-def run_events(result: RunResult) -> list[Event]:
-    """Every event of `result`, in time order (log order within an instant)."""
+def run_events(result: RunResult, *, is_compared: bool = False) -> list[Event]:
+    """Every event of `result`, in time order (log order within an instant). Compared with
+    another mode, a failed check is a difference (`CHECK_DIFFERS`)."""
     actions: dict[tuple[float, str], Action] = {
         (a.at_s, a.describe()): a for a in result.scenario.timeline
     }
@@ -79,7 +83,7 @@ def run_events(result: RunResult) -> list[Event]:
         events.append(
             Event(
                 failure.at_s,
-                EventKind.CHECK,
+                EventKind.CHECK_DIFFERS if is_compared else EventKind.CHECK,
                 f"{failure.path} {failure.what}: expected {failure.expected}, got {failure.got}",
             )
         )
@@ -145,7 +149,7 @@ def tier(event: Event) -> int:
     """How much an event explains a change on a chart, 0 most: an agent event or a failed
     check; an action on a node or a cluster; an action on a deployment; a refusal, drop or
     re-placement; a placement."""
-    if event.kind in (EventKind.AGENT, EventKind.CHECK):
+    if event.kind in (EventKind.AGENT, EventKind.CHECK, EventKind.CHECK_DIFFERS):
         return 0
     if event.kind is EventKind.ACTION:
         return 2 if event.deployment else 1
@@ -183,6 +187,7 @@ def marker_instants(events: Sequence[Event]) -> list[Marker]:
 #: Which kind colours an instant with several events (the cause before the effect).
 _PRIORITY = (
     EventKind.CHECK,
+    EventKind.CHECK_DIFFERS,
     EventKind.AGENT,
     EventKind.ACTION,
     EventKind.REFUSED,

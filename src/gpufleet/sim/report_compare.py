@@ -19,7 +19,7 @@ from gpufleet.sim.compare import (
     ready_differs,
     ready_story,
 )
-from gpufleet.sim.events import Marker, marker_instants, run_events
+from gpufleet.sim.events import Event, Marker, marker_instants, run_events
 from gpufleet.sim.report_run import (
     cluster_lanes,
     deployment_lanes,
@@ -73,7 +73,9 @@ def summary_section(results: Sequence[RunResult]) -> list[str]:
     raw = tuple(range(len(modes) + 3))
     return [
         '<h2 id="summary">Summary</h2>',
-        table(["", *modes, "", "what it counts"], rows, raw=raw),
+        table(["", *modes, "", "what it counts"], rows, raw=raw).replace(
+            "<table>", '<table class="summary">', 1
+        ),
     ]
 
 
@@ -127,7 +129,11 @@ def checks_section(results: Sequence[RunResult]) -> list[str]:
     return out
 
 
-def charts_section(results: Sequence[RunResult], markers: Sequence[Sequence[Marker]]) -> list[str]:
+def charts_section(
+    results: Sequence[RunResult],
+    events: Sequence[Sequence[Event]],
+    markers: Sequence[Sequence[Marker]],
+) -> list[str]:
     gpu_top = max(gpu_axis_top(r) for r in results)
     replica_top = max(
         [1.0]
@@ -137,7 +143,7 @@ def charts_section(results: Sequence[RunResult], markers: Sequence[Sequence[Mark
         '<h2 id="charts">Over time, side by side</h2>',
         "<p>Each pair shares its axes. Flags are numbered per run, as in that run's event "
         "timeline below.</p>",
-        kinds_legend(),
+        kinds_legend([e for run in events for e in run]),
     ]
     pairs = [
         [
@@ -169,9 +175,9 @@ def comparison(results: Sequence[RunResult]) -> list[str]:
     out += ready_section(results)
     out += summary_section(results)
     out += checks_section(results)
-    events = [run_events(r) for r in results]
+    events = [run_events(r, is_compared=True) for r in results]
     markers = [marker_instants(e) for e in events]
-    out += charts_section(results, markers)
+    out += charts_section(results, events, markers)
     out.append('<h2 id="runs">Each run</h2>')
     for r, e, m in zip(results, events, markers, strict=True):
         out.append(f"<details><summary>{esc(r.accounting.value)}: event timeline and tables")

@@ -53,7 +53,8 @@ max-width:1240px;padding:0 1em}
 h1{font-size:1.5em}h2{font-size:1.25em;margin-top:1.8em;border-bottom:1px solid #ddd}
 h3{font-size:1.05em;margin:1.2em 0 .3em}
 table{border-collapse:collapse;margin:.5em 0}td,th{border-bottom:1px solid #ddd;padding:3px 10px;
-text-align:left;font-size:.9em;vertical-align:top}th{background:#f4f4f4}
+text-align:left;font-size:.9em;vertical-align:top}th{background:#f4f4f4;white-space:nowrap}
+table.summary td:first-child{white-space:nowrap}
 td.num{text-align:right}.ok{color:#1a7f37}.bad{color:#cf222e}.diff{color:#9a6700}
 .charts{display:flex;flex-wrap:wrap;gap:18px 24px}figure{margin:0 0 1.4em}
 figcaption{font-size:.95em;font-weight:600;color:#333;margin:.4em 0 0}
@@ -137,9 +138,11 @@ def kind_badge(kind: EventKind) -> str:
     return f'<span class="kind" style="background:{KIND_COLOURS[kind]}">{esc(kind.value)}</span>'
 
 
-def kinds_legend() -> str:
+def kinds_legend(events: Sequence[Event]) -> str:
+    """The colours of the kinds these events have."""
+    present = {e.kind for e in events}
     return legend(
-        [(k.value, KIND_COLOURS[k], "box") for k in EventKind if k is not EventKind.OTHER],
+        [(k.value, KIND_COLOURS[k], "box") for k in EventKind if k in present],
         "Flags on the charts are numbered as in the first column; a flag takes the colour of "
         "its instant's first cause.",
     )
@@ -158,7 +161,7 @@ def timeline_section(events: Sequence[Event], markers: Sequence[Marker]) -> list
     is_open = ' open="open"' if len(events) <= 60 else ""
     return [
         '<h2 id="events">Event timeline</h2>',
-        kinds_legend(),
+        kinds_legend(events),
         note,
         f"<details{is_open}><summary>{len(events)} event{'' if len(events) == 1 else 's'}"
         "</summary>",
