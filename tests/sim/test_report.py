@@ -101,7 +101,7 @@ def test_event_timeline_classifies_every_line_of_the_log() -> None:
     kinds = {e.kind for e in events}
     assert EventKind.OTHER not in kinds
     assert {EventKind.AGENT, EventKind.PLACED, EventKind.REFUSED} <= kinds
-    assert len(events) == len(result.log) + len(result.failures)
+    assert len(events) == len(result.log) + len(result.failures)  # no node came or went
     assert [e.at_s for e in events] == sorted(e.at_s for e in events)
 
 
@@ -111,6 +111,7 @@ def test_a_drop_and_a_placement_at_one_instant_are_a_replacement() -> None:
         log: list[tuple[float, str]]
         failures: list[object]
         scenario: object
+        series: Series
 
     fake = Fake(
         [
@@ -120,6 +121,7 @@ def test_a_drop_and_a_placement_at_one_instant_are_a_replacement() -> None:
         ],
         [],
         load_scenario("quickstart"),
+        Series(),
     )
     events = run_events(fake)  # type: ignore[arg-type]
     assert [(e.kind, e.text) for e in events] == [
@@ -146,6 +148,15 @@ def test_busy_runs_flag_the_causes_first_and_spread_the_rest() -> None:
     applied = [t for t in at if t >= 2000]
     assert applied[0] < 2005 and applied[-1] > 2080
     assert tier(Event(0, EventKind.ACTION, "cordon a/b-0", "", "a")) < tier(applies[0])
+
+
+def test_a_pool_growing_is_an_event() -> None:
+    events = [e for e in run_events(_run("autoscale")) if e.kind is EventKind.NODES]
+    assert [e.text for e in events] == [
+        "aws/a10g grew from 0 to 1 node",
+        "aws/l4 grew from 1 to 3 nodes",
+    ]
+    assert all(e.at_s > 60 for e in events)  # a minute after the placements at 0s
 
 
 def test_samples_are_aligned_and_show_the_hub_lagging() -> None:

@@ -3,7 +3,8 @@ the markers on its charts.
 
 Made from the run's log (`RunResult.log`: the timeline's actions as they were carried out, and
 the controller's placements, drops and refusals), the scenario's timeline (which action a log
-line is) and the failed checks. A drop and a placement of the same deployment at the same
+line is), the failed checks, and each pool's node count in the samples (a change is a `nodes`
+event at the sample that first shows it: the cluster-autoscaler writes no log line). A drop and a placement of the same deployment at the same
 instant are one re-placement. A log line of a shape this module does not know is kept, as an
 `other` event, so nothing that happened is left out.
 
@@ -30,6 +31,8 @@ class EventKind(StrEnum):
     DROPPED = "dropped"
     REPLACED = "re-placed"
     REFUSED = "refused"
+    #: A pool's node count changed (cluster-autoscaler, or a node action), seen by the samples.
+    NODES = "nodes"
     CHECK = "check failed"
     #: Under `--compare`: a check that does not hold in this mode (a difference, not a failure).
     CHECK_DIFFERS = "check differs"
@@ -44,6 +47,7 @@ KIND_COLOURS: dict[EventKind, str] = {
     EventKind.DROPPED: "#b35900",
     EventKind.REPLACED: "#b35900",
     EventKind.REFUSED: "#cf222e",
+    EventKind.NODES: "#0a7d8c",
     EventKind.CHECK: "#cf222e",
     EventKind.CHECK_DIFFERS: "#bf8700",
     EventKind.OTHER: "#777777",
@@ -79,6 +83,7 @@ def run_events(result: RunResult, *, is_compared: bool = False) -> list[Event]:
     for at_s, line in result.log:
         events.append(_classify(at_s, line, actions))
     events = _merge_replacements(events)
+    events += node_changes(result)
     for failure in result.failures:
         events.append(
             Event(
@@ -88,6 +93,28 @@ def run_events(result: RunResult, *, is_compared: bool = False) -> list[Event]:
             )
         )
     return sorted(events, key=lambda e: e.at_s)  # stable: log order within an instant
+
+
+def node_changes(result: RunResult) -> list[Event]:
+    """A pool's node count changing between two samples (ground truth), at the later sample:
+    the cluster-autoscaler's work has no log line of its own."""
+    s = result.series
+    out = []
+    for (cluster, pool), nodes in sorted(s.pool_nodes.items()):
+        for i in range(1, len(nodes)):
+            if nodes[i] == nodes[i - 1]:
+                continue
+            verb = "grew" if nodes[i] > nodes[i - 1] else "shrank"
+            unit = "node" if nodes[i] == 1 else "nodes"
+            out.append(
+                Event(
+                    s.times_s[i],
+                    EventKind.NODES,
+                    f"{cluster}/{pool} {verb} from {nodes[i - 1]} to {nodes[i]} {unit}",
+                    cluster=cluster,
+                )
+            )
+    return out
 
 
 def _classify(at_s: float, line: str, actions: dict[tuple[float, str], Action]) -> Event:
@@ -147,12 +174,14 @@ MAX_MARKERS = 40
 
 def tier(event: Event) -> int:
     """How much an event explains a change on a chart, 0 most: an agent event or a failed
-    check; an action on a node or a cluster; an action on a deployment; a refusal, drop or
-    re-placement; a placement."""
+    check; an action on a node or a cluster, or a pool's node count changing; an action on a
+    deployment; a refusal, drop or re-placement; a placement."""
     if event.kind in (EventKind.AGENT, EventKind.CHECK, EventKind.CHECK_DIFFERS):
         return 0
     if event.kind is EventKind.ACTION:
         return 2 if event.deployment else 1
+    if event.kind is EventKind.NODES:
+        return 1
     return 4 if event.kind is EventKind.PLACED else 3
 
 
@@ -190,6 +219,7 @@ _PRIORITY = (
     EventKind.CHECK_DIFFERS,
     EventKind.AGENT,
     EventKind.ACTION,
+    EventKind.NODES,
     EventKind.REFUSED,
     EventKind.REPLACED,
     EventKind.DROPPED,
