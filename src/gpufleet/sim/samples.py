@@ -63,14 +63,19 @@ class Samples:
         """Sample `fleet` at `at_s` (seconds after the start)."""
         self.times_s.append(at_s)
         n = len(self.times_s)
+        # Read-only views: nothing is copied (the port's contract: never written to).
+        statuses = {
+            c["metadata"]["name"]: c.get("status") or {}
+            for c in fleet.hub.view(INFERENCE_CLUSTER)
+        }
         for name in sorted(fleet.clusters):
-            self._take_cluster(fleet, name)
+            self._take_cluster(fleet, name, statuses.get(name) or {})
         running = self._running_replicas(fleet)
         for key in sorted(set(running) | set(self.replicas_running)):
             column = self.replicas_running.setdefault(key, [0] * (n - 1))
             column.append(running.get(key, 0))
 
-    def _take_cluster(self, fleet: Fleet, name: str) -> None:
+    def _take_cluster(self, fleet: Fleet, name: str, status: Mapping[str, Any]) -> None:
         hub = fleet.hub
         slot = fleet.agents[name]
         if slot.agent is None:
@@ -80,7 +85,6 @@ class Samples:
         else:
             agent = "up"
         self.agent.setdefault(name, []).append(agent)
-        status = (hub.get(INFERENCE_CLUSTER, name) or {}).get("status") or {}
         ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
         self.ready.setdefault(name, []).append(
             ("Unknown", "") if ready is None else (str(ready["status"]), str(ready["reason"]))
