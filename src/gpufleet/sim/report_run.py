@@ -62,7 +62,7 @@ svg text{font-size:11px;fill:#444}svg text.axis-title{font-size:12px;fill:#222}
 svg text.flag{font-size:9px;fill:#fff;font-weight:bold}svg text.on-lane{font-size:10px;fill:#fff}
 .legend{font-size:.85em;margin:2px 0 4px}.legend .item{margin-right:14px;white-space:nowrap}
 .legend svg{vertical-align:middle;margin-right:4px}.legend .note{color:#555}
-.kind{display:inline-block;padding:0 6px;border-radius:3px;color:#fff;font-size:.8em}
+.kind{display:inline-block;padding:0 6px;border-radius:3px;color:#fff;font-size:.8em;white-space:nowrap}
 .flagno{display:inline-block;min-width:1.4em;text-align:center;border-radius:3px;color:#fff;
 font-size:.8em;font-weight:bold}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:12px}
