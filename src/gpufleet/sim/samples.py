@@ -65,8 +65,7 @@ class Samples:
         n = len(self.times_s)
         # Read-only views: nothing is copied (the port's contract: never written to).
         statuses = {
-            c["metadata"]["name"]: c.get("status") or {}
-            for c in fleet.hub.view(INFERENCE_CLUSTER)
+            c["metadata"]["name"]: c.get("status") or {} for c in fleet.hub.view(INFERENCE_CLUSTER)
         }
         for name in sorted(fleet.clusters):
             self._take_cluster(fleet, name, statuses.get(name) or {})
