@@ -76,10 +76,56 @@ def test_invalid_scenario_exits_2_listing_problems(tmp_path: Path) -> None:
     assert "fleet.clusters: must have at least one cluster" in result.output
 
 
-def test_compare_prints_both_modes() -> None:
-    result = runner.invoke(app, ["simulate", "quickstart", "--compare", "whole-node,free-gpu"])
+def test_compare_is_a_comparison_naming_the_checks_that_differ(tmp_path: Path) -> None:
+    report = tmp_path / "cmp.html"
+    result = runner.invoke(
+        app,
+        ["simulate", "quickstart", "--compare", "whole-node,free-gpu", "--report", str(report)],
+    )
     assert result.exit_code == 0, result.output
-    assert "WHOLE-NODE" in result.output and "FREE-GPU" in result.output
-    assert [line.split()[2:] for line in result.output.splitlines() if "TOTAL placed" in line] == [
-        ["1/4", "4/4"]
-    ]
+    out = result.output
+    rows = {line.split("  ")[1].strip(): line for line in out.splitlines() if line.startswith("  ")}
+    assert rows["replicas placed / wanted (end)"].split()[-3:] == ["1/4", "4/4", "differs"]
+    assert rows["refusals"].split()[-3:] == ["4", "1", "differs"]
+    assert "The modes make clusters Ready differently" in out
+    assert "whole-node: Ready=True (PlatformReady) from 0s on solo" in out
+    assert (
+        "Checks (2, written for free-gpu): 2 differ between the modes, 0 fail in every mode" in out
+    )
+    assert "checks[0] at 45s differs:" in out and "checks[1] at 3m00s differs:" in out
+    assert "free-gpu: holds" in out
+    assert "1/1 (1 pod running)" in out
+    page = report.read_text()
+    assert 'id="checks-differ"' in page and "the modes differ" in page
+
+
+def test_list_is_one_plain_sentence_per_scenario() -> None:
+    result = runner.invoke(app, ["simulate", "--list"])
+    assert result.exit_code == 0
+    for line in result.output.splitlines():
+        _name, sentence = line.split(maxsplit=1)
+        assert sentence.endswith(".") and sentence.count(". ") == 0, line
+        assert "reference" not in sentence.lower() and "scenario 5" not in sentence, line
+
+
+def test_list_as_json() -> None:
+    result = runner.invoke(app, ["simulate", "--list", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    scenarios = json.loads(result.output)["scenarios"]
+    by_name = {s["name"]: s for s in scenarios}
+    assert "quickstart" in by_name and "stale-expired" in by_name
+    quick = by_name["quickstart"]
+    assert quick["description"].startswith(quick["summary"])
+    assert len(quick["description"]) > len(quick["summary"])
+
+
+def test_json_has_the_hub_view_samples() -> None:
+    result = runner.invoke(app, ["simulate", "stale-expired", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    samples = body["samples"]
+    assert len(samples["times"]) == len(body["series"]["times"])
+    east = samples["clusters"]["east"]
+    assert east["observation"][0] == "Fresh" and east["observation"][-1] == "Expired"
+    assert east["agent"][-1] == "down" and samples["clusters"]["west"]["agent"][-1] == "up"
+    assert samples["pools"]["east/l4"]["reportedFree"][-1] == 3

@@ -5,9 +5,13 @@ With no argument it runs the built-in `quickstart`. `SCENARIO` is a path to a sc
 the name of a built-in (`--list` lists them). Prints a summary: per deployment desired, placed
 and running; per pool GPUs allocated and free and the final histogram; every refusal with its
 reason and numbers; then the checks. `--output json` prints the whole result (with the metrics
-over time) as JSON instead; `--report PATH` writes a self-contained HTML report with charts.
-`--compare whole-node,free-gpu` runs the scenario under both accounting modes and prints the
-differences side by side (checks are reported, not enforced, in that mode).
+over time and the hub's view over time, `samples`) as JSON instead; `--report PATH` writes a
+self-contained HTML report with an event timeline and charts. `--compare whole-node,free-gpu`
+runs the scenario under both accounting modes and compares them: one summary table, how each
+mode makes a cluster Ready when they differ, and the checks whose outcome differs between the
+modes (a difference, not a failure: checks are reported, not enforced, in that mode).
+`--list` names the built-in scenarios with one sentence each (`-o json`: name, summary and
+the whole description).
 
 Exit codes: 0 when every check passed, 1 when a check failed (each failure is printed: what,
 expected, got, at what time), 2 when the scenario is invalid (every problem is printed).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +33,13 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpufleet.cli.render import OutputFormat, Printer, Table
+from gpufleet.sim.compare import (
+    READY_MEANING,
+    check_outcomes,
+    metrics,
+    ready_differs,
+    ready_story,
+)
 from gpufleet.sim.report import render_html
 from gpufleet.sim.run import RunResult, run_scenario
 from gpufleet.sim.scenario import (
@@ -194,6 +206,33 @@ def print_comparison(printer: Printer, results: list[RunResult]) -> None:
         style="bold",
     )
     printer.line()
+    printer.table(
+        _table(
+            ("", *(n.upper() for n in names), ""),
+            [(m.name, *m.values, "differs" if m.is_different else "") for m in metrics(results)],
+        ),
+        indent=2,
+    )
+    printer.line()
+    _print_ready(printer, results)
+    _print_deployments(printer, results)
+    _print_compared_checks(printer, results)
+
+
+def _print_ready(printer: Printer, results: list[RunResult]) -> None:
+    stories = [ready_story(r) for r in results]
+    if not ready_differs(stories):
+        return
+    printer.line("The modes make clusters Ready differently", style="bold")
+    for story in stories:
+        printer.line(f"{story.mode}: {story.text()}", indent=2)
+    for reason in sorted({r for st in stories for _, r, _, _ in st.states if r in READY_MEANING}):
+        printer.line(f"{reason}: {READY_MEANING[reason]}", style="dim", indent=2)
+    printer.line()
+
+
+def _print_deployments(printer: Printer, results: list[RunResult]) -> None:
+    names = [r.accounting.value for r in results]
     deployments = sorted({d.name for r in results for d in r.deployments})
     placed = [{d.name: d for d in r.deployments} for r in results]
     rows = []
@@ -201,51 +240,78 @@ def print_comparison(printer: Printer, results: list[RunResult]) -> None:
         cells = [dep]
         for by_name in placed:
             d = by_name.get(dep)
-            cells.append("-" if d is None else f"{d.placed}/{d.desired} ({d.running} running)")
+            cells.append(
+                "-"
+                if d is None
+                else f"{d.placed}/{d.desired} ({d.running} pod{'' if d.running == 1 else 's'} running)"
+            )
         rows.append(tuple(cells))
-    totals = ["TOTAL placed"]
-    for r in results:
-        totals.append(
-            f"{sum(d.placed for d in r.deployments)}/{sum(d.desired for d in r.deployments)}"
-        )
-    rows.append(tuple(totals))
-    printer.line("Placed replicas (placed/desired)", style="bold")
+    printer.line("Placed replicas at the end (placed/wanted)", style="bold")
     printer.table(_table(("DEPLOYMENT", *(n.upper() for n in names)), rows), indent=2)
     printer.line()
-    pools = sorted({p.key for r in results for p in r.pools})
-    by_pool = [{p.key: p for p in r.pools} for r in results]
-    rows = []
-    for key in pools:
-        cells = [key]
-        for pools_of in by_pool:
-            p = pools_of.get(key)
-            cells.append("-" if p is None else f"{p.gpus_allocated}/{p.gpus_total}")
-        rows.append(tuple(cells))
-    totals = ["TOTAL allocated"]
-    for r in results:
-        totals.append(
-            f"{sum(p.gpus_allocated for p in r.pools)}/{sum(p.gpus_total for p in r.pools)}"
-        )
-    rows.append(tuple(totals))
-    printer.line("GPUs allocated at the end (allocated/published)", style="bold")
-    printer.table(_table(("POOL", *(n.upper() for n in names)), rows), indent=2)
-    printer.line()
-    printer.line("Refusals", style="bold")
     reasons = sorted({x.reason for r in results for x in r.refusals})
-    rows = [
-        (reason, *(str(sum(1 for x in r.refusals if x.reason == reason)) for r in results))
-        for reason in reasons
-    ]
-    rows.append(("TOTAL", *(str(len(r.refusals)) for r in results)))
-    printer.table(_table(("REASON", *(n.upper() for n in names)), rows), indent=2)
-    printer.line()
-    for r in results:
-        verdict = (
-            f"{r.checks_run} checks passed"
-            if r.is_passed
-            else f"{len(r.failures)} of the scenario's checks differ"
+    if reasons:
+        printer.line("Refusals by reason", style="bold")
+        rows = [
+            (reason, *(str(sum(1 for x in r.refusals if x.reason == reason)) for r in results))
+            for reason in reasons
+        ]
+        printer.table(_table(("REASON", *(n.upper() for n in names)), rows), indent=2)
+        printer.line()
+
+
+def _print_compared_checks(printer: Printer, results: list[RunResult]) -> None:
+    outcomes = check_outcomes(results)
+    differ = [o for o in outcomes if o.is_different]
+    same = [o for o in outcomes if not o.is_different]
+    written_for = results[0].scenario.controller.accounting.value
+    checks = results[0].checks_run
+    printer.line(
+        f"Checks ({checks}, written for {written_for}): {len(differ)} differ between the modes, "
+        f"{len(same)} fail in every mode",
+        style="bold",
+    )
+    for outcome in differ:
+        printer.line(f"{outcome.path} at {format_duration(outcome.at_s)} differs:", indent=2)
+        for result, failures in zip(results, outcome.per_run, strict=True):
+            first = failures[0] if failures else "holds"
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            printer.line(f"{result.accounting.value}: {first}{more}", indent=6)
+    for outcome in same:
+        printer.line(
+            f"{outcome.path} at {format_duration(outcome.at_s)} fails in every mode: "
+            f"{outcome.per_run[0][0]}",
+            style="red",
+            indent=2,
         )
-        printer.line(f"{r.accounting.value}: {verdict}", indent=2)
+
+
+def _json(result: RunResult) -> dict[str, object]:
+    return {**result.to_json(), "samples": result.samples.to_json()}
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+
+
+def summary_sentence(description: str) -> str:
+    """The first sentence of a scenario's description (the `--list` line)."""
+    first = _SENTENCE_END.split(" ".join(description.split()), maxsplit=1)[0]
+    return first if first.endswith((".", "!", "?")) or not first else first + "."
+
+
+def _print_list(console: Console, printer: Printer, output: OutputFormat) -> None:
+    rows = []
+    for name in builtin_names():
+        description = " ".join(load_scenario(name).description.split())
+        rows.append(
+            {"name": name, "summary": summary_sentence(description), "description": description}
+        )
+    if output is OutputFormat.JSON:
+        console.print_json(json.dumps({"scenarios": rows}))
+        return
+    width = max(len(r["name"]) for r in rows) + 2
+    for row in rows:
+        printer.line(f"{row['name']:<{width}}{row['summary']}")
 
 
 def _parse_compare(value: str) -> list[Accounting]:
@@ -295,10 +361,7 @@ def command(
     logging.getLogger("gpufleet").addHandler(logging.NullHandler())
     printer = Printer(console)
     if list_:
-        for name in builtin_names():
-            loaded = load_scenario(name)
-            first = loaded.description.split(". ")[0].rstrip(".")
-            printer.line(f"{name:<20} {first}.")
+        _print_list(console, printer, output)
         return
     modes = _parse_compare(compare) if compare else None
     try:
@@ -314,7 +377,7 @@ def command(
     if report is not None:
         report.write_text(render_html(results), encoding="utf-8")
     if output is OutputFormat.JSON:
-        body = results[0].to_json() if modes is None else {"runs": [r.to_json() for r in results]}
+        body = _json(results[0]) if modes is None else {"runs": [_json(r) for r in results]}
         console.print_json(json.dumps(body))
     elif modes is None:
         print_summary(printer, results[0])

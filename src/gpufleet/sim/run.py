@@ -50,6 +50,7 @@ from gpufleet.core.decision import Diagnosis, Reason
 from gpufleet.sim.cluster import WorkloadCluster
 from gpufleet.sim.engine import EPOCH
 from gpufleet.sim.fleet import Fleet, FleetSpec
+from gpufleet.sim.samples import Samples
 from gpufleet.sim.scenario import (
     Accounting,
     Action,
@@ -235,6 +236,8 @@ class RunResult:
     #: (time, line): timeline actions and the controller's placements, drops and refusals.
     log: list[tuple[float, str]] = field(default_factory=list)
     peak_memory_bytes: int | None = None
+    #: The report's samples (the hub's view over time), apart from the fingerprinted `series`.
+    samples: Samples = field(default_factory=Samples)
 
     @property
     def is_passed(self) -> bool:
@@ -1062,6 +1065,7 @@ def _run_scenario(
         checks.setdefault(c.at_s, []).append(c)
 
     series = Series()
+    samples = Samples()
     truths: dict[str, tuple[int, dict[str, _PoolTruth]]] = {}
     failures: list[CheckFailure] = []
     names = scenario.deployment_names()
@@ -1072,6 +1076,7 @@ def _run_scenario(
             failures.extend(evaluate(check, state))
         if at_s in sample_times:
             _sample(series, state, at_s, names)
+            samples.take(fleet, at_s)
         for action in actions.get(at_s, []):
             hub_step.log.append((at_s, action.describe()))
             try:
@@ -1135,6 +1140,7 @@ def _run_scenario(
         controller_errors=hub_step.errors,
         log=hub_step.log,
         peak_memory_bytes=peak,
+        samples=samples,
     )
 
 
