@@ -33,7 +33,6 @@ from lightkube.config.kubeconfig import KubeConfig
 from prometheus_client import CollectorRegistry
 
 from gpufleet.controller import Controller, ControllerConfig, StepResult
-from gpufleet.controller.status import parse_time
 from gpufleet.kube import logs
 from gpufleet.kube.daemon import (
     DaemonLoop,
@@ -44,6 +43,7 @@ from gpufleet.kube.daemon import (
     endpoints,
     run_until_signalled,
 )
+from gpufleet.kube.fleet_metrics import FleetCapacity, read_fleet
 from gpufleet.kube.health import parse_address
 from gpufleet.kube.install import CONTROLLER, HEALTH_PORT, METRICS_PORT, SYSTEM_NAMESPACE
 from gpufleet.kube.leader import LeaderConfig, LeaderElector
@@ -61,8 +61,6 @@ from gpufleet.store.port import (
     MODEL_REPLICA,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
-    Obj,
-    StoreError,
 )
 
 log = logging.getLogger(__name__)
@@ -91,18 +89,6 @@ def placements_by_cluster(result: StepResult) -> Counter[str]:
     return counts
 
 
-def published_observations(clusters: list[Obj]) -> dict[tuple[str, str], datetime]:
-    """`observedAt` of each pool observation the controller published in cluster status."""
-    found: dict[tuple[str, str], datetime] = {}
-    for cluster in clusters:
-        name = cluster["metadata"]["name"]
-        for pool in (cluster.get("status") or {}).get("gpuPools") or []:
-            observed_at = parse_time((pool.get("observation") or {}).get("observedAt"))
-            if observed_at is not None:
-                found[(name, str(pool.get("name")))] = observed_at
-    return found
-
-
 class ControllerDaemon:
     """The hub controller's loop, metrics and current term, on a `KubeStore`."""
 
@@ -122,7 +108,7 @@ class ControllerDaemon:
         self.config = config or ControllerConfig()
         self.timer = timer
         self.registry = CollectorRegistry()
-        self.metrics = ControllerMetrics(self.registry, clock)
+        self.metrics = ControllerMetrics(self.registry, clock, self._fleet)
         self.controller: Controller | None = None
         self.last_result: StepResult | None = None
         elector = LeaderElector(hub, identity, leader, clock) if leader is not None else None
@@ -136,6 +122,10 @@ class ControllerDaemon:
             metrics=self.metrics.loop,
         )
 
+    def _fleet(self, now: datetime) -> FleetCapacity | None:
+        """The fleet's capacity for `/metrics`: on the leader only (see `FleetCollector`)."""
+        return read_fleet(self.hub, now) if self.loop.is_leading() else None
+
     def _start(self, epoch: int | None) -> Reconcile:
         controller = Controller(self.hub, self.config, self.identity, timer=self.timer)
         self.controller = controller
@@ -146,17 +136,12 @@ class ControllerDaemon:
             self.last_result = result
             self.metrics.record_step(
                 placements_by_cluster(result),
-                result.refusals,
+                # A quiet step repeats the last pass's refusals without a pass of its own.
+                {} if result.is_quiet else result.refusals,
                 result.shortfall,
                 result.decision_latency_s,
                 len(result.rejected_reports),
             )
-            try:
-                self.metrics.set_observations(
-                    published_observations(self.hub.list(INFERENCE_CLUSTER))
-                )
-            except StoreError as e:
-                log.warning("cannot read InferenceClusters for metrics: %s", e)
             level = logging.INFO if result.write_count or result.errors else logging.DEBUG
             log.log(
                 level,
