@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from lightkube.config.kubeconfig import KubeConfig
+import yaml
+from lightkube.config.kubeconfig import DEFAULT_KUBECONFIG, KubeConfig
+from lightkube.core.exceptions import ConfigError
 from prometheus_client import CollectorRegistry
 
 from gpufleet.controller import Controller, ControllerConfig, StepResult
@@ -185,16 +187,97 @@ class LogFormat(StrEnum):
     TEXT = "text"
 
 
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
 def default_identity() -> str:
     """client-go's default: the host name (the pod name in a cluster) plus a unique suffix."""
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def kube_config(path: Path | None) -> KubeConfig:
-    """`path`, else the in-cluster service account, else `$KUBECONFIG` or `~/.kube/config`."""
+#: What a kubeconfig file can fail with: absent, unreadable, not YAML, or not a kubeconfig.
+_KUBECONFIG_ERRORS = (
+    ConfigError,
+    OSError,
+    yaml.YAMLError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    ValueError,
+)
+
+
+def _problem(path: str | Path, error: BaseException) -> str:
+    """One line saying what is wrong with the kubeconfig at `path`."""
+    file = Path(path).expanduser()
+    if not file.exists():
+        return "no such file"
+    if not file.is_file():
+        return "not a file"
+    if isinstance(error, yaml.YAMLError):
+        return "not YAML"
+    if isinstance(error, KeyError):
+        return f"not a kubeconfig (no {error} entry)"
+    if isinstance(error, TypeError | AttributeError):
+        return "not a kubeconfig"
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _load(path: str | Path) -> KubeConfig:
+    """A kubeconfig file whose current context resolves; raises one of `_KUBECONFIG_ERRORS`."""
+    config = KubeConfig.from_file(path)
+    config.get()  # its current context, cluster and user exist
+    return config
+
+
+def kube_config(path: Path | None, flag: str = "--kubeconfig") -> KubeConfig:
+    """`path`, else the in-cluster service account, else `$KUBECONFIG` or `~/.kube/config`.
+
+    A missing or broken kubeconfig is a usage error (exit 2) naming what was tried.
+    """
     if path is not None:
-        return KubeConfig.from_file(path)
-    return KubeConfig.from_env(default_config=os.environ.get("KUBECONFIG", "~/.kube/config"))
+        try:
+            return _load(path)
+        except _KUBECONFIG_ERRORS as e:
+            raise typer.BadParameter(
+                f"{path}: {_problem(path, e)}", param_hint=f"'{flag}'"
+            ) from None
+    try:
+        return KubeConfig.from_service_account()
+    except (ConfigError, OSError, KeyError):
+        pass  # not in a pod
+    env = os.environ.get("KUBECONFIG")
+    file = env or DEFAULT_KUBECONFIG
+    try:
+        return _load(file)
+    except _KUBECONFIG_ERRORS as e:
+        problem = _problem(file, e)
+        tried = (
+            f"$KUBECONFIG={env} ({problem})"
+            if env
+            else f"$KUBECONFIG (unset), {DEFAULT_KUBECONFIG} ({problem})"
+        )
+        raise typer.BadParameter(
+            f"no usable kubeconfig: tried in-cluster (no service account), {tried}",
+            param_hint=f"'{flag}'",
+        ) from None
+
+
+def connect(config: KubeConfig, flag: str = "--kubeconfig") -> KubeStore:
+    """A `KubeStore` on `config`; a kubeconfig lightkube cannot build a client from (a context
+    without a user, a certificate file that is missing) is a usage error (exit 2)."""
+    try:
+        return KubeStore(config)
+    # lightkube checks a context's user with `assert`.
+    except (*_KUBECONFIG_ERRORS, AssertionError) as e:
+        problem = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise typer.BadParameter(
+            f"cannot build a Kubernetes client from it: {problem}", param_hint=f"'{flag}'"
+        ) from None
 
 
 KubeconfigOption = Annotated[
@@ -244,7 +327,9 @@ DebounceOption = Annotated[
     float, typer.Option("--debounce", help="Seconds from a change to the step it triggers.")
 ]
 LogFormatOption = Annotated[LogFormat, typer.Option("--log-format", help="Log line format.")]
-LogLevelOption = Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")]
+LogLevelOption = Annotated[
+    LogLevel, typer.Option("--log-level", case_sensitive=False, help="Lowest level logged.")
+]
 
 
 def check_address(address: str, flag: str) -> None:
@@ -304,18 +389,19 @@ def command(
         ),
     ] = False,
     log_format: LogFormatOption = LogFormat.JSON,
-    log_level: LogLevelOption = "info",
+    log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
     """Run the hub controller: publish cluster status, schedule the fleet (leader only)."""
     check_address(metrics_address, "--metrics-address")
     check_address(health_address, "--health-address")
-    logs.configure(log_level, log_format.value)
+    hub_config = kube_config(kubeconfig)
+    logs.configure(log_level.value, log_format.value)
     leader = leader_config(
         leader_elect, lease_name, lease_namespace, lease_duration, renew_deadline, retry_period
     )
     disable_created_series()
     identity = lease_identity or default_identity()
-    hub = KubeStore(kube_config(kubeconfig))
+    hub = connect(hub_config)
     daemon = ControllerDaemon(
         hub,
         identity,
