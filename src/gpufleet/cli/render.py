@@ -4,7 +4,7 @@ Tables are rich tables when stdout is a terminal and plain aligned text otherwis
 separated by two spaces, a multi-line cell continues on the next lines), so piped output greps
 and diffs and tests compare it whole. Colour never changes the text.
 
-JSON is the decision as data, documented in docs/cli.md: keys in a fixed order (camelCase, as
+JSON (or YAML, the same data) is the decision as data, documented in docs/cli.md: keys in a fixed order (camelCase, as
 the API spells fields; the keys of a reason's `details` and of a verdict's `free` are the
 core's own), enums as their values, datetimes as RFC 3339 in UTC. Every list keeps the core's
 order (deployments by key, clusters and placements by name).
@@ -12,12 +12,14 @@ order (deployments by key, clusters and placements by name).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+import yaml
 from rich import box
 from rich.console import Console
 from rich.padding import Padding
@@ -54,6 +56,21 @@ Json = dict[str, Any]
 class OutputFormat(StrEnum):
     TABLE = "table"
     JSON = "json"
+
+
+class DecisionFormat(StrEnum):
+    """`plan -o` and `explain -o`: tables, or the decision as JSON or YAML (the same data)."""
+
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+def data_text(body: Json, output: DecisionFormat) -> str:
+    """`body` as indented JSON, or as YAML with the keys in the same order."""
+    if output is DecisionFormat.YAML:
+        return yaml.safe_dump(body, sort_keys=False, allow_unicode=True).rstrip("\n")
+    return json.dumps(body, indent=2)
 
 
 def rfc3339(moment: datetime) -> str:
