@@ -113,9 +113,10 @@ class Printer:
             self.console.print(Text(" " * indent + text, style=style))
             return
         # On a terminal, wrap at spaces, continuation lines under the first.
-        self.console.print(
-            Padding(Text(text, style=style), (0, 0, 0, indent), expand=False), soft_wrap=False
-        )
+        width = max(1, self.console.width - indent)
+        for wrapped in Text(text, style=style).wrap(self.console, width):
+            wrapped.rstrip()
+            self.console.print(Text(" " * indent) + wrapped)
 
     def table(self, table: Table, indent: int = 0) -> None:
         if not self.console.is_terminal:
@@ -215,7 +216,8 @@ def free_text(state: PoolState) -> str:
     """The pool's free summary: its histogram (FreeGPU) or its free nodes (WholeNode)."""
     if state.accounting is Accounting.WHOLE_NODE:
         return (
-            f"{state.free_nodes if state.free_nodes is not None else 0} of {state.nodes} nodes free"
+            f"{state.free_nodes if state.free_nodes is not None else 0} of "
+            f"{plural(state.nodes, 'node')} free"
         )
     return ", ".join(bucket_text(b) for b in state.histogram) or "no nodes"
 
