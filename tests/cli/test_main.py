@@ -303,3 +303,35 @@ def test_column_widths_fit_and_never_split_a_word(
     assert sum(widths) + 3 * (len(widths) - 1) <= available
     for width, word in zip(widths, longest, strict=True):
         assert width >= min(word, WORD_MAX_CHARS)
+
+
+# --- docs/operations.md's troubleshooting command -------------------------------------------
+
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+
+
+def kubectl_dump(path: Path) -> None:
+    """The examples as `kubectl get ... -A -o yaml` prints them: one List, server metadata."""
+    items = []
+    for source in sorted(ONE_NODE.glob("*.yaml")):
+        for body in yaml.safe_load_all(source.read_text()):
+            if not body:
+                continue
+            body["metadata"].update(
+                uid="0b7c4e0e-0000-4000-8000-000000000001",
+                resourceVersion="4711",
+                generation=1,
+                creationTimestamp="2026-11-29T09:00:00Z",
+                managedFields=[{"manager": "kubectl", "operation": "Apply"}],
+            )
+            items.append(body)
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+
+
+def test_the_documented_troubleshooting_command_works(tmp_path: Path) -> None:
+    documented = "$ gpufleet explain <deployment> -n <namespace> fleet.yaml"
+    assert documented in OPERATIONS.read_text()
+    kubectl_dump(tmp_path / "fleet.yaml")
+    result = invoke("explain", "qwen-2-7b", "-n", "ml-team", tmp_path / "fleet.yaml", "--now", NOW)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[2] == "ml-team/qwen-2-7b: desired 1, placed 0, shortfall 1"

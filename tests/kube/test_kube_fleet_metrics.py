@@ -443,3 +443,30 @@ def test_only_the_leader_exports_the_fleet(make_store: Callable[..., KubeStore])
     after = samples(render(daemon.registry).decode())
     assert after['gpufleet_pool_max_nodes{cluster="a",pool="h100"}'] == 2
     assert after['gpufleet_replicas_placed{cluster="a"}'] == 0
+
+
+def test_docs_list_every_metric_the_controller_exports(
+    make_store: Callable[..., KubeStore],
+) -> None:
+    from pathlib import Path
+
+    store = make_store()
+    create(
+        store,
+        cluster("a", pool("h100", devices=[gpus(8)], observed_nodes=1, buckets=[({GPU: 8}, 1)])),
+    )
+    create(store, deployment("d0", 1, "InsufficientGPU"))
+    daemon = ControllerDaemon(store, "ctl-0", lambda: T0, leader=None)
+    daemon.loop.tick()
+    daemon.metrics.record_step({"a": 1}, {"InsufficientGPU": 1}, 1, 0.01, 1)
+    exported = {
+        line.split()[2]
+        for line in render(daemon.registry).decode().splitlines()
+        # (`*_created` series are left out by the daemons: `disable_created_series`)
+        if line.startswith("# TYPE ") and not line.split()[2].endswith("_created")
+    }
+    assert len(exported) > 20
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = docs[docs.index("## Metrics") : docs.index("## Logs")]
+    missing = [name for name in sorted(exported) if f"`{name}`" not in section]
+    assert not missing
