@@ -244,6 +244,17 @@ def test_explain_with_the_deployment_last_gets_the_order() -> None:
     )
 
 
+def test_plan_given_a_deployment_points_at_explain() -> None:
+    result = invoke("plan", "ml-team/qwen-2-7b", ONE_NODE, "--now", NOW)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "note: plan takes no deployment; to explain ml-team/qwen-2-7b: "
+        f"gpufleet explain ml-team/qwen-2-7b {ONE_NODE}",
+        "✗ ml-team/qwen-2-7b: no such file or directory",
+        "1 invalid (1 error): nothing scheduled",
+    ]
+
+
 # --- a terminal ---------------------------------------------------------------------------
 
 

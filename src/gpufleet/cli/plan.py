@@ -129,6 +129,17 @@ def load_and_schedule(
     return scheduled
 
 
+def explain_hint(paths: list[Path]) -> str | None:
+    """`plan NS/NAME DIR` reads the deployment as a path: say that `explain` takes it."""
+    missing = [p for p in paths if not p.exists()]
+    looks_like_key = [p for p in missing if len(p.parts) == 2 and not p.parent.exists()]
+    if len(looks_like_key) != 1 or len(missing) == len(paths):
+        return None
+    key = looks_like_key[0]
+    rest = " ".join(str(p) for p in paths if p != key)
+    return f"note: plan takes no deployment; to explain {key}: gpufleet explain {key} {rest}"
+
+
 #: How long after the newest observation `now_hint` suggests scheduling.
 HINT_AFTER_S = 5
 
@@ -168,6 +179,9 @@ def command(
     recursive: RecursiveOption = False,
 ) -> None:
     """Schedule the fleet's manifests and print every deployment's decision and the pools."""
+    hint = explain_hint(paths)
+    if hint is not None:
+        stderr().print(hint)
     scheduled = load_and_schedule(paths, now, recursive=recursive)
     decision = scheduled.decision
     if output is not DecisionFormat.TABLE:
