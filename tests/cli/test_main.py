@@ -79,7 +79,7 @@ def test_shell_completion_script_is_offered() -> None:
 @pytest.mark.parametrize(
     ("command", "usage"),
     [
-        ("validate", "gpufleet validate [OPTIONS] "),
+        ("validate", "gpufleet validate [OPTIONS] FILE_OR_DIR..."),
         ("plan", "gpufleet plan [OPTIONS] FILE_OR_DIR..."),
         ("explain", "gpufleet explain [OPTIONS] NAMESPACE/DEPLOYMENT FILE_OR_DIR..."),
         ("simulate", "gpufleet simulate [OPTIONS] [SCENARIO]"),
