@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from gpufleet.kube import logs
 from gpufleet.kube.daemon import DaemonLoop, LoopConfig, Trigger, Watch, endpoints
+from gpufleet.kube.fleet_metrics import fleet_capacity
 from gpufleet.kube.health import parse_address
 from gpufleet.kube.leader import LeaderConfig, LeaderElector
 from gpufleet.kube.metrics import CONTENT_TYPE_LATEST, ControllerMetrics, render
@@ -275,7 +276,8 @@ def test_healthz_readyz_and_metrics_over_http(make_store: Callable[..., KubeStor
     store, clock = make_store(), Clock()
     elector = LeaderElector(store, "ctl-0", LEASE_CONFIG, clock)
     registry = CollectorRegistry()
-    metrics = ControllerMetrics(registry, clock)
+    observed: list[Obj] = []  # the InferenceClusters the fleet collector reads at scrape time
+    metrics = ControllerMetrics(registry, clock, lambda now: fleet_capacity(observed, [], [], now))
     daemon = DaemonLoop(
         "controller",
         [Watch(store, MODEL_REPLICA)],
@@ -311,7 +313,23 @@ def test_healthz_readyz_and_metrics_over_http(make_store: Callable[..., KubeStor
         )
 
         metrics.record_step({"a": 2}, {"InsufficientGPU": 1}, 3, 0.02, 1)
-        metrics.set_observations({("a", "l4"): T0 - timedelta(seconds=4)})
+        observed.append(
+            {
+                "metadata": {"name": "a"},
+                "status": {
+                    "gpuPools": [
+                        {
+                            "name": "l4",
+                            "nodes": 1,
+                            "observation": {
+                                "observedAt": (T0 - timedelta(seconds=4)).isoformat(),
+                                "observedNodes": 1,
+                            },
+                        }
+                    ]
+                },
+            }
+        )
         code, content_type, body = get(f"{base}/metrics")
         assert code == 200 and content_type == CONTENT_TYPE_LATEST
         samples = {
@@ -323,7 +341,7 @@ def test_healthz_readyz_and_metrics_over_http(make_store: Callable[..., KubeStor
         assert samples['gpufleet_lease_epoch{component="controller"}'] == 0
         assert samples['gpufleet_reconciles_total{component="controller",trigger="start"}'] == 1
         assert samples['gpufleet_placements_total{cluster="a"}'] == 2
-        assert samples['gpufleet_refusals{reason="InsufficientGPU"}'] == 1
+        assert samples['gpufleet_refusals_total{reason="InsufficientGPU"}'] == 1
         assert samples["gpufleet_unplaced_replicas"] == 3
         assert samples["gpufleet_decision_duration_seconds_count"] == 1
         assert samples["gpufleet_rejected_reports_total"] == 1
@@ -333,8 +351,8 @@ def test_healthz_readyz_and_metrics_over_http(make_store: Callable[..., KubeStor
             'gpufleet_observation_age_seconds{cluster="a",pool="l4"} 14.0'
             in get(f"{base}/metrics")[2]
         )
-        metrics.record_step({}, {}, 0, None, 0)  # a cleared reason reads 0, not absent
-        assert 'gpufleet_refusals{reason="InsufficientGPU"} 0.0' in get(f"{base}/metrics")[2]
+        metrics.record_step({}, {"InsufficientGPU": 2}, 0, None, 0)  # a counter: adds up
+        assert 'gpufleet_refusals_total{reason="InsufficientGPU"} 3.0' in get(f"{base}/metrics")[2]
         assert get(f"{base}/nope")[0] == 404
     finally:
         for server in servers:

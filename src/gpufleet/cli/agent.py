@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from lightkube.config.kubeconfig import KubeConfig
 from prometheus_client import CollectorRegistry
 
 from gpufleet.agent.materialize import OWNED_SELECTOR
@@ -45,12 +44,14 @@ from gpufleet.cli.controller import (
     LeaseNamespaceOption,
     LogFormat,
     LogFormatOption,
+    LogLevel,
     LogLevelOption,
     MetricsAddressOption,
     RenewDeadlineOption,
     ResyncOption,
     RetryPeriodOption,
     check_address,
+    connect,
     default_identity,
     kube_config,
     leader_config,
@@ -262,7 +263,7 @@ def command(
         typer.Option("--min-push-interval", help="Never push sooner than this after a push."),
     ] = 0.5,
     log_format: LogFormatOption = LogFormat.JSON,
-    log_level: LogLevelOption = "info",
+    log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
     """Run a workload cluster's agent: report free GPUs to the hub, materialize replicas."""
     if not is_dns_label(cluster, CLUSTER_NAME_MAX_CHARS):
@@ -272,15 +273,20 @@ def command(
         )
     check_address(metrics_address, "--metrics-address")
     check_address(health_address, "--health-address")
-    logs.configure(log_level, log_format.value)
+    local_config = kube_config(kubeconfig)
+    hub_config = kube_config(hub_kubeconfig, "--hub-kubeconfig") if hub_kubeconfig else local_config
+    logs.configure(log_level.value, log_format.value)
     leader = leader_config(
         leader_elect, lease_name, lease_namespace, lease_duration, renew_deadline, retry_period
     )
     disable_created_series()
     identity = lease_identity or default_identity()
-    local = KubeStore(kube_config(kubeconfig))
-    hub_config = KubeConfig.from_file(hub_kubeconfig) if hub_kubeconfig else kube_config(kubeconfig)
-    hub = KubeStore(hub_config)
+    local = connect(local_config)
+    try:
+        hub = connect(hub_config, "--hub-kubeconfig" if hub_kubeconfig else "--kubeconfig")
+    except BaseException:
+        local.close()
+        raise
     daemon = AgentDaemon(
         cluster,
         local,

@@ -28,6 +28,7 @@ from gpufleet.bench.runner import (
     targets,
     write_report,
 )
+from gpufleet.cli.paths import writable
 
 
 def command(
@@ -39,7 +40,9 @@ def command(
     ] = None,
     write: Annotated[
         Path | None,
-        typer.Option("--write", help="Write the markdown report here (plots beside it)."),
+        typer.Option(
+            "--write", callback=writable, help="Write the markdown report here (plots beside it)."
+        ),
     ] = None,
     date: Annotated[
         str | None,

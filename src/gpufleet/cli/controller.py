@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from lightkube.config.kubeconfig import KubeConfig
+import yaml
+from lightkube.config.kubeconfig import DEFAULT_KUBECONFIG, KubeConfig
+from lightkube.core.exceptions import ConfigError
 from prometheus_client import CollectorRegistry
 
 from gpufleet.controller import Controller, ControllerConfig, StepResult
-from gpufleet.controller.status import parse_time
 from gpufleet.kube import logs
 from gpufleet.kube.daemon import (
     DaemonLoop,
@@ -44,6 +45,7 @@ from gpufleet.kube.daemon import (
     endpoints,
     run_until_signalled,
 )
+from gpufleet.kube.fleet_metrics import FleetCapacity, read_fleet
 from gpufleet.kube.health import parse_address
 from gpufleet.kube.install import CONTROLLER, HEALTH_PORT, METRICS_PORT, SYSTEM_NAMESPACE
 from gpufleet.kube.leader import LeaderConfig, LeaderElector
@@ -61,8 +63,6 @@ from gpufleet.store.port import (
     MODEL_REPLICA,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
-    Obj,
-    StoreError,
 )
 
 log = logging.getLogger(__name__)
@@ -91,18 +91,6 @@ def placements_by_cluster(result: StepResult) -> Counter[str]:
     return counts
 
 
-def published_observations(clusters: list[Obj]) -> dict[tuple[str, str], datetime]:
-    """`observedAt` of each pool observation the controller published in cluster status."""
-    found: dict[tuple[str, str], datetime] = {}
-    for cluster in clusters:
-        name = cluster["metadata"]["name"]
-        for pool in (cluster.get("status") or {}).get("gpuPools") or []:
-            observed_at = parse_time((pool.get("observation") or {}).get("observedAt"))
-            if observed_at is not None:
-                found[(name, str(pool.get("name")))] = observed_at
-    return found
-
-
 class ControllerDaemon:
     """The hub controller's loop, metrics and current term, on a `KubeStore`."""
 
@@ -122,7 +110,7 @@ class ControllerDaemon:
         self.config = config or ControllerConfig()
         self.timer = timer
         self.registry = CollectorRegistry()
-        self.metrics = ControllerMetrics(self.registry, clock)
+        self.metrics = ControllerMetrics(self.registry, clock, self._fleet)
         self.controller: Controller | None = None
         self.last_result: StepResult | None = None
         elector = LeaderElector(hub, identity, leader, clock) if leader is not None else None
@@ -136,6 +124,10 @@ class ControllerDaemon:
             metrics=self.metrics.loop,
         )
 
+    def _fleet(self, now: datetime) -> FleetCapacity | None:
+        """The fleet's capacity for `/metrics`: on the leader only (see `FleetCollector`)."""
+        return read_fleet(self.hub, now) if self.loop.is_leading() else None
+
     def _start(self, epoch: int | None) -> Reconcile:
         controller = Controller(self.hub, self.config, self.identity, timer=self.timer)
         self.controller = controller
@@ -146,17 +138,12 @@ class ControllerDaemon:
             self.last_result = result
             self.metrics.record_step(
                 placements_by_cluster(result),
-                result.refusals,
+                # A quiet step repeats the last pass's refusals without a pass of its own.
+                {} if result.is_quiet else result.refusals,
                 result.shortfall,
                 result.decision_latency_s,
                 len(result.rejected_reports),
             )
-            try:
-                self.metrics.set_observations(
-                    published_observations(self.hub.list(INFERENCE_CLUSTER))
-                )
-            except StoreError as e:
-                log.warning("cannot read InferenceClusters for metrics: %s", e)
             level = logging.INFO if result.write_count or result.errors else logging.DEBUG
             log.log(
                 level,
@@ -200,16 +187,97 @@ class LogFormat(StrEnum):
     TEXT = "text"
 
 
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
 def default_identity() -> str:
     """client-go's default: the host name (the pod name in a cluster) plus a unique suffix."""
     return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
-def kube_config(path: Path | None) -> KubeConfig:
-    """`path`, else the in-cluster service account, else `$KUBECONFIG` or `~/.kube/config`."""
+#: What a kubeconfig file can fail with: absent, unreadable, not YAML, or not a kubeconfig.
+_KUBECONFIG_ERRORS = (
+    ConfigError,
+    OSError,
+    yaml.YAMLError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    ValueError,
+)
+
+
+def _problem(path: str | Path, error: BaseException) -> str:
+    """One line saying what is wrong with the kubeconfig at `path`."""
+    file = Path(path).expanduser()
+    if not file.exists():
+        return "no such file"
+    if not file.is_file():
+        return "not a file"
+    if isinstance(error, yaml.YAMLError):
+        return "not YAML"
+    if isinstance(error, KeyError):
+        return f"not a kubeconfig (no {error} entry)"
+    if isinstance(error, TypeError | AttributeError):
+        return "not a kubeconfig"
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _load(path: str | Path) -> KubeConfig:
+    """A kubeconfig file whose current context resolves; raises one of `_KUBECONFIG_ERRORS`."""
+    config = KubeConfig.from_file(path)
+    config.get()  # its current context, cluster and user exist
+    return config
+
+
+def kube_config(path: Path | None, flag: str = "--kubeconfig") -> KubeConfig:
+    """`path`, else the in-cluster service account, else `$KUBECONFIG` or `~/.kube/config`.
+
+    A missing or broken kubeconfig is a usage error (exit 2) naming what was tried.
+    """
     if path is not None:
-        return KubeConfig.from_file(path)
-    return KubeConfig.from_env(default_config=os.environ.get("KUBECONFIG", "~/.kube/config"))
+        try:
+            return _load(path)
+        except _KUBECONFIG_ERRORS as e:
+            raise typer.BadParameter(
+                f"{path}: {_problem(path, e)}", param_hint=f"'{flag}'"
+            ) from None
+    try:
+        return KubeConfig.from_service_account()
+    except (ConfigError, OSError, KeyError):
+        pass  # not in a pod
+    env = os.environ.get("KUBECONFIG")
+    file = env or DEFAULT_KUBECONFIG
+    try:
+        return _load(file)
+    except _KUBECONFIG_ERRORS as e:
+        problem = _problem(file, e)
+        tried = (
+            f"$KUBECONFIG={env} ({problem})"
+            if env
+            else f"$KUBECONFIG (unset), {DEFAULT_KUBECONFIG} ({problem})"
+        )
+        raise typer.BadParameter(
+            f"no usable kubeconfig: tried in-cluster (no service account), {tried}",
+            param_hint=f"'{flag}'",
+        ) from None
+
+
+def connect(config: KubeConfig, flag: str = "--kubeconfig") -> KubeStore:
+    """A `KubeStore` on `config`; a kubeconfig lightkube cannot build a client from (a context
+    without a user, a certificate file that is missing) is a usage error (exit 2)."""
+    try:
+        return KubeStore(config)
+    # lightkube checks a context's user with `assert`.
+    except (*_KUBECONFIG_ERRORS, AssertionError) as e:
+        problem = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise typer.BadParameter(
+            f"cannot build a Kubernetes client from it: {problem}", param_hint=f"'{flag}'"
+        ) from None
 
 
 KubeconfigOption = Annotated[
@@ -259,7 +327,9 @@ DebounceOption = Annotated[
     float, typer.Option("--debounce", help="Seconds from a change to the step it triggers.")
 ]
 LogFormatOption = Annotated[LogFormat, typer.Option("--log-format", help="Log line format.")]
-LogLevelOption = Annotated[str, typer.Option("--log-level", help="debug, info, warning or error.")]
+LogLevelOption = Annotated[
+    LogLevel, typer.Option("--log-level", case_sensitive=False, help="Lowest level logged.")
+]
 
 
 def check_address(address: str, flag: str) -> None:
@@ -319,18 +389,19 @@ def command(
         ),
     ] = False,
     log_format: LogFormatOption = LogFormat.JSON,
-    log_level: LogLevelOption = "info",
+    log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
     """Run the hub controller: publish cluster status, schedule the fleet (leader only)."""
     check_address(metrics_address, "--metrics-address")
     check_address(health_address, "--health-address")
-    logs.configure(log_level, log_format.value)
+    hub_config = kube_config(kubeconfig)
+    logs.configure(log_level.value, log_format.value)
     leader = leader_config(
         leader_elect, lease_name, lease_namespace, lease_duration, renew_deadline, retry_period
     )
     disable_created_series()
     identity = lease_identity or default_identity()
-    hub = KubeStore(kube_config(kubeconfig))
+    hub = connect(hub_config)
     daemon = ControllerDaemon(
         hub,
         identity,

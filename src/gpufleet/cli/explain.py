@@ -10,14 +10,16 @@ The scheduler diagnoses only deployments with a shortfall; for a deployment that
 replica, explain says so and lists where its replicas are.
 
 An unknown deployment exits 1 naming the deployments that exist. `DEPLOYMENT` alone means
-`default/DEPLOYMENT`, as kubectl reads a name without a namespace.
+`default/DEPLOYMENT`, as kubectl reads a name without a namespace, unless `-n NAMESPACE` says
+otherwise (`explain DEPLOYMENT -n NAMESPACE FILE_OR_DIR...`, as kubectl takes it). A deployment
+given after the manifests is a usage error (exit 2) that shows the order to use.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -33,10 +35,11 @@ from gpufleet.cli.plan import (
     stdout,
 )
 from gpufleet.cli.render import (
-    OutputFormat,
+    DecisionFormat,
     Printer,
     Table,
     clusters_table,
+    data_text,
     deployment_json,
     diagnosis_json,
     plural,
@@ -49,9 +52,28 @@ from gpufleet.core.decision import DeploymentDecision
 from gpufleet.core.model import ClusterName, DeploymentKey
 
 
-def parse_key(value: str) -> DeploymentKey:
-    namespace, _, name = value.rpartition("/")
-    return DeploymentKey(namespace or DEFAULT_NAMESPACE, name)
+def parse_key(value: str, namespace: str | None = None) -> DeploymentKey:
+    """`NAMESPACE/NAME`, or `NAME` in `namespace` (`-n`), else in `default`."""
+    given, slash, name = value.rpartition("/")
+    if slash and namespace is not None and given != namespace:
+        raise typer.BadParameter(
+            f"{value!r} names namespace {given!r} but -n says {namespace!r}",
+            param_hint="'--namespace'",
+        )
+    return DeploymentKey(given or namespace or DEFAULT_NAMESPACE, name)
+
+
+def check_order(deployment: str, paths: Sequence[Path]) -> None:
+    """A deployment given after the manifests (`explain DIR NS/NAME`) is a usage error with the
+    order to use, rather than "no such file" for the deployment's name."""
+    missing = [p for p in paths if not p.exists()]
+    if missing and Path(deployment).exists():
+        order = " ".join([str(missing[0]), deployment, *(str(p) for p in paths if p != missing[0])])
+        raise typer.BadParameter(
+            f"{deployment!r} is a file or directory and {str(missing[0])!r} is not: the "
+            f"deployment comes first: gpufleet explain {order}",
+            param_hint="'NAMESPACE/DEPLOYMENT'",
+        )
 
 
 def command(
@@ -59,12 +81,21 @@ def command(
         str, typer.Argument(metavar="NAMESPACE/DEPLOYMENT", help="The deployment to explain.")
     ],
     paths: PathsArgument,
-    output: OutputOption = OutputFormat.TABLE,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-n",
+            help="The deployment's namespace, when DEPLOYMENT has none (default: default).",
+        ),
+    ] = None,
+    output: OutputOption = DecisionFormat.TABLE,
     now: NowOption = None,
     recursive: RecursiveOption = False,
 ) -> None:
     """Explain one deployment's decision: every cluster's verdict and every pool's fit."""
-    key = parse_key(deployment)
+    check_order(deployment, paths)
+    key = parse_key(deployment, namespace)
     scheduled = load_and_schedule(paths, now, recursive=recursive, explain=frozenset({key}))
     decision = scheduled.decision
     try:
@@ -74,7 +105,7 @@ def command(
         stderr().print(f"✗ no deployment {key} in the manifests; deployments: {existing}")
         raise typer.Exit(code=1) from None
     pools = list(decision.pools)
-    if output is OutputFormat.JSON:
+    if output is not DecisionFormat.TABLE:
         body = {
             "now": rfc3339(scheduled.now),
             "deployment": deployment_json(chosen),
@@ -83,7 +114,7 @@ def command(
         }
         if key in scheduled.one_more:
             body["oneMore"] = diagnosis_json(scheduled.one_more[key])
-        typer.echo(json.dumps(body, indent=2))
+        typer.echo(data_text(body, output))
         return
     printer = Printer(stdout())
     printer.line(f"explain at {rfc3339(scheduled.now)}")

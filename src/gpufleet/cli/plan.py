@@ -13,10 +13,9 @@ The clock lives here, at the edge: `now` is the current UTC time unless `--now` 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -25,8 +24,9 @@ from rich.console import Console
 
 from gpufleet.api import Manifest, ValidationFailed, check_paths, snapshot_from_manifests
 from gpufleet.cli.render import (
-    OutputFormat,
+    DecisionFormat,
     Printer,
+    data_text,
     decision_json,
     plural,
     pools_table,
@@ -34,7 +34,7 @@ from gpufleet.cli.render import (
     rfc3339,
 )
 from gpufleet.cli.validate import count_of, error_lines
-from gpufleet.core.decision import Decision, Diagnosis
+from gpufleet.core.decision import Decision, Diagnosis, ObservationState
 from gpufleet.core.model import DeploymentKey, Snapshot
 from gpufleet.core.schedule import SnapshotError, plan
 
@@ -45,7 +45,8 @@ PathsArgument = Annotated[
     ),
 ]
 OutputOption = Annotated[
-    OutputFormat, typer.Option("--output", "-o", help="How to print the decision: table or json.")
+    DecisionFormat,
+    typer.Option("--output", "-o", help="How to print the decision: table, json or yaml."),
 ]
 NowOption = Annotated[
     str | None,
@@ -121,20 +122,70 @@ def load_and_schedule(
     except SnapshotError as error:
         errors.print(f"✗ {error}: nothing scheduled")
         raise typer.Exit(code=1) from None
-    return Scheduled(snapshot, moment, planned.decision, planned.one_more)
+    scheduled = Scheduled(snapshot, moment, planned.decision, planned.one_more)
+    hint = now_hint(scheduled) if now is None else None
+    if hint is not None:
+        errors.print(hint)
+    return scheduled
+
+
+def explain_hint(paths: list[Path]) -> str | None:
+    """`plan NS/NAME DIR` reads the deployment as a path: say that `explain` takes it."""
+    missing = [p for p in paths if not p.exists()]
+    looks_like_key = [p for p in missing if len(p.parts) == 2 and not p.parent.exists()]
+    if len(looks_like_key) != 1 or len(missing) == len(paths):
+        return None
+    key = looks_like_key[0]
+    rest = " ".join(str(p) for p in paths if p != key)
+    return f"note: plan takes no deployment; to explain {key}: gpufleet explain {key} {rest}"
+
+
+#: How long after the newest observation `now_hint` suggests scheduling.
+HINT_AFTER_S = 5
+
+
+def now_hint(scheduled: Scheduled) -> str | None:
+    """Without `--now`, observations written into manifests are usually hours old and read as
+    Stale or Expired: say so, and suggest a `--now` just after the newest of them."""
+    old = [
+        p
+        for p in scheduled.decision.pools
+        if p.observation in (ObservationState.STALE, ObservationState.EXPIRED)
+    ]
+    times = [
+        t
+        for cluster in scheduled.snapshot.clusters
+        for t in (
+            cluster.agent_observed_at,
+            *(p.observation.observed_at for p in cluster.pools if p.observation is not None),
+        )
+        if t is not None
+    ]
+    if not old or not times:
+        return None
+    newest = max(times)
+    states = ", ".join(sorted({p.observation.value for p in old}))
+    suggested = rfc3339(newest + timedelta(seconds=HINT_AFTER_S))
+    return (
+        f"note: {plural(len(old), 'pool')} read as {states} at the current time (newest "
+        f"observedAt {rfc3339(newest)}); to schedule as of the manifests, pass --now {suggested}"
+    )
 
 
 def command(
     paths: PathsArgument,
-    output: OutputOption = OutputFormat.TABLE,
+    output: OutputOption = DecisionFormat.TABLE,
     now: NowOption = None,
     recursive: RecursiveOption = False,
 ) -> None:
     """Schedule the fleet's manifests and print every deployment's decision and the pools."""
+    hint = explain_hint(paths)
+    if hint is not None:
+        stderr().print(hint)
     scheduled = load_and_schedule(paths, now, recursive=recursive)
     decision = scheduled.decision
-    if output is OutputFormat.JSON:
-        typer.echo(json.dumps(decision_json(decision, scheduled.now), indent=2))
+    if output is not DecisionFormat.TABLE:
+        typer.echo(data_text(decision_json(decision, scheduled.now), output))
         return
     printer = Printer(stdout())
     printer.line(

@@ -4,7 +4,7 @@ Tables are rich tables when stdout is a terminal and plain aligned text otherwis
 separated by two spaces, a multi-line cell continues on the next lines), so piped output greps
 and diffs and tests compare it whole. Colour never changes the text.
 
-JSON is the decision as data, documented in docs/cli.md: keys in a fixed order (camelCase, as
+JSON (or YAML, the same data) is the decision as data, documented in docs/cli.md: keys in a fixed order (camelCase, as
 the API spells fields; the keys of a reason's `details` and of a verdict's `free` are the
 core's own), enums as their values, datetimes as RFC 3339 in UTC. Every list keeps the core's
 order (deployments by key, clusters and placements by name).
@@ -12,12 +12,14 @@ order (deployments by key, clusters and placements by name).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+import yaml
 from rich import box
 from rich.console import Console
 from rich.padding import Padding
@@ -41,6 +43,8 @@ from gpufleet.core.decision import (
 )
 from gpufleet.core.model import ClusterName, PoolName, Role
 
+#: The widest a table column is kept for its longest word (longer words are folded).
+WORD_MAX_CHARS = 32
 #: Written in place of an empty cell, so every column of plain text has a value to grep.
 NONE = "-"
 CREATE = "create"
@@ -52,6 +56,21 @@ Json = dict[str, Any]
 class OutputFormat(StrEnum):
     TABLE = "table"
     JSON = "json"
+
+
+class DecisionFormat(StrEnum):
+    """`plan -o` and `explain -o`: tables, or the decision as JSON or YAML (the same data)."""
+
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+def data_text(body: Json, output: DecisionFormat) -> str:
+    """`body` as indented JSON, or as YAML with the keys in the same order."""
+    if output is DecisionFormat.YAML:
+        return yaml.safe_dump(body, sort_keys=False, allow_unicode=True).rstrip("\n")
+    return json.dumps(body, indent=2)
 
 
 def rfc3339(moment: datetime) -> str:
@@ -90,19 +109,68 @@ class Printer:
         self.console = console
 
     def line(self, text: str = "", style: str = "", indent: int = 0) -> None:
-        self.console.print(Text(" " * indent + text, style=style))
+        if not self.console.is_terminal or not text:
+            self.console.print(Text(" " * indent + text, style=style))
+            return
+        # On a terminal, wrap at spaces, continuation lines under the first.
+        width = max(1, self.console.width - indent)
+        for wrapped in Text(text, style=style).wrap(self.console, width):
+            wrapped.rstrip()
+            self.console.print(Text(" " * indent) + wrapped)
 
     def table(self, table: Table, indent: int = 0) -> None:
         if not self.console.is_terminal:
             for line in plain_lines(table):
                 self.line(line, indent=indent)
             return
-        rich = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-        for header in table.headers:
-            rich.add_column(header, overflow="fold")
+        widths = column_widths(table, self.console.width - indent)
+        if widths is not None:
+            self.console.print(Padding(rich_table(table, widths), (0, 0, 0, indent)))
+            return
+        # Too wide for the terminal even with every column at its longest word: one record
+        # per row (header, then its value wrapped at spaces), as `kubectl describe` prints.
         for row in table.rows:
-            rich.add_row(*(Text(cell) for cell in row))
-        self.console.print(Padding(rich, (0, 0, 0, indent)))
+            grid = RichTable.grid(padding=(0, 2))
+            grid.add_column(no_wrap=True, style="bold")
+            grid.add_column(overflow="fold")
+            for header, cell in zip(table.headers, row, strict=True):
+                grid.add_row(header, Text(cell))
+            self.console.print(Padding(grid, (0, 0, 1, indent)))
+
+
+#: Between two columns of a rich table: a space, the (invisible) divider, a space.
+COLUMN_GAP = 3
+
+
+def column_widths(table: Table, available: int) -> list[int] | None:
+    """Column widths that fit `available` characters with no word broken, or None.
+
+    Each column gets at least its longest word (at most WORD_MAX_CHARS: longer words are
+    folded) and at most its longest line; the room left over goes to the columns that
+    would wrap, in proportion to what they lack.
+    """
+    columns = list(zip(table.headers, *table.rows, strict=True))
+    words = [max(len(w) for cell in col for w in (cell.split() or [""])) for col in columns]
+    lines = [max(len(line) for cell in col for line in cell.split("\n")) for col in columns]
+    lows = [min(w, WORD_MAX_CHARS) for w in words]
+    room = available - COLUMN_GAP * (len(columns) - 1)
+    if sum(lows) > room:
+        return None
+    if sum(lines) <= room:
+        return lines
+    spare = room - sum(lows)
+    lacking = [line - low for line, low in zip(lines, lows, strict=True)]
+    total = sum(lacking)
+    return [low + spare * lack // total for low, lack in zip(lows, lacking, strict=True)]
+
+
+def rich_table(table: Table, widths: Sequence[int]) -> RichTable:
+    rich = RichTable(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for header, width in zip(table.headers, widths, strict=True):
+        rich.add_column(header, overflow="fold", width=width)
+    for row in table.rows:
+        rich.add_row(*(Text(cell) for cell in row))
+    return rich
 
 
 # --- text pieces --------------------------------------------------------------------------
@@ -148,7 +216,8 @@ def free_text(state: PoolState) -> str:
     """The pool's free summary: its histogram (FreeGPU) or its free nodes (WholeNode)."""
     if state.accounting is Accounting.WHOLE_NODE:
         return (
-            f"{state.free_nodes if state.free_nodes is not None else 0} of {state.nodes} nodes free"
+            f"{state.free_nodes if state.free_nodes is not None else 0} of "
+            f"{plural(state.nodes, 'node')} free"
         )
     return ", ".join(bucket_text(b) for b in state.histogram) or "no nodes"
 

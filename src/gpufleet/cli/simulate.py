@@ -32,6 +32,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gpufleet.cli.paths import writable
 from gpufleet.cli.render import OutputFormat, Printer, Table
 from gpufleet.sim.compare import (
     READY_MEANING,
@@ -339,7 +340,10 @@ def command(
         ),
     ] = None,
     report: Annotated[
-        Path | None, typer.Option("--report", help="Write a self-contained HTML report here.")
+        Path | None,
+        typer.Option(
+            "--report", callback=writable, help="Write a self-contained HTML report here."
+        ),
     ] = None,
     output: Annotated[
         OutputFormat, typer.Option("--output", "-o", help="table or json.")

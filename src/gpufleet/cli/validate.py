@@ -48,7 +48,9 @@ def error_lines(failure: ValidationFailed) -> list[Text]:
 def command(
     paths: Annotated[
         list[Path],
-        typer.Argument(help="Manifest files, or directories of *.yaml/*.yml files."),
+        typer.Argument(
+            metavar="FILE_OR_DIR", help="Manifest files, or directories of *.yaml/*.yml files."
+        ),
     ],
     recursive: Annotated[
         bool, typer.Option("--recursive", "-R", help="Also read subdirectories.")

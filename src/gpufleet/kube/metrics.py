@@ -12,22 +12,27 @@ Names (docs/operations.md, "Metrics"):
 - both: `gpufleet_leader{component}` (1 while this replica holds the Lease),
   `gpufleet_lease_epoch{component}` (its `leaseTransitions` while leading),
   `gpufleet_reconciles_total{component, trigger}`, `gpufleet_reconcile_errors_total{component}`;
-- controller: `gpufleet_placements_total{cluster}`, `gpufleet_refusals{reason}` and
-  `gpufleet_unplaced_replicas` (gauges: the last pass's deployments short of replicas, and
-  the replicas missing), `gpufleet_decision_duration_seconds` (histogram),
-  `gpufleet_rejected_reports_total`, `gpufleet_observation_age_seconds{cluster, pool}`;
+- controller: `gpufleet_placements_total{cluster}`, `gpufleet_refusals_total{reason}`
+  (deployments a pass left short, once per deployment and pass), `gpufleet_unplaced_replicas`
+  (gauge: the replicas missing after the last pass), `gpufleet_decision_duration_seconds`
+  (histogram), `gpufleet_rejected_reports_total`; and the fleet's capacity (`FleetCollector`,
+  from `gpufleet.kube.fleet_metrics`): per cluster, pool and driver the devices, free,
+  allocated and unavailable, nodes by free devices, the largest free block; per pool the nodes,
+  excluded nodes and `gpufleet_observation_age_seconds`; replicas placed and running per
+  cluster, replicas desired, and deployments unscheduled by reason;
 - agent: `gpufleet_agent_report_duration_seconds` (histogram of a whole step),
   `gpufleet_agent_reports_total{result}` (`pushed`, `unchanged`, `failed`).
 
-`gpufleet_observation_age_seconds` is computed when scraped (now minus the `observedAt` of the
-observation the controller last published), so it keeps growing while an agent is silent or
-the controller is stuck: alerting on it needs no second signal.
+The fleet's capacity is computed when scraped, from what the hub store holds (the controller's
+watch caches), and only on the leading replica. So `gpufleet_observation_age_seconds` (now minus
+the `observedAt` of the observation the controller last published) keeps growing while an
+agent is silent or the controller is stuck: alerting on it needs no second signal.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Mapping
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 
 import prometheus_client
@@ -36,14 +41,21 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
+from gpufleet.kube.fleet_metrics import FleetCapacity
+from gpufleet.store.port import StoreError
+
 __all__ = [
     "CONTENT_TYPE_LATEST",
     "AgentMetrics",
     "ControllerMetrics",
+    "FleetCollector",
     "LoopMetrics",
     "disable_created_series",
+    "fleet_families",
     "render",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Buckets of a scheduling pass or an agent step: milliseconds to tens of seconds.
 DURATION_BUCKETS_S = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -105,36 +117,150 @@ class LoopMetrics:
         self._errors.inc()
 
 
-class _ObservationAges(Collector):
-    """`gpufleet_observation_age_seconds`, computed at scrape time from `observedAt`s."""
+class FleetCollector(Collector):
+    """The fleet's capacity (`fleet_metrics.FleetCapacity`), computed when scraped.
 
-    def __init__(self, clock: Callable[[], datetime]) -> None:
+    `source(now)` reads it (None: export nothing, as on a standby: only the leader exports the
+    fleet's numbers, so a sum over the controller's replicas counts each pool once). A source
+    that raises `StoreError` exports nothing for that scrape and logs why.
+    """
+
+    def __init__(
+        self,
+        source: Callable[[datetime], FleetCapacity | None],
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._source = source
         self._clock = clock
-        self._lock = threading.Lock()
-        self._observed_at: dict[tuple[str, str], datetime] = {}
-
-    def set(self, observed_at: Mapping[tuple[str, str], datetime]) -> None:
-        with self._lock:
-            self._observed_at = dict(observed_at)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "gpufleet_observation_age_seconds",
-            "Age of the newest observation the controller published per cluster and pool.",
-            labels=["cluster", "pool"],
-        )
-        now = self._clock()
-        with self._lock:
-            items = sorted(self._observed_at.items())
-        for (cluster, pool), at in items:
-            family.add_metric([cluster, pool], max(0.0, (now - at).total_seconds()))
-        yield family
+        try:
+            fleet = self._source(self._clock())
+        except StoreError as e:
+            log.warning("cannot read the fleet for metrics: %s", e)
+            return
+        if fleet is not None:
+            yield from fleet_families(fleet)
+
+
+def _gauge(name: str, documentation: str, labels: Sequence[str]) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=list(labels))
+
+
+def fleet_families(fleet: FleetCapacity) -> list[GaugeMetricFamily]:
+    """The metric families of `fleet` (docs/operations.md lists them)."""
+    pool, driver = ("cluster", "pool"), ("cluster", "pool", "driver")
+    nodes = _gauge("gpufleet_pool_nodes", "Nodes the agent observed in the pool.", pool)
+    max_nodes = _gauge(
+        "gpufleet_pool_max_nodes", "Nodes the pool may reach (maxNodeCount, else nodeCount).", pool
+    )
+    excluded = _gauge(
+        "gpufleet_pool_excluded_nodes",
+        "Observed nodes with nothing free for the fleet, by the agent's exclusion reason.",
+        (*pool, "reason"),
+    )
+    age = _gauge(
+        "gpufleet_observation_age_seconds",
+        "Age of the observation the controller published per cluster and pool.",
+        pool,
+    )
+    devices = _gauge(
+        "gpufleet_pool_devices",
+        "Devices on the pool's observed nodes (nodes times the devices one node offers).",
+        driver,
+    )
+    free = _gauge("gpufleet_pool_free_devices", "Free devices in the pool.", driver)
+    allocated = _gauge(
+        "gpufleet_pool_allocated_devices",
+        "Devices allocated to claims of any tenant on the pool's schedulable nodes.",
+        driver,
+    )
+    unavailable = _gauge(
+        "gpufleet_pool_unavailable_devices",
+        "Devices on observed nodes the agent excluded (cordoned, NotReady, tainted, ...).",
+        driver,
+    )
+    largest = _gauge(
+        "gpufleet_pool_largest_free_block_devices",
+        "The most free devices on one node of the pool.",
+        driver,
+    )
+    by_free = _gauge(
+        "gpufleet_pool_nodes_by_free_devices",
+        "Nodes of the pool with exactly `free` devices free.",
+        (*driver, "free"),
+    )
+    for p in fleet.pools:
+        key = [p.cluster, p.pool]
+        _add(nodes, key, p.observed_nodes)
+        _add(max_nodes, key, p.max_nodes)
+        _add(age, key, p.age_s)
+        for reason, count in p.excluded_nodes:
+            excluded.add_metric([*key, reason], count)
+        for d in p.drivers:
+            dkey = [*key, d.driver]
+            _add(devices, dkey, d.devices)
+            _add(free, dkey, d.free)
+            _add(allocated, dkey, d.allocated)
+            _add(unavailable, dkey, d.unavailable)
+            _add(largest, dkey, d.largest_free_block)
+            for count, n in d.nodes_by_free:
+                by_free.add_metric([*dkey, str(count)], n)
+    placed = _gauge("gpufleet_replicas_placed", "ModelReplicas pinned to the cluster.", ["cluster"])
+    running = _gauge(
+        "gpufleet_replicas_running",
+        "ModelReplicas of the cluster whose ModelPodsScheduled condition is True.",
+        ["cluster"],
+    )
+    for cluster, n_placed, n_running in fleet.replicas:
+        placed.add_metric([cluster], n_placed)
+        running.add_metric([cluster], n_running)
+    desired = _gauge(
+        "gpufleet_replicas_desired", "Replicas the ModelDeployments ask for (spec.replicas).", []
+    )
+    desired.add_metric([], fleet.replicas_desired)
+    unscheduled = _gauge(
+        "gpufleet_unscheduled_deployments",
+        "ModelDeployments whose ReplicasScheduled condition is False, by its reason.",
+        ["reason"],
+    )
+    for reason, count in fleet.unscheduled_deployments:
+        unscheduled.add_metric([reason], count)
+    return [
+        nodes,
+        max_nodes,
+        excluded,
+        age,
+        devices,
+        free,
+        allocated,
+        unavailable,
+        largest,
+        by_free,
+        placed,
+        running,
+        desired,
+        unscheduled,
+    ]
+
+
+def _add(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
+    if value is not None:
+        family.add_metric(labels, value)
 
 
 class ControllerMetrics:
-    """The hub controller's metrics (plus `LoopMetrics` for component `controller`)."""
+    """The hub controller's metrics (plus `LoopMetrics` for component `controller`).
 
-    def __init__(self, registry: CollectorRegistry, clock: Callable[[], datetime]) -> None:
+    `fleet(now)`, when given, supplies the fleet's capacity at scrape time (`FleetCollector`).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        clock: Callable[[], datetime],
+        fleet: Callable[[datetime], FleetCapacity | None] | None = None,
+    ) -> None:
         self.loop = LoopMetrics(registry, "controller")
         self._placements = Counter(
             "gpufleet_placements",
@@ -142,14 +268,13 @@ class ControllerMetrics:
             ["cluster"],
             registry=registry,
         )
-        self._refusals = Gauge(
+        self._refusals = Counter(
             "gpufleet_refusals",
-            "Deployments short of replicas (or invalid) after the last scheduling pass, by the "
-            "reason code of their Scheduled condition.",
+            "Deployments a scheduling pass left short of replicas (or found invalid), by the "
+            "reason code of their ReplicasScheduled condition; once per deployment and pass.",
             ["reason"],
             registry=registry,
         )
-        self._refusal_reasons: set[str] = set()
         self._unplaced = Gauge(
             "gpufleet_unplaced_replicas",
             "Replicas asked for but not placed after the last scheduling pass.",
@@ -166,8 +291,8 @@ class ControllerMetrics:
             "Agent observations ignored because their lease epoch is older than the cluster's.",
             registry=registry,
         )
-        self._ages = _ObservationAges(clock)
-        registry.register(self._ages)
+        if fleet is not None:
+            registry.register(FleetCollector(fleet, clock))
 
     def record_step(
         self,
@@ -177,22 +302,19 @@ class ControllerMetrics:
         decision_latency_s: float | None,
         rejected_reports: int,
     ) -> None:
+        """One step's numbers; `refusals_by_reason` counts the deployments this step's pass
+        refused (pass nothing for a step that did not schedule again)."""
         for cluster, count in sorted(placements_by_cluster.items()):
             if count > 0:
                 self._placements.labels(cluster).inc(count)
-        # A reason that cleared reads 0 rather than vanishing (no gap in a graph or an alert).
-        self._refusal_reasons |= set(refusals_by_reason)
-        for reason in sorted(self._refusal_reasons):
-            self._refusals.labels(reason).set(refusals_by_reason.get(reason, 0))
+        for reason, count in sorted(refusals_by_reason.items()):
+            if count > 0:
+                self._refusals.labels(reason).inc(count)
         self._unplaced.set(unplaced_replicas)
         if decision_latency_s is not None:
             self._decision.observe(decision_latency_s)
         if rejected_reports > 0:
             self._rejected.inc(rejected_reports)
-
-    def set_observations(self, observed_at: Mapping[tuple[str, str], datetime]) -> None:
-        """The `observedAt` of each (cluster, pool) observation just published."""
-        self._ages.set(observed_at)
 
 
 class AgentMetrics:
