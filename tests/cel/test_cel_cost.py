@@ -142,11 +142,22 @@ def test_ordinary_selectors_cost_little() -> None:
 
 
 def test_an_unbounded_size_is_an_unbounded_cost() -> None:
-    # cel-go cannot bound the size of a value returned by quantity(): equality of two is
-    # priced by the smaller size, unbounded; the API server refuses it.
+    # cel-go cannot bound the size of a value returned by quantity(): `!=` of two is priced by
+    # the smaller size, unbounded; the API server refuses it.
     with pytest.raises(CelCompileError, match="estimated cost is unbounded"):
-        compile_selector('quantity("1Gi") == quantity("1024Mi")')
-    assert compile_selector('quantity("1Gi") == quantity("1024Mi")', cost_limit=None)
+        compile_selector('quantity("1Gi") != quantity("1024Mi")')
+    assert compile_selector('quantity("1Gi") != quantity("1024Mi")', cost_limit=None)
+
+
+def test_equality_of_quantities_and_versions_costs_one() -> None:
+    # The Kubernetes library prices `==` of two quantities or two versions at 1 (plus the
+    # arguments), so the usual capacity and version selectors are admitted.
+    for expression, cost in (
+        ('quantity("1Gi") == quantity("1024Mi")', 3),
+        ('device.capacity["gpu.nvidia.com"].memory == quantity("80Gi")', 6),
+        ('semver("1.0.0") == semver("1.0.0")', 3),
+    ):
+        assert compile_selector(expression).estimated_cost == cost, expression
 
 
 def test_this_engines_quadratic_list_building_is_bounded_too() -> None:

@@ -497,6 +497,10 @@ def _plus(coster: _Coster, expr: Call, target: _Info | None, args: list[_Info]) 
     return _Info(cost, result_type, size, entry)
 
 
+#: Types whose `==` the Kubernetes CEL library prices at 1 whatever their size.
+_CONSTANT_EQUALITY: Final = frozenset({"quantity", "semver"})
+
+
 def _compare(coster: _Coster, expr: Call, target: _Info | None, args: list[_Info]) -> _Info | None:
     if len(args) != 2:
         return None
@@ -504,6 +508,10 @@ def _compare(coster: _Coster, expr: Call, target: _Info | None, args: list[_Info
         _may_be_text(args[0].type) and _may_be_text(args[1].type)
     ):
         return None
+    if expr.function == "_==_" and args[0].type == args[1].type in _CONSTANT_EQUALITY:
+        # The Kubernetes library prices `==` of two quantities or two versions at 1 (its
+        # `EstimateCallCost`, "O(1) cost equality checks"); only `==`: `!=` stays cel-go's.
+        return _Info(_add(1, _arguments(args)), "bool")
     smallest = min(coster.size(args[0]), coster.size(args[1]))
     return _Info(_add(_factor(smallest, _STRING_TRAVERSAL), _arguments(args)), "bool")
 
