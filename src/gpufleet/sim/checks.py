@@ -1,0 +1,98 @@
+"""Evaluating a scenario's checks against one read of the fleet (`FleetState`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from gpufleet.sim.results import CheckFailure
+from gpufleet.sim.scenario import (
+    Check,
+)
+from gpufleet.sim.state import FleetState, observed_histogram
+
+
+def evaluate(check: Check, state: FleetState) -> list[CheckFailure]:
+    """Every way `check` does not hold in `state`."""
+    out: list[CheckFailure] = []
+
+    def fail(what: str, expected: object, got: object) -> None:
+        out.append(CheckFailure(check.at_s, check.path, what, expected, got))
+
+    for dep, want in sorted(check.placements.items()):
+        got_clusters = dict(state.replicas.get(dep, Counter()))
+        got = sum(got_clusters.values())
+        if want.count is not None and got != want.count:
+            fail(f"placements of {dep}", want.count, f"{got} {_clusters_text(got_clusters)}")
+        if want.clusters is not None and got_clusters != dict(want.clusters):
+            fail(f"placements of {dep} by cluster", dict(want.clusters), got_clusters)
+    if check.pending is not None:
+        for dep, want_n in sorted(check.pending.items()):
+            if dep == "":
+                got_n = sum(state.pending(d) for d in state.deployments)
+                label = "pending replicas (fleet)"
+            else:
+                got_n, label = state.pending(dep), f"pending replicas of {dep}"
+            if got_n != want_n:
+                fail(label, want_n, got_n)
+    if check.pods_running is not None:
+        for dep, want_n in sorted(check.pods_running.items()):
+            got_n = sum(state.running.values()) if dep == "" else state.running.get(dep, 0)
+            if got_n != want_n:
+                fail("running pods" + (f" of {dep}" if dep else " (fleet)"), want_n, got_n)
+    for (c, p), want_n in sorted(check.free_gpus.items()):
+        truth = state.truth(c)[p]
+        got_n = truth.total - truth.allocated
+        if got_n != want_n:
+            fail(f"free GPUs in {c}/{p} (actual)", want_n, got_n)
+    for (c, p), want_n in sorted(check.allocated_gpus.items()):
+        got_n = state.truth(c)[p].allocated
+        if got_n != want_n:
+            fail(f"allocated GPUs in {c}/{p} (actual)", want_n, got_n)
+    for (c, p), want_n in sorted(check.observed_free_gpus.items()):
+        hist = observed_histogram(state.fleet.hub, c, p)
+        got_obs = None if hist is None else sum(k * v for k, v in hist.items())
+        if got_obs != want_n:
+            fail(f"free GPUs in {c}/{p} (agent-observed)", want_n, got_obs)
+    for (c, p), want_h in sorted(check.histogram.items()):
+        got_h = observed_histogram(state.fleet.hub, c, p)
+        if got_h != dict(want_h):
+            fail(f"observed histogram of {c}/{p} {{free: nodes}}", dict(want_h), got_h)
+    for (c, p), want_n in sorted(check.nodes.items()):
+        got_n = state.truth(c)[p].nodes
+        if got_n != want_n:
+            fail(f"nodes in {c}/{p}", want_n, got_n)
+    for (c, p), want_s in sorted(check.pool_state.items()):
+        got_s = state.pool_state(c, p)
+        if got_s != want_s:
+            fail(f"observation state of {c}/{p}", want_s, got_s)
+    for dep, want_c in sorted(check.conditions.items()):
+        got_c = state.condition(dep, want_c.type)
+        if got_c is None:
+            fail(f"{want_c.type} of {dep}", _condition_text(want_c), "no such condition")
+            continue
+        is_ok = (
+            (want_c.status is None or got_c.get("status") == want_c.status)
+            and (want_c.reason is None or got_c.get("reason") == want_c.reason)
+            and (want_c.message is None or want_c.message in str(got_c.get("message", "")))
+        )
+        if not is_ok:
+            got_text = f"{got_c.get('status')}/{got_c.get('reason')}: {got_c.get('message', '')}"
+            fail(f"{want_c.type} of {dep}", _condition_text(want_c), got_text)
+    return out
+
+
+def _clusters_text(clusters: Mapping[str, int]) -> str:
+    if not clusters:
+        return "(none)"
+    return "(" + ", ".join(f"{c}: {n}" for c, n in sorted(clusters.items())) + ")"
+
+
+def _condition_text(want: Any) -> str:
+    parts = [
+        f"status={want.status}" if want.status else "",
+        f"reason={want.reason}" if want.reason else "",
+        f"message contains {want.message!r}" if want.message else "",
+    ]
+    return " ".join(p for p in parts if p) or "present"
