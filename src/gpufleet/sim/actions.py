@@ -7,6 +7,8 @@ ModelReplicas it owns at once, as the API server's garbage collector would short
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
+from typing import Final
 
 from gpufleet.sim.cluster import WorkloadCluster
 from gpufleet.sim.fleet import Fleet
@@ -109,63 +111,70 @@ def _cluster_taint(hub: Store, cluster: str, action: Action, present: bool) -> N
 
 def perform(fleet: Fleet, action: Action) -> None:
     """Carry out one timeline action on the fleet."""
-    k = action.kind
-    hub = fleet.hub
-    if k is ActionKind.APPLY:
-        assert action.manifest is not None
-        apply_deployment(hub, action.manifest)
+    handler = _HUB_ACTIONS.get(action.kind)
+    if handler is not None:
+        handler(fleet, action)
         return
-    if k is ActionKind.DELETE:
-        delete_deployment(hub, action.deployment)
+    cluster = fleet.clusters[action.cluster]
+    if action.kind in (ActionKind.TAINT, ActionKind.UNTAINT) and action.target is None:
+        _cluster_taint(fleet.hub, action.cluster, action, action.kind is ActionKind.TAINT)
         return
-    if k is ActionKind.SCALE:
-        scale_deployment(hub, action.deployment, action.replicas)
-        return
-    name = action.cluster
-    if k is ActionKind.KILL_AGENT:
-        fleet.crash_agent(name)
-        return
-    if k is ActionKind.START_AGENT:
-        if fleet.agents[name].agent is None:
-            fleet.restart_agent(name)
-        return
-    if k is ActionKind.PARTITION:
-        fleet.partition(name)
-        return
-    if k is ActionKind.HEAL:
-        fleet.heal(name)
-        return
-    cluster = fleet.clusters[name]
-    if k is ActionKind.ADD_NODE:
-        assert action.target is not None
-        cluster.add_node(action.target.pool)
-        return
-    if k in (ActionKind.TAINT, ActionKind.UNTAINT) and action.target is None:
-        _cluster_taint(hub, name, action, k is ActionKind.TAINT)
-        return
-    if k is ActionKind.REMOVE_FOREIGN_CLAIM:
+    if action.kind is ActionKind.REMOVE_FOREIGN_CLAIM:
         _remove_foreign(cluster, action)
         return
     for node in _nodes(cluster, action):
-        if k is ActionKind.CORDON:
-            cluster.cordon(node)
-        elif k is ActionKind.UNCORDON:
-            cluster.uncordon(node)
-        elif k is ActionKind.TAINT:
-            cluster.taint(node, action.key, action.effect, action.value)
-        elif k is ActionKind.UNTAINT:
-            cluster.untaint(node, action.key)
-        elif k is ActionKind.FAIL_NODE:
-            cluster.fail_node(node)
-        elif k is ActionKind.RECOVER_NODE:
-            cluster.recover_node(node)
-        elif k is ActionKind.REMOVE_NODE:
-            cluster.remove_node(node)
-        elif k is ActionKind.ADD_FOREIGN_CLAIM:
-            try:
-                cluster.add_foreign_claim(node, action.devices)
-            except ValueError as error:
-                raise ActionFailed(f"{action.path}: {error}") from None
+        _node_action(cluster, node, action)
+
+
+def _apply(fleet: Fleet, action: Action) -> None:
+    assert action.manifest is not None
+    apply_deployment(fleet.hub, action.manifest)
+
+
+def _start_agent(fleet: Fleet, action: Action) -> None:
+    if fleet.agents[action.cluster].agent is None:
+        fleet.restart_agent(action.cluster)
+
+
+def _add_node(fleet: Fleet, action: Action) -> None:
+    assert action.target is not None
+    fleet.clusters[action.cluster].add_node(action.target.pool)
+
+
+#: Actions on the hub or an agent, and `addNode`: no node to resolve.
+_HUB_ACTIONS: Final[dict[ActionKind, Callable[[Fleet, Action], None]]] = {
+    ActionKind.APPLY: _apply,
+    ActionKind.DELETE: lambda fleet, a: delete_deployment(fleet.hub, a.deployment),
+    ActionKind.SCALE: lambda fleet, a: scale_deployment(fleet.hub, a.deployment, a.replicas),
+    ActionKind.KILL_AGENT: lambda fleet, a: fleet.crash_agent(a.cluster),
+    ActionKind.START_AGENT: _start_agent,
+    ActionKind.PARTITION: lambda fleet, a: fleet.partition(a.cluster),
+    ActionKind.HEAL: lambda fleet, a: fleet.heal(a.cluster),
+    ActionKind.ADD_NODE: _add_node,
+}
+
+
+def _node_action(cluster: WorkloadCluster, node: str, action: Action) -> None:
+    k = action.kind
+    if k is ActionKind.CORDON:
+        cluster.cordon(node)
+    elif k is ActionKind.UNCORDON:
+        cluster.uncordon(node)
+    elif k is ActionKind.TAINT:
+        cluster.taint(node, action.key, action.effect, action.value)
+    elif k is ActionKind.UNTAINT:
+        cluster.untaint(node, action.key)
+    elif k is ActionKind.FAIL_NODE:
+        cluster.fail_node(node)
+    elif k is ActionKind.RECOVER_NODE:
+        cluster.recover_node(node)
+    elif k is ActionKind.REMOVE_NODE:
+        cluster.remove_node(node)
+    elif k is ActionKind.ADD_FOREIGN_CLAIM:
+        try:
+            cluster.add_foreign_claim(node, action.devices)
+        except ValueError as error:
+            raise ActionFailed(f"{action.path}: {error}") from None
 
 
 def _remove_foreign(cluster: WorkloadCluster, action: Action) -> None:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from gpufleet.sim.results import CheckFailure
 from gpufleet.sim.scenario import (
     Check,
 )
 from gpufleet.sim.state import FleetState, observed_histogram
+
+#: Records one way a check does not hold: what, expected, got.
+Fail = Callable[[str, object, object], None]
 
 
 def evaluate(check: Check, state: FleetState) -> list[CheckFailure]:
@@ -20,6 +23,12 @@ def evaluate(check: Check, state: FleetState) -> list[CheckFailure]:
     def fail(what: str, expected: object, got: object) -> None:
         out.append(CheckFailure(check.at_s, check.path, what, expected, got))
 
+    for evaluator in _EVALUATORS:
+        evaluator(check, state, fail)
+    return out
+
+
+def _placements(check: Check, state: FleetState, fail: Fail) -> None:
     for dep, want in sorted(check.placements.items()):
         got_clusters = dict(state.replicas.get(dep, Counter()))
         got = sum(got_clusters.values())
@@ -27,20 +36,27 @@ def evaluate(check: Check, state: FleetState) -> list[CheckFailure]:
             fail(f"placements of {dep}", want.count, f"{got} {_clusters_text(got_clusters)}")
         if want.clusters is not None and got_clusters != dict(want.clusters):
             fail(f"placements of {dep} by cluster", dict(want.clusters), got_clusters)
-    if check.pending is not None:
-        for dep, want_n in sorted(check.pending.items()):
-            if dep == "":
-                got_n = sum(state.pending(d) for d in state.deployments)
-                label = "pending replicas (fleet)"
-            else:
-                got_n, label = state.pending(dep), f"pending replicas of {dep}"
-            if got_n != want_n:
-                fail(label, want_n, got_n)
-    if check.pods_running is not None:
-        for dep, want_n in sorted(check.pods_running.items()):
-            got_n = sum(state.running.values()) if dep == "" else state.running.get(dep, 0)
-            if got_n != want_n:
-                fail("running pods" + (f" of {dep}" if dep else " (fleet)"), want_n, got_n)
+
+
+def _pending(check: Check, state: FleetState, fail: Fail) -> None:
+    for dep, want_n in sorted((check.pending or {}).items()):
+        if dep == "":
+            got_n = sum(state.pending(d) for d in state.deployments)
+            label = "pending replicas (fleet)"
+        else:
+            got_n, label = state.pending(dep), f"pending replicas of {dep}"
+        if got_n != want_n:
+            fail(label, want_n, got_n)
+
+
+def _pods_running(check: Check, state: FleetState, fail: Fail) -> None:
+    for dep, want_n in sorted((check.pods_running or {}).items()):
+        got_n = sum(state.running.values()) if dep == "" else state.running.get(dep, 0)
+        if got_n != want_n:
+            fail("running pods" + (f" of {dep}" if dep else " (fleet)"), want_n, got_n)
+
+
+def _gpus(check: Check, state: FleetState, fail: Fail) -> None:
     for (c, p), want_n in sorted(check.free_gpus.items()):
         truth = state.truth(c)[p]
         got_n = truth.total - truth.allocated
@@ -55,6 +71,9 @@ def evaluate(check: Check, state: FleetState) -> list[CheckFailure]:
         got_obs = None if hist is None else sum(k * v for k, v in hist.items())
         if got_obs != want_n:
             fail(f"free GPUs in {c}/{p} (agent-observed)", want_n, got_obs)
+
+
+def _pools(check: Check, state: FleetState, fail: Fail) -> None:
     for (c, p), want_h in sorted(check.histogram.items()):
         got_h = observed_histogram(state.fleet.hub, c, p)
         if got_h != dict(want_h):
@@ -67,6 +86,9 @@ def evaluate(check: Check, state: FleetState) -> list[CheckFailure]:
         got_s = state.pool_state(c, p)
         if got_s != want_s:
             fail(f"observation state of {c}/{p}", want_s, got_s)
+
+
+def _conditions(check: Check, state: FleetState, fail: Fail) -> None:
     for dep, want_c in sorted(check.conditions.items()):
         got_c = state.condition(dep, want_c.type)
         if got_c is None:
@@ -80,7 +102,17 @@ def evaluate(check: Check, state: FleetState) -> list[CheckFailure]:
         if not is_ok:
             got_text = f"{got_c.get('status')}/{got_c.get('reason')}: {got_c.get('message', '')}"
             fail(f"{want_c.type} of {dep}", _condition_text(want_c), got_text)
-    return out
+
+
+#: In the order failures are reported.
+_EVALUATORS: Final[tuple[Callable[[Check, FleetState, Fail], None], ...]] = (
+    _placements,
+    _pending,
+    _pods_running,
+    _gpus,
+    _pools,
+    _conditions,
+)
 
 
 def _clusters_text(clusters: Mapping[str, int]) -> str:

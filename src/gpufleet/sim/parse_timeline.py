@@ -4,7 +4,8 @@ names (clusters, pools, node names `<pool>-<i>`) and the deployments the scenari
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from gpufleet.sim.fields import (
@@ -141,6 +142,22 @@ def resolve_deployment(
     return name
 
 
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """One timeline entry being read: its time, kind, path and what it may name."""
+
+    at_s: float
+    kind: ActionKind
+    path: str
+    data: Mapping[str, Any]
+    problems: Problems
+    fleet: FleetNames
+    known: list[str]
+
+    def action(self, **fields: Any) -> Action:
+        return Action(self.at_s, self.kind, self.path, **fields)
+
+
 def read_action(
     raw: object,
     path: str,
@@ -165,47 +182,86 @@ def read_action(
         return None
     kind = ActionKind(kind_text)
     check_known(data, ("at", "action", *_ACTION_FIELDS[kind]), path, problems)
-    if kind is ActionKind.APPLY:
-        manifest = validated(data.get("manifest"), f"{path}.manifest", problems, "ModelDeployment")
-        if manifest is None:
-            return None
-        key = f"{manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
-        if key not in known:
-            known.append(key)
-        return Action(at_s, kind, path, manifest=manifest, deployment=key)
-    if kind is ActionKind.DELETE:
-        return Action(at_s, kind, path, deployment=_deployment_ref(data, path, problems, known))
-    if kind is ActionKind.SCALE:
-        deployment = _deployment_ref(data, path, problems, known)
-        replicas = get_int(data, "replicas", path, problems)
-        return Action(at_s, kind, path, deployment=deployment, replicas=replicas)
-    cluster = fleet.cluster(data, path, problems)
-    if kind in _AGENT_ACTIONS:
-        return Action(at_s, kind, path, cluster=cluster)
-    if kind is ActionKind.ADD_NODE:
-        pool = get_str(data, "pool", path, problems)
-        if cluster in fleet.pools and pool and pool not in fleet.pools[cluster]:
-            problems.add(f"{path}.pool", f"cluster {cluster} has no pool {pool!r}")
-        return Action(at_s, kind, path, cluster=cluster, target=NodeRef(pool=pool))
-    if kind in (ActionKind.TAINT, ActionKind.UNTAINT):
-        target = _node_ref(data, path, problems, fleet, cluster, required=False)
-        key = get_str(data, "key", path, problems)
-        effect = get_str(data, "effect", path, problems, "NoSchedule")
-        if effect not in ("NoSchedule", "NoExecute", "PreferNoSchedule"):
-            problems.add(f"{path}.effect", "must be NoSchedule, NoExecute or PreferNoSchedule")
-        value = str(data.get("value") or "")
-        return Action(
-            at_s, kind, path, cluster=cluster, target=target, key=key, value=value, effect=effect
-        )
-    if kind is ActionKind.ADD_FOREIGN_CLAIM:
-        target = _node_ref(data, path, problems, fleet, cluster, required=True)
-        if target is not None and not target.node and target.index is None:
-            problems.add(path, "addForeignClaim needs one node: node, or pool and index")
-        devices = get_int(data, "devices", path, problems, 1, minimum=1)
-        return Action(at_s, kind, path, cluster=cluster, target=target, devices=devices)
-    if kind is ActionKind.REMOVE_FOREIGN_CLAIM:
-        claim = str(data.get("claim") or "")
-        target = _node_ref(data, path, problems, fleet, cluster, required=not claim)
-        return Action(at_s, kind, path, cluster=cluster, target=target, claim=claim)
-    target = _node_ref(data, path, problems, fleet, cluster, required=True)
-    return Action(at_s, kind, path, cluster=cluster, target=target)
+    entry = _Entry(at_s, kind, path, data, problems, fleet, known)
+    return _READERS.get(kind, _node_action)(entry)
+
+
+def _apply(e: _Entry) -> Action | None:
+    manifest = validated(
+        e.data.get("manifest"), f"{e.path}.manifest", e.problems, "ModelDeployment"
+    )
+    if manifest is None:
+        return None
+    key = f"{manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
+    if key not in e.known:
+        e.known.append(key)
+    return e.action(manifest=manifest, deployment=key)
+
+
+def _delete(e: _Entry) -> Action:
+    return e.action(deployment=_deployment_ref(e.data, e.path, e.problems, e.known))
+
+
+def _scale(e: _Entry) -> Action:
+    deployment = _deployment_ref(e.data, e.path, e.problems, e.known)
+    replicas = get_int(e.data, "replicas", e.path, e.problems)
+    return e.action(deployment=deployment, replicas=replicas)
+
+
+def _agent_action(e: _Entry) -> Action:
+    return e.action(cluster=e.fleet.cluster(e.data, e.path, e.problems))
+
+
+def _add_node(e: _Entry) -> Action:
+    cluster = e.fleet.cluster(e.data, e.path, e.problems)
+    pool = get_str(e.data, "pool", e.path, e.problems)
+    if cluster in e.fleet.pools and pool and pool not in e.fleet.pools[cluster]:
+        e.problems.add(f"{e.path}.pool", f"cluster {cluster} has no pool {pool!r}")
+    return e.action(cluster=cluster, target=NodeRef(pool=pool))
+
+
+def _taint(e: _Entry) -> Action:
+    cluster = e.fleet.cluster(e.data, e.path, e.problems)
+    target = _node_ref(e.data, e.path, e.problems, e.fleet, cluster, required=False)
+    key = get_str(e.data, "key", e.path, e.problems)
+    effect = get_str(e.data, "effect", e.path, e.problems, "NoSchedule")
+    if effect not in ("NoSchedule", "NoExecute", "PreferNoSchedule"):
+        e.problems.add(f"{e.path}.effect", "must be NoSchedule, NoExecute or PreferNoSchedule")
+    value = str(e.data.get("value") or "")
+    return e.action(cluster=cluster, target=target, key=key, value=value, effect=effect)
+
+
+def _add_foreign_claim(e: _Entry) -> Action:
+    cluster = e.fleet.cluster(e.data, e.path, e.problems)
+    target = _node_ref(e.data, e.path, e.problems, e.fleet, cluster, required=True)
+    if target is not None and not target.node and target.index is None:
+        e.problems.add(e.path, "addForeignClaim needs one node: node, or pool and index")
+    devices = get_int(e.data, "devices", e.path, e.problems, 1, minimum=1)
+    return e.action(cluster=cluster, target=target, devices=devices)
+
+
+def _remove_foreign_claim(e: _Entry) -> Action:
+    cluster = e.fleet.cluster(e.data, e.path, e.problems)
+    claim = str(e.data.get("claim") or "")
+    target = _node_ref(e.data, e.path, e.problems, e.fleet, cluster, required=not claim)
+    return e.action(cluster=cluster, target=target, claim=claim)
+
+
+def _node_action(e: _Entry) -> Action:
+    cluster = e.fleet.cluster(e.data, e.path, e.problems)
+    target = _node_ref(e.data, e.path, e.problems, e.fleet, cluster, required=True)
+    return e.action(cluster=cluster, target=target)
+
+
+#: How each kind of action is read; any other acts on nodes (`_node_action`).
+_READERS: Final[dict[ActionKind, Callable[[_Entry], Action | None]]] = {
+    ActionKind.APPLY: _apply,
+    ActionKind.DELETE: _delete,
+    ActionKind.SCALE: _scale,
+    **{k: _agent_action for k in _AGENT_ACTIONS},
+    ActionKind.ADD_NODE: _add_node,
+    ActionKind.TAINT: _taint,
+    ActionKind.UNTAINT: _taint,
+    ActionKind.ADD_FOREIGN_CLAIM: _add_foreign_claim,
+    ActionKind.REMOVE_FOREIGN_CLAIM: _remove_foreign_claim,
+}
