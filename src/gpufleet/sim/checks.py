@@ -3,25 +3,25 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from gpufleet.sim.results import CheckFailure
-from gpufleet.sim.scenario import (
-    Check,
-)
+from gpufleet.sim.scenario_model import Check, CheckMode, HubVsActual
 from gpufleet.sim.state import FleetState, observed_histogram
 
 #: Records one way a check does not hold: what, expected, got.
 Fail = Callable[[str, object, object], None]
 
 
-def evaluate(check: Check, state: FleetState) -> list[CheckFailure]:
-    """Every way `check` does not hold in `state`."""
+def evaluate(check: Check, state: FleetState, at_s: float | None = None) -> list[CheckFailure]:
+    """Every way `check`'s expectations do not hold in `state` (read at `at_s`, by default
+    the check's own time)."""
     out: list[CheckFailure] = []
+    when = check.at_s if at_s is None else at_s
 
     def fail(what: str, expected: object, got: object) -> None:
-        out.append(CheckFailure(check.at_s, check.path, what, expected, got))
+        out.append(CheckFailure(when, check.path, what, expected, got))
 
     for evaluator in _EVALUATORS:
         evaluator(check, state, fail)
@@ -104,6 +104,57 @@ def _conditions(check: Check, state: FleetState, fail: Fail) -> None:
             fail(f"{want_c.type} of {dep}", _condition_text(want_c), got_text)
 
 
+def _pods(check: Check, state: FleetState, fail: Fail) -> None:
+    for dep, want in sorted(check.pods.items()):
+        got = state.pod_states.get(dep, Counter())
+        for name in ("running", "pending", "unschedulable"):
+            want_n = getattr(want, name)
+            if want_n is not None and got[name] != want_n:
+                fail(f"{name} pods of {dep}", want_n, got[name])
+
+
+def _pods_scheduled(check: Check, state: FleetState, fail: Fail) -> None:
+    for dep, want in sorted(check.pods_scheduled.items()):
+        found = state.replica_conditions(dep, "ModelPodsScheduled")
+        matching = sum(
+            1
+            for c in found
+            if c is not None
+            and (want.status is None or c.get("status") == want.status)
+            and (want.reason is None or c.get("reason") == want.reason)
+        )
+        text = _condition_text(want)
+        if want.count is None and (not found or matching != len(found)):
+            got = Counter(
+                "none" if c is None else f"{c.get('status')}/{c.get('reason')}" for c in found
+            )
+            fail(f"ModelPodsScheduled of every replica of {dep}", text, dict(got) or "no replicas")
+        elif want.count is not None and matching != want.count:
+            fail(f"replicas of {dep} with ModelPodsScheduled {text}", want.count, matching)
+
+
+def _ready_replicas(check: Check, state: FleetState, fail: Fail) -> None:
+    for dep, want_n in sorted(check.ready_replicas.items()):
+        got_n = state.ready_replicas(dep)
+        if got_n != want_n:
+            fail(f"replicas.ready of {dep}", want_n, got_n)
+
+
+def _hub_free_gpus(check: Check, state: FleetState, fail: Fail) -> None:
+    for (c, p), want in sorted(check.hub_free_gpus.items()):
+        got = state.hub_free(c, p)
+        truth = state.truth(c)[p]
+        actual = truth.total - truth.allocated
+        what = f"free GPUs in {c}/{p} (hub's accounting)"
+        if isinstance(want, int):
+            if got != want:
+                fail(what, want, got)
+        elif want is HubVsActual.EQUAL and got != actual:
+            fail(what, f"the actual {actual}", got)
+        elif want is HubVsActual.AT_MOST and (got is None or got > actual):
+            fail(what, f"at most the actual {actual}", got)
+
+
 #: In the order failures are reported.
 _EVALUATORS: Final[tuple[Callable[[Check, FleetState, Fail], None], ...]] = (
     _placements,
@@ -112,7 +163,51 @@ _EVALUATORS: Final[tuple[Callable[[Check, FleetState, Fail], None], ...]] = (
     _gpus,
     _pools,
     _conditions,
+    _pods,
+    _pods_scheduled,
+    _ready_replicas,
+    _hub_free_gpus,
 )
+
+
+class CheckRunner:
+    """Evaluates a run's checks at the instants the run stops at, and says when each is done:
+    an `at` check at its instant; an `always` check at every instant of its window until it
+    is broken (reported once, where first broken); a `within` check at every instant after
+    its start until it holds (reported at the window's end if it never did)."""
+
+    def __init__(self, checks: Sequence[Check]) -> None:
+        self.checks = tuple(checks)
+        self._done: set[int] = set()
+
+    def instants(self) -> set[float]:
+        return {at for check in self.checks for at in check.instants()}
+
+    def at(self, at_s: float, state: FleetState) -> list[CheckFailure]:
+        out: list[CheckFailure] = []
+        for i, check in enumerate(self.checks):
+            if i in self._done or not check.covers(at_s):
+                continue
+            found = evaluate(check, state, at_s)
+            if check.mode is CheckMode.AT:
+                out.extend(found)
+                self._done.add(i)
+            elif check.mode is CheckMode.ALWAYS:
+                if found:
+                    out.extend(_in_window(f, check, "first broken here") for f in found)
+                if found or at_s >= check.until_s:
+                    self._done.add(i)
+            elif not found:
+                self._done.add(i)  # `within`: it held
+            elif at_s >= check.until_s:
+                out.extend(_in_window(f, check, "never held; as last seen") for f in found)
+                self._done.add(i)
+        return out
+
+
+def _in_window(failure: CheckFailure, check: Check, note: str) -> CheckFailure:
+    what = f"{failure.what} ({check.window()}: {note})"
+    return CheckFailure(failure.at_s, failure.path, what, failure.expected, failure.got)
 
 
 def _clusters_text(clusters: Mapping[str, int]) -> str:
@@ -125,6 +220,6 @@ def _condition_text(want: Any) -> str:
     parts = [
         f"status={want.status}" if want.status else "",
         f"reason={want.reason}" if want.reason else "",
-        f"message contains {want.message!r}" if want.message else "",
+        f"message contains {want.message!r}" if getattr(want, "message", None) else "",
     ]
     return " ".join(p for p in parts if p) or "present"

@@ -347,10 +347,14 @@ class WorkloadCluster:
         )
         self._update_node(name, lambda n: set_taint(n, taint, True))
 
-    def untaint(self, name: str, key: str) -> None:
+    def untaint(self, name: str, key: str, effect: str = "") -> None:
+        """Remove the node's taints with `key` (and `effect`, when given)."""
+
         def change(node: Obj) -> None:
             node["spec"]["taints"] = [
-                t for t in node["spec"].get("taints") or [] if t["key"] != key
+                t
+                for t in node["spec"].get("taints") or []
+                if not (t["key"] == key and (not effect or t["effect"] == effect))
             ]
 
         self._update_node(name, change)

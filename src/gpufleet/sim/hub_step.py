@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from gpufleet.controller.loop import Controller, StepResult
-from gpufleet.core.decision import Diagnosis, Reason
+from gpufleet.core.decision import Decision, Diagnosis, Reason
 from gpufleet.sim.engine import EPOCH
 from gpufleet.sim.results import Refusal
 from gpufleet.store import MemoryStore, format_time
@@ -174,6 +174,8 @@ class HubStep:
         self._last: dict[str, tuple[object, ...]] = {}
         #: The last decision `_record` went through (see there).
         self._recorded: object = None
+        #: The controller's last decision: its accounting of every pool, for checks.
+        self.last_decision: Decision | None = None
         #: The observation times on the hub, for `_next_age_crossing`.
         self._times = ObservedTimes()
 
@@ -209,6 +211,8 @@ class HubStep:
         # A quiet step hands out the last full step's decision again: it creates and drops
         # nothing (`Controller._quiet_record`), and every signature below is the one recorded
         # for it, so going through it again would add nothing.
+        if result.decision is not None:
+            self.last_decision = result.decision
         if result.decision is None or (result.is_quiet and result.decision is self._recorded):
             return
         self._recorded = result.decision

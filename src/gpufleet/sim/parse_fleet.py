@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from gpufleet.agent.runner import AgentConfig
 from gpufleet.api import ValidationFailed, parse_object
+from gpufleet.api.names import is_dns_label, is_dns_subdomain
 from gpufleet.core.model import NodeChoice
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
 from gpufleet.sim.fields import (
@@ -25,7 +26,12 @@ from gpufleet.sim.fields import (
     get_str,
 )
 from gpufleet.sim.fleet import FleetSpec
-from gpufleet.sim.scenario_model import API_VERSION, Accounting, ControllerSettings
+from gpufleet.sim.scenario_model import (
+    API_VERSION,
+    MIN_PERIOD_S,
+    Accounting,
+    ControllerSettings,
+)
 
 _BEHAVIOUR_FIELDS: Final = {
     # yaml key: (ClusterBehaviour field, kind)
@@ -47,6 +53,10 @@ _BEHAVIOUR_FIELDS: Final = {
 }
 
 
+#: Behaviour fields that are periods: each must be at least `MIN_PERIOD_S`.
+_PERIODS: Final = ("tick_s", "report_interval_s", "autoscaler_scan_s", "heartbeat_interval_s")
+
+
 def _behaviour(data: Mapping[str, Any], path: str, problems: Problems) -> ClusterBehaviour:
     check_known(data, tuple(_BEHAVIOUR_FIELDS), path, problems)
     kwargs: dict[str, Any] = {}
@@ -55,8 +65,8 @@ def _behaviour(data: Mapping[str, Any], path: str, problems: Problems) -> Cluste
             continue
         if kind == "duration":
             seconds = get_duration(data, key, path, problems)
-            if attr in ("tick_s", "report_interval_s") and seconds <= 0:
-                problems.add(f"{path}.{key}", "must be more than 0")
+            if attr in _PERIODS and seconds < MIN_PERIOD_S:
+                problems.add(f"{path}.{key}", "must be at least 1ms (it is a period)")
                 continue
             kwargs[attr] = seconds
         elif kind == "bool":
@@ -72,23 +82,30 @@ def _behaviour(data: Mapping[str, Any], path: str, problems: Problems) -> Cluste
 
 
 def _devices(
-    spec: object, path: str, problems: Problems, class_name: str
+    spec: object, path: str, problems: Problems, class_name: str, name_path: str | None
 ) -> tuple[DeviceSpec, ...]:
-    """Devices of an InferenceClass spec, validated as an InferenceClass."""
+    """Devices of an InferenceClass spec, validated as an InferenceClass. A problem with the
+    class's name is reported at `name_path`; None: the name is made from names whose own
+    checks report it, so it is not reported twice."""
     body = {
         "apiVersion": API_VERSION,
         "kind": "InferenceClass",
         "metadata": {"name": class_name},
         "spec": spec,
     }
-    before = len(problems.items)
+    is_invalid = False
     try:
         parse_object(body)
     except ValidationFailed as failure:
         for error in failure.errors:
+            is_invalid = True
+            if error.path.startswith("metadata.name"):
+                if name_path is not None:
+                    problems.add(name_path, f"class name {class_name!r}: {error.message}")
+                continue
             where = error.path.removeprefix("spec.").removeprefix("spec")
             problems.add(f"{path}.{where}" if where else path, error.message)
-    if len(problems.items) > before or not isinstance(spec, Mapping):
+    if is_invalid or not isinstance(spec, Mapping):
         return ()
     return tuple(DeviceSpec.from_class(d) for d in spec.get("devices") or [])
 
@@ -98,7 +115,7 @@ def read_classes(value: object, problems: Problems) -> dict[str, tuple[DeviceSpe
     for name, spec in get_mapping(value, "classes", problems).items():
         if isinstance(spec, Mapping):
             check_known(spec, ("devices",), f"classes.{name}", problems)
-        out[str(name)] = _devices(spec, f"classes.{name}", problems, str(name))
+        out[str(name)] = _devices(spec, f"classes.{name}", problems, str(name), f"classes.{name}")
     return out
 
 
@@ -124,10 +141,16 @@ def _pool(
         devices = classes.get(klass, ())
     elif isinstance(klass, Mapping):
         class_name = f"{cluster}-{name}"
-        inner = {k: v for k, v in klass.items() if k != "name"}
+        # A made-up name is wrong only when the cluster's or the pool's name is, and
+        # those are reported where they are written.
+        name_path: str | None = None
+        if is_dns_label(name) and is_dns_subdomain(cluster):
+            name_path = f"{path}.class"
         if isinstance(klass.get("name"), str):
             class_name = klass["name"]
-        devices = _devices(inner, f"{path}.class", problems, class_name)
+            name_path = f"{path}.class.name"
+        inner = {k: v for k, v in klass.items() if k != "name"}
+        devices = _devices(inner, f"{path}.class", problems, class_name, name_path)
     else:
         problems.add(f"{path}.class", "is required: a class name, or {devices: [...]}")
     node_count = get_int(data, "nodeCount", path, problems, 1)
@@ -209,27 +232,33 @@ def read_fleet(
             pools.append(pool)
         taints = _taints(c.get("taints"), f"{path}.taints", problems)
         spec = ClusterSpec(name, tuple(pools), behaviour, labels, taints)
-        _check_cluster(spec, path, problems)
+        check_cluster(spec, path, problems)
         clusters.append(spec)
     agent = get_mapping(data.get("agent"), "fleet.agent", problems)
     check_known(agent, ("heartbeatInterval", "minPushInterval"), "fleet.agent", problems)
+    heartbeat_s = get_duration(agent, "heartbeatInterval", "fleet.agent", problems, 30.0)
+    if heartbeat_s < MIN_PERIOD_S:
+        problems.add("fleet.agent.heartbeatInterval", "must be at least 1ms (it is a period)")
+        heartbeat_s = 30.0
     agent_config = AgentConfig(
-        heartbeat_interval_s=get_duration(
-            agent, "heartbeatInterval", "fleet.agent", problems, 30.0
-        ),
+        heartbeat_interval_s=heartbeat_s,
         min_push_interval_s=get_duration(agent, "minPushInterval", "fleet.agent", problems, 2.0),
     )
     return FleetSpec(tuple(clusters), controller_interval_s, agent_config)
 
 
-def _check_cluster(spec: ClusterSpec, path: str, problems: Problems) -> None:
-    """Validate the InferenceCluster the fleet will publish for `spec` with the API."""
+def check_cluster(
+    spec: ClusterSpec, path: str, problems: Problems, *, labels_only: bool = False
+) -> None:
+    """Validate the InferenceCluster the fleet will publish for `spec` with the API; with
+    `labels_only`, report only problems of its labels, under `path` (`path.<label>`)."""
     from gpufleet.sim.fleet import inventory
 
     try:
         objs = inventory([spec])
     except ValueError as error:
-        problems.add(path, str(error))
+        if not labels_only:
+            problems.add(path, str(error))
         return
     for obj in objs:
         if obj["kind"] != "InferenceCluster":
@@ -240,6 +269,12 @@ def _check_cluster(spec: ClusterSpec, path: str, problems: Problems) -> None:
             for field_error in failure.errors:
                 where = re.sub(r"^spec\.nodePools", "pools", field_error.path)
                 where = where.replace("metadata.labels", "labels").replace("spec.", "")
+                where = where.replace("metadata.name", "name")
+                if labels_only:
+                    if where.startswith("labels"):
+                        rest = where.removeprefix("labels").lstrip(".")
+                        problems.add(f"{path}.{rest}" if rest else path, field_error.message)
+                    continue
                 problems.add(f"{path}.{where}", field_error.message)
 
 
@@ -252,8 +287,8 @@ def read_controller(data: Mapping[str, Any], problems: Problems) -> ControllerSe
         problems.add(f"{path}.accounting", f"must be one of {', '.join(choices)}")
         accounting = Accounting.FREE_GPU.value
     interval = get_duration(data, "interval", path, problems, 5.0)
-    if interval <= 0:
-        problems.add(f"{path}.interval", "must be more than 0")
+    if interval < MIN_PERIOD_S:
+        problems.add(f"{path}.interval", "must be at least 1ms (it is a period)")
         interval = 5.0
     stale = get_duration(data, "staleAfter", path, problems, 60.0)
     expire = get_duration(data, "expireAfter", path, problems, 300.0)

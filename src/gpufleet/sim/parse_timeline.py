@@ -5,9 +5,10 @@ names (clusters, pools, node names `<pool>-<i>`) and the deployments the scenari
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from gpufleet.api.models import MAX_REPLICAS
 from gpufleet.sim.fields import (
     Problems,
     check_known,
@@ -18,6 +19,7 @@ from gpufleet.sim.fields import (
     validated,
 )
 from gpufleet.sim.fleet import FleetSpec
+from gpufleet.sim.parse_fleet import check_cluster
 from gpufleet.sim.scenario_model import Action, ActionKind, NodeRef, format_duration
 
 _NODE_ACTIONS: Final = (
@@ -44,6 +46,8 @@ _ACTION_FIELDS: Final[dict[ActionKind, tuple[str, ...]]] = {
     **{k: ("cluster",) for k in _AGENT_ACTIONS},
     ActionKind.ADD_FOREIGN_CLAIM: ("cluster", "node", "pool", "index", "devices"),
     ActionKind.REMOVE_FOREIGN_CLAIM: ("cluster", "claim", "node", "pool", "index"),
+    ActionKind.DELETE_CLUSTER: ("cluster",),
+    ActionKind.LABEL_CLUSTER: ("cluster", "labels"),
 }
 
 
@@ -52,6 +56,7 @@ class FleetNames:
 
     def __init__(self, fleet: FleetSpec) -> None:
         self.pools = {c.name: {p.name for p in c.pools} for c in fleet.clusters}
+        self.specs = {c.name: c for c in fleet.clusters}
 
     def cluster(self, data: Mapping[str, Any], path: str, problems: Problems) -> str:
         name = get_str(data, "cluster", path, problems)
@@ -205,6 +210,9 @@ def _delete(e: _Entry) -> Action:
 def _scale(e: _Entry) -> Action:
     deployment = _deployment_ref(e.data, e.path, e.problems, e.known)
     replicas = get_int(e.data, "replicas", e.path, e.problems)
+    if replicas > MAX_REPLICAS:
+        # As a manifest's spec.replicas is bounded by the API.
+        e.problems.add(f"{e.path}.replicas", f"must be at most {MAX_REPLICAS}")
     return e.action(deployment=deployment, replicas=replicas)
 
 
@@ -224,8 +232,11 @@ def _taint(e: _Entry) -> Action:
     cluster = e.fleet.cluster(e.data, e.path, e.problems)
     target = _node_ref(e.data, e.path, e.problems, e.fleet, cluster, required=False)
     key = get_str(e.data, "key", e.path, e.problems)
-    effect = get_str(e.data, "effect", e.path, e.problems, "NoSchedule")
-    if effect not in ("NoSchedule", "NoExecute", "PreferNoSchedule"):
+    # Without an effect, untaint removes the key whatever its effect (as `kubectl taint
+    # key-` does), at the cluster's level as at a node's.
+    default = "NoSchedule" if e.kind is ActionKind.TAINT else ""
+    effect = get_str(e.data, "effect", e.path, e.problems, default)
+    if effect and effect not in ("NoSchedule", "NoExecute", "PreferNoSchedule"):
         e.problems.add(f"{e.path}.effect", "must be NoSchedule, NoExecute or PreferNoSchedule")
     value = str(e.data.get("value") or "")
     return e.action(cluster=cluster, target=target, key=key, value=value, effect=effect)
@@ -253,6 +264,25 @@ def _node_action(e: _Entry) -> Action:
     return e.action(cluster=cluster, target=target)
 
 
+def _label_cluster(e: _Entry) -> Action:
+    cluster = e.fleet.cluster(e.data, e.path, e.problems)
+    where = f"{e.path}.labels"
+    changes: dict[str, str | None] = {}
+    for key, value in get_mapping(e.data.get("labels"), where, e.problems).items():
+        if value is not None and not isinstance(value, str):
+            e.problems.add(f"{where}.{key}", "must be a string, or null to remove the label")
+            continue
+        changes[str(key)] = value
+    if not changes:
+        e.problems.add(where, "must set or remove at least one label")
+    spec = e.fleet.specs.get(cluster)
+    if spec is not None:
+        # Validated as the InferenceCluster would be with every label this action sets.
+        merged = {**spec.labels, **{k: v for k, v in changes.items() if v is not None}}
+        check_cluster(replace(spec, labels=merged), where, e.problems, labels_only=True)
+    return e.action(cluster=cluster, labels=changes)
+
+
 #: How each kind of action is read; any other acts on nodes (`_node_action`).
 _READERS: Final[dict[ActionKind, Callable[[_Entry], Action | None]]] = {
     ActionKind.APPLY: _apply,
@@ -264,4 +294,6 @@ _READERS: Final[dict[ActionKind, Callable[[_Entry], Action | None]]] = {
     ActionKind.UNTAINT: _taint,
     ActionKind.ADD_FOREIGN_CLAIM: _add_foreign_claim,
     ActionKind.REMOVE_FOREIGN_CLAIM: _remove_foreign_claim,
+    ActionKind.DELETE_CLUSTER: _agent_action,
+    ActionKind.LABEL_CLUSTER: _label_cluster,
 }

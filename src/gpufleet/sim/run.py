@@ -39,10 +39,11 @@ from datetime import timedelta
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.loop import Controller
 from gpufleet.sim.actions import ActionFailed, apply_deployment, perform
-from gpufleet.sim.checks import evaluate
+from gpufleet.sim.checks import CheckRunner, evaluate
 from gpufleet.sim.engine import EPOCH
 from gpufleet.sim.fleet import Fleet, FleetSpec
 from gpufleet.sim.hub_step import HubStep, ObservationBlindStore
+from gpufleet.sim.invariants import InvariantWatch
 from gpufleet.sim.results import (
     CheckFailure,
     DeploymentSummary,
@@ -54,7 +55,6 @@ from gpufleet.sim.results import (
 from gpufleet.sim.scenario import (
     Accounting,
     Action,
-    Check,
     Scenario,
 )
 from gpufleet.sim.state import FleetState, PoolTruth, observed_histogram, pool_truth
@@ -216,15 +216,12 @@ def _run_scenario(
         min(scenario.end_s, i * interval) for i in range(int(scenario.end_s // interval) + 1)
     }
     sample_times.add(scenario.end_s)
-    instants = sorted(
-        {a.at_s for a in scenario.timeline} | {c.at_s for c in scenario.checks} | sample_times
-    )
+    checks = CheckRunner(scenario.checks)
+    instants = sorted({a.at_s for a in scenario.timeline} | checks.instants() | sample_times)
     actions: dict[float, list[Action]] = {}
     for a in scenario.timeline:
         actions.setdefault(a.at_s, []).append(a)
-    checks: dict[float, list[Check]] = {}
-    for c in scenario.checks:
-        checks.setdefault(c.at_s, []).append(c)
+    invariants = InvariantWatch(fleet, scenario, is_observing=mode is Accounting.FREE_GPU)
 
     series = Series()
     truths: dict[str, tuple[int, dict[str, PoolTruth]]] = {}
@@ -232,13 +229,14 @@ def _run_scenario(
     names = scenario.deployment_names()
     for at_s in instants:
         fleet.run_until(EPOCH + timedelta(seconds=at_s))
-        state = FleetState(fleet, truths)
-        for check in checks.get(at_s, []):
-            failures.extend(evaluate(check, state))
+        state = FleetState(fleet, truths, hub_step.last_decision)
+        failures.extend(checks.at(at_s, state))
+        failures.extend(invariants.at(at_s, state))
         if at_s in sample_times:
             _sample(series, state, at_s, names)
         for action in actions.get(at_s, []):
             hub_step.log.append((at_s, action.describe()))
+            invariants.performed.append(action)
             try:
                 perform(fleet, action)
             except ActionFailed as error:

@@ -18,7 +18,8 @@ Times (`end`, `at`, delays) are seconds as a number, or a duration such as `90s`
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+import math
+from collections.abc import Hashable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
@@ -36,12 +37,15 @@ from gpufleet.sim.fields import (
     get_str,
     validated,
 )
+from gpufleet.sim.fleet import FleetSpec
 from gpufleet.sim.parse_checks import read_check
 from gpufleet.sim.parse_fleet import read_classes, read_controller, read_fleet
 from gpufleet.sim.parse_timeline import FleetNames, read_action, resolve_deployment
 from gpufleet.sim.scenario_model import (
     API_VERSION,
     DEFAULT_NAMESPACE,
+    MAX_SAMPLES,
+    MAX_STEPS,
     Accounting,
     Action,
     ActionKind,
@@ -173,6 +177,43 @@ _TOP_KEYS: Final = (
 # --- the whole scenario -------------------------------------------------------------------
 
 
+def _check_size(
+    end_s: float,
+    sample_s: float,
+    fleet: FleetSpec,
+    controller: ControllerSettings,
+    checks: Sequence[Check],
+    problems: Problems,
+) -> None:
+    """Refuse a scenario whose run would take more samples or steps than the bounds allow."""
+    if sample_s and end_s / sample_s > MAX_SAMPLES:
+        problems.add(
+            "sampleInterval",
+            f"implies {math.ceil(end_s / sample_s):,} samples over the run, more than "
+            f"{MAX_SAMPLES:,}: lengthen it or shorten end",
+        )
+    steps = end_s / controller.interval_s + sum(
+        end_s / c.behaviour.tick_s + end_s / c.behaviour.report_interval_s for c in fleet.clusters
+    )
+    steps += sum(c.evaluations() for c in checks)
+    if steps > MAX_STEPS:
+        problems.add(
+            "end",
+            f"implies {math.ceil(steps):,} steps (cluster ticks, agent reports, controller "
+            f"steps, check evaluations), more than {MAX_STEPS:,}: shorten end or lengthen "
+            "the periods",
+        )
+
+
+def _manifest_key(raw: object) -> str:
+    """`namespace/name` of a manifest, valid or not; "" when it has no name."""
+    meta = raw.get("metadata") if isinstance(raw, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+        return ""
+    namespace = meta.get("namespace")
+    return f"{namespace if isinstance(namespace, str) and namespace else DEFAULT_NAMESPACE}/{meta['name']}"
+
+
 def parse_scenario(data: object, source: str = "") -> Scenario:
     """A `Scenario` from parsed YAML; raise ScenarioInvalid listing every problem."""
     problems = Problems()
@@ -200,6 +241,10 @@ def parse_scenario(data: object, source: str = "") -> Scenario:
     for i, raw in enumerate(get_list(data.get("manifests"), "manifests", problems)):
         body = validated(raw, f"manifests[{i}]", problems, "ModelDeployment")
         if body is None:
+            # Named anyway, so that what refers to it is not reported as a second problem.
+            key = _manifest_key(raw)
+            if key and key not in known:
+                known.append(key)
             continue
         key = f"{body['metadata']['namespace']}/{body['metadata']['name']}"
         if key in known:
@@ -211,11 +256,9 @@ def parse_scenario(data: object, source: str = "") -> Scenario:
     # Deployments applied later in the timeline may be named anywhere: collect them first.
     for raw in raw_timeline:
         if isinstance(raw, Mapping) and raw.get("action") == "apply":
-            meta = (raw.get("manifest") or {}).get("metadata") or {}
-            if isinstance(meta, Mapping) and isinstance(meta.get("name"), str):
-                key = f"{meta.get('namespace') or DEFAULT_NAMESPACE}/{meta['name']}"
-                if key not in known:
-                    known.append(key)
+            key = _manifest_key(raw.get("manifest"))
+            if key and key not in known:
+                known.append(key)
     timeline: list[Action] = []
     for i, raw in enumerate(raw_timeline):
         action = read_action(raw, f"timeline[{i}]", problems, names, known, end_s)
@@ -225,6 +268,8 @@ def parse_scenario(data: object, source: str = "") -> Scenario:
         read_check(raw, f"checks[{i}]", problems, names, known, end_s)
         for i, raw in enumerate(get_list(data.get("checks"), "checks", problems))
     ]
+    if not problems.items:
+        _check_size(end_s, sample_s, fleet, controller, checks, problems)
     if problems.items:
         raise ScenarioInvalid(problems.items, source)
     return Scenario(

@@ -7,6 +7,7 @@ field is written in (seconds as a number, or `90s`, `30m`, `2h`, `1h30m`, `1d`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,9 +29,13 @@ class ScenarioInvalid(ValueError):
         self.source = source
         head = f"{source}: " if source else ""
         super().__init__(
-            f"{head}invalid scenario ({len(self.problems)} problems):\n"
+            f"{head}invalid scenario ({_count(len(self.problems), 'problem')}):\n"
             + "\n".join(f"  {p}" for p in self.problems)
         )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 class Accounting(StrEnum):
@@ -60,6 +65,8 @@ class ActionKind(StrEnum):
     HEAL = "heal"
     ADD_FOREIGN_CLAIM = "addForeignClaim"
     REMOVE_FOREIGN_CLAIM = "removeForeignClaim"
+    DELETE_CLUSTER = "deleteCluster"
+    LABEL_CLUSTER = "labelCluster"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,9 +112,12 @@ class Action:
     manifest: Obj | None = None
     key: str = ""
     value: str = ""
+    #: taint: the effect (default NoSchedule); untaint: "" removes the key whatever its effect.
     effect: str = "NoSchedule"
     devices: int = 1
     claim: str = ""
+    #: labelCluster: label -> new value, or None to remove the label.
+    labels: Mapping[str, str | None] = field(default_factory=dict)
 
     def describe(self) -> str:
         k = self.kind
@@ -127,6 +137,12 @@ class Action:
             return f"removeForeignClaim {self.cluster} {self.claim or self.target}"
         if k is ActionKind.ADD_NODE:
             return f"addNode {self.cluster}/{self.target.pool if self.target else ''}"
+        if k is ActionKind.LABEL_CLUSTER:
+            changes = ", ".join(
+                f"{key}-" if value is None else f"{key}={value}"
+                for key, value in sorted(self.labels.items())
+            )
+            return f"labelCluster {self.cluster} {changes}"
         return f"{k.value} {where}"
 
 
@@ -147,9 +163,49 @@ class ConditionExpectation:
     message: str | None = None
 
 
+class CheckMode(StrEnum):
+    """When a check is evaluated and what makes it pass."""
+
+    #: At one instant.
+    AT = "at"
+    #: At every instant from `at_s` to `until_s`: it must hold at each.
+    ALWAYS = "always"
+    #: At every instant after `at_s` up to `until_s`: it must hold at one of them.
+    WITHIN = "within"
+
+
+class HubVsActual(StrEnum):
+    """How the hub's free GPUs compare with the ground truth (`hubFreeGPUs`)."""
+
+    EQUAL = "actual"
+    AT_MOST = "atMostActual"
+
+
+@dataclass(frozen=True, slots=True)
+class PodsExpectation:
+    """Pods of a deployment on the workload clusters by state; None: not checked."""
+
+    running: int | None = None
+    #: Phase Pending (bound or not), not deleting; includes the unschedulable ones.
+    pending: int | None = None
+    #: Pending with `PodScheduled=False, reason Unschedulable`.
+    unschedulable: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodsScheduledExpectation:
+    """The `ModelPodsScheduled` condition of a deployment's replicas."""
+
+    status: str | None = None
+    reason: str | None = None
+    #: How many replicas have that condition; None: every replica (and at least one).
+    count: int | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Check:
-    """What must hold at `at_s` (after the components of that instant ran, before actions)."""
+    """What must hold at `at_s` (after the components of that instant ran, before actions),
+    or over a window (`mode`)."""
 
     at_s: float
     path: str
@@ -166,6 +222,46 @@ class Check:
     nodes: Mapping[tuple[str, str], int] = field(default_factory=dict)
     pool_state: Mapping[tuple[str, str], str] = field(default_factory=dict)
     conditions: Mapping[str, ConditionExpectation] = field(default_factory=dict)
+    pods: Mapping[str, PodsExpectation] = field(default_factory=dict)
+    pods_scheduled: Mapping[str, PodsScheduledExpectation] = field(default_factory=dict)
+    ready_replicas: Mapping[str, int] = field(default_factory=dict)
+    #: (cluster, pool) -> free GPUs in the hub's accounting, or how they compare with the truth.
+    hub_free_gpus: Mapping[tuple[str, str], int | HubVsActual] = field(default_factory=dict)
+    mode: CheckMode = CheckMode.AT
+    #: ALWAYS and WITHIN: the window's end.
+    until_s: float = 0.0
+    #: ALWAYS and WITHIN: evaluated at least this often in the window.
+    every_s: float = 1.0
+
+    def instants(self) -> list[float]:
+        """The instants the check is evaluated at, besides the run's own in its window."""
+        if self.mode is CheckMode.AT:
+            return [self.at_s]
+        start = self.at_s + (self.every_s if self.mode is CheckMode.WITHIN else 0.0)
+        count = int((self.until_s - start) // self.every_s) + 1 if self.until_s >= start else 0
+        return sorted({*(start + i * self.every_s for i in range(count)), self.until_s})
+
+    def evaluations(self) -> float:
+        """About how many instants `instants` holds, without making them."""
+        if self.mode is CheckMode.AT:
+            return 1.0
+        return (self.until_s - self.at_s) / self.every_s + 2
+
+    def covers(self, at_s: float) -> bool:
+        """Whether the check is evaluated at `at_s`, an instant the run stops at."""
+        if self.mode is CheckMode.AT:
+            return at_s == self.at_s
+        if self.mode is CheckMode.ALWAYS:
+            return self.at_s <= at_s <= self.until_s
+        return self.at_s < at_s <= self.until_s
+
+    def window(self) -> str:
+        if self.mode is CheckMode.ALWAYS:
+            return f"always from {format_duration(self.at_s)} to {format_duration(self.until_s)}"
+        if self.mode is CheckMode.WITHIN:
+            within = format_duration(self.until_s - self.at_s)
+            return f"within {within} after {format_duration(self.at_s)}"
+        return f"at {format_duration(self.at_s)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,18 +294,41 @@ class Scenario:
 
 # --- durations ----------------------------------------------------------------------------
 
+#: The longest duration any field may hold: a scenario is a story of hours or days.
+MAX_DURATION_S: Final = 30 * 86400.0
+#: The shortest period of anything that repeats (ticks, reports, steps, samples, scans).
+MIN_PERIOD_S: Final = 0.001
+#: The most metrics samples a run may take, and the most periodic steps (cluster ticks, agent
+#: reports, controller steps, check evaluations) its settings may imply: bounds on memory and
+#: time, far above what a readable scenario needs.
+MAX_SAMPLES: Final = 100_000
+MAX_STEPS: Final = 10_000_000
+
 _UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
 
 def parse_duration(value: object) -> float:
-    """Seconds from a number or a duration string (`90s`, `30m`, `1h30m`); ValueError if not."""
+    """Seconds from a number or a duration string (`90s`, `30m`, `1h30m`); ValueError if not,
+    or if it is over `MAX_DURATION_S`."""
+    seconds = _seconds(value)
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
+        raise ValueError(f"must be at most 30d (got {_short(value)})")
+    return seconds
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _seconds(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError("must be a duration (seconds, or like 30s, 5m, 2h)")
     if isinstance(value, int | float):
         if value < 0:
             raise ValueError("must not be negative")
-        return float(value)
+        return float(value) if value <= MAX_DURATION_S else math.inf
     if isinstance(value, str):
         text = value.strip()
         if re.fullmatch(r"\d+(?:\.\d+)?", text):
@@ -217,7 +336,7 @@ def parse_duration(value: object) -> float:
         parts = _DURATION.findall(text)
         if parts and "".join(n + u for n, u in parts) == text:
             return sum(float(n) * _UNITS[u] for n, u in parts)
-    raise ValueError(f"{value!r} is not a duration (seconds, or like 30s, 5m, 2h, 1h30m)")
+    raise ValueError(f"{_short(value)} is not a duration (seconds, or like 30s, 5m, 2h, 1h30m)")
 
 
 def format_duration(seconds: float) -> str:

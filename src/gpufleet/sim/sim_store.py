@@ -44,6 +44,9 @@ class SimStore(MemoryStore):
         self._claim_devices: dict[ObjKey, tuple[dra.DeviceKey, ...]] = {}
         self._taken_count: Counter[dra.DeviceKey] = Counter()
         self._taken_cursor = 0
+        #: Every time a device came to be held by two claims (an invariant of the run: never),
+        #: with the claims holding it then; `taken` finds them as it reads the change log.
+        self.double_held: list[tuple[dra.DeviceKey, tuple[ObjKey, ...]]] = []
         self._ready_nodes: tuple[int, frozenset[str]] = (-1, frozenset())
         self._unpublished: tuple[tuple[int, int], list[str]] = ((-1, -1), [])
         self.add_index(POD, BY_OWNER, owner_uids)
@@ -116,9 +119,15 @@ class SimStore(MemoryStore):
                     self._claim_devices[key] = devices
                     for device in devices:
                         self._taken_count[device] += 1
+                        if self._taken_count[device] == 2:
+                            self._record_double(device)
             self._taken_cursor = self.revision
             self._taken = (revision, frozenset(self._taken_count))
         return self._taken[1]
+
+    def _record_double(self, device: dra.DeviceKey) -> None:
+        holders = tuple(sorted(k for k, held in self._claim_devices.items() if device in held))
+        self.double_held.append((device, holders))
 
 
 BY_OWNER: Final = "owner"
