@@ -50,9 +50,14 @@ class ClusterAutoscaler:
         self._last_scan: datetime | None = None
         self._has_unschedulable = False
 
-    def run(self) -> datetime | None:
+    def run(self, has_unschedulable: bool) -> datetime | None:
         """Scan if a scan is due; return when the cluster must tick again for the next one
-        (None: nothing for the autoscaler to wait for)."""
+        (None: a scan would find nothing to do).
+
+        The autoscaler keeps its own cadence, as the real one scans every 10s whatever else
+        happens: the next scan is due whenever one could act, which this tick's state says
+        (`has_unschedulable`: some pod is Unschedulable now, possibly since the last scan),
+        not only the last scan's. A cluster otherwise quiet is woken for it."""
         if not self.behaviour.is_autoscaling:
             return None
         if (
@@ -61,9 +66,24 @@ class ClusterAutoscaler:
         ):
             self._last_scan = self.loop.now
             self._scan()
-        if self._has_unschedulable or self._idle_since or any(self._provisioning.values()):
+        if (
+            has_unschedulable
+            or self._has_unschedulable
+            or self._idle_since
+            or any(self._provisioning.values())
+            or self._may_shrink()
+        ):
             return self._last_scan + timedelta(seconds=self.behaviour.autoscaler_scan_s)
         return None
+
+    def _may_shrink(self) -> bool:
+        """Some autoscaled pool is above its minimum: a node of it may go idle at any time
+        (a pod finishes, a claim is released) and must then be seen by a scan."""
+        return any(
+            pool.max_node_count is not None
+            and len(self.cluster.peek_nodes(pool.name)) > pool.min_node_count
+            for pool in self.spec.pools
+        )
 
     def forget_node(self, name: str) -> None:
         """A node is gone: it is no longer idle."""

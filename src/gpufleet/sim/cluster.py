@@ -87,6 +87,7 @@ from gpufleet.sim.objects import (
     is_alive,
     is_ready,
     is_unbound,
+    is_unschedulable,
     key_of,
     natural_pod_key,
     owner_ref,
@@ -276,6 +277,14 @@ class WorkloadCluster:
         _enqueue(self._unbound, key, is_unbound(pod))
         _enqueue(self._kubelet_pods, key, _is_kubelet_work(pod))
 
+    def _has_unschedulable(self) -> bool:
+        """Whether a pod waits unbound, marked Unschedulable (after the scheduler's pass)."""
+        for key in self._unbound:
+            pod = self.store.peek_one(POD, key[1], key[0])
+            if pod is not None and is_unschedulable(pod):
+                return True
+        return False
+
     def _all_keys(self, kind: Kind) -> set[ObjKey]:
         """Every object's key, for `visit_all`."""
         return {key_of(o) for o in self.store.peek(kind)}
@@ -289,7 +298,7 @@ class WorkloadCluster:
         self._node_lifecycle()
         self._scheduler()
         self._kubelet()
-        wake = self.autoscaler.run()
+        wake = self.autoscaler.run(self._has_unschedulable())
         if wake is not None:
             self._wake_at(wake)
 

@@ -35,9 +35,10 @@ from gpufleet.core import labels
 from gpufleet.core.decision import Accounting as DecisionAccounting
 from gpufleet.sim.engine import EPOCH
 from gpufleet.sim.fleet import Fleet
+from gpufleet.sim.objects import is_unschedulable
 from gpufleet.sim.results import CheckFailure
 from gpufleet.sim.scenario_model import Action, ActionKind, Scenario, format_duration
-from gpufleet.sim.state import FleetState, is_unschedulable
+from gpufleet.sim.state import FleetState
 from gpufleet.store.port import MODEL_REPLICA, POD, Obj
 
 DEVICE_HELD_TWICE: Final = "DeviceHeldTwice"

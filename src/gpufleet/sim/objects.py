@@ -159,3 +159,12 @@ def node_filter(node: Obj, pod_spec: Mapping[str, Any]) -> str | None:
     if taint is not None:
         return f"node(s) had untolerated taint {{{taint}}}"
     return None
+
+
+def is_unschedulable(pod: Mapping[str, Any]) -> bool:
+    """Pending and marked `PodScheduled=False, reason Unschedulable` by the scheduler."""
+    status = pod.get("status") or {}
+    return status.get("phase") == "Pending" and any(
+        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in status.get("conditions") or []
+    )

@@ -14,6 +14,7 @@ from gpufleet.core.decision import Accounting as DecisionAccounting
 from gpufleet.core.decision import Decision, PoolState
 from gpufleet.sim.cluster import WorkloadCluster
 from gpufleet.sim.fleet import Fleet
+from gpufleet.sim.objects import is_unschedulable
 from gpufleet.store.port import (
     INFERENCE_CLUSTER,
     MODEL_DEPLOYMENT,
@@ -258,15 +259,6 @@ def _replica_deployment(replica: Mapping[str, Any]) -> str:
 def _devices_per_node(fleet: Fleet, cluster: str, pool: str) -> int:
     spec = fleet.clusters[cluster].pools[pool]
     return sum(d.count for d in spec.devices if d.claim == "DRA")
-
-
-def is_unschedulable(pod: Mapping[str, Any]) -> bool:
-    """Pending and marked `PodScheduled=False, reason Unschedulable` by the scheduler."""
-    status = pod.get("status") or {}
-    return status.get("phase") == "Pending" and any(
-        c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
-        for c in status.get("conditions") or []
-    )
 
 
 def _pod_states(fleet: Fleet) -> dict[str, Counter[str]]:
