@@ -8,6 +8,7 @@ path.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -114,7 +115,8 @@ def get_duration(
         return parse_duration(value)
     except ValueError as error:
         problems.add(where, str(error))
-        return default or 0.0
+        # NaN fails every later comparison, so no second problem is reported for it.
+        return default if default is not None else math.nan
 
 
 def get_bool(

@@ -268,13 +268,14 @@ def _label_cluster(e: _Entry) -> Action:
     cluster = e.fleet.cluster(e.data, e.path, e.problems)
     where = f"{e.path}.labels"
     changes: dict[str, str | None] = {}
-    for key, value in get_mapping(e.data.get("labels"), where, e.problems).items():
+    raw = get_mapping(e.data.get("labels"), where, e.problems)
+    if not raw:
+        e.problems.add(where, "must set or remove at least one label")
+    for key, value in raw.items():
         if value is not None and not isinstance(value, str):
             e.problems.add(f"{where}.{key}", "must be a string, or null to remove the label")
             continue
         changes[str(key)] = value
-    if not changes:
-        e.problems.add(where, "must set or remove at least one label")
     spec = e.fleet.specs.get(cluster)
     if spec is not None:
         # Validated as the InferenceCluster would be with every label this action sets.
