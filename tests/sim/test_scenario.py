@@ -401,3 +401,10 @@ def test_interval_checks_and_new_actions_parse() -> None:
     assert always.instants() == [60.0, 90.0, 120.0]
     assert within.instants()[0] == 61.0 and within.instants()[-1] == 80.0
     assert (always.covers(60.0), within.covers(60.0), within.covers(80.0)) == (True, False, True)
+
+
+def test_aliases_of_aliases_are_bounded_once_expanded() -> None:
+    lines = ["name: laugh", "end: 1m", "x-0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"x-{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 8)]
+    with pytest.raises(ScenarioInvalid, match="once YAML aliases are expanded"):
+        parse_scenario_text("\n".join(lines))

@@ -156,7 +156,32 @@ def parse_scenario_text(text: str, source: str = "") -> Scenario:
         ) from None
     except yaml.YAMLError as error:
         raise ScenarioInvalid([f"malformed YAML: {error}"], source) from None
+    if _expanded_size(data, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+        raise ScenarioInvalid(
+            [f"more than {MAX_YAML_VALUES:,} values once YAML aliases are expanded"], source
+        )
     return parse_scenario(data, source)
+
+
+#: The most values (scalars, lists, mappings) a scenario may hold with its aliases expanded:
+#: an alias of an alias of ... is cheap to write and exponential to read.
+MAX_YAML_VALUES: Final = 1_000_000
+
+
+def _expanded_size(data: object, budget: int) -> int:
+    """How many values `data` holds with shared objects counted each time (stops past
+    `budget`)."""
+    count = 0
+    stack = [data]
+    while stack and count <= budget:
+        value = stack.pop()
+        count += 1
+        if isinstance(value, Mapping):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return count
 
 
 _TOP_KEYS: Final = (
