@@ -35,7 +35,7 @@ def test_default_runs_the_quickstart() -> None:
     assert "best node has 0 free" in out
     assert "placed ml-team/qwen-2-7b on solo" in out
     assert "solo/l4  1      4     4     0     1 node with 0 free" in out
-    assert "✓ 2 checks passed" in out
+    assert "✓ 5 checks passed" in out
 
 
 def test_list() -> None:
