@@ -262,7 +262,7 @@ def invalid_manifest() -> dict[str, Any]:
         InvalidCase(
             "end-beyond-bound",
             base(end="1000000000h", sampleInterval="0.000001s"),
-            (("end", "at most 30d"),),
+            (("end", "at most 30d"), ("sampleInterval", "at least 1ms")),
         ),
         InvalidCase(
             "too-many-samples",

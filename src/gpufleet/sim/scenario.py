@@ -46,6 +46,7 @@ from gpufleet.sim.scenario_model import (
     DEFAULT_NAMESPACE,
     MAX_SAMPLES,
     MAX_STEPS,
+    MIN_PERIOD_S,
     Accounting,
     Action,
     ActionKind,
@@ -252,6 +253,8 @@ def parse_scenario(data: object, source: str = "") -> Scenario:
     if end_s <= 0 and "end" in data:
         problems.add("end", "must be more than 0")
     sample_s = get_duration(data, "sampleInterval", "", problems, 0.0)
+    if "sampleInterval" in data and sample_s < MIN_PERIOD_S:
+        problems.add("sampleInterval", "must be at least 1ms (it is a period)")
     classes = read_classes(data.get("classes"), problems)
     controller = read_controller(
         get_mapping(data.get("controller"), "controller", problems), problems
