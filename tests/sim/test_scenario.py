@@ -306,6 +306,21 @@ def invalid_manifest() -> dict[str, Any]:
             (("fleet.clusters[0].pools[0].name", "must be a DNS label"),),
         ),
         InvalidCase(
+            "a-negative-node-count-once",
+            with_pool(nodeCount=-1),
+            (("fleet.clusters[0].pools[0].nodeCount", "at least 0"),),
+        ),
+        InvalidCase(
+            "a-zero-max-once",
+            with_pool(maxNodeCount=0),
+            (("fleet.clusters[0].pools[0].maxNodeCount", "at least 1"),),
+        ),
+        InvalidCase(
+            "more-nodes-than-max-once",
+            with_pool(nodeCount=5, maxNodeCount=2),
+            (("fleet.clusters[0].pools[0].nodeCount", "at most maxNodeCount"),),
+        ),
+        InvalidCase(
             "window-after-the-end",
             base(checks=[{"always": {"from": "1m", "to": "6m"}, "expect": {"pending": 0}}]),
             (("checks[0].always.to", "after the end"),),

@@ -20,9 +20,22 @@ from gpufleet.store.port import Obj
 class Problems:
     def __init__(self) -> None:
         self.items: list[str] = []
+        self._paths: list[str] = []
 
     def add(self, path: str, message: str) -> None:
         self.items.append(f"{path}: {message}" if path else message)
+        self._paths.append(path)
+
+    def covers(self, path: str) -> bool:
+        """Whether a problem is already reported at `path`, inside it, or around it: a second
+        check of the same field (the API's, after the scenario's own) is not reported again."""
+        return any(
+            p == path
+            or p.startswith((f"{path}.", f"{path}["))
+            or path.startswith((f"{p}.", f"{p}["))
+            for p in self._paths
+            if p
+        )
 
 
 def get_mapping(value: object, path: str, problems: Problems) -> Mapping[str, Any]:

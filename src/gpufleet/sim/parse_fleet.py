@@ -158,9 +158,11 @@ def _pool(
     max_nodes = data.get("maxNodeCount")
     if max_nodes is not None:
         max_nodes = get_int(data, "maxNodeCount", path, problems, 1, minimum=1)
-        if max_nodes < min_nodes:
+        if max_nodes < 1:
+            pass  # reported; comparing with it would report the same mistake again
+        elif max_nodes < min_nodes:
             problems.add(f"{path}.maxNodeCount", "must be at least minNodeCount")
-        if node_count > max_nodes:
+        elif node_count > max_nodes:
             problems.add(f"{path}.nodeCount", "must be at most maxNodeCount")
     return PoolSpec(
         name=name,
@@ -275,7 +277,8 @@ def check_cluster(
                         rest = where.removeprefix("labels").lstrip(".")
                         problems.add(f"{path}.{rest}" if rest else path, field_error.message)
                     continue
-                problems.add(f"{path}.{where}", field_error.message)
+                if not problems.covers(f"{path}.{where}"):
+                    problems.add(f"{path}.{where}", field_error.message)
 
 
 def read_controller(data: Mapping[str, Any], problems: Problems) -> ControllerSettings:
