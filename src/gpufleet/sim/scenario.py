@@ -13,7 +13,13 @@ in creation order, never reused), or by `pool` plus `index` (the same name); an 
 `pool` without an index applies to every node the pool has at that moment.
 
 Times (`end`, `at`, delays) are seconds as a number, or a duration such as `90s`, `30m`, `2h`,
-`1h30m`, `1d`.
+`1h30m`, `1d`. Everything a run may take is bounded (`scenario_model.MAX_*`: durations,
+periods, samples, steps; `MAX_YAML_VALUES` once aliases are expanded), so a scenario past the
+bounds is invalid rather than a run that overflows or exhausts memory.
+
+The readers of each section live beside this module: `fields` (field readers and the
+problems they collect), `parse_fleet`, `parse_timeline`, `parse_checks`; the data model in
+`scenario_model`, re-exported here.
 """
 
 from __future__ import annotations
