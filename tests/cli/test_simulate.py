@@ -35,7 +35,7 @@ def test_default_runs_the_quickstart() -> None:
     assert "best node has 0 free" in out
     assert "placed ml-team/qwen-2-7b on solo" in out
     assert "solo/l4  1      4     4     0     1 node with 0 free" in out
-    assert "✓ 2 checks passed" in out
+    assert "✓ 5 checks passed" in out
 
 
 def test_list() -> None:
@@ -90,9 +90,9 @@ def test_compare_is_a_comparison_naming_the_checks_that_differ(tmp_path: Path) -
     assert "The modes make clusters Ready differently" in out
     assert "whole-node: Ready=True (PlatformReady) from 0s on solo" in out
     assert (
-        "Checks (2, written for free-gpu): 2 differ between the modes, 0 fail in every mode" in out
+        "Checks (5, written for free-gpu): 4 differ between the modes, 0 fail in every mode" in out
     )
-    assert "checks[0] at 45s differs:" in out and "checks[1] at 3m00s differs:" in out
+    assert "checks[0] at 45s differs:" in out and "checks[4] at 3m00s differs:" in out
     assert "free-gpu: holds" in out
     assert "1/1 (1 pod running)" in out
     page = report.read_text()

@@ -100,3 +100,23 @@ def test_the_example_in_the_docs_runs_and_passes() -> None:
     result = run_scenario(parse_scenario_text(found.group(1), "docs/scenarios.md"))
     assert result.checks_run == 2
     assert not result.failures, "\n".join(str(f) for f in result.failures)
+
+
+def _first_time(result: RunResult, pool: tuple[str, str], nodes: int, after_s: float) -> float:
+    series = result.series
+    return next(
+        t
+        for t, n in zip(series.times_s, series.pool_nodes[pool], strict=True)
+        if t >= after_s and n == nodes
+    )
+
+
+def test_the_autoscaler_scans_on_its_own_cadence_in_a_quiet_cluster() -> None:
+    # Nothing but the autoscaler can wake this cluster once its pod is Unschedulable (at ~5s,
+    # after the agent's first report): the scale-up must come from a scan within 10s, plus
+    # the 1m scale-up delay; and the idle nodes must go 2m after a scan sees them idle.
+    # Before the autoscaler kept its own cadence, neither happened at all in this run.
+    result = run("autoscale-quiet")
+    assert not result.failures, "\n".join(str(f) for f in result.failures)
+    assert _first_time(result, ("quiet", "l4"), 1, 0) <= 5 + 10 + 60 + 1
+    assert _first_time(result, ("quiet", "l4"), 0, 6 * 60) <= 6 * 60 + 15 + 10 + 120 + 1

@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpufleet.cli.paths import writable
-from gpufleet.cli.render import OutputFormat, Printer, Table
+from gpufleet.cli.render import OutputFormat, Printer, Table, plural
 from gpufleet.sim.compare import (
     READY_MEANING,
     check_outcomes,
@@ -189,7 +189,8 @@ def _print_checks(printer: Printer, result: RunResult) -> None:
         printer.line(f"✓ {result.checks_run} checks passed", style="green")
         return
     printer.line(
-        f"✗ {len(result.failures)} check failures ({result.checks_run} checks)", style="bold red"
+        f"✗ {plural(len(result.failures), 'check failure')} ({result.checks_run} checks)",
+        style="bold red",
     )
     for failure in result.failures:
         printer.line(

@@ -49,7 +49,8 @@ def insufficient_devices(
             return Reason(
                 ReasonCode.GANG_NEEDS_DISTINCT_NODES,
                 f"a gang copy of {failure.unit_size} pods needs {failure.unit_size} distinct "
-                f"nodes with {sum(pod)} devices free each; {able} nodes have that "
+                f"nodes with {sum(pod)} devices free each; {_count(able, 'node')} "
+                f"{'has' if able == 1 else 'have'} that "
                 f"(best node has {summary['best_node_free']} free){excluded_words}",
                 {
                     "gang_pods": failure.unit_size,

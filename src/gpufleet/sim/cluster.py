@@ -48,29 +48,57 @@ whose pod went; an unbound pod; a pod the kubelet has to start or finish), in `p
 so that its writes come in the order a pass over every object would make them.
 `visit_all=True` makes every pass visit every object: the reference the queues are tested
 against.
+
+The parts live beside this module: `cluster_spec` (what a cluster is made of), `sim_store` (its
+store), `objects` (pure helpers on its objects), `kube_scheduler` and `autoscaler`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import math
-from collections import Counter, defaultdict
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections import defaultdict
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
 from gpufleet.core import labels
-from gpufleet.core.model import NodeChoice
 from gpufleet.sim import dra
+from gpufleet.sim.autoscaler import ClusterAutoscaler
+from gpufleet.sim.cluster_spec import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
 from gpufleet.sim.engine import EventLoop
-from gpufleet.store import MemoryStore, format_time
+from gpufleet.sim.kube_scheduler import KubeScheduler
+from gpufleet.sim.objects import (
+    GPU_TAINT,
+    KUBELET_FINALIZER,
+    LWS_GROUP_INDEX,
+    LWS_GROUP_KEY,
+    LWS_NAME,
+    LWS_TEMPLATE_HASH,
+    LWS_WORKER_INDEX,
+    POD_TEMPLATE_HASH,
+    UNREACHABLE_TAINT,
+    UNSCHEDULABLE_TAINT,
+    ObjKey,
+    allocation_status,
+    any_alive,
+    is_alive,
+    is_ready,
+    is_unbound,
+    is_unschedulable,
+    key_of,
+    natural_pod_key,
+    owner_ref,
+    scale_down_order,
+    set_taint,
+    template_hash_of,
+)
+from gpufleet.sim.sim_store import BY_OWNER, SimStore, owner_uids
+from gpufleet.store import format_time
 from gpufleet.store.port import (
     DEPLOYMENT,
-    EVENT,
     LEADER_WORKER_SET,
     NODE,
     POD,
@@ -86,233 +114,19 @@ from gpufleet.store.port import (
     StoreError,
 )
 
-#: Keeps a deleted pod around (with deletionTimestamp) until the kubelet finishes it.
-KUBELET_FINALIZER: Final = "sim.gpufleet.io/kubelet"
-GPU_TAINT: Final = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-UNSCHEDULABLE_TAINT: Final = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
-UNREACHABLE_TAINT: Final = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}
-LWS_NAME: Final = "leaderworkerset.sigs.k8s.io/name"
-LWS_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"
-LWS_WORKER_INDEX: Final = "leaderworkerset.sigs.k8s.io/worker-index"
-LWS_GROUP_KEY: Final = "leaderworkerset.sigs.k8s.io/group-key"
-LWS_TEMPLATE_HASH: Final = "leaderworkerset.sigs.k8s.io/template-revision-hash"
-POD_TEMPLATE_HASH: Final = "pod-template-hash"
+__all__ = [
+    "ClusterBehaviour",
+    "ClusterSpec",
+    "DeviceSpec",
+    "PoolSpec",
+    "SimStore",
+    "WorkloadCluster",
+]
+
 _NAME_CHARS: Final = "bcdfghjklmnpqrstvwxz2456789"
 
 
-# --- configuration ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceSpec:
-    """One kind of device a node of a pool has (an InferenceClass `spec.devices` entry)."""
-
-    name: str = "gpu"
-    driver: str = "gpu.nvidia.com"
-    device_class_name: str = "gpu.nvidia.com"
-    count: int = 4
-    claim: str = "DRA"
-    attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    capacity: Mapping[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def from_class(cls, device: Mapping[str, Any]) -> DeviceSpec:
-        """From an InferenceClass device entry (`capacity: {memory: {value: 80Gi}}`)."""
-        return cls(
-            name=str(device["name"]),
-            driver=str(device["driver"]),
-            device_class_name=str(device.get("deviceClassName") or device["driver"]),
-            count=int(device.get("count", 1)),
-            claim=str(device.get("claim", "DRA")),
-            attributes=dict(device.get("attributes") or {}),
-            capacity={k: str(v["value"]) for k, v in (device.get("capacity") or {}).items()},
-        )
-
-    def to_class(self) -> Obj:
-        body: Obj = {"name": self.name, "driver": self.driver, "claim": self.claim}
-        if self.claim == "DRA":
-            body["deviceClassName"] = self.device_class_name
-        body["count"] = self.count
-        if self.attributes:
-            body["attributes"] = {k: dict(v) for k, v in self.attributes.items()}
-        if self.capacity:
-            body["capacity"] = {k: {"value": v} for k, v in self.capacity.items()}
-        return body
-
-
-@dataclass(frozen=True, slots=True)
-class PoolSpec:
-    name: str
-    devices: tuple[DeviceSpec, ...] = (DeviceSpec(),)
-    node_count: int = 1
-    min_node_count: int = 0
-    #: None: a fixed-size pool (the autoscaler never grows it).
-    max_node_count: int | None = None
-    #: The InferenceClass name; defaults to the pool name.
-    class_name: str = ""
-
-    @property
-    def inference_class(self) -> str:
-        return self.class_name or self.name
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterBehaviour:
-    """How one emulated cluster behaves. Times in seconds of simulated time."""
-
-    node_choice: NodeChoice = NodeChoice.SPREAD
-    #: Cadence of the in-cluster controllers (scheduler, kubelet, controllers, driver).
-    tick_s: float = 1.0
-    pod_start_delay_s: float = 5.0
-    termination_grace_s: float = 2.0
-    dra_publish_delay_s: float = 10.0
-    #: NodeReady=False to pods failed (NoExecute eviction of a lost node).
-    node_eviction_delay_s: float = 5.0
-    is_autoscaling: bool = True
-    is_stocked_out: bool = False
-    autoscaler_scan_s: float = 10.0
-    scale_up_delay_s: float = 60.0
-    scale_down_idle_s: float = 600.0
-    #: Taint GPU nodes with `nvidia.com/gpu:NoSchedule`, as the GPU operator does.
-    has_gpu_taint: bool = True
-    #: The agent: how often it observes, and how long its report takes to reach the hub.
-    report_interval_s: float = 5.0
-    report_delay_s: float = 0.0
-    #: The agent's heartbeat for this cluster; None: the fleet's `AgentConfig` default.
-    heartbeat_interval_s: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSpec:
-    name: str
-    pools: tuple[PoolSpec, ...]
-    behaviour: ClusterBehaviour = field(default_factory=ClusterBehaviour)
-    labels: Mapping[str, str] = field(default_factory=dict)
-    #: Cluster-level taints (the InferenceCluster's `spec.taints`: `key`, `value`, `effect`).
-    taints: tuple[Mapping[str, str], ...] = ()
-
-
 # --- the cluster ------------------------------------------------------------------------
-
-
-class SimStore(MemoryStore):
-    """The workload cluster's store. The emulated components read it with `peek`/`peek_one`
-    (no copies: they never change what they read and write through the Store methods); the
-    agent reads it through the `Store` port, which copies as an API client's decoding does.
-
-    `published()` and `taken()` are what the emulated DRA allocator sees; they are cached per
-    revision of the ResourceSlices and ResourceClaims, since every component asks for them and
-    they change far less often than pods do. Callers must not change what they return.
-
-    Pods are indexed by owner uid (`owned_pods`), node (`pods_on`), claims by owner uid
-    (`owned_claims`), and Events by the uid of their object (`events_of`): the controllers ask
-    these on every pass, and a scan of every pod per owner made a pass quadratic in the number
-    of pods. `changes_after` is the change log without copies, which the components' work
-    queues and `taken` follow."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._published: tuple[int, dict[str, list[dra.PublishedDevice]]] = (-1, {})
-        self._taken: tuple[int, frozenset[dra.DeviceKey]] = (-1, frozenset())
-        # What `taken` keeps: per claim, the devices it holds; per device, how many claims
-        # hold it; and how far in the change log it has read.
-        self._claim_devices: dict[_Key, tuple[dra.DeviceKey, ...]] = {}
-        self._taken_count: Counter[dra.DeviceKey] = Counter()
-        self._taken_cursor = 0
-        self._ready_nodes: tuple[int, frozenset[str]] = (-1, frozenset())
-        self._unpublished: tuple[tuple[int, int], list[str]] = ((-1, -1), [])
-        self.add_index(POD, _BY_OWNER, _owner_uids)
-        self.add_index(POD, _BY_NODE, _node_name)
-        self.add_index(EVENT, _BY_OBJECT, _involved_uid)
-        self.add_index(RESOURCE_CLAIM, _BY_OWNER, _owner_uids)
-
-    def ready_nodes(self) -> frozenset[str]:
-        """The names of the Ready nodes (cached per revision of the Nodes)."""
-        revision = self.kind_revision(NODE)
-        if self._ready_nodes[0] != revision:
-            ready = frozenset(n["metadata"]["name"] for n in self.peek(NODE) if _is_node_ready(n))
-            self._ready_nodes = (revision, ready)
-        return self._ready_nodes[1]
-
-    def unpublished_nodes(self) -> list[str]:
-        """The Ready nodes no ResourceSlice names yet, in node order (cached per revision of
-        the Nodes and the ResourceSlices): what the DRA driver still has to publish."""
-        revisions = (self.kind_revision(NODE), self.kind_revision(RESOURCE_SLICE))
-        if self._unpublished[0] != revisions:
-            published = {s["spec"].get("nodeName") for s in self.peek(RESOURCE_SLICE)}
-            waiting = [
-                n["metadata"]["name"]
-                for n in self.peek(NODE)
-                if n["metadata"]["name"] not in published and _is_node_ready(n)
-            ]
-            self._unpublished = (revisions, waiting)
-        return self._unpublished[1]
-
-    def owned_pods(self, owner_uid: str, namespace: str) -> list[Obj]:
-        """The pods of `namespace` with an ownerReference to `owner_uid`, in `peek` order."""
-        return self.peek_indexed(POD, _BY_OWNER, owner_uid, namespace)
-
-    def pods_on(self, node: str) -> list[Obj]:
-        """The pods bound to `node`, in `peek` order."""
-        return self.peek_indexed(POD, _BY_NODE, node)
-
-    def owned_claims(self, owner_uid: str) -> list[Obj]:
-        """The ResourceClaims with an ownerReference to `owner_uid`, in `peek` order."""
-        return self.peek_indexed(RESOURCE_CLAIM, _BY_OWNER, owner_uid)
-
-    def events_of(self, uid: str, namespace: str) -> list[Obj]:
-        """The Events of `namespace` about the object `uid`, in `peek` order."""
-        return self.peek_indexed(EVENT, _BY_OBJECT, uid, namespace)
-
-    def published(self) -> dict[str, list[dra.PublishedDevice]]:
-        revision = self.kind_revision(RESOURCE_SLICE)
-        if self._published[0] != revision:
-            self._published = (revision, dra.published_devices(self.peek(RESOURCE_SLICE)))
-        return self._published[1]
-
-    def taken(self) -> frozenset[dra.DeviceKey]:
-        """`dra.taken_devices` of every claim, kept up to date from the change log: the
-        scheduler asks after each pod it binds (the claims changed), and reading every claim
-        again each time cost more than the rest of its pass."""
-        revision = self.kind_revision(RESOURCE_CLAIM)
-        if self._taken[0] != revision:
-            for change in self.changes_after(self._taken_cursor):
-                if change.kind != RESOURCE_CLAIM:
-                    continue
-                key = _key_of(change.obj)
-                for device in self._claim_devices.pop(key, ()):
-                    self._taken_count[device] -= 1
-                    if not self._taken_count[device]:
-                        del self._taken_count[device]
-                if change.type is ChangeType.DELETED:
-                    continue
-                devices = tuple(dra.taken_devices([change.obj]))
-                if devices:
-                    self._claim_devices[key] = devices
-                    for device in devices:
-                        self._taken_count[device] += 1
-            self._taken_cursor = self.revision
-            self._taken = (revision, frozenset(self._taken_count))
-        return self._taken[1]
-
-
-_BY_OWNER: Final = "owner"
-_BY_NODE: Final = "node"
-_BY_OBJECT: Final = "involvedObject"
-
-
-def _owner_uids(obj: Obj) -> list[str]:
-    return [r["uid"] for r in obj["metadata"].get("ownerReferences") or []]
-
-
-def _node_name(pod: Obj) -> list[str]:
-    node = (pod.get("spec") or {}).get("nodeName")
-    return [node] if node else []
-
-
-def _involved_uid(event: Obj) -> list[str]:
-    uid = (event.get("involvedObject") or {}).get("uid")
-    return [uid] if uid else []
 
 
 class WorkloadCluster:
@@ -333,18 +147,12 @@ class WorkloadCluster:
         self._node_created: dict[str, datetime] = {}
         self._bound_at: dict[str, datetime] = {}
         self._terminating_at: dict[str, datetime] = {}
-        self._idle_since: dict[str, datetime] = {}
         self._failed_at: dict[str, datetime] = {}
-        #: Nodes the autoscaler asked for and not yet created, per pool.
-        self._provisioning: dict[str, int] = defaultdict(int)
         self._foreign_seq = 0
-        self._event_seq = 0
-        self._last_scan: datetime | None = None
         # Quiet ticks: the store revision after the last tick that ran, and the earliest time
         # a timer (pod start, grace, slice publish, eviction, autoscaler scan) needs a tick.
         self._settled_revision = -1
         self._due: datetime | None = None
-        self._has_unschedulable = False
         #: Ticks skipped because nothing changed and no timer was due (for benchmarks).
         self.ticks_skipped = 0
         # Per workload uid, what its controller read on its last pass (see `_inputs`); a
@@ -360,25 +168,27 @@ class WorkloadCluster:
         self._visit_all = visit_all
         self._cursor = 0
         #: Per pod, its owners' uids as last written (a rewrite may change them).
-        self._pod_owners: dict[_Key, tuple[str, ...]] = {}
+        self._pod_owners: dict[ObjKey, tuple[str, ...]] = {}
         self._live_pods: set[str] = set()
         #: Per workload kind, the key of each workload by uid.
-        self._workload_keys: dict[Kind, dict[str, _Key]] = {DEPLOYMENT: {}, LEADER_WORKER_SET: {}}
+        self._workload_keys: dict[Kind, dict[str, ObjKey]] = {DEPLOYMENT: {}, LEADER_WORKER_SET: {}}
         #: Workloads whose object or pods changed since their controller's last pass.
         self._dirty_deployments: set[str] = set()
         self._dirty_lws: set[str] = set()
         #: For the garbage collector: pods written, and workloads deleted, since its last pass.
-        self._written_pods: set[_Key] = set()
+        self._written_pods: set[ObjKey] = set()
         self._gone_workloads: set[str] = set()
         #: For the resourceclaim controller: pods still missing a claim; claims written, and
         #: pods deleted, since its last pass.
-        self._claimless: set[_Key] = set()
-        self._written_claims: set[_Key] = set()
+        self._claimless: set[ObjKey] = set()
+        self._written_claims: set[ObjKey] = set()
         self._gone_pods: set[str] = set()
         #: Unbound Pending pods (the scheduler's queue); pods the kubelet has to start or
         #: finish (bound and Pending, or deleted).
-        self._unbound: set[_Key] = set()
-        self._kubelet_pods: set[_Key] = set()
+        self._unbound: set[ObjKey] = set()
+        self._kubelet_pods: set[ObjKey] = set()
+        self.scheduler = KubeScheduler(self.store, self.behaviour, self.class_drivers, loop)
+        self.autoscaler = ClusterAutoscaler(self)
         for pool in spec.pools:
             for _ in range(pool.node_count):
                 name = self.add_node(pool.name)
@@ -438,7 +248,7 @@ class WorkloadCluster:
                     (self._deployments_seen if is_deployment else self._lws_seen).pop(uid, None)
                     self._template_hashes.pop(uid, None)
                 else:
-                    self._workload_keys[kind][uid] = _key_of(change.obj)
+                    self._workload_keys[kind][uid] = key_of(change.obj)
 
     def _pod_changed(self, change: Change) -> None:
         pod = change.obj
@@ -458,18 +268,26 @@ class WorkloadCluster:
             self._bound_at.pop(uid, None)
             self._terminating_at.pop(uid, None)
             return
-        after = self._pod_owners[key] = tuple(_owner_uids(pod))
+        after = self._pod_owners[key] = tuple(owner_uids(pod))
         self._dirty_deployments.update(after)
         self._dirty_lws.update(after)
         self._live_pods.add(uid)
         self._written_pods.add(key)
         _enqueue(self._claimless, key, _is_missing_claim(pod))
-        _enqueue(self._unbound, key, _is_unbound(pod))
+        _enqueue(self._unbound, key, is_unbound(pod))
         _enqueue(self._kubelet_pods, key, _is_kubelet_work(pod))
 
-    def _all_keys(self, kind: Kind) -> set[_Key]:
+    def _has_unschedulable(self) -> bool:
+        """Whether a pod waits unbound, marked Unschedulable (after the scheduler's pass)."""
+        for key in self._unbound:
+            pod = self.store.peek_one(POD, key[1], key[0])
+            if pod is not None and is_unschedulable(pod):
+                return True
+        return False
+
+    def _all_keys(self, kind: Kind) -> set[ObjKey]:
         """Every object's key, for `visit_all`."""
-        return {_key_of(o) for o in self.store.peek(kind)}
+        return {key_of(o) for o in self.store.peek(kind)}
 
     def _run_components(self) -> None:
         self._garbage_collect()
@@ -480,17 +298,9 @@ class WorkloadCluster:
         self._node_lifecycle()
         self._scheduler()
         self._kubelet()
-        if self.behaviour.is_autoscaling and (
-            self._last_scan is None
-            or (self.loop.now - self._last_scan).total_seconds() >= self.behaviour.autoscaler_scan_s
-        ):
-            self._last_scan = self.loop.now
-            self._autoscaler()
-        if self.behaviour.is_autoscaling and (
-            self._has_unschedulable or self._idle_since or any(self._provisioning.values())
-        ):
-            assert self._last_scan is not None
-            self._wake_at(self._last_scan + timedelta(seconds=self.behaviour.autoscaler_scan_s))
+        wake = self.autoscaler.run(self._has_unschedulable())
+        if wake is not None:
+            self._wake_at(wake)
 
     # --- scenario operations --------------------------------------------------------------
 
@@ -526,12 +336,12 @@ class WorkloadCluster:
             self._force_remove(pod)
         self.store.delete(NODE, name)
         self._node_created.pop(name, None)
-        self._idle_since.pop(name, None)
+        self.autoscaler.forget_node(name)
 
     def cordon(self, name: str, is_cordoned: bool = True) -> None:
         def change(node: Obj) -> None:
             node["spec"]["unschedulable"] = is_cordoned
-            _set_taint(node, UNSCHEDULABLE_TAINT, is_cordoned)
+            set_taint(node, UNSCHEDULABLE_TAINT, is_cordoned)
 
         self._update_node(name, change)
 
@@ -544,12 +354,16 @@ class WorkloadCluster:
             if value
             else {"key": key, "effect": effect}
         )
-        self._update_node(name, lambda n: _set_taint(n, taint, True))
+        self._update_node(name, lambda n: set_taint(n, taint, True))
 
-    def untaint(self, name: str, key: str) -> None:
+    def untaint(self, name: str, key: str, effect: str = "") -> None:
+        """Remove the node's taints with `key` (and `effect`, when given)."""
+
         def change(node: Obj) -> None:
             node["spec"]["taints"] = [
-                t for t in node["spec"].get("taints") or [] if t["key"] != key
+                t
+                for t in node["spec"].get("taints") or []
+                if not (t["key"] == key and (not effect or t["effect"] == effect))
             ]
 
         self._update_node(name, change)
@@ -558,14 +372,14 @@ class WorkloadCluster:
         """The node stops reporting: NotReady, tainted unreachable; its pods fail shortly after."""
 
         def change(node: Obj) -> None:
-            _set_taint(node, UNREACHABLE_TAINT, True)
+            set_taint(node, UNREACHABLE_TAINT, True)
 
         self._update_node(name, change)
         self._set_ready(name, False)
         self._failed_at[name] = self.loop.now
 
     def recover_node(self, name: str) -> None:
-        self._update_node(name, lambda n: _set_taint(n, UNREACHABLE_TAINT, False))
+        self._update_node(name, lambda n: set_taint(n, UNREACHABLE_TAINT, False))
         self._set_ready(name, True)
         self._failed_at.pop(name, None)
 
@@ -608,7 +422,7 @@ class WorkloadCluster:
             }
         )
         self.store.patch_status_shared(
-            RESOURCE_CLAIM, name, namespace, {"allocation": _allocation(results, node)}
+            RESOURCE_CLAIM, name, namespace, {"allocation": allocation_status(results, node)}
         )
         return name
 
@@ -621,7 +435,7 @@ class WorkloadCluster:
         sel = {labels.POOL: pool} if pool else None
         return self.store.list(NODE, None, sel)
 
-    def _peek_nodes(self, pool: str) -> list[Obj]:
+    def peek_nodes(self, pool: str) -> list[Obj]:
         return self.store.peek(NODE, None, {labels.POOL: pool})
 
     def free_devices(self) -> dict[str, int]:
@@ -646,7 +460,7 @@ class WorkloadCluster:
         if self._visit_all:
             written = self._all_keys(POD)
         for uid in gone:
-            written.update(_key_of(p) for p in self.store.peek_indexed(POD, _BY_OWNER, uid))
+            written.update(key_of(p) for p in self.store.peek_indexed(POD, BY_OWNER, uid))
         if not written:
             return
         deployments, sets = self._workload_keys[DEPLOYMENT], self._workload_keys[LEADER_WORKER_SET]
@@ -693,7 +507,7 @@ class WorkloadCluster:
         for pod in pods:
             if pod["status"].get("phase") in ("Failed", "Succeeded"):
                 self._delete_pod(pod)
-        alive = [p for p in pods if _is_alive(p)]
+        alive = [p for p in pods if is_alive(p)]
         new = [p for p in alive if p["metadata"]["labels"].get(POD_TEMPLATE_HASH) == thash]
         is_new = {id(p) for p in new}
         old = [p for p in alive if id(p) not in is_new]
@@ -702,15 +516,15 @@ class WorkloadCluster:
         # Scale the new set down first (unbound pods first, then newest).
         excess = len(new) - replicas
         if excess > 0:
-            for pod in sorted(new, key=_scale_down_order)[:excess]:
+            for pod in sorted(new, key=scale_down_order)[:excess]:
                 self._delete_pod(pod)
                 new.remove(pod)
         while len(new) < replicas and len(new) + len(old) < replicas + surge:
             new.append(self._create_pod(dep, template, thash))
-        ready_new = sum(1 for p in new if _is_ready(p))
-        ready_old = sum(1 for p in old if _is_ready(p))
-        for pod in sorted(old, key=_scale_down_order):
-            if not _is_ready(pod):
+        ready_new = sum(1 for p in new if is_ready(p))
+        ready_old = sum(1 for p in old if is_ready(p))
+        for pod in sorted(old, key=scale_down_order):
+            if not is_ready(pod):
                 self._delete_pod(pod)
             elif ready_new + ready_old - 1 >= replicas - unavailable or replicas == 0:
                 self._delete_pod(pod)
@@ -724,12 +538,12 @@ class WorkloadCluster:
         self._patch_status_if_changed(dep, status)
 
     def _template_hash(self, uid: str, template: Obj) -> str:
-        """`_hash(template)`, remembered while the workload keeps the same template object:
+        """`template_hash_of(template)`, remembered while the workload keeps the same template object:
         stored objects never change in place, and a status write shares the spec."""
         cached = self._template_hashes.get(uid)
         if cached is not None and cached[0] is template:
             return cached[1]
-        thash = _hash(template)
+        thash = template_hash_of(template)
         self._template_hashes[uid] = (template, thash)
         return thash
 
@@ -757,7 +571,7 @@ class WorkloadCluster:
             groups[int(pod["metadata"]["labels"][LWS_GROUP_INDEX])].append(pod)
         # Roll one group at a time: only while every group is whole and ready.
         is_rolling = any(
-            len(groups[g]) < size or not all(_is_ready(p) for p in groups[g])
+            len(groups[g]) < size or not all(is_ready(p) for p in groups[g])
             for g in groups
             if g < replicas
         )
@@ -765,13 +579,13 @@ class WorkloadCluster:
             pods = groups[g]
             broken = (
                 any(
-                    p["status"].get("phase") in ("Failed", "Succeeded") or not _is_alive(p)
+                    p["status"].get("phase") in ("Failed", "Succeeded") or not is_alive(p)
                     for p in pods
                 )
                 or len(pods) < size
             )
             stale = any(p["metadata"]["labels"].get(LWS_TEMPLATE_HASH) != thash for p in pods)
-            if g >= replicas or (broken and len(pods) > 0 and _any_alive(pods)):
+            if g >= replicas or (broken and len(pods) > 0 and any_alive(pods)):
                 for p in pods:
                     self._delete_pod(p)
                 is_rolling = is_rolling or g < replicas
@@ -782,7 +596,7 @@ class WorkloadCluster:
         ready = 0
         for g in range(replicas):
             if groups.get(g):
-                ready += all(_is_ready(p) for p in groups[g]) and len(groups[g]) == size
+                ready += all(is_ready(p) for p in groups[g]) and len(groups[g]) == size
                 continue
             for w in range(size):
                 template = lwt["leaderTemplate"] if w == 0 else lwt["workerTemplate"]
@@ -840,7 +654,7 @@ class WorkloadCluster:
                                 "annotations": {
                                     "resource.kubernetes.io/pod-claim-name": ref["name"]
                                 },
-                                "ownerReferences": [_owner_ref(pod, "v1", "Pod")],
+                                "ownerReferences": [owner_ref(pod, "v1", "Pod")],
                             },
                             "spec": template["spec"]["spec"],
                         }
@@ -860,7 +674,7 @@ class WorkloadCluster:
         if self._visit_all:
             written = self._all_keys(RESOURCE_CLAIM)
         for uid in gone:
-            written.update(_key_of(c) for c in self.store.owned_claims(uid))
+            written.update(key_of(c) for c in self.store.owned_claims(uid))
         for key in sorted(written):
             claim = self.store.peek_one(RESOURCE_CLAIM, key[1], key[0])
             if claim is None:
@@ -905,7 +719,7 @@ class WorkloadCluster:
                     "kind": RESOURCE_SLICE.kind,
                     "metadata": {
                         "name": f"{node_name}-{driver.replace('.', '-')}",
-                        "ownerReferences": [_owner_ref(node, "v1", "Node")],
+                        "ownerReferences": [owner_ref(node, "v1", "Node")],
                     },
                     "spec": {
                         "driver": driver,
@@ -941,143 +755,14 @@ class WorkloadCluster:
         pending: list[Obj] = []
         for key in sorted(queued):  # `peek` order first, so that the sort's ties stay in it
             pod = self.store.peek_one(POD, key[1], key[0])
-            if pod is not None and _is_unbound(pod):
+            if pod is not None and is_unbound(pod):
                 pending.append(pod)
-        pending.sort(key=lambda p: (p["metadata"]["creationTimestamp"], _natural_pod_key(p)))
+        pending.sort(key=lambda p: (p["metadata"]["creationTimestamp"], natural_pod_key(p)))
         if not pending:
             return
         nodes = self.store.peek(NODE)
         for pod in pending:
-            self._schedule_one(pod, nodes)
-
-    def _schedule_one(self, pod: Obj, nodes: list[Obj]) -> None:
-        meta, spec = pod["metadata"], pod["spec"]
-        claims: list[Obj] = []
-        for entry in pod["status"].get("resourceClaimStatuses") or []:
-            claim = self.store.peek_one(
-                RESOURCE_CLAIM, entry["resourceClaimName"], meta["namespace"]
-            )
-            if claim is not None:
-                claims.append(claim)
-        if len(claims) < len(spec.get("resourceClaims") or []):
-            return  # its claims are not made yet
-        published = self.store.published()
-        taken = self.store.taken()
-        group = (meta.get("labels") or {}).get(LWS_GROUP_KEY)
-        gang_nodes = (
-            {
-                p["spec"].get("nodeName")
-                for p in self.store.peek(POD, meta["namespace"], {LWS_GROUP_KEY: group})
-                if _is_alive(p)
-            }
-            if group
-            else set()
-        )
-        claim_requests = [dra.claim_requests(c, self.class_drivers) for c in claims]
-        reasons: dict[str, int] = defaultdict(int)
-        # The nodes that pass the filters, with their free devices: the node chosen is the
-        # first of them in the node choice's order whose devices can hold every claim. So the
-        # claims are tried in that order and the first fit ends the search; only when no node
-        # fits is every node tried, and every reason counted.
-        candidates: list[tuple[str, int]] = []
-        for node in nodes:
-            name = node["metadata"]["name"]
-            reason = _node_filter(node, spec)
-            if reason is None and name in gang_nodes:
-                reason = "node(s) already had a pod of the same group"
-            if reason is not None:
-                reasons[reason] += 1
-                continue
-            free = sum(1 for d in published.get(name, []) if d.key not in taken)
-            candidates.append((name, free))
-        if self.behaviour.node_choice is NodeChoice.PACK:
-            candidates.sort(key=lambda f: (f[1], dra.natural_key(f[0])))
-        else:
-            candidates.sort(key=lambda f: (-f[1], dra.natural_key(f[0])))
-        chosen: tuple[str, list[tuple[Obj, list[dict[str, str]]]]] | None = None
-        for name, _ in candidates:
-            fits = self._allocate_on(published.get(name, []), taken, claims, claim_requests)
-            if fits is not None:
-                chosen = (name, fits)
-                break
-            reasons["cannot allocate all claims"] += 1
-        if chosen is None:
-            summary = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
-            message = f"0/{len(nodes)} nodes are available: {summary}."
-            self._mark_unschedulable(pod, message)
-            return
-        node_name, allocations = chosen
-        for claim, results in allocations:
-            self.store.patch_status_shared(
-                RESOURCE_CLAIM,
-                claim["metadata"]["name"],
-                claim["metadata"]["namespace"],
-                {
-                    "allocation": _allocation(results, node_name),
-                    "reservedFor": [{"resource": "pods", "name": meta["name"], "uid": meta["uid"]}],
-                },
-            )
-        try:
-            current = self.store.peek_one(POD, meta["name"], meta["namespace"])
-            if current is None:
-                return
-            self.store.update_shared(
-                {**current, "spec": {**current["spec"], "nodeName": node_name}}
-            )
-        except Conflict:
-            return
-        conditions = [
-            c for c in pod["status"].get("conditions") or [] if c["type"] != "PodScheduled"
-        ]
-        conditions.append(
-            {
-                "type": "PodScheduled",
-                "status": "True",
-                "lastTransitionTime": format_time(self.loop.now),
-            }
-        )
-        self.store.patch_status_shared(
-            POD, meta["name"], meta["namespace"], {"conditions": conditions}
-        )
-
-    @staticmethod
-    def _allocate_on(
-        devices: Sequence[dra.PublishedDevice],
-        taken: Container[dra.DeviceKey],
-        claims: Sequence[Obj],
-        claim_requests: Sequence[Sequence[dra.Request]],
-    ) -> list[tuple[Obj, list[dict[str, str]]]] | None:
-        """Each claim's devices on a node with `devices` (first fit, one claim after the
-        other), or None when one of them does not fit."""
-        # Only this node's devices are looked up in `taken`: not a copy of every taken one.
-        node_taken = {d.key for d in devices if d.key in taken}
-        allocations: list[tuple[Obj, list[dict[str, str]]]] = []
-        for claim, requests in zip(claims, claim_requests, strict=True):
-            results = dra.allocate(requests, devices, node_taken)
-            if results is None:
-                return None
-            node_taken |= {(r["driver"], r["pool"], r["device"]) for r in results}
-            allocations.append((claim, results))
-        return allocations
-
-    def _mark_unschedulable(self, pod: Obj, message: str) -> None:
-        conditions = pod["status"].get("conditions") or []
-        for c in conditions:
-            if c["type"] == "PodScheduled" and c.get("message") == message:
-                return
-        conditions = [c for c in conditions if c["type"] != "PodScheduled"]
-        conditions.append(
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": message,
-                "lastTransitionTime": format_time(self.loop.now),
-            }
-        )
-        self.store.patch_status_shared(
-            POD, pod["metadata"]["name"], pod["metadata"]["namespace"], {"conditions": conditions}
-        )
+            self.scheduler.schedule_one(pod, nodes)
 
     # --- kubelet --------------------------------------------------------------------------
 
@@ -1141,165 +826,6 @@ class WorkloadCluster:
         except (Conflict, NotFound):
             return
 
-    # --- cluster-autoscaler ---------------------------------------------------------------
-
-    def _autoscaler(self) -> None:
-        self._scale_up()
-        self._scale_down()
-
-    def _scale_up(self) -> None:
-        pending: dict[str, list[Obj]] = defaultdict(list)
-        for pod in self.store.peek(POD):
-            if pod["spec"].get("nodeName") or not _is_alive(pod):
-                continue
-            if not any(
-                c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
-                for c in pod["status"].get("conditions") or []
-            ):
-                continue
-            pool = (pod["spec"].get("nodeSelector") or {}).get(labels.POOL)
-            if pool in self.pools:
-                pending[pool].append(pod)
-        self._has_unschedulable = bool(pending)
-        published = {s["spec"].get("nodeName") for s in self.store.peek(RESOURCE_SLICE)}
-        for pool_name, pods in sorted(pending.items()):
-            pool = self.pools[pool_name]
-            template = self._template_devices(pool)
-            demands: list[tuple[str | None, dict[str, int], Obj]] = []
-            for pod in pods:
-                demand = self._pod_demand(pod, template)
-                if demand is None:
-                    self._record_event(pod, "NotTriggerScaleUp", "pod does not fit a new node")
-                    continue
-                group = (pod["metadata"].get("labels") or {}).get(LWS_GROUP_KEY)
-                demands.append((group, demand, pod))
-            if not demands:
-                continue
-            existing = len(self._peek_nodes(pool_name))
-            upcoming = self._provisioning[pool_name] + sum(
-                1 for n in self._peek_nodes(pool_name) if n["metadata"]["name"] not in published
-            )
-            needed = _nodes_needed(demands, _full(pool), upcoming)
-            ceiling = pool.max_node_count if pool.max_node_count is not None else existing
-            room = max(0, ceiling - existing - self._provisioning[pool_name])
-            add = min(needed, room)
-            if needed > 0 and (add == 0 or self.behaviour.is_stocked_out):
-                reason = "stockout" if self.behaviour.is_stocked_out else "max node count reached"
-                for _, _, pod in demands:
-                    self._record_event(
-                        pod, "NotTriggerScaleUp", f"pod didn't trigger scale-up: {reason}"
-                    )
-                continue
-            for _ in range(add):
-                self._provisioning[pool_name] += 1
-                self.loop.after(
-                    self.behaviour.scale_up_delay_s,
-                    functools.partial(self._provisioned, pool_name),
-                    f"{self.name}/scale-up/{pool_name}",
-                )
-            if add:
-                for _, _, pod in demands:
-                    self._record_event(
-                        pod, "TriggeredScaleUp", f"pod triggered scale-up: {pool_name}"
-                    )
-
-    def _provisioned(self, pool_name: str) -> None:
-        self._provisioning[pool_name] -= 1
-        self.add_node(pool_name)
-
-    def _scale_down(self) -> None:
-        now = self.loop.now
-        taken_nodes: set[str] = set()
-        for claim in self.store.peek(RESOURCE_CLAIM):
-            for term in _allocation_nodes(claim):
-                taken_nodes.add(term)
-        busy = {
-            p["spec"].get("nodeName")
-            for p in self.store.peek(POD)
-            if p["status"].get("phase") not in ("Failed", "Succeeded")
-        }
-        idle_for = timedelta(seconds=self.behaviour.scale_down_idle_s)
-        for pool in self.spec.pools:
-            if pool.max_node_count is None:
-                continue  # a fixed-size pool: no autoscaling node group behind it
-            nodes = self._peek_nodes(pool.name)
-            count = len(nodes)
-            for node in sorted(nodes, key=lambda n: dra.natural_key(n["metadata"]["name"])):
-                name = node["metadata"]["name"]
-                if name in busy or name in taken_nodes:
-                    self._idle_since.pop(name, None)
-                    continue
-                since = self._idle_since.setdefault(name, now)
-                if now >= since + idle_for and count > pool.min_node_count:
-                    self.remove_node(name)
-                    count -= 1
-
-    def _template_devices(self, pool: PoolSpec) -> list[dra.PublishedDevice]:
-        out: list[dra.PublishedDevice] = []
-        for d in pool.devices:
-            if d.claim != "DRA":
-                continue
-            for i in range(d.count):
-                out.append(
-                    dra.PublishedDevice(
-                        d.driver,
-                        "template",
-                        f"{d.name}-{i}",
-                        "template",
-                        {k: dict(v) for k, v in d.attributes.items()},
-                        {k: {"value": v} for k, v in d.capacity.items()},
-                    )
-                )
-        return out
-
-    def _pod_demand(self, pod: Obj, template: list[dra.PublishedDevice]) -> dict[str, int] | None:
-        """Devices per driver the pod needs, or None when an empty node of the pool can't fit it."""
-        node = {"spec": {"taints": [dict(GPU_TAINT)] if self.behaviour.has_gpu_taint else []}}
-        if _untolerated(node, pod["spec"]):
-            return None
-        demand: dict[str, int] = defaultdict(int)
-        taken: set[dra.DeviceKey] = set()
-        for entry in pod["status"].get("resourceClaimStatuses") or []:
-            claim = self.store.peek_one(
-                RESOURCE_CLAIM, entry["resourceClaimName"], pod["metadata"]["namespace"]
-            )
-            if claim is None:
-                continue
-            results = dra.allocate(dra.claim_requests(claim, self.class_drivers), template, taken)
-            if results is None:
-                return None
-            for r in results:
-                demand[r["driver"]] += 1
-                taken.add((r["driver"], r["pool"], r["device"]))
-        return dict(demand)
-
-    def _record_event(self, pod: Obj, reason: str, message: str) -> None:
-        meta = pod["metadata"]
-        for e in self.store.events_of(meta["uid"], meta["namespace"]):
-            if e.get("reason") == reason:
-                return
-        self._event_seq += 1
-        self.store.create_shared(
-            {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {
-                    "name": f"{meta['name']}.{self._event_seq:x}",
-                    "namespace": meta["namespace"],
-                },
-                "involvedObject": {
-                    "kind": "Pod",
-                    "name": meta["name"],
-                    "namespace": meta["namespace"],
-                    "uid": meta["uid"],
-                },
-                "reason": reason,
-                "message": message,
-                "source": {"component": "cluster-autoscaler"},
-                "type": "Normal",
-            }
-        )
-
     # --- helpers --------------------------------------------------------------------------
 
     def _owned_pods(self, owner_uid: str, namespace: str) -> list[Obj]:
@@ -1337,7 +863,7 @@ class WorkloadCluster:
                     "name": name,
                     "namespace": owner["metadata"]["namespace"],
                     "labels": {**(tmeta.get("labels") or {}), **extra_labels},
-                    "ownerReferences": [_owner_ref(owner, owner["apiVersion"], owner["kind"])],
+                    "ownerReferences": [owner_ref(owner, owner["apiVersion"], owner["kind"])],
                     "finalizers": [KUBELET_FINALIZER],
                 },
                 "spec": json.loads(json.dumps(template.get("spec") or {})),
@@ -1410,17 +936,7 @@ def _inputs(workload: Obj, pods: list[Obj]) -> _Inputs:
     return (workload["metadata"]["resourceVersion"], versions)
 
 
-#: An object's key in the store within its kind: (namespace or "", name); sorted keys are
-#: `peek` order.
-_Key = tuple[str, str]
-
-
-def _key_of(obj: Obj) -> _Key:
-    meta = obj["metadata"]
-    return (meta.get("namespace") or "", meta["name"])
-
-
-def _enqueue(queue: set[_Key], key: _Key, is_wanted: bool) -> None:
+def _enqueue(queue: set[ObjKey], key: ObjKey, is_wanted: bool) -> None:
     if is_wanted:
         queue.add(key)
     else:
@@ -1438,163 +954,8 @@ def _is_missing_claim(pod: Obj) -> bool:
     )
 
 
-def _is_unbound(pod: Obj) -> bool:
-    """The scheduler has to bind the pod."""
-    return (
-        not pod["spec"].get("nodeName")
-        and _is_alive(pod)
-        and pod["status"].get("phase", "Pending") == "Pending"
-    )
-
-
 def _is_kubelet_work(pod: Obj) -> bool:
     """The kubelet has to start the pod (once its node is Ready) or finish it."""
     if pod["metadata"].get("deletionTimestamp"):
         return True
     return bool(pod["spec"].get("nodeName")) and pod["status"].get("phase") == "Pending"
-
-
-def _hash(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:10]
-
-
-def _owner_ref(owner: Obj, api_version: str, kind: str) -> Obj:
-    return {
-        "apiVersion": api_version,
-        "kind": kind,
-        "name": owner["metadata"]["name"],
-        "uid": owner["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def _allocation(results: list[dict[str, str]], node: str) -> Obj:
-    return {
-        "devices": {"results": results},
-        "nodeSelector": {
-            "nodeSelectorTerms": [
-                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-            ]
-        },
-    }
-
-
-def _allocation_nodes(claim: Obj) -> list[str]:
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    return [r["pool"] for r in (allocation.get("devices") or {}).get("results") or []]
-
-
-def _set_taint(node: Obj, taint: Mapping[str, str], present: bool) -> None:
-    taints = [
-        t
-        for t in node["spec"].get("taints") or []
-        if not (t["key"] == taint["key"] and t["effect"] == taint["effect"])
-    ]
-    if present:
-        taints.append(dict(taint))
-    node["spec"]["taints"] = taints
-
-
-def _is_alive(pod: Obj) -> bool:
-    return not pod["metadata"].get("deletionTimestamp")
-
-
-def _any_alive(pods: Iterable[Obj]) -> bool:
-    return any(_is_alive(p) for p in pods)
-
-
-def _is_ready(pod: Obj) -> bool:
-    return pod["status"].get("phase") == "Running" and _is_alive(pod)
-
-
-def _is_node_ready(node: Obj) -> bool:
-    return any(
-        c["type"] == "Ready" and c["status"] == "True"
-        for c in (node.get("status") or {}).get("conditions") or []
-    )
-
-
-def _scale_down_order(pod: Obj) -> tuple[int, int, str]:
-    """Kubernetes deletes unbound before bound, not-ready before ready, newest first."""
-    return (
-        1 if pod["spec"].get("nodeName") else 0,
-        1 if _is_ready(pod) else 0,
-        "".join(chr(255 - ord(c)) for c in pod["metadata"]["creationTimestamp"]),
-    )
-
-
-def _natural_pod_key(pod: Obj) -> tuple[Any, ...]:
-    return (pod["metadata"]["namespace"], *dra.natural_key(pod["metadata"]["name"]))
-
-
-def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t["effect"] != taint.get("effect"):
-            continue
-        op = t.get("operator", "Equal")
-        if not t.get("key") and op == "Exists":
-            return True
-        if t.get("key") != taint.get("key"):
-            continue
-        if op == "Exists" or t.get("value", "") == taint.get("value", ""):
-            return True
-    return False
-
-
-def _untolerated(node: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> str | None:
-    tolerations = pod_spec.get("tolerations") or []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not _tolerates(tolerations, taint):
-            return str(taint["key"])
-    return None
-
-
-def _node_filter(node: Obj, pod_spec: Mapping[str, Any]) -> str | None:
-    """Why the node cannot take the pod (kube-scheduler's wording), or None."""
-    node_labels = node["metadata"].get("labels") or {}
-    for key, value in (pod_spec.get("nodeSelector") or {}).items():
-        if node_labels.get(key) != value:
-            return "node(s) didn't match Pod's node affinity/selector"
-    if not _is_node_ready(node):
-        return "node(s) were not ready"
-    if node["spec"].get("unschedulable"):
-        return "node(s) were unschedulable"
-    taint = _untolerated(node, pod_spec)
-    if taint is not None:
-        return f"node(s) had untolerated taint {{{taint}}}"
-    return None
-
-
-def _full(pool: PoolSpec) -> dict[str, int]:
-    full: dict[str, int] = defaultdict(int)
-    for d in pool.devices:
-        if d.claim == "DRA":
-            full[d.driver] += d.count
-    return dict(full)
-
-
-def _nodes_needed(
-    demands: list[tuple[str | None, dict[str, int], Obj]], full: Mapping[str, int], upcoming: int
-) -> int:
-    """New nodes for the pending pods, first-fit decreasing onto `upcoming` nodes first."""
-    bins: list[tuple[dict[str, int], set[str]]] = [(dict(full), set()) for _ in range(upcoming)]
-    order = sorted(demands, key=lambda d: (-sum(d[1].values()), d[2]["metadata"]["name"]))
-    for group, demand, _ in order:
-        for free, groups in bins:
-            if group is not None and group in groups:
-                continue
-            if all(free.get(k, 0) >= v for k, v in demand.items()):
-                for k, v in demand.items():
-                    free[k] -= v
-                if group is not None:
-                    groups.add(group)
-                break
-        else:
-            free = dict(full)
-            for k, v in demand.items():
-                free[k] -= v
-            bins.append((free, {group} if group is not None else set()))
-    return max(0, len(bins) - upcoming)
