@@ -123,7 +123,7 @@ def test_pods_run_as_the_images_numeric_user_spread_over_nodes(name: str) -> Non
 def test_the_default_image_is_tagged_with_the_installed_version() -> None:
     from importlib.metadata import version
 
-    assert install.DEFAULT_IMAGE == f"ghcr.io/gpufleet/gpufleet:{version('gpufleet')}"
+    assert f"ghcr.io/gpufleet/gpufleet:{version('gpufleet')}" == install.DEFAULT_IMAGE
     deployment = next(d for d in documents(install.hub_yaml()) if d["kind"] == "Deployment")
     assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == (
         install.DEFAULT_IMAGE

@@ -6,7 +6,18 @@ parameters, docstring as help) and register it below with one line.
 
 import typer
 
-from gpufleet.cli import agent, bench, controller, crds, explain, install, plan, simulate, validate
+from gpufleet.cli import (
+    agent,
+    bench,
+    controller,
+    crds,
+    explain,
+    install,
+    join,
+    plan,
+    simulate,
+    validate,
+)
 
 app = typer.Typer(
     name="gpufleet",
@@ -28,6 +39,8 @@ app.command(name="explain")(explain.command)
 app.command(name="simulate")(simulate.command)
 app.command(name="crds")(crds.command)
 app.add_typer(install.app, name="install")
+app.command(name="join")(join.join)
+app.command(name="unjoin")(join.unjoin)
 app.command(name="controller")(controller.command)
 app.command(name="agent")(agent.command)
 app.command(name="bench")(bench.command)
