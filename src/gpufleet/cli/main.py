@@ -4,6 +4,9 @@ To add a command, write `gpufleet/cli/<name>.py` with a function `command(...)` 
 parameters, docstring as help) and register it below with one line.
 """
 
+from importlib import metadata
+from typing import Annotated
+
 import typer
 
 from gpufleet.cli import (
@@ -28,8 +31,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpufleet {metadata.version('gpufleet')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """Schedule model-serving replicas across Kubernetes GPU clusters by free GPUs."""
 
 
