@@ -53,11 +53,9 @@ def test_install_hub_prints_crds_then_the_controller_with_image_and_replicas() -
 
 
 def test_install_agent_prints_both_sides() -> None:
-    code, workload_side = invoke(
-        "install", "agent", "--cluster", "gke-1", "--hub-server", "https://hub:6443"
-    )
+    code, workload_side = invoke("install", "agent", "--cluster", "gke-1")
     assert code == 0
-    assert workload_side == install.agent_yaml("gke-1", "https://hub:6443")
+    assert workload_side == install.agent_yaml("gke-1")
     code, hub_side = invoke("install", "agent", "--cluster", "gke-1", "--hub-access")
     assert code == 0
     assert hub_side == install.agent_hub_yaml("gke-1")
@@ -67,11 +65,11 @@ def test_install_agent_prints_both_sides() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["install", "agent", "--cluster", "gke-1"], "--hub-server"),
+        (["install", "agent"], "--cluster"),
         (["install", "agent", "--cluster", "Bad_Name", "--hub-access"], "DNS label"),
         (["install", "hub", "--replicas", "0"], "--replicas"),
     ],
-    ids=["hub-server-required", "bad-cluster-name", "no-replicas"],
+    ids=["cluster-required", "bad-cluster-name", "no-replicas"],
 )
 def test_install_usage_errors_exit_2(args: list[str], message: str) -> None:
     code, output = invoke(*args)
@@ -92,7 +90,7 @@ def container_args(text: str, name: str) -> list[str]:
     ("text", "deployment"),
     [
         (install.hub_yaml(), "gpufleet-controller"),
-        (install.agent_yaml("gke-1", "https://hub:6443"), "gpufleet-agent"),
+        (install.agent_yaml("gke-1"), "gpufleet-agent"),
     ],
     ids=["controller", "agent"],
 )

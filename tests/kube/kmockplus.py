@@ -16,7 +16,16 @@ itself:
 - finalizers: delete sets `deletionTimestamp`; the object goes once they are removed;
 - `labelSelector` on list and watch (a watch turns label transitions into ADDED/DELETED);
 - watch from a `resourceVersion` (replaying the history after it), `410 Gone` when that
-  version was compacted, and `timeoutSeconds`.
+  version was compacted, and `timeoutSeconds`;
+- Namespaces (`/api/v1/namespaces[/NAME]`, which kmock does not parse): deleting one deletes
+  every object in it; with `strict_namespaces`, creating an object in a namespace that does not
+  exist is a 404, as on a real API server;
+- the TokenRequest subresource (`POST .../serviceaccounts/NAME/token`): a fresh random token
+  with `expirationTimestamp`; `tokens` maps each token issued to its ServiceAccount.
+
+Every request is recorded as a `Request` (who by bearer token, verb, group, resource,
+subresource, namespace, name) in `requests_seen`, so a test can check what a component sent
+against the RBAC it is installed with (tests/kube/rbac.py).
 
 Fault injection, callable from the test thread: `kill_watches()` drops every watch
 connection, `expire_watches()` compacts the history and ends every watch with a 410 ERROR
@@ -32,11 +41,13 @@ import asyncio
 import contextlib
 import copy
 import json
+import re
+import secrets
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp.web
@@ -52,8 +63,26 @@ ObjKey = tuple[ResourceKey, str, str]  # resource, namespace ("" if cluster-scop
 
 #: Resources served without a status subresource (a PUT or PATCH may change their status).
 NO_STATUS_SUBRESOURCE = frozenset(
-    {"leases", "events", "configmaps", "secrets", "resourceslices", "resourceclaimtemplates"}
+    {
+        "leases",
+        "events",
+        "configmaps",
+        "secrets",
+        "resourceslices",
+        "resourceclaimtemplates",
+        "serviceaccounts",
+        "roles",
+        "rolebindings",
+        "clusterroles",
+        "clusterrolebindings",
+    }
 )
+NAMESPACES: ResourceKey = ("", "v1", "namespaces")
+SERVICE_ACCOUNTS: ResourceKey = ("", "v1", "serviceaccounts")
+#: The API server's bounds on a TokenRequest's `expirationSeconds` (its default: one hour).
+TOKEN_MIN_S, TOKEN_DEFAULT_S = 600, 3600
+_NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+)(?:/(status|finalize))?)?/?$")
+
 
 _CONFLICT = "the object has been modified; please apply your changes to the latest version"
 
@@ -72,6 +101,47 @@ class _Watcher:
     killed: asyncio.Event = field(default_factory=asyncio.Event)
     expired: bool = False
     stalled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One request as RBAC sees it: who (bearer token, "" without one) did what to which
+    resource (`subresource` and `name` are "" when absent; `namespace` "" cluster-wide)."""
+
+    user: str
+    verb: str
+    group: str
+    resource: str
+    subresource: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A resource request, parsed by kmock or (namespaces) by us."""
+
+    method: str
+    rkey: ResourceKey
+    ns: str
+    name: str | None
+    sub: str | None
+    params: dict[str, str]
+    headers: dict[str, str]
+    data: Any
+    raw: aiohttp.web.BaseRequest | None
+
+    @property
+    def is_watch(self) -> bool:
+        return self.method == "GET" and self.params.get("watch") in ("true", "True", "1")
+
+    @property
+    def verb(self) -> str:
+        if self.method == "GET":
+            return "watch" if self.is_watch else "get" if self.name else "list"
+        verbs = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+        verb = verbs.get(self.method, self.method.lower())
+        return "deletecollection" if verb == "delete" and not self.name else verb
 
 
 class _ApiError(Exception):
@@ -114,6 +184,12 @@ class KMockPlus(kmock.KubernetesScaffold):
     """A kmock Kubernetes scaffold whose resource requests have API-server semantics."""
 
     keep_requests: int = 100  # kmock re-filters its whole request log on every request
+    #: Refuse to create a namespaced object in a namespace that does not exist (404).
+    strict_namespaces: bool = False
+    #: Every request served, with how often it came (read after the fact, from the test).
+    requests_seen: dict[Request, int] = attrs.field(factory=dict, init=False)
+    #: Every token the TokenRequest subresource issued -> (namespace, ServiceAccount name).
+    tokens: dict[str, tuple[str, str]] = attrs.field(factory=dict, init=False)
 
     _objects_by_key: dict[ObjKey, Obj] = attrs.field(factory=dict, init=False)
     _history: list[_Change] = attrs.field(factory=list, init=False)
@@ -190,35 +266,69 @@ class KMockPlus(kmock.KubernetesScaffold):
 
     # --- dispatch ---------------------------------------------------------------------------
 
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Namespaces here (kmock cannot parse their paths); everything else through kmock."""
+        match = _NAMESPACE_PATH.match(raw_request.path)
+        if match is None:
+            return await super().__call__(raw_request)
+        body = await raw_request.read()
+        call = _Call(
+            method=raw_request.method,
+            rkey=NAMESPACES,
+            ns="",
+            name=match.group(1),
+            sub=match.group(2),
+            params=dict(raw_request.query),
+            headers=dict(raw_request.headers),
+            data=json.loads(body) if body else None,
+            raw=raw_request,
+        )
+        return await self._serve(call)
+
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         del self._requests[: -self.keep_requests]
+        resource = request.resource
+        if resource is None or resource.plural is None or resource.version is None:
+            return await super()._handle(request)  # discovery, /version, unknown paths
+        call = _Call(
+            method=request.method.value,
+            rkey=(resource.group or "", resource.version, resource.plural),
+            ns=request.namespace or "",
+            name=request.name,
+            sub=request.subresource,
+            params=dict(request.params),
+            headers=dict(request.headers),
+            data=request.data,
+            raw=request._raw_request,
+        )
+        return await self._serve(call)
+
+    async def _serve(self, call: _Call) -> aiohttp.web.StreamResponse:
         if self.loop is None:
             self.loop = asyncio.get_running_loop()
         if self._changed is None:
             self._changed = asyncio.Condition()
-        resource = request.resource
-        if resource is None or resource.plural is None or resource.version is None:
-            return await super()._handle(request)  # discovery, /version, unknown paths
-        rkey: ResourceKey = (resource.group or "", resource.version, resource.plural)
-        ns, name, sub = request.namespace or "", request.name, request.subresource
-        method = request.method.value
+        rkey, ns, name, sub, method = call.rkey, call.ns, call.name, call.sub, call.method
+        self._record(call)
         try:
-            if method == "GET" and request.params.get("watch") in ("true", "True", "1"):
-                return await self._watch(request, rkey, ns)
+            if call.is_watch:
+                return await self._watch(call)
+            if sub == "token" and rkey == SERVICE_ACCOUNTS and method == "POST" and name:
+                return _json(self._token_request(ns, name, call.data), 201)
             if sub not in (None, "status"):
                 raise _ApiError(404, "NotFound", f"subresource {sub} is not served")
             if method == "GET" and name:
                 return _json(self._get(rkey, ns, name))
             if method == "GET":
-                return _json(self._list(request, rkey, ns))
+                return _json(self._list(call))
             async with self._changed:
                 if method == "POST" and not name:
-                    response = _json(self._create(rkey, ns, request.data), 201)
+                    response = _json(self._create(rkey, ns, call.data), 201)
                 elif method == "PUT" and name:
-                    response = _json(self._replace(rkey, ns, name, sub, request.data))
+                    response = _json(self._replace(rkey, ns, name, sub, call.data))
                 elif method == "PATCH" and name:
-                    content_type = request.headers.get("Content-Type", "")
-                    response = _json(self._patch(rkey, ns, name, sub, request.data, content_type))
+                    content_type = call.headers.get("Content-Type", "")
+                    response = _json(self._patch(rkey, ns, name, sub, call.data, content_type))
                 elif method == "DELETE" and name:
                     response = _json(self._delete(rkey, ns, name))
                 else:
@@ -228,13 +338,49 @@ class KMockPlus(kmock.KubernetesScaffold):
         except _ApiError as e:
             return _json(_status(e.code, e.reason, e.message), e.code)
 
+    def _record(self, call: _Call) -> None:
+        auth = call.headers.get("Authorization", "")
+        user = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
+        seen = Request(
+            user, call.verb, call.rkey[0], call.rkey[2], call.sub or "", call.ns, call.name or ""
+        )
+        self.requests_seen[seen] = self.requests_seen.get(seen, 0) + 1
+
+    def _token_request(self, ns: str, name: str, body: Any) -> Obj:
+        """A TokenRequest for ServiceAccount `ns/name`: a new random token, valid for
+        `spec.expirationSeconds` (at least 10 minutes, one hour if not given)."""
+        self._require((SERVICE_ACCOUNTS, ns, name))
+        spec = (body or {}).get("spec") or {} if isinstance(body, dict) else {}
+        seconds = spec.get("expirationSeconds") or TOKEN_DEFAULT_S
+        if not isinstance(seconds, int) or seconds < TOKEN_MIN_S:
+            raise _ApiError(
+                422,
+                "Invalid",
+                f"spec.expirationSeconds: Invalid value: {seconds!r}: "
+                "may not specify a duration less than 10 minutes",
+            )
+        token = secrets.token_urlsafe(24)
+        self.tokens[token] = (ns, name)
+        expires = datetime.now(UTC) + timedelta(seconds=seconds)
+        return {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": _now()},
+            "spec": {"audiences": spec.get("audiences") or [], "expirationSeconds": seconds},
+            "status": {
+                "token": token,
+                "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        }
+
     # --- reads ------------------------------------------------------------------------------
 
     def _get(self, rkey: ResourceKey, ns: str, name: str) -> Obj:
         return copy.deepcopy(self._require((rkey, ns, name)))
 
-    def _list(self, request: kmock.Request, rkey: ResourceKey, ns: str) -> Obj:
-        selector = parse_selector(request.params.get("labelSelector"))
+    def _list(self, call: _Call) -> Obj:
+        rkey, ns = call.rkey, call.ns
+        selector = parse_selector(call.params.get("labelSelector"))
         items = [
             copy.deepcopy(obj)
             for (r, obj_ns, _), obj in sorted(self._objects_by_key.items())
@@ -249,13 +395,12 @@ class KMockPlus(kmock.KubernetesScaffold):
             "items": items,
         }
 
-    async def _watch(
-        self, request: kmock.Request, rkey: ResourceKey, ns: str
-    ) -> aiohttp.web.StreamResponse:
-        assert self._changed is not None and request._raw_request is not None
-        selector = parse_selector(request.params.get("labelSelector"))
-        timeout_s = float(request.params.get("timeoutSeconds") or 0) or None
-        since_text = request.params.get("resourceVersion") or "0"
+    async def _watch(self, call: _Call) -> aiohttp.web.StreamResponse:
+        assert self._changed is not None and call.raw is not None
+        rkey, ns, raw = call.rkey, call.ns, call.raw
+        selector = parse_selector(call.params.get("labelSelector"))
+        timeout_s = float(call.params.get("timeoutSeconds") or 0) or None
+        since_text = call.params.get("resourceVersion") or "0"
         since = int(since_text) if since_text.isdigit() else 0
 
         def visible(obj: Obj | None) -> bool:
@@ -281,7 +426,7 @@ class KMockPlus(kmock.KubernetesScaffold):
             status=200, headers={"Content-Type": "application/json"}
         )
         if since and since < self._compacted_rv:
-            await response.prepare(request._raw_request)
+            await response.prepare(raw)
             gone = _status(410, "Expired", f"too old resource version: {since}")
             await response.write(_line({"type": "ERROR", "object": gone}))
             await response.write_eof()
@@ -292,7 +437,7 @@ class KMockPlus(kmock.KubernetesScaffold):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s if timeout_s else None
         try:
-            await response.prepare(request._raw_request)
+            await response.prepare(raw)
             if since == 0:  # "start at most recent": the current objects as ADDED
                 cursor = self._rv
                 for (r, _, _), obj in sorted(self._objects_by_key.items()):
@@ -317,7 +462,7 @@ class KMockPlus(kmock.KubernetesScaffold):
                 gone = _status(410, "Expired", "the watched resource version was compacted")
                 await response.write(_line({"type": "ERROR", "object": gone}))
             elif watcher.killed.is_set():
-                transport = request._raw_request.transport
+                transport = raw.transport
                 if transport is not None:
                     transport.abort()
                 return response
@@ -361,6 +506,8 @@ class KMockPlus(kmock.KubernetesScaffold):
         key = (rkey, ns, name)
         if key in self._objects_by_key:
             raise _ApiError(409, "AlreadyExists", f'{rkey[2]} "{name}" already exists')
+        if ns and self.strict_namespaces and (NAMESPACES, "", ns) not in self._objects_by_key:
+            raise _ApiError(404, "NotFound", f'namespaces "{ns}" not found')
         if ns:
             meta["namespace"] = ns
         meta["uid"] = str(uuid.uuid4())
@@ -370,6 +517,9 @@ class KMockPlus(kmock.KubernetesScaffold):
             meta.pop(server_set, None)
         if self._has_status(rkey):
             obj.pop("status", None)
+        if rkey == NAMESPACES:
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+            obj["status"] = {"phase": "Active"}
         return self._commit(key, "ADDED", None, obj)
 
     def _replace(self, rkey: ResourceKey, ns: str, name: str, sub: str | None, body: Any) -> Obj:
@@ -436,6 +586,9 @@ class KMockPlus(kmock.KubernetesScaffold):
             new = copy.deepcopy(current)
             new["metadata"]["deletionTimestamp"] = _now()
             return self._commit(key, "MODIFIED", current, new)
+        if rkey == NAMESPACES:  # its objects go with it (at once, not after Terminating)
+            for inside in [k for k in self._objects_by_key if k[1] == name and k[0] != NAMESPACES]:
+                self._remove(inside, copy.deepcopy(self._objects_by_key[inside]))
         return self._remove(key, copy.deepcopy(current))
 
     def _remove(self, key: ObjKey, last: Obj) -> Obj:
@@ -491,7 +644,7 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve() -> Iterator[Served]:
+def serve(strict_namespaces: bool = False) -> Iterator[Served]:
     """Run a `KMockPlus` on 127.0.0.1 (a random port) on its own loop in a daemon thread."""
     loop = asyncio.new_event_loop()
     stop = asyncio.Event()
@@ -499,7 +652,9 @@ def serve() -> Iterator[Served]:
     box: dict[str, Any] = {}
 
     async def main() -> None:
-        api = KMockPlus()
+        api = KMockPlus(strict_namespaces=strict_namespaces)
+        if strict_namespaces:  # a real cluster always has it (events of cluster-scoped objects)
+            api._create(NAMESPACES, "", {"metadata": {"name": "default"}})
         async with api, kmock.Server(api) as server:
             api.loop = asyncio.get_running_loop()
             box["served"] = Served(api, str(server.url).rstrip("/"))

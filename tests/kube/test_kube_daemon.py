@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 from kmockplus import Served
 from prometheus_client import CollectorRegistry
+from rbac import Rbac, ServiceAccount
 
-from gpufleet.kube import logs
+from gpufleet.kube import install, logs
 from gpufleet.kube.daemon import DaemonLoop, LoopConfig, Trigger, Watch, endpoints
 from gpufleet.kube.fleet_metrics import fleet_capacity
 from gpufleet.kube.health import parse_address
@@ -471,7 +472,9 @@ def next_record(
 
 
 def test_the_controller_process_serves_probes_and_releases_its_lease_on_sigterm(
-    controller_process: tuple[subprocess.Popen[str], queue.Queue[str]], store: KubeStore
+    controller_process: tuple[subprocess.Popen[str], queue.Queue[str]],
+    store: KubeStore,
+    api: Served,
 ) -> None:
     process, lines = controller_process
     serving = next_record(lines, lambda r: "/readyz" in str(r.get("paths")))
@@ -488,3 +491,8 @@ def test_the_controller_process_serves_probes_and_releases_its_lease_on_sigterm(
     assert process.wait(10) == 0
     lease = store.get(LEASE, "gpufleet-controller", "gpufleet-system")
     assert lease is not None and lease["spec"]["holderIdentity"] == ""  # handed over
+    # Everything the process sent (token "test") is allowed by `gpufleet install hub`'s RBAC.
+    seen = list(api.api.requests_seen)
+    assert any(r.user == "test" and r.resource == "leases" for r in seen)
+    controller = ServiceAccount("gpufleet-system", "gpufleet-controller")
+    assert Rbac(install.hub()).denied(seen, {"test": controller}) == []

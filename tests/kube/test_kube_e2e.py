@@ -5,6 +5,12 @@ servers (hub and workload cluster).
 The daemons' loops are driven by `tick()` on clocks of their own that the test advances, so
 leases lapse and debounces elapse without sleeping; only the informers (real watches over HTTP)
 run in real time, and every wait for them is bounded.
+
+Both servers refuse objects in namespaces that do not exist, as a real API server does (so the
+agent must create a tenant's namespace before its workloads). Each component talks with a token
+of its own; at the end every request it sent is checked against the RBAC `gpufleet install`
+gives its ServiceAccount (tests/kube/rbac.py), and a step that reported an error fails the test
+as a step that raised does.
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from kmockplus import Served, serve
 from kube_helpers import FAST
+from rbac import Rbac, ServiceAccount
 
 from gpufleet.agent.runner import AgentConfig
 from gpufleet.cli.agent import AgentDaemon
 from gpufleet.cli.controller import ControllerDaemon
+from gpufleet.kube import install
 from gpufleet.kube.daemon import DaemonLoop, LoopConfig, Trigger
 from gpufleet.kube.leader import LeaderConfig
 from gpufleet.kube.metrics import render
@@ -32,6 +40,7 @@ from gpufleet.store.port import (
     LEASE,
     MODEL_DEPLOYMENT,
     MODEL_REPLICA,
+    NAMESPACE,
     POOL_OBSERVATION,
     RESOURCE_CLAIM_TEMPLATE,
     Obj,
@@ -50,6 +59,13 @@ CONTROLLER_LEASE = LeaderConfig("gpufleet-controller", LEASE_NS, 15, 10.0, 2.0)
 #: Resync far away: a step in these tests is triggered by a change (or a term start).
 LOOP = LoopConfig(debounce_s=0.5, resync_period_s=3600.0, error_backoff_s=1.0)
 AGENT = AgentConfig(heartbeat_interval_s=30.0, min_push_interval_s=2.0)
+#: Who sends what: each component's bearer token and the ServiceAccount it stands for.
+CONTROLLER_TOKEN, AGENT_HUB_TOKEN, AGENT_TOKEN = "controller", "agent-on-hub", "agent"
+HUB_SUBJECTS = {
+    CONTROLLER_TOKEN: ServiceAccount(LEASE_NS, "gpufleet-controller"),
+    AGENT_HUB_TOKEN: ServiceAccount(OBS_NS, f"gpufleet-agent-{CLUSTER}"),
+}
+WORKLOAD_SUBJECTS = {AGENT_TOKEN: ServiceAccount(LEASE_NS, "gpufleet-agent")}
 
 
 class Clock:
@@ -188,10 +204,15 @@ def create(store: KubeStore, body: Obj, status: Obj | None = None) -> Obj:
 class Daemon:
     loop: DaemonLoop
     clock: Clock
+    #: The errors the last step reported (a step that reports errors has not raised).
+    step_errors: Callable[[], list[str]]
 
     def tick(self, seconds: float = 0.25) -> Trigger | None:
         self.clock.advance(seconds)
-        return self.loop.tick()
+        trigger = self.loop.tick()
+        errors = self.step_errors()
+        assert not errors, f"a step reported errors: {errors}"
+        return trigger
 
 
 @dataclass
@@ -238,31 +259,54 @@ def epoch_of(observation: Obj | None) -> int | None:
     return epoch if isinstance(epoch, int) else None
 
 
+def namespace(name: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def controller_errors(controller: ControllerDaemon) -> Callable[[], list[str]]:
+    return lambda: list(controller.last_result.errors) if controller.last_result else []
+
+
+def agent_errors(agent: AgentDaemon) -> Callable[[], list[str]]:
+    return lambda: list(agent.last_outcome.errors) if agent.last_outcome else []
+
+
 @pytest.fixture
 def fleet() -> Iterator[Fleet]:
     stores: list[KubeStore] = []
 
-    def store(served: Served) -> KubeStore:
-        stores.append(KubeStore.from_url(served.url, FAST))
+    def store(served: Served, token: str | None = None) -> KubeStore:
+        stores.append(KubeStore.from_url(served.url, FAST, token=token))
         return stores[-1]
 
-    with serve() as hub_api, serve() as workload_api:
+    with serve(strict_namespaces=True) as hub_api, serve(strict_namespaces=True) as workload_api:
         try:
             hub, workload = store(hub_api), store(workload_api)
+            # What `gpufleet install` and `gpufleet join` create, and the tenants' namespaces.
+            for ns in (LEASE_NS, OBS_NS, "ml"):
+                create(hub, namespace(ns))
+            for ns in (LEASE_NS, "other"):
+                create(workload, namespace(ns))
             create(hub, gpu_class())
             create(hub, *inference_cluster())
             clock = Clock()
             controller = ControllerDaemon(
-                store(hub_api), "controller-0", clock, leader=CONTROLLER_LEASE, loop_config=LOOP
+                store(hub_api, CONTROLLER_TOKEN),
+                "controller-0",
+                clock,
+                leader=CONTROLLER_LEASE,
+                loop_config=LOOP,
             )
             fleet = Fleet(hub_api, workload_api, hub, workload, controller, {})
-            fleet.daemons["controller"] = Daemon(controller.loop, clock)
+            fleet.daemons["controller"] = Daemon(
+                controller.loop, clock, controller_errors(controller)
+            )
             for name in ("agent-a", "agent-b"):
                 clock = Clock()
                 agent = AgentDaemon(
                     CLUSTER,
-                    store(workload_api),
-                    store(hub_api),
+                    store(workload_api, AGENT_TOKEN),
+                    store(hub_api, AGENT_HUB_TOKEN),
                     name,
                     clock,
                     leader=AGENT_LEASE,
@@ -270,15 +314,31 @@ def fleet() -> Iterator[Fleet]:
                     config=AGENT,
                 )
                 fleet.agents[name] = agent
-                fleet.daemons[name] = Daemon(agent.loop, clock)
+                fleet.daemons[name] = Daemon(agent.loop, clock, agent_errors(agent))
             yield fleet
             for name, daemon in fleet.daemons.items():
                 assert daemon.loop.failures == 0, (
                     f"a step of {name} raised: {daemon.loop.last_error}"
                 )
+            for s in stores:  # no request is in flight while the RBAC is checked
+                s.close()
+            check_rbac(hub_api, workload_api)
         finally:
             for s in stores:
                 s.close()
+
+
+def check_rbac(hub_api: Served, workload_api: Served) -> None:
+    """Every request a component sent is one its installed RBAC allows."""
+    hub_rbac = Rbac([*install.hub(), *install.agent_hub_access(CLUSTER)])
+    workload_rbac = Rbac(install.agent(CLUSTER))
+    for served, rbac, subjects in [
+        (hub_api, hub_rbac, HUB_SUBJECTS),
+        (workload_api, workload_rbac, WORKLOAD_SUBJECTS),
+    ]:
+        seen = list(served.api.requests_seen)
+        assert {r.user for r in seen} & set(subjects), "no component sent anything"
+        assert rbac.denied(seen, subjects) == []
 
 
 def start_reporting(fleet: Fleet) -> None:
@@ -326,6 +386,8 @@ def test_agent_reports_controller_places_agent_materializes(fleet: Fleet) -> Non
         )
 
     fleet.run_until(materialized, "agent-a", "agent-b", what="the agent materializes the replica")
+    # The workload cluster had no namespace "ml": the agent created it (its RBAC lets it).
+    assert fleet.workload.get(NAMESPACE, "ml") is not None
     assert fleet.agents["agent-a"].loop.last_trigger is Trigger.CHANGE
     # The standby never wrote anything: it has no term, hence no Agent.
     assert fleet.agents["agent-b"].agent is None

@@ -21,7 +21,7 @@ def documents(text: str) -> list[dict[str, Any]]:
 
 OUTPUTS = {
     "hub": install.hub_yaml(image="registry.example/gpufleet:1.2.3"),
-    "agent": install.agent_yaml("gke-us-central", "https://hub.example:6443", "img:1"),
+    "agent": install.agent_yaml("gke-us-central", "img:1"),
     "agent-hub": install.agent_hub_yaml("gke-us-central"),
 }
 
@@ -61,6 +61,7 @@ def test_hub_install_puts_crds_first_and_runs_a_leader_elected_controller() -> N
     assert rules_allow(role, "gpufleet.io", "modelreplicas", "create")
     assert rules_allow(role, "gpufleet.io", "modeldeployments/status", "patch")
     assert rules_allow(role, "", "events", "create")
+    assert not rules_allow(role, "gpufleet.io", "modeldeployments", "create")
     lease_role = objs[("Role", "gpufleet-controller")]
     assert lease_role["metadata"]["namespace"] == "gpufleet-system"
     assert rules_allow(lease_role, "coordination.k8s.io", "leases", "update")
@@ -88,16 +89,45 @@ def test_agent_install_reads_the_cluster_and_manages_workloads() -> None:
         ("apps", "deployments"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets"),
         ("resource.k8s.io", "resourceclaimtemplates"),
+        ("", "namespaces"),
     ]:
         assert rules_allow(role, group, resource, "create")
-    secret = objs[("Secret", "gpufleet-hub")]
-    kubeconfig = yaml.safe_load(secret["stringData"]["kubeconfig"])
-    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://hub.example:6443"
-    assert kubeconfig["contexts"][0]["context"]["namespace"] == "gpufleet-cluster-gke-us-central"
-    args = objs[("Deployment", "gpufleet-agent")]["spec"]["template"]["spec"]["containers"][0][
-        "args"
-    ]
-    assert "--cluster=gke-us-central" in args and "--leader-elect" in args
+    # The hub credentials are `gpufleet join`'s: no Secret to fill in, no placeholder.
+    assert not [key for key in objs if key[0] == "Secret"]
+    pod = objs[("Deployment", "gpufleet-agent")]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "hub", "secret": {"secretName": "gpufleet-hub"}}]
+    args = pod["containers"][0]["args"]
+    assert args[-1] == "--cluster=gke-us-central" and "--leader-elect" in args
+
+
+@pytest.mark.parametrize("name", sorted(OUTPUTS))
+def test_no_output_asks_anyone_to_fill_anything_in(name: str) -> None:
+    assert "REPLACE" not in OUTPUTS[name] and "fill-in" not in OUTPUTS[name]
+
+
+@pytest.mark.parametrize("name", ["hub", "agent"])
+def test_pods_run_as_the_images_numeric_user_spread_over_nodes(name: str) -> None:
+    deployment = next(d for d in documents(OUTPUTS[name]) if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == install.RUN_AS_USER != 0
+    container = pod["containers"][0]
+    assert container["securityContext"]["runAsUser"] == install.RUN_AS_USER
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    keys = {c["topologyKey"] for c in pod["topologySpreadConstraints"]}
+    assert keys == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    selector = pod["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_the_default_image_is_tagged_with_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    assert f"ghcr.io/gpufleet/gpufleet:{version('gpufleet')}" == install.DEFAULT_IMAGE
+    deployment = next(d for d in documents(install.hub_yaml()) if d["kind"] == "Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == (
+        install.DEFAULT_IMAGE
+    )
 
 
 def test_agent_hub_access_is_scoped_to_the_clusters_namespace() -> None:
@@ -111,10 +141,12 @@ def test_agent_hub_access_is_scoped_to_the_clusters_namespace() -> None:
     assert rules_allow(reader, "gpufleet.io", "modelreplicas", "watch")
     assert not rules_allow(reader, "gpufleet.io", "modelreplicas", "update")
     assert not rules_allow(reader, "gpufleet.io", "poolobservations", "create")
+    # No long-lived token Secret: `gpufleet join` asks the TokenRequest API for one that expires.
+    assert not [key for key in objs if key[0] == "Secret"]
 
 
 def test_cluster_names_must_make_a_namespace() -> None:
     with pytest.raises(ValueError, match="DNS label"):
-        install.agent_yaml("Bad_Name", "https://hub", "img")
+        install.agent_yaml("Bad_Name", "img")
     with pytest.raises(ValueError, match="at most 46"):
         install.agent_hub_yaml("a" * 47)

@@ -1,10 +1,10 @@
 """`gpufleet install hub|agent`: print install manifests, for `kubectl apply -f -`.
 
 - `install hub [--image] [--replicas]`: on the hub: the CRDs, then the controller.
-- `install agent --cluster NAME --hub-server URL [--image]`: on the workload cluster: the agent
-  and the Secret its hub kubeconfig goes into.
-- `install agent --cluster NAME --hub-access`: on the *hub*: the cluster's observation
-  namespace and the agent's ServiceAccount, RBAC and token there.
+- `install agent --cluster NAME [--image]`: on the workload cluster: the agent. Its hub
+  credentials come from `gpufleet join` (the Secret `gpufleet-hub`), not from these manifests.
+- `install agent --cluster NAME --hub-access`: the *hub* side of that agent (its namespace,
+  ServiceAccount and RBAC) for GitOps; `gpufleet join` creates the same objects and a token.
 
 The manifests come from `gpufleet.kube.install`; docs/operations.md walks through both sides.
 """
@@ -21,7 +21,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-_IMAGE = typer.Option("--image", help="The gpufleet container image.")
+_IMAGE = typer.Option("--image", help="The gpufleet container image (default: this version's).")
 
 
 @app.command(name="hub")
@@ -40,10 +40,6 @@ def agent(
     cluster: Annotated[
         str, typer.Option("--cluster", help="The InferenceCluster this agent reports for.")
     ],
-    hub_server: Annotated[
-        str | None,
-        typer.Option("--hub-server", help="The hub API server URL (for the workload cluster)."),
-    ] = None,
     image: Annotated[str, _IMAGE] = install.DEFAULT_IMAGE,
     hub_access: Annotated[
         bool,
@@ -55,15 +51,7 @@ def agent(
 ) -> None:
     """An agent: the workload-cluster side, or with --hub-access the hub side."""
     try:
-        if hub_access:
-            text = install.agent_hub_yaml(cluster)
-        elif hub_server is None:
-            raise typer.BadParameter(
-                "is required (or pass --hub-access for the hub side)",
-                param_hint="'--hub-server'",
-            )
-        else:
-            text = install.agent_yaml(cluster, hub_server, image)
+        text = install.agent_hub_yaml(cluster) if hub_access else install.agent_yaml(cluster, image)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="'--cluster'") from e
     typer.echo(text, nl=False)

@@ -17,7 +17,18 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from gpufleet.cli import agent, bench, controller, crds, explain, install, plan, simulate, validate
+from gpufleet.cli import (
+    agent,
+    bench,
+    controller,
+    crds,
+    explain,
+    install,
+    join,
+    plan,
+    simulate,
+    validate,
+)
 
 PACKAGE = "gpufleet"
 
@@ -99,6 +110,8 @@ app.command(name="explain", cls=Command)(explain.command)
 app.command(name="simulate", cls=Command)(simulate.command)
 app.command(name="crds", cls=Command)(crds.command)
 app.add_typer(install.app, name="install")
+app.command(name="join", cls=Command)(join.join)
+app.command(name="unjoin", cls=Command)(join.unjoin)
 app.command(name="controller", cls=Command)(controller.command)
 app.command(name="agent", cls=Command)(agent.command)
 app.command(name="bench", cls=Command)(bench.command)

@@ -1,46 +1,75 @@
 """Install manifests for the hub controller and for an agent (what `gpufleet install` prints).
 
 - `hub_yaml(image)`: the CRDs, namespace `gpufleet-system`, the controller's ServiceAccount,
-  ClusterRole/Binding (our kinds and their status, events), a Role for its Lease, the
-  controller Deployment (leader-elected, probes on /healthz and /readyz) and a Service for
-  /metrics.
-- `agent_yaml(cluster, hub_server, image)`: for the *workload* cluster: namespace, the
-  agent's ServiceAccount, a ClusterRole to read nodes, pods, ResourceSlices and
-  ResourceClaims and to manage the replicas' workloads (Deployments, LeaderWorkerSets,
-  ResourceClaimTemplates) in any namespace, a Role for its Lease, the Secret holding the hub
-  kubeconfig (placeholder values the user fills in) and the agent Deployment.
-- `agent_hub_yaml(cluster)`: for the *hub*: the cluster's namespace
+  ClusterRole/Binding, a Role for its Lease, the controller Deployment (leader-elected, probes
+  on /healthz and /readyz, replicas spread over nodes and zones) and a Service for /metrics.
+- `agent_yaml(cluster, image)`: for the *workload* cluster: namespace, the agent's
+  ServiceAccount, a ClusterRole to read nodes, pods, ResourceSlices and ResourceClaims, create
+  the tenants' namespaces and manage the replicas' workloads (Deployments, LeaderWorkerSets,
+  ResourceClaimTemplates) in any namespace, a Role for its Lease and the agent Deployment. The
+  Secret `gpufleet-hub` it mounts (its hub kubeconfig) is written by `gpufleet join`
+  (`gpufleet.kube.join`), never by hand.
+- `agent_hub_access(cluster)`: for the *hub*: the cluster's namespace
   `gpufleet-cluster-<cluster>`, a ServiceAccount the agent authenticates as, a Role there to
-  write Pool/ReplicaObservations (and their status), a read-only ClusterRole for ModelReplicas,
-  InferenceClusters and InferenceClasses, and a token Secret for that ServiceAccount.
+  write Pool/ReplicaObservations (and their status) and a ClusterRole to read ModelReplicas.
+  `gpufleet join` creates these objects and a token from the TokenRequest API.
+- `pod_disruption_budget()`, `service_monitor()`, `prometheus_rule()`: what the Kustomize base
+  adds for production (deploy/, `make deploy`).
+
+Every rule grants what the component sends and nothing more: tests/kube/test_kube_e2e.py records
+each request the controller and the agent make and checks it against these rules. The images run
+as the numeric user `RUN_AS_USER`, which the Dockerfile's `USER` matches (a test checks it).
 
 The agent pushes to and pulls from the hub, so the hub never holds workload-cluster
 credentials. RBAC cannot scope by label: the agent may read every ModelReplica on the hub and
-filters by `gpufleet.io/cluster=<cluster>` itself (docs/operations.md, "RBAC").
+filters by `gpufleet.io/cluster=<cluster>` itself (docs/operations.md, "Security model").
 """
 
 from __future__ import annotations
 
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from gpufleet.api.names import is_dns_label
 from gpufleet.kube.crds import GROUP, crds_yaml, to_yaml
 
+
+def _version() -> str:
+    try:
+        return metadata.version("gpufleet")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "0.0.0"
+
+
+VERSION = _version()
+IMAGE_REPOSITORY = "ghcr.io/gpufleet/gpufleet"
+#: The image `make image` builds and the manifests run: tagged with the project's version.
+DEFAULT_IMAGE = f"{IMAGE_REPOSITORY}:{VERSION}"
+#: The image's numeric user and group (the Dockerfile's `USER`); not root, so `runAsNonRoot`
+#: can be checked by the kubelet without reading /etc/passwd.
+RUN_AS_USER = 65532
 SYSTEM_NAMESPACE = "gpufleet-system"
-DEFAULT_IMAGE = "ghcr.io/gpufleet/gpufleet:0.1.0"
 CONTROLLER = "gpufleet-controller"
 AGENT = "gpufleet-agent"
 HUB_SECRET = "gpufleet-hub"
+HUB_KUBECONFIG_KEY = "kubeconfig"
+HUB_KUBECONFIG_DIR = "/etc/gpufleet/hub"
 METRICS_PORT = 8080
 HEALTH_PORT = 8081
 #: Longest cluster name: `gpufleet-cluster-` + name must be a DNS label.
 CLUSTER_NAME_MAX_CHARS = 63 - len("gpufleet-cluster-")
+#: The defaults the alerts are written against (`gpufleet controller` flags).
+LEASE_DURATION_S = 15
+EXPIRE_AFTER_S = 300
 
 Manifest = dict[str, Any]
 
 _OBSERVATIONS = ["poolobservations", "replicaobservations"]
 _READ = ["get", "list", "watch"]
-_WRITE = ["get", "list", "watch", "create", "update", "patch", "delete"]
+_WATCH = ["list", "watch"]
+_MANAGE = ["get", "list", "watch", "create", "update", "delete"]
+_LEASE = ["get", "create", "update"]
 
 
 def cluster_namespace(cluster: str) -> str:
@@ -101,11 +130,8 @@ def _binding(
 
 
 def _lease_rules() -> list[Manifest]:
-    return [
-        _rule(["coordination.k8s.io"], ["leases"], ["get", "list", "watch", "create", "update"]),
-        _rule([""], ["events"], ["create", "patch"]),
-        _rule(["events.k8s.io"], ["events"], ["create", "patch"]),
-    ]
+    """Leader election: read the Lease, create it once, renew and hand it over by update."""
+    return [_rule(["coordination.k8s.io"], ["leases"], _LEASE)]
 
 
 def _container(
@@ -142,6 +168,8 @@ def _container(
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
             "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
             "capabilities": {"drop": ["ALL"]},
         },
     }
@@ -157,14 +185,30 @@ def _deployment(
     container: Manifest,
     volumes: list[Manifest] | None = None,
 ) -> Manifest:
+    selector = {"app.kubernetes.io/name": "gpufleet", "app.kubernetes.io/component": component}
+    # The standby must not share the leader's node or zone, or one failure takes both.
+    spread = [
+        {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": selector},
+        }
+        for key in ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
+    ]
     pod_spec: Manifest = {
         "serviceAccountName": name,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "topologySpreadConstraints": spread,
         "containers": [container],
     }
     if volumes:
         pod_spec["volumes"] = volumes
-    selector = {"app.kubernetes.io/name": "gpufleet", "app.kubernetes.io/component": component}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -180,20 +224,21 @@ def _deployment(
 def hub(image: str = DEFAULT_IMAGE, replicas: int = 2) -> list[Manifest]:
     """The hub's objects after the CRDs (see `hub_yaml`)."""
     component = "controller"
-    our_kinds = [
-        "inferenceclasses",
-        "inferenceclusters",
-        "modeldeployments",
-        "modelreplicas",
-        *_OBSERVATIONS,
-    ]
+    # It reads everything of ours, writes ModelReplicas and the status of what it publishes,
+    # and records events (a repeated one is read and updated with a higher count).
     cluster_rules = [
-        _rule([GROUP], our_kinds, _WRITE),
-        _rule([GROUP], [f"{k}/status" for k in our_kinds], ["get", "update", "patch"]),
-        _rule([GROUP], ["modeldeployments/scale"], ["get"]),
-        _rule([""], ["events"], ["create", "patch"]),
-        _rule(["events.k8s.io"], ["events"], ["create", "patch"]),
-        _rule([""], ["namespaces"], _READ),
+        _rule(
+            [GROUP],
+            ["inferenceclasses", "inferenceclusters", "modeldeployments", *_OBSERVATIONS],
+            _READ,
+        ),
+        _rule([GROUP], ["modelreplicas"], _MANAGE),
+        _rule(
+            [GROUP],
+            [f"{k}/status" for k in ("inferenceclusters", "modeldeployments", "modelreplicas")],
+            ["get", "update", "patch"],
+        ),
+        _rule([""], ["events"], ["get", "create", "update"]),
     ]
     args = [
         "controller",
@@ -264,75 +309,42 @@ def _check_cluster(cluster: str) -> None:
         )
 
 
-def hub_kubeconfig_template(cluster: str, hub_server: str) -> str:
-    """The kubeconfig the agent uses for the hub, with placeholders the user replaces."""
-    return (
-        "apiVersion: v1\n"
-        "kind: Config\n"
-        "clusters:\n"
-        "- name: hub\n"
-        "  cluster:\n"
-        f"    server: {hub_server}\n"
-        "    certificate-authority-data: REPLACE_WITH_HUB_CA_BASE64\n"
-        "users:\n"
-        f"- name: {AGENT}-{cluster}\n"
-        "  user:\n"
-        "    token: REPLACE_WITH_HUB_TOKEN\n"
-        "contexts:\n"
-        "- name: hub\n"
-        "  context:\n"
-        "    cluster: hub\n"
-        f"    user: {AGENT}-{cluster}\n"
-        f"    namespace: {cluster_namespace(cluster)}\n"
-        "current-context: hub\n"
-    )
-
-
-def agent(cluster: str, hub_server: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
+def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
     """The workload cluster's objects for the agent of `cluster` (see `agent_yaml`)."""
     _check_cluster(cluster)
     component = "agent"
     cluster_rules = [
-        _rule([""], ["nodes", "pods", "namespaces"], _READ),
-        _rule(["resource.k8s.io"], ["resourceslices", "resourceclaims", "deviceclasses"], _READ),
-        _rule(["resource.k8s.io"], ["resourceclaimtemplates"], _WRITE),
-        _rule(["apps"], ["deployments"], _WRITE),
-        _rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], _WRITE),
+        # What it observes, through informers (list, then watch).
+        _rule([""], ["nodes", "pods"], _WATCH),
+        _rule(["resource.k8s.io"], ["resourceslices", "resourceclaims"], _WATCH),
+        # A replica's namespace is created if the cluster does not have it yet.
+        _rule([""], ["namespaces"], ["get", "create"]),
+        # The workloads it materializes (owned: label gpufleet.io/replica).
+        _rule(["resource.k8s.io"], ["resourceclaimtemplates"], _MANAGE),
+        _rule(["apps"], ["deployments"], _MANAGE),
+        _rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], _MANAGE),
     ]
-    secret: Manifest = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            **_meta(HUB_SECRET, component, SYSTEM_NAMESPACE),
-            "annotations": {
-                "gpufleet.io/fill-in": (
-                    "Replace REPLACE_WITH_HUB_CA_BASE64 and REPLACE_WITH_HUB_TOKEN: "
-                    "see docs/operations.md, 'Connect an agent to the hub'"
-                )
-            },
-        },
-        "type": "Opaque",
-        "stringData": {"kubeconfig": hub_kubeconfig_template(cluster, hub_server)},
-    }
     args = [
         "agent",
-        f"--cluster={cluster}",
         # The hub namespace follows from the cluster name (gpufleet-cluster-<cluster>).
-        "--hub-kubeconfig=/etc/gpufleet/hub/kubeconfig",
+        f"--hub-kubeconfig={HUB_KUBECONFIG_DIR}/{HUB_KUBECONFIG_KEY}",
         "--leader-elect",
         f"--lease-namespace={SYSTEM_NAMESPACE}",
         f"--lease-name={AGENT}",
         "--lease-identity=$(POD_NAME)",
         f"--metrics-address=:{METRICS_PORT}",
         f"--health-address=:{HEALTH_PORT}",
+        # Last, so a Kustomize overlay adds it to the base (deploy/agent) with one JSON patch.
+        f"--cluster={cluster}",
     ]
     container = _container(
         "agent",
         image,
         args,
         [{"name": "metrics", "containerPort": METRICS_PORT}],
-        [{"name": "hub", "mountPath": "/etc/gpufleet/hub", "readOnly": True}],
+        [{"name": "hub", "mountPath": HUB_KUBECONFIG_DIR, "readOnly": True}],
     )
+    # Written by `gpufleet join`; the pod waits for it (ContainerCreating) until then.
     volumes = [{"name": "hub", "secret": {"secretName": HUB_SECRET}}]
     return [
         _namespace(SYSTEM_NAMESPACE, component),
@@ -345,14 +357,18 @@ def agent(cluster: str, hub_server: str, image: str = DEFAULT_IMAGE) -> list[Man
         _binding(
             "RoleBinding", AGENT, component, "Role", AGENT, SYSTEM_NAMESPACE, SYSTEM_NAMESPACE
         ),
-        secret,
         _deployment(AGENT, component, 2, container, volumes),
     ]
 
 
-def agent_yaml(cluster: str, hub_server: str, image: str = DEFAULT_IMAGE) -> str:
+def agent_yaml(cluster: str, image: str = DEFAULT_IMAGE) -> str:
     """`gpufleet install agent`: apply on the workload cluster."""
-    return to_yaml(agent(cluster, hub_server, image))
+    return to_yaml(agent(cluster, image))
+
+
+def agent_identity(cluster: str) -> str:
+    """The hub ServiceAccount (and Role, ClusterRole, bindings) of the agent of `cluster`."""
+    return f"{AGENT}-{cluster}"
 
 
 def agent_hub_access(cluster: str) -> list[Manifest]:
@@ -360,23 +376,13 @@ def agent_hub_access(cluster: str) -> list[Manifest]:
     _check_cluster(cluster)
     component = "agent"
     ns = cluster_namespace(cluster)
-    name = f"{AGENT}-{cluster}"
+    name = agent_identity(cluster)
     observation_rules = [
-        _rule([GROUP], _OBSERVATIONS, _WRITE),
-        _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["get", "update", "patch"]),
+        _rule([GROUP], _OBSERVATIONS, _MANAGE),
+        _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["update", "patch"]),
     ]
-    read_rules = [
-        _rule([GROUP], ["modelreplicas", "inferenceclusters", "inferenceclasses"], _READ),
-    ]
-    token_secret: Manifest = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            **_meta(f"{name}-token", component, ns),
-            "annotations": {"kubernetes.io/service-account.name": name},
-        },
-        "type": "kubernetes.io/service-account-token",
-    }
+    # It watches the ModelReplicas labelled with its cluster, in every namespace.
+    read_rules = [_rule([GROUP], ["modelreplicas"], _WATCH)]
     return [
         _namespace(ns, component),
         _service_account(name, ns, component),
@@ -384,10 +390,189 @@ def agent_hub_access(cluster: str) -> list[Manifest]:
         _binding("RoleBinding", name, component, "Role", name, ns, ns),
         _role("ClusterRole", name, component, read_rules, None),
         _binding("ClusterRoleBinding", name, component, "ClusterRole", name, ns, None),
-        token_secret,
     ]
 
 
 def agent_hub_yaml(cluster: str) -> str:
-    """Apply on the hub before the agent of `cluster` starts."""
+    """The hub side of an agent, for GitOps (`gpufleet join` creates it and a token)."""
     return to_yaml(agent_hub_access(cluster))
+
+
+# --- production additions (the Kustomize base, deploy/) ---------------------------------------
+
+
+def pod_disruption_budget() -> Manifest:
+    """At most one controller replica evicted at a time: a drain never takes both."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(CONTROLLER, "controller", SYSTEM_NAMESPACE),
+        "spec": {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "gpufleet",
+                    "app.kubernetes.io/component": "controller",
+                }
+            },
+        },
+    }
+
+
+def service_monitor() -> Manifest:
+    """Prometheus Operator: scrape the controller's /metrics Service."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": _meta(CONTROLLER, "controller", SYSTEM_NAMESPACE),
+        "spec": {
+            "selector": {"matchLabels": _labels("controller")},
+            "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
+        },
+    }
+
+
+def alerts() -> list[Manifest]:
+    """The alerts docs/operations.md describes ("Metrics"), at the controller's defaults."""
+    leader = 'gpufleet_leader{component="controller"}'
+    return [
+        {
+            "alert": "GpufleetObservationExpired",
+            "expr": f"gpufleet_observation_age_seconds > {EXPIRE_AFTER_S}",
+            "for": "1m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": "Cluster {{ $labels.cluster }} pool {{ $labels.pool }} is not reported",
+                "description": (
+                    "The observation of pool {{ $labels.pool }} of cluster {{ $labels.cluster }} "
+                    f"is older than the expiry ({EXPIRE_AFTER_S} s): the cluster gets no new "
+                    "placements. Is its agent running and able to reach the hub?"
+                ),
+            },
+        },
+        {
+            "alert": "GpufleetControllerLeader",
+            "expr": f"sum({leader}) != 1 or absent({leader})",
+            "for": f"{LEASE_DURATION_S}s",
+            "labels": {"severity": "critical"},
+            "annotations": {
+                "summary": "Not exactly one gpufleet controller leads",
+                "description": (
+                    "No controller replica (or more than one) has held the Lease for longer than "
+                    "the lease duration: nothing is being scheduled."
+                ),
+            },
+        },
+    ]
+
+
+def prometheus_rule() -> Manifest:
+    """Prometheus Operator: the alerts of `alerts()`."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": _meta("gpufleet", "controller", SYSTEM_NAMESPACE),
+        "spec": {"groups": [{"name": "gpufleet", "rules": alerts()}]},
+    }
+
+
+# --- the Kustomize base (deploy/, written by `make deploy`) -----------------------------------
+
+#: The cluster name of the example agent overlay (deploy/overlays/agent-example).
+EXAMPLE_CLUSTER = "example"
+_KUSTOMIZATION = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+_GENERATED = "# Generated by `make deploy` from `gpufleet install`: do not edit.\n"
+
+
+def _list(key: str, items: list[str]) -> str:
+    return f"{key}:\n" + "".join(f"- {item}\n" for item in items)
+
+
+def agent_base() -> list[Manifest]:
+    """`agent()` without its `--cluster` argument (an overlay adds it: deploy/agent)."""
+    objs = agent(EXAMPLE_CLUSTER)
+    for obj in objs:
+        if obj["kind"] == "Deployment":
+            args = obj["spec"]["template"]["spec"]["containers"][0]["args"]
+            assert args[-1] == f"--cluster={EXAMPLE_CLUSTER}"
+            del args[-1]
+    return objs
+
+
+def agent_overlay(cluster: str) -> dict[str, str]:
+    """The files of an overlay that runs the agent for `cluster` (relative to deploy/overlays/
+    <dir>): the base plus one JSON patch that appends `--cluster=<cluster>` to its args."""
+    _check_cluster(cluster)
+    patch = (
+        "- op: add\n"
+        "  path: /spec/template/spec/containers/0/args/-\n"
+        f"  value: --cluster={cluster}\n"
+    )
+    kustomization = (
+        _KUSTOMIZATION
+        + f"# The agent of cluster {cluster}: copy this folder and change the name in cluster.yaml.\n"
+        + _list("bases", ["../../agent"])
+        + "patchesJson6902:\n"
+        + "- target:\n"
+        + "    group: apps\n"
+        + "    version: v1\n"
+        + "    kind: Deployment\n"
+        + f"    name: {AGENT}\n"
+        + f"    namespace: {SYSTEM_NAMESPACE}\n"
+        + "  path: cluster.yaml\n"
+    )
+    return {"kustomization.yaml": kustomization, "cluster.yaml": patch}
+
+
+def deploy_files(crd_files: list[str]) -> dict[str, str]:
+    """Every file of the Kustomize base under deploy/ (paths relative to it), given the names of
+    the CRD files in deploy/crds. Written for kustomize v2 (Debian's kubectl) as well as v5:
+    hence `bases` and `patchesJson6902`, which v5 still reads (with a deprecation warning).
+
+    deploy/crds/kustomization.yml is named `.yml` so that deploy/crds/*.yaml stays exactly the
+    generated CRDs (tests/kube/test_kube_crds.py compares that set)."""
+    files = {
+        "crds/kustomization.yml": (
+            _KUSTOMIZATION
+            + "# The CRDs (generated from src/gpufleet/api/models.py, see docs/operations.md).\n"
+            + _list("resources", sorted(crd_files))
+        ),
+        "hub/kustomization.yaml": (
+            _KUSTOMIZATION
+            + "# The hub: the CRDs, the controller (as `gpufleet install hub`) and its\n"
+            + "# PodDisruptionBudget. Monitoring: overlays/monitoring.\n"
+            + _list("bases", ["../crds"])
+            + _list("resources", ["controller.yaml", "pdb.yaml"])
+        ),
+        "hub/controller.yaml": _GENERATED + to_yaml(hub()),
+        "hub/pdb.yaml": _GENERATED + to_yaml([pod_disruption_budget()]),
+        "agent/kustomization.yaml": (
+            _KUSTOMIZATION
+            + "# An agent without its cluster name: use an overlay (overlays/agent-example).\n"
+            + _list("resources", ["agent.yaml"])
+        ),
+        "agent/agent.yaml": _GENERATED + to_yaml(agent_base()),
+        "overlays/monitoring/kustomization.yaml": (
+            _KUSTOMIZATION
+            + "# The hub with Prometheus Operator objects (needs its CRDs on the hub).\n"
+            + _list("bases", ["../../hub"])
+            + _list("resources", ["servicemonitor.yaml", "prometheusrule.yaml"])
+        ),
+        "overlays/monitoring/servicemonitor.yaml": _GENERATED + to_yaml([service_monitor()]),
+        "overlays/monitoring/prometheusrule.yaml": _GENERATED + to_yaml([prometheus_rule()]),
+    }
+    for name, text in agent_overlay(EXAMPLE_CLUSTER).items():
+        files[f"overlays/agent-{EXAMPLE_CLUSTER}/{name}"] = text
+    return files
+
+
+def write_deploy(directory: Path) -> list[Path]:
+    """Write `deploy_files()` under `directory` (deploy/); returns the paths written."""
+    crd_files = sorted(p.name for p in (directory / "crds").glob("*.yaml"))
+    written = []
+    for name, text in deploy_files(crd_files).items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return written

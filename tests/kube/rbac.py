@@ -1,0 +1,102 @@
+"""Kubernetes RBAC, evaluated as the API server's authorizer does, over install manifests.
+
+`Rbac(manifests)` collects the Roles, ClusterRoles, RoleBindings and ClusterRoleBindings among
+`manifests`; `allows(subject, request)` says whether a ServiceAccount may make a request the
+emulated API server recorded (kmockplus.Request). A rule matches when its `apiGroups`,
+`resources` (`resource/subresource` for a subresource) and `verbs` each hold the request's
+value or `*`, and its `resourceNames`, when given, hold the request's name (so they never match
+a list, a watch of a collection or a create). A ClusterRoleBinding grants its ClusterRole in
+every namespace and cluster-wide; a RoleBinding grants its Role or ClusterRole in its own
+namespace only. As the API server does, a request on a Namespace object counts as made in that
+namespace. Aggregated ClusterRoles and non-resource URLs are not modelled (none is installed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kmockplus import Request
+
+Manifest = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAccount:
+    namespace: str
+    name: str
+
+
+def _holds(values: Iterable[str], value: str) -> bool:
+    return any(v in ("*", value) for v in values)
+
+
+def rule_matches(rule: Manifest, request: Request) -> bool:
+    resource = request.resource + (f"/{request.subresource}" if request.subresource else "")
+    names = rule.get("resourceNames") or []
+    return (
+        _holds(rule.get("apiGroups") or [], request.group)
+        and _holds(rule.get("resources") or [], resource)
+        and _holds(rule.get("verbs") or [], request.verb)
+        and (not names or (bool(request.name) and request.name in names))
+    )
+
+
+class Rbac:
+    """The RBAC objects among some manifests, and what they allow."""
+
+    def __init__(self, manifests: Iterable[Manifest]) -> None:
+        self.roles: dict[tuple[str, str, str], list[Manifest]] = {}  # (kind, ns, name) -> rules
+        self.bindings: list[Manifest] = []
+        for doc in manifests:
+            kind, meta = doc.get("kind"), doc.get("metadata") or {}
+            if kind in ("Role", "ClusterRole"):
+                ns = meta.get("namespace", "") if kind == "Role" else ""
+                self.roles[(kind, ns, meta["name"])] = list(doc.get("rules") or [])
+            elif kind in ("RoleBinding", "ClusterRoleBinding"):
+                self.bindings.append(doc)
+
+    def _rules_for(self, subject: ServiceAccount, namespace: str) -> Iterable[Manifest]:
+        """The rules granted to `subject` for a request in `namespace` ("" cluster-wide)."""
+        for binding in self.bindings:
+            if not any(
+                s.get("kind") == "ServiceAccount"
+                and s.get("name") == subject.name
+                and s.get("namespace") == subject.namespace
+                for s in binding.get("subjects") or []
+            ):
+                continue
+            ref = binding["roleRef"]
+            if binding["kind"] == "ClusterRoleBinding":
+                yield from self.roles.get(("ClusterRole", "", ref["name"]), [])
+                continue
+            bound_ns = binding["metadata"]["namespace"]
+            if bound_ns != namespace:
+                continue
+            role_ns = bound_ns if ref["kind"] == "Role" else ""
+            yield from self.roles.get((ref["kind"], role_ns, ref["name"]), [])
+
+    def allows(self, subject: ServiceAccount, request: Request) -> bool:
+        namespace = request.namespace
+        if request.group == "" and request.resource == "namespaces" and request.name:
+            namespace = request.name
+        return any(rule_matches(r, request) for r in self._rules_for(subject, namespace))
+
+    def denied(
+        self, requests: Iterable[Request], subjects: Mapping[str, ServiceAccount]
+    ) -> list[str]:
+        """One line per request made with a token in `subjects` that its ServiceAccount may not
+        make (sorted); requests with other tokens (the test's own) are not checked."""
+        lines = set()
+        for request in requests:
+            subject = subjects.get(request.user)
+            if subject is not None and not self.allows(subject, request):
+                lines.add(
+                    f"{subject.namespace}/{subject.name} may not {request.verb} "
+                    f"{request.group or 'core'}/{request.resource}"
+                    f"{'/' + request.subresource if request.subresource else ''}"
+                    f" in {request.namespace or '(cluster)'}"
+                    f"{' name ' + request.name if request.name else ''}"
+                )
+        return sorted(lines)
