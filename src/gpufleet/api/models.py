@@ -5,13 +5,12 @@ integer, `1` is not a boolean), required fields, bounds and enums; unknown field
 except inside pod `template`s, which are Kubernetes PodTemplateSpecs kept as free-form dicts.
 `metadata` accepts every standard ObjectMeta field, including server-populated ones.
 
-The rules that span fields (unique keys, the shape of an engine's members, P/D pairs, name
-formats, CEL that compiles, quantities and semvers that parse) are `model_validator`s on the
-model that holds the fields. Each collects all of its violations and raises them as one
-pydantic `ValidationError` located relative to itself; pydantic merges them, prefixed with the
-model's location, with the schema errors of the rest of the object, so one validation reports
-every error of the object. A model whose own fields fail the schema skips its rules (they would
-read missing values); its siblings' rules still run.
+A rule on one field (a name format, CEL that compiles, a quantity or semver that parses) is a
+validator of that field's type: it runs whenever the field has the right type. The rules that
+span fields (unique keys, the shape of an engine's members, P/D pairs, `maxNodeCount` against
+`minNodeCount`) are each model's `check(rules)`; rules.py runs them on every well-formed part of
+an object whatever else is broken, so one validation reports every error of the object, each
+once, and none as a consequence of another.
 
 Pool names ratchet: `validate(new, old)` passes the pool names of `old` in the validation
 context under `LEGACY_POOL_NAMES`, and a pool keeping such a name skips the DNS-label rule.
@@ -20,24 +19,19 @@ Dump with `ApiObject.to_manifest()`: aliases, only the fields that were set (def
 written out) and no None fields, so a dump reloads to an equal object and dumps the same again.
 """
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Final, Literal, Self
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
-    BaseModel,
-    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
     StrictStr,
-    ValidationError,
     ValidationInfo,
-    model_validator,
 )
-from pydantic.alias_generators import to_camel
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from gpufleet.api.names import (
     DNS_LABEL_RULE,
@@ -45,6 +39,7 @@ from gpufleet.api.names import (
     is_dns_label,
     is_dns_subdomain,
 )
+from gpufleet.api.rules import RULE_ERROR_TYPE, ApiModel, Rules, raise_rule
 from gpufleet.cel import CelCompileError, compile_selector
 from gpufleet.core.labels import RESERVED_LABEL_PREFIX
 from gpufleet.core.model import ClaimMode, Phase, Role, ServingMode, TaintEffect, TolerationOperator
@@ -56,59 +51,39 @@ API_VERSION: Final = "gpufleet.io/v1alpha1"
 
 #: Validation-context key: the pool names of the stored object, exempt from the name rule.
 LEGACY_POOL_NAMES: Final = "legacyPoolNames"
-#: The pydantic error type of a broken rule; its context holds the message verbatim.
-RULE_ERROR_TYPE: Final = "gpufleet_rule"
 
 POOL_NAME_MAX_CHARS: Final = 40
 MAX_NODES: Final = 10_000
 MAX_REPLICAS: Final = 1000
 CEL_MAX_CHARS: Final = 10 * 1024
+#: Kubernetes integers are int64.
+INT64_MAX: Final = 2**63 - 1
 
-Loc = tuple[str | int, ...]
-
-
-class _Rules:
-    """The rule violations of one model, raised together as one located ValidationError."""
-
-    def __init__(self, title: str) -> None:
-        self._title = title
-        self._errors: list[InitErrorDetails] = []
-
-    def add(self, loc: Loc, message: str) -> None:
-        error = PydanticCustomError(RULE_ERROR_TYPE, "{message}", {"message": message})
-        self._errors.append(InitErrorDetails(type=error, loc=loc, input=None))
-
-    def unique(self, field: str, keys: Iterable[Hashable], describe: str = "name") -> None:
-        """Each key of the list `field` appears once (a Kubernetes list-map)."""
-        first_index: dict[Hashable, int] = {}
-        for index, key in enumerate(keys):
-            if key in first_index:
-                message = f'duplicate {describe} "{key}" (also at index {first_index[key]})'
-                self.add((field, index), message)
-            else:
-                first_index[key] = index
-
-    def raise_if_any(self) -> None:
-        if self._errors:
-            raise ValidationError.from_exception_data(self._title, self._errors)
+__all__ = ["RULE_ERROR_TYPE"]
 
 
-class ApiModel(BaseModel):
-    """camelCase on the wire, snake_case in Python; unknown fields are errors."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="forbid",
-        frozen=True,
-    )
+def _dns_label(value: str) -> str:
+    if not is_dns_label(value):
+        raise_rule(DNS_LABEL_RULE)
+    return value
 
 
-NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
+def _dns_subdomain(value: str) -> str:
+    if not is_dns_subdomain(value):
+        raise_rule(DNS_SUBDOMAIN_RULE)
+    return value
+
+
+def _pool_name(value: str, info: ValidationInfo) -> str:
+    legacy_names: frozenset[str] = (info.context or {}).get(LEGACY_POOL_NAMES, frozenset())
+    if value not in legacy_names and not is_dns_label(value, POOL_NAME_MAX_CHARS):
+        raise_rule(DNS_LABEL_RULE)
+    return value
+
+
+NonNegativeInt = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
 Name = Annotated[StrictStr, Field(min_length=1)]
-DnsLabelName = Annotated[StrictStr, Field(min_length=1, max_length=63)]
+DnsLabelName = Annotated[StrictStr, Field(min_length=1, max_length=63), AfterValidator(_dns_label)]
 StringMap = dict[StrictStr, StrictStr]
 
 
@@ -127,8 +102,8 @@ class OwnerReference(ApiModel):
 class ObjectMeta(ApiModel):
     """Kubernetes ObjectMeta: every standard field is accepted, a misspelt one is not."""
 
-    name: Name
-    namespace: StrictStr | None = None
+    name: Annotated[Name, AfterValidator(_dns_subdomain)]
+    namespace: Annotated[StrictStr, AfterValidator(_dns_label)] | None = None
     generate_name: StrictStr | None = None
     labels: StringMap = Field(default_factory=dict)
     annotations: StringMap = Field(default_factory=dict)
@@ -142,16 +117,6 @@ class ObjectMeta(ApiModel):
     owner_references: list[OwnerReference] = Field(default_factory=list)
     managed_fields: list[dict[str, Any]] | None = None
     self_link: StrictStr | None = None
-
-    @model_validator(mode="after")
-    def _names(self) -> Self:
-        rules = _Rules("ObjectMeta")
-        if not is_dns_subdomain(self.name):
-            rules.add(("name",), DNS_SUBDOMAIN_RULE)
-        if self.namespace is not None and not is_dns_label(self.namespace):
-            rules.add(("namespace",), DNS_LABEL_RULE)
-        rules.raise_if_any()
-        return self
 
 
 class ConditionStatus(StrEnum):
@@ -169,8 +134,8 @@ class Condition(ApiModel):
     observed_generation: NonNegativeInt | None = None
 
 
-def _unique_conditions(rules: _Rules, conditions: Sequence[Condition]) -> None:
-    rules.unique("conditions", (c.type for c in conditions), describe="type")
+def _unique_conditions(rules: Rules, conditions: Sequence[Condition]) -> None:
+    rules.unique("conditions", conditions, lambda c: c.type, describe="type")
 
 
 def is_condition_true(conditions: Sequence[Condition], condition_type: str) -> bool:
@@ -180,43 +145,43 @@ def is_condition_true(conditions: Sequence[Condition], condition_type: str) -> b
 # --- InferenceClass -----------------------------------------------------------------------
 
 
+def _semver(value: str) -> str:
+    try:
+        parse_semver(value)
+    except ValueError as error:
+        raise_rule(f"must be a semantic version: {error}")
+    return value
+
+
+def _quantity(value: str) -> str:
+    try:
+        parse_quantity(value)
+    except ValueError as error:
+        raise_rule(f"must be a Kubernetes quantity: {error}")
+    return value
+
+
 class AttributeValue(ApiModel):
     """A typed device attribute: exactly one of `string`, `version` (strict semver), `bool`, `int`."""
 
     string: StrictStr | None = None
-    version: StrictStr | None = None
+    version: Annotated[StrictStr, AfterValidator(_semver)] | None = None
     bool_: StrictBool | None = Field(default=None, alias="bool")
-    int_: StrictInt | None = Field(default=None, alias="int")
+    int_: Annotated[StrictInt, Field(ge=-INT64_MAX - 1, le=INT64_MAX)] | None = Field(
+        default=None, alias="int"
+    )
 
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Self:
-        rules = _Rules("AttributeValue")
-        values = (self.string, self.version, self.bool_, self.int_)
-        if sum(value is not None for value in values) != 1:
-            rules.add((), "must set exactly one of string, version, bool, int")
-        if self.version is not None:
-            try:
-                parse_semver(self.version)
-            except ValueError as error:
-                rules.add(("version",), f"must be a semantic version: {error}")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():  # a broken value is still a value that was set
+            values = (self.string, self.version, self.bool_, self.int_)
+            if sum(value is not None for value in values) != 1:
+                rules.add((), "must set exactly one of string, version, bool, int")
 
 
 class CapacityValue(ApiModel):
     """A device capacity: a Kubernetes quantity (`81559Mi`), kept verbatim."""
 
-    value: StrictStr
-
-    @model_validator(mode="after")
-    def _quantity(self) -> Self:
-        rules = _Rules("CapacityValue")
-        try:
-            parse_quantity(self.value)
-        except ValueError as error:
-            rules.add(("value",), f"must be a Kubernetes quantity: {error}")
-        rules.raise_if_any()
-        return self
+    value: Annotated[StrictStr, AfterValidator(_quantity)]
 
 
 class DeviceSpec(ApiModel):
@@ -234,15 +199,10 @@ class DeviceSpec(ApiModel):
         default_factory=dict
     )
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("DeviceSpec")
-        if not is_dns_label(self.name):
-            rules.add(("name",), DNS_LABEL_RULE)
-        if self.claim is ClaimMode.DRA and not self.device_class_name:
-            rules.add(("deviceClassName",), "is required when claim is DRA")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if self.claim == ClaimMode.DRA and not self.device_class_name:
+                rules.add(("deviceClassName",), "is required when claim is DRA")
 
 
 Devices = Annotated[list[DeviceSpec], Field(min_length=1, max_length=16)]
@@ -251,12 +211,8 @@ Devices = Annotated[list[DeviceSpec], Field(min_length=1, max_length=16)]
 class InferenceClassSpec(ApiModel):
     devices: Devices
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("InferenceClassSpec")
-        rules.unique("devices", (d.name for d in self.devices))
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        rules.unique("devices", self.devices, lambda d: d.name)
 
 
 # --- InferenceCluster ---------------------------------------------------------------------
@@ -271,42 +227,32 @@ class TaintSpec(ApiModel):
 class NodePoolSpec(ApiModel):
     """A pool of identical nodes. `maxNodeCount` absent means fixed size (`nodeCount`)."""
 
-    name: Annotated[StrictStr, Field(min_length=1, max_length=POOL_NAME_MAX_CHARS)]
+    name: Annotated[
+        StrictStr, Field(min_length=1, max_length=POOL_NAME_MAX_CHARS), AfterValidator(_pool_name)
+    ]
     class_name: Name
     node_count: Annotated[StrictInt, Field(ge=0, le=MAX_NODES)] = 1
     min_node_count: Annotated[StrictInt, Field(ge=0, le=MAX_NODES)] = 0
     max_node_count: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] | None = None
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> Self:
-        rules = _Rules("NodePoolSpec")
-        legacy_names: frozenset[str] = (info.context or {}).get(LEGACY_POOL_NAMES, frozenset())
-        if self.name not in legacy_names and not is_dns_label(self.name, POOL_NAME_MAX_CHARS):
-            rules.add(("name",), DNS_LABEL_RULE)
-        if self.max_node_count is not None:
-            if self.max_node_count < self.min_node_count:
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if self.max_node_count is not None and self.max_node_count < self.min_node_count:
                 rules.add(
                     ("maxNodeCount",), f"must be at least minNodeCount ({self.min_node_count})"
                 )
-            if self.node_count > self.max_node_count:
+        with rules.reading():
+            if self.max_node_count is not None and self.node_count > self.max_node_count:
                 rules.add(("nodeCount",), f"must be at most maxNodeCount ({self.max_node_count})")
-        rules.raise_if_any()
-        return self
 
 
 class InferenceClusterSpec(ApiModel):
     taints: list[TaintSpec] = Field(default_factory=list)
     node_pools: Annotated[list[NodePoolSpec], Field(min_length=1, max_length=8)]
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("InferenceClusterSpec")
-        rules.unique(
-            "taints", (f"{t.key}:{t.effect}" for t in self.taints), describe="key and effect"
-        )
-        rules.unique("nodePools", (p.name for p in self.node_pools))
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        rules.unique("taints", self.taints, lambda t: f"{t.key}:{t.effect}", "key and effect")
+        rules.unique("nodePools", self.node_pools, lambda p: p.name)
 
 
 class Bucket(ApiModel):
@@ -332,15 +278,10 @@ class ObservedPool(ApiModel):
     extended_resources: dict[StrictStr, NonNegativeInt] = Field(default_factory=dict)
     conditions: list[Condition] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _histogram(self) -> Self:
-        rules = _Rules(type(self).__name__)
-        rules.unique(
-            "freeDevices", (_free_vector(b) for b in self.free_devices or ()), "free vector"
-        )
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            rules.unique("freeDevices", self.free_devices or (), _free_vector, "free vector")
         _unique_conditions(rules, self.conditions)
-        rules.raise_if_any()
-        return self
 
 
 class ObservationState(StrEnum):
@@ -379,32 +320,28 @@ class InferenceClusterStatus(ApiModel):
     agent: AgentStatus | None = None
     gpu_pools: Annotated[list[GpuPoolStatus], Field(max_length=8)] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("InferenceClusterStatus")
+    def check(self, rules: Rules) -> None:
         _unique_conditions(rules, self.conditions)
-        rules.unique("gpuPools", (p.name for p in self.gpu_pools))
-        rules.raise_if_any()
-        return self
+        rules.unique("gpuPools", self.gpu_pools, lambda p: p.name)
 
 
 # --- ModelDeployment ----------------------------------------------------------------------
 
 
+def _compiles(expression: str) -> str:
+    try:
+        compile_selector(expression)
+    except CelCompileError as error:
+        raise_rule(f"does not compile: {error.message}")
+    return expression
+
+
 class CelSelectorSpec(ApiModel):
     """A DRA device selector in CEL; it must compile."""
 
-    cel: Annotated[StrictStr, Field(min_length=1, max_length=CEL_MAX_CHARS)]
-
-    @model_validator(mode="after")
-    def _compiles(self) -> Self:
-        rules = _Rules("CelSelectorSpec")
-        try:
-            compile_selector(self.cel)
-        except CelCompileError as error:
-            rules.add(("cel",), f"does not compile: {error.message}")
-        rules.raise_if_any()
-        return self
+    cel: Annotated[
+        StrictStr, Field(min_length=1, max_length=CEL_MAX_CHARS), AfterValidator(_compiles)
+    ]
 
 
 Selectors = Annotated[list[CelSelectorSpec], Field(min_length=1, max_length=8)]
@@ -417,24 +354,12 @@ class DeviceRequestSpec(ApiModel):
     count: Annotated[StrictInt, Field(ge=1, le=64)] = 1
     selectors: Selectors
 
-    @model_validator(mode="after")
-    def _name(self) -> Self:
-        rules = _Rules("DeviceRequestSpec")
-        if not is_dns_label(self.name):
-            rules.add(("name",), DNS_LABEL_RULE)
-        rules.raise_if_any()
-        return self
-
 
 class NodeSelectorSpec(ApiModel):
     devices: Annotated[list[DeviceRequestSpec], Field(min_length=1, max_length=16)]
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("NodeSelectorSpec")
-        rules.unique("devices", (d.name for d in self.devices))
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        rules.unique("devices", self.devices, lambda d: d.name)
 
 
 class WorkerSpec(ApiModel):
@@ -446,26 +371,19 @@ class WorkerSpec(ApiModel):
 PodTemplate = dict[str, Any]
 
 
-class MemberRole(ApiModel):
-    """A member's role alone (what an engine's shape is made of)."""
-
-    role: Role = Role.STANDALONE
-
-
-class RoleMember(MemberRole):
+class RoleMember(ApiModel):
     """The role of a member; `worker` belongs on a Worker, and only there."""
 
+    role: Role = Role.STANDALONE
     worker: WorkerSpec | None = None
 
-    @model_validator(mode="after")
-    def _worker(self) -> Self:
-        rules = _Rules(type(self).__name__)
-        if self.role is Role.WORKER and self.worker is None:
-            rules.add(("worker",), "is required for a Worker member")
-        if self.role is not Role.WORKER and self.worker is not None:
-            rules.add(("worker",), "is only allowed on a Worker member")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if self.role == Role.WORKER and self.worker is None:
+                rules.add(("worker",), "is required for a Worker member")
+        with rules.reading():
+            if self.role != Role.WORKER and self.worker is not None:
+                rules.add(("worker",), "is only allowed on a Worker member")
 
 
 class MemberSpec(RoleMember):
@@ -479,29 +397,16 @@ _MEMBER_SHAPES: Final = (
 )
 
 
-def _members_rule(rules: _Rules, members: Sequence[MemberRole]) -> None:
-    roles = tuple(sorted((m.role for m in members), key=list(Role).index))
-    if roles not in _MEMBER_SHAPES:
-        got = ", ".join(roles)
-        rules.add(
-            ("members",),
-            f"must be exactly one Standalone member, or one Leader and one Worker (got {got})",
-        )
-
-
-class MembersShape(ApiModel):
-    """Only the roles of an engine's members: validation checks an engine's shape with it
-    when other fields of its members are invalid, so the rule is reported in the same pass
-    instead of after the first fix (it is the engines' rule, `_members_rule`)."""
-
-    members: Annotated[list[MemberRole], Field(min_length=1, max_length=2)]
-
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("MembersShape")
-        _members_rule(rules, self.members)
-        rules.raise_if_any()
-        return self
+def _members_rule(rules: Rules, members: Sequence[RoleMember]) -> None:
+    with rules.reading():
+        roles = [Role(m.role) for m in members]
+        shape = tuple(sorted(roles, key=list(Role).index))
+        if shape not in _MEMBER_SHAPES:
+            got = ", ".join(shape)
+            rules.add(
+                ("members",),
+                f"must be exactly one Standalone member, or one Leader and one Worker (got {got})",
+            )
 
 
 class EngineSpec(ApiModel):
@@ -510,35 +415,34 @@ class EngineSpec(ApiModel):
     copies: Annotated[StrictInt, Field(ge=1, le=64)] = 1
     members: Annotated[list[MemberSpec], Field(min_length=1, max_length=2)]
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("EngineSpec")
-        if not is_dns_label(self.name):
-            rules.add(("name",), DNS_LABEL_RULE)
+    def check(self, rules: Rules) -> None:
         _members_rule(rules, self.members)
-        if all(m.node_selector is None for m in self.members):
-            rules.add(("members",), "at least one member must have a nodeSelector")
-        rules.raise_if_any()
-        return self
+        with rules.reading():
+            if all(m.node_selector is None for m in self.members):
+                rules.add(("members",), "at least one member must have a nodeSelector")
 
 
 class ServingSpec(ApiModel):
     mode: ServingMode = ServingMode.UNIFIED
 
 
-def _serving_rule(rules: _Rules, mode: ServingMode, phases: Sequence[Phase | None]) -> None:
-    if mode is ServingMode.UNIFIED:
-        for index, phase in enumerate(phases):
-            if phase is not None:
-                rules.add(
-                    ("engines", index, "phase"),
-                    "is only allowed when serving.mode is PrefillDecode",
-                )
-        return
-    if sorted(p or "" for p in phases) != sorted((Phase.DECODE, Phase.PREFILL)):
-        rules.add(
-            ("engines",), "PrefillDecode needs exactly two engines, one Prefill and one Decode"
-        )
+def _serving_rule(rules: Rules, serving: ServingSpec, engines: Sequence[Any]) -> None:
+    """`phase` only in PrefillDecode mode, and then one Prefill and one Decode engine."""
+    with rules.reading():
+        if serving.mode == ServingMode.UNIFIED:
+            for index, engine in enumerate(engines):
+                with rules.reading():
+                    if engine.phase is not None:
+                        rules.add(
+                            ("engines", index, "phase"),
+                            "is only allowed when serving.mode is PrefillDecode",
+                        )
+            return
+        phases = sorted(Phase(e.phase) if e.phase is not None else "" for e in engines)
+        if phases != sorted((Phase.DECODE, Phase.PREFILL)):
+            rules.add(
+                ("engines",), "PrefillDecode needs exactly two engines, one Prefill and one Decode"
+            )
 
 
 class ClusterSelectorSpec(ApiModel):
@@ -553,29 +457,24 @@ class TolerationSpec(ApiModel):
     value: StrictStr = ""
     effect: TaintEffect | None = None
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("TolerationSpec")
-        if not self.key and self.operator is not TolerationOperator.EXISTS:
-            rules.add(("operator",), "must be Exists when key is empty")
-        if self.operator is TolerationOperator.EXISTS and self.value:
-            rules.add(("value",), "must be empty when operator is Exists")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if not self.key and self.operator != TolerationOperator.EXISTS:
+                rules.add(("operator",), "must be Exists when key is empty")
+        with rules.reading():
+            if self.operator == TolerationOperator.EXISTS and self.value:
+                rules.add(("value",), "must be empty when operator is Exists")
 
 
 class TemplateMeta(ApiModel):
     labels: StringMap = Field(default_factory=dict)
     annotations: StringMap = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _reserved(self) -> Self:
-        rules = _Rules("TemplateMeta")
-        for key in self.labels:
-            if key.startswith(RESERVED_LABEL_PREFIX):
-                rules.add(("labels", key), f"the {RESERVED_LABEL_PREFIX} prefix is reserved")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            for key in self.labels:
+                if key.startswith(RESERVED_LABEL_PREFIX):
+                    rules.add(("labels", key), f"the {RESERVED_LABEL_PREFIX} prefix is reserved")
 
 
 class DeploymentTemplateSpec(ApiModel):
@@ -584,13 +483,9 @@ class DeploymentTemplateSpec(ApiModel):
     tolerations: list[TolerationSpec] = Field(default_factory=list)
     engines: Annotated[list[EngineSpec], Field(min_length=1, max_length=8)]
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("DeploymentTemplateSpec")
-        rules.unique("engines", (e.name for e in self.engines))
-        _serving_rule(rules, self.serving.mode, [e.phase for e in self.engines])
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        rules.unique("engines", self.engines, lambda e: e.name)
+        _serving_rule(rules, self.serving, self.engines)
 
 
 class DeploymentTemplate(ApiModel):
@@ -613,12 +508,8 @@ class ModelDeploymentStatus(ApiModel):
     replicas: ReplicaCounts | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("ModelDeploymentStatus")
+    def check(self, rules: Rules) -> None:
         _unique_conditions(rules, self.conditions)
-        rules.raise_if_any()
-        return self
 
 
 # --- ModelReplica and the observations ----------------------------------------------------
@@ -640,12 +531,10 @@ class ReplicaMemberSpec(RoleMember):
     device_requests: Annotated[list[ResolvedDeviceRequestSpec], Field(min_length=1)] | None = None
     template: PodTemplate
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("ReplicaMemberSpec")
-        rules.unique("deviceRequests", (r.name for r in self.device_requests or ()))
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        super().check(rules)
+        with rules.reading():
+            rules.unique("deviceRequests", self.device_requests or (), lambda r: r.name)
 
 
 class ReplicaEngineSpec(ApiModel):
@@ -654,12 +543,8 @@ class ReplicaEngineSpec(ApiModel):
     copies: Annotated[StrictInt, Field(ge=1, le=64)] = 1
     members: Annotated[list[ReplicaMemberSpec], Field(min_length=1, max_length=2)]
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("ReplicaEngineSpec")
+    def check(self, rules: Rules) -> None:
         _members_rule(rules, self.members)
-        rules.raise_if_any()
-        return self
 
 
 class ModelReplicaSpec(ApiModel):
@@ -668,13 +553,9 @@ class ModelReplicaSpec(ApiModel):
     serving: ServingSpec = Field(default_factory=ServingSpec)
     engines: Annotated[list[ReplicaEngineSpec], Field(min_length=1, max_length=8)]
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("ModelReplicaSpec")
-        rules.unique("engines", (e.name for e in self.engines))
-        _serving_rule(rules, self.serving.mode, [e.phase for e in self.engines])
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        rules.unique("engines", self.engines, lambda e: e.name)
+        _serving_rule(rules, self.serving, self.engines)
 
 
 class MemberPodsStatus(ApiModel):
@@ -695,13 +576,9 @@ class ModelReplicaStatus(ApiModel):
     conditions: list[Condition] = Field(default_factory=list)
     pools: list[ReplicaPoolPodsStatus] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("ModelReplicaStatus")
+    def check(self, rules: Rules) -> None:
         _unique_conditions(rules, self.conditions)
-        rules.unique("pools", (p.name for p in self.pools))
-        rules.raise_if_any()
-        return self
+        rules.unique("pools", self.pools, lambda p: p.name)
 
 
 class PoolObservationSpec(ApiModel):
@@ -726,12 +603,8 @@ class ReplicaObservationStatus(ApiModel):
     pods_scheduled: StrictBool = False
     pools: list[ReplicaPoolPodsStatus] = Field(default_factory=list)
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("ReplicaObservationStatus")
-        rules.unique("pools", (p.name for p in self.pools))
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        rules.unique("pools", self.pools, lambda p: p.name)
 
 
 # --- the kinds ----------------------------------------------------------------------------
@@ -746,13 +619,10 @@ class _Object(ApiModel):
     api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
     metadata: ObjectMeta
 
-    @model_validator(mode="after")
-    def _scope(self) -> Self:
-        rules = _Rules(type(self).__name__)
-        if not type(self).is_namespaced and self.metadata.namespace is not None:
-            rules.add(("metadata", "namespace"), "must not be set on a cluster-scoped object")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if not type(self).is_namespaced and self.metadata.namespace is not None:
+                rules.add(("metadata", "namespace"), "must not be set on a cluster-scoped object")
 
     @property
     def display_name(self) -> str:
