@@ -15,8 +15,15 @@ from gpufleet.api.convert import (
     replica_from_manifest,
     snapshot_from_manifests,
 )
-from gpufleet.api.errors import FieldError, ManifestsInvalid, ValidationFailed
-from gpufleet.api.loader import Manifest, Source, check_paths, load_manifests
+from gpufleet.api.errors import FieldError, LimitExceeded, ManifestsInvalid, ValidationFailed
+from gpufleet.api.loader import (
+    Manifest,
+    Source,
+    check_paths,
+    load_manifests,
+    load_yaml_documents,
+    read_bounded,
+)
 from gpufleet.api.models import (
     API_VERSION,
     KINDS,
@@ -37,6 +44,7 @@ __all__ = [
     "FieldError",
     "InferenceClass",
     "InferenceCluster",
+    "LimitExceeded",
     "Manifest",
     "ManifestsInvalid",
     "ModelDeployment",
@@ -50,7 +58,9 @@ __all__ = [
     "deployment_from_manifest",
     "device_from_spec",
     "load_manifests",
+    "load_yaml_documents",
     "parse_object",
+    "read_bounded",
     "replica_from_manifest",
     "snapshot_from_manifests",
     "validate",

@@ -30,16 +30,21 @@ from pydantic import (
     StrictBool,
     StrictInt,
     StrictStr,
+    ValidationError,
     ValidationInfo,
 )
 
 from gpufleet.api.names import (
     DNS_LABEL_RULE,
     DNS_SUBDOMAIN_RULE,
+    LABEL_VALUE_RULE,
+    QUALIFIED_NAME_RULE,
     is_dns_label,
     is_dns_subdomain,
+    is_label_value,
+    is_qualified_name,
 )
-from gpufleet.api.rules import RULE_ERROR_TYPE, ApiModel, Rules, raise_rule
+from gpufleet.api.rules import RULE_ERROR_TYPE, ApiModel, Loc, Rules, raise_rule, rule_error
 from gpufleet.cel import CelCompileError, compile_selector
 from gpufleet.core.labels import RESERVED_LABEL_PREFIX
 from gpufleet.core.model import ClaimMode, Phase, Role, ServingMode, TaintEffect, TolerationOperator
@@ -87,6 +92,24 @@ DnsLabelName = Annotated[StrictStr, Field(min_length=1, max_length=63), AfterVal
 StringMap = dict[StrictStr, StrictStr]
 
 
+def _qualified_name(value: str) -> str:
+    if not is_qualified_name(value):
+        raise_rule(QUALIFIED_NAME_RULE)
+    return value
+
+
+def _label_value(value: str) -> str:
+    if not is_label_value(value):
+        raise_rule(LABEL_VALUE_RULE)
+    return value
+
+
+QualifiedName = Annotated[StrictStr, AfterValidator(_qualified_name)]
+#: Labels as the API server validates them: qualified-name keys, short values.
+Labels = dict[QualifiedName, Annotated[StrictStr, AfterValidator(_label_value)]]
+Annotations = dict[QualifiedName, StrictStr]
+
+
 # --- metadata and conditions --------------------------------------------------------------
 
 
@@ -105,8 +128,8 @@ class ObjectMeta(ApiModel):
     name: Annotated[Name, AfterValidator(_dns_subdomain)]
     namespace: Annotated[StrictStr, AfterValidator(_dns_label)] | None = None
     generate_name: StrictStr | None = None
-    labels: StringMap = Field(default_factory=dict)
-    annotations: StringMap = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
+    annotations: Annotations = Field(default_factory=dict)
     uid: StrictStr | None = None
     resource_version: StrictStr | None = None
     generation: NonNegativeInt | None = None
@@ -368,7 +391,29 @@ class WorkerSpec(ApiModel):
     nodes: Annotated[StrictInt, Field(ge=1, le=63)]
 
 
-PodTemplate = dict[str, Any]
+def _int64_only(template: dict[str, Any]) -> dict[str, Any]:
+    """Every integer in a free-form template fits in int64, as the API server requires."""
+    errors = []
+    stack: list[tuple[Loc, object]] = [((), template)]
+    while stack:  # iterative: the loader bounds depth, this need not trust it
+        loc, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(((*loc, str(k)), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*loc, i), v) for i, v in enumerate(value))
+        elif isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            errors.append(rule_error(loc, "must be an integer within int64"))
+    if errors:
+        raise ValidationError.from_exception_data("template", sorted(errors, key=_by_loc))
+    return template
+
+
+def _by_loc(error: Any) -> str:
+    return repr(error["loc"])
+
+
+#: A Kubernetes PodTemplateSpec, free-form.
+PodTemplate = Annotated[dict[str, Any], AfterValidator(_int64_only)]
 
 
 class RoleMember(ApiModel):
@@ -446,7 +491,7 @@ def _serving_rule(rules: Rules, serving: ServingSpec, engines: Sequence[Any]) ->
 
 
 class ClusterSelectorSpec(ApiModel):
-    match_labels: StringMap = Field(default_factory=dict)
+    match_labels: Labels = Field(default_factory=dict)
 
 
 class TolerationSpec(ApiModel):
@@ -467,8 +512,8 @@ class TolerationSpec(ApiModel):
 
 
 class TemplateMeta(ApiModel):
-    labels: StringMap = Field(default_factory=dict)
-    annotations: StringMap = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
+    annotations: Annotations = Field(default_factory=dict)
 
     def check(self, rules: Rules) -> None:
         with rules.reading():

@@ -59,6 +59,8 @@ def format_path(loc: tuple[str | int, ...]) -> str:
             path += f"[{part}]"
         elif part == "[key]":
             path += " (key)"
+        elif not part.isprintable():  # never echo control characters to a terminal
+            path += f"[{part.encode('unicode_escape').decode('ascii')}]"
         elif _PLAIN_KEY.fullmatch(part):
             path += f".{part}" if path else part
         else:
@@ -139,6 +141,8 @@ def _envelope_errors(body: Mapping[str, Any]) -> list[FieldError]:
     api_version, kind = body.get("apiVersion"), body.get("kind")
     if api_version is None:
         errors.append(FieldError("apiVersion", "is required"))
+    elif not isinstance(api_version, str):
+        errors.append(FieldError("apiVersion", "must be a string"))
     elif api_version != API_VERSION:
         errors.append(
             FieldError(
@@ -148,6 +152,8 @@ def _envelope_errors(body: Mapping[str, Any]) -> list[FieldError]:
         )
     if kind is None:
         errors.append(FieldError("kind", "is required"))
+    elif not isinstance(kind, str):
+        errors.append(FieldError("kind", "must be a string"))
     elif kind not in KINDS:
         errors.append(
             FieldError("kind", f"unknown kind {kind}: supported kinds are {SUPPORTED_KINDS}")
@@ -169,7 +175,10 @@ def parse_object(
     envelope_errors = _envelope_errors(body)
     if envelope_errors:
         raise ValidationFailed(
-            tuple(envelope_errors), kind=kind if kind in KINDS else "", name=name, source=source
+            tuple(envelope_errors),
+            kind=kind if isinstance(kind, str) and kind in KINDS else "",
+            name=name,
+            source=source,
         )
     try:
         return KINDS[kind].model_validate(body, context={LEGACY_POOL_NAMES: legacy_pool_names})

@@ -2,7 +2,7 @@
 
 Reads classes, clusters (with their published status and observations), deployments and
 replicas; invalid input is reported exactly as `gpufleet validate` reports it (on stderr) and
-exits 1. Otherwise it calls `schedule(snapshot, now)` and prints, per deployment, desired /
+exits 1 (2 for a file that breaks an input bound). Otherwise it calls `schedule(snapshot, now)` and prints, per deployment, desired /
 placed / shortfall, each placement, each dropped replica, and for a shortfall the roll-up and
 the top reason with its numbers; then the fleet's pools after the decision. `--output json`
 prints the whole decision as JSON (docs/cli.md). A shortfall is an answer, not an error: exit 0.
@@ -33,7 +33,7 @@ from gpufleet.cli.render import (
     print_deployment,
     rfc3339,
 )
-from gpufleet.cli.validate import count_of, error_lines
+from gpufleet.cli.validate import count_of, error_lines, exit_code
 from gpufleet.core.decision import Decision, Diagnosis
 from gpufleet.core.model import DeploymentKey, Snapshot
 from gpufleet.core.schedule import SnapshotError, plan
@@ -114,7 +114,7 @@ def load_and_schedule(
                 errors.print(line)
         count = sum(len(f.errors) for f in failures)
         errors.print(f"{len(failures)} invalid ({count_of(count, 'error')}): nothing scheduled")
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=exit_code(results))
     snapshot = snapshot_from_manifests(r for r in results if isinstance(r, Manifest))
     try:
         planned = plan(snapshot, moment, explain=explain)

@@ -4,7 +4,8 @@ Prints one line per valid object (`ok   InferenceCluster/gke-us-central  fleet.y
 line per error of each invalid object, file or path
 (`✗ ModelDeployment ml/llama: spec.replicas: must be at most 1000  (deploy.yaml#1)`), then a
 summary. Exits 0 when everything is valid, 1 otherwise. Colour only on a terminal; the text is
-the same either way, so it greps and diffs.
+the same either way, so it greps and diffs. Exits 2 instead when a file breaks an input bound
+(size, nesting depth, alias expansion: the error names the limit).
 """
 
 from pathlib import Path
@@ -14,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from gpufleet.api import Manifest, ValidationFailed, check_paths
+from gpufleet.api import LimitExceeded, Manifest, ValidationFailed, check_paths
 
 
 def _ok_line(manifest: Manifest) -> Text:
@@ -70,5 +71,10 @@ def command(
     summary = f"{valid} valid, {invalid} invalid"
     if invalid:
         console.print(f"{summary} ({count_of(errors, 'error')})")
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=exit_code(results))
     console.print(summary)
+
+
+def exit_code(results: list[Manifest | ValidationFailed]) -> int:
+    """2 when a file broke an input bound (unusable input), else 1 for invalid manifests."""
+    return 2 if any(isinstance(r, LimitExceeded) for r in results) else 1
