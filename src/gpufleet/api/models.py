@@ -149,12 +149,20 @@ class ConditionStatus(StrEnum):
 
 
 class Condition(ApiModel):
+    """A condition, as metav1.Condition."""
+
     type: Name
+    """The condition's type, CamelCase (Ready, ReplicasScheduled, ModelPodsScheduled...); unique in the list."""
     status: ConditionStatus
+    """True, False or Unknown."""
     reason: StrictStr | None = None
+    """Machine-readable CamelCase reason for the last transition."""
     message: StrictStr | None = None
+    """Human-readable details of the last transition."""
     last_transition_time: AwareDatetime | None = None
+    """When the status last changed (RFC 3339)."""
     observed_generation: NonNegativeInt | None = None
+    """The .metadata.generation the condition was set for."""
 
 
 def _unique_conditions(rules: Rules, conditions: Sequence[Condition]) -> None:
@@ -188,11 +196,15 @@ class AttributeValue(ApiModel):
     """A typed device attribute: exactly one of `string`, `version` (strict semver), `bool`, `int`."""
 
     string: StrictStr | None = None
+    """A string value."""
     version: Annotated[StrictStr, AfterValidator(_semver)] | None = None
+    """A semantic version (2.0.0 style), compared with semver() in CEL."""
     bool_: StrictBool | None = Field(default=None, alias="bool")
+    """A boolean value."""
     int_: Annotated[StrictInt, Field(ge=-INT64_MAX - 1, le=INT64_MAX)] | None = Field(
         default=None, alias="int"
     )
+    """An integer value (int64)."""
 
     def check(self, rules: Rules) -> None:
         with rules.reading():  # a broken value is still a value that was set
@@ -205,22 +217,30 @@ class CapacityValue(ApiModel):
     """A device capacity: a Kubernetes quantity (`81559Mi`), kept verbatim."""
 
     value: Annotated[StrictStr, AfterValidator(_quantity)]
+    """A Kubernetes quantity, for example 81559Mi."""
 
 
 class DeviceSpec(ApiModel):
     """One kind of device that every node of a pool offers `count` of."""
 
     name: DnsLabelName
+    """The device's name in the class, a DNS label; unique in the class."""
     driver: Name
+    """The DRA driver that publishes the device, for example gpu.nvidia.com."""
     claim: ClaimMode = ClaimMode.DRA
+    """DRA: pods claim the device through a ResourceClaim; Synthetic: the device is modelled only (no claim)."""
     device_class_name: StrictStr | None = None
+    """The DRA DeviceClass to claim from; required when claim is DRA."""
     count: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    """How many of these devices one node of the pool offers (1-64)."""
     attributes: Annotated[dict[StrictStr, AttributeValue], Field(max_length=32)] = Field(
         default_factory=dict
     )
+    """Device attributes by name, as DRA publishes them; at most 32."""
     capacity: Annotated[dict[StrictStr, CapacityValue], Field(max_length=32)] = Field(
         default_factory=dict
     )
+    """Device capacities by name (quantities), as DRA publishes them; at most 32."""
 
     def check(self, rules: Rules) -> None:
         with rules.reading():
@@ -232,7 +252,10 @@ Devices = Annotated[list[DeviceSpec], Field(min_length=1, max_length=16)]
 
 
 class InferenceClassSpec(ApiModel):
+    """The devices of one node."""
+
     devices: Devices
+    """The kinds of device one node offers, 1-16, unique by name."""
 
     def check(self, rules: Rules) -> None:
         rules.unique("devices", self.devices, lambda d: d.name)
@@ -242,9 +265,14 @@ class InferenceClassSpec(ApiModel):
 
 
 class TaintSpec(ApiModel):
+    """A cluster taint."""
+
     key: Name
+    """The taint key."""
     value: StrictStr = ""
+    """The taint value."""
     effect: TaintEffect
+    """NoSchedule (no new replicas unless tolerated) or NoExecute (also evicts untolerated replicas)."""
 
 
 class NodePoolSpec(ApiModel):
@@ -253,10 +281,15 @@ class NodePoolSpec(ApiModel):
     name: Annotated[
         StrictStr, Field(min_length=1, max_length=POOL_NAME_MAX_CHARS), AfterValidator(_pool_name)
     ]
+    """The pool's name, a DNS label of at most 40 characters; nodes carry it in the gpufleet.io/pool label. Unique in the cluster."""
     class_name: Name
+    """The InferenceClass that describes one node of this pool."""
     node_count: Annotated[StrictInt, Field(ge=0, le=MAX_NODES)] = 1
+    """Nodes in the pool now (0-10000); at most maxNodeCount."""
     min_node_count: Annotated[StrictInt, Field(ge=0, le=MAX_NODES)] = 0
+    """The fewest nodes an autoscaled pool shrinks to."""
     max_node_count: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] | None = None
+    """The most nodes an autoscaled pool grows to; absent for a fixed-size pool. At least minNodeCount."""
 
     def check(self, rules: Rules) -> None:
         with rules.reading():
@@ -270,8 +303,12 @@ class NodePoolSpec(ApiModel):
 
 
 class InferenceClusterSpec(ApiModel):
+    """A workload cluster."""
+
     taints: list[TaintSpec] = Field(default_factory=list)
+    """Cluster taints; deployments must tolerate them. Unique by key and effect."""
     node_pools: Annotated[list[NodePoolSpec], Field(min_length=1, max_length=8)]
+    """The cluster's pools of identical GPU nodes, 1-8, unique by name."""
 
     def check(self, rules: Rules) -> None:
         rules.unique("taints", self.taints, lambda t: f"{t.key}:{t.effect}", "key and effect")
@@ -282,7 +319,9 @@ class Bucket(ApiModel):
     """`nodes` nodes each with exactly `free` devices free, per DRA driver."""
 
     free: dict[StrictStr, NonNegativeInt]
+    """Free devices on each of these nodes, per DRA driver."""
     nodes: Annotated[StrictInt, Field(ge=1)]
+    """How many nodes have exactly these free devices."""
 
 
 def _free_vector(bucket: Bucket) -> str:
@@ -294,12 +333,19 @@ class ObservedPool(ApiModel):
     """What an agent saw of one pool. Over 256 buckets is valid: the converter falls back."""
 
     observed_at: AwareDatetime
+    """When the agent observed the pool (RFC 3339)."""
     observed_nodes: NonNegativeInt
+    """Nodes of the pool the agent saw."""
     free_devices: list[Bucket] | None = None
+    """Histogram of nodes by free devices; absent when not available (whole-node accounting)."""
     last_allocation_time: AwareDatetime | None = None
+    """The newest allocation the histogram accounts for."""
     excluded_nodes: dict[StrictStr, NonNegativeInt] = Field(default_factory=dict)
+    """Nodes counted without free devices, by reason (Cordoned, NotReady, Tainted...)."""
     extended_resources: dict[StrictStr, NonNegativeInt] = Field(default_factory=dict)
+    """Free extended resources of the pool, by name."""
     conditions: list[Condition] = Field(default_factory=list)
+    """Conditions of the observation (HistogramAvailable, ScaleUpBlocked...)."""
 
     def check(self, rules: Rules) -> None:
         with rules.reading():
@@ -317,31 +363,53 @@ class PublishedObservation(ObservedPool):
     """A pool's observation as the controller publishes it in the cluster's status."""
 
     age_seconds: NonNegativeInt | None = None
+    """The observation's age when the controller published it."""
     state: ObservationState | None = None
+    """Fresh, Stale or Expired, as judged by the controller."""
 
 
 class GpuPoolStatus(ApiModel):
+    """A pool's devices and latest observation."""
+
     name: Name
+    """The pool's name."""
     nodes: Annotated[StrictInt, Field(ge=0, le=MAX_NODES)]
+    """Nodes of the pool."""
     devices: list[DeviceSpec] = Field(default_factory=list)
+    """The devices one node of the pool offers, from its class."""
     observation: PublishedObservation | None = None
+    """The pool's latest observation, as the controller publishes it."""
 
 
 class Gateway(ApiModel):
+    """The cluster's inference gateway."""
+
     address: StrictStr
+    """The address of the cluster's inference gateway."""
 
 
 class AgentStatus(ApiModel):
+    """The agent that reported."""
+
     identity: Name
+    """The identity of the agent that reported."""
     lease_epoch: NonNegativeInt
+    """The agent's Lease transitions when it reported (fences stale leaders)."""
     observed_at: AwareDatetime | None = None
+    """When the agent last reported."""
 
 
 class InferenceClusterStatus(ApiModel):
+    """The cluster's state, published by the controller."""
+
     conditions: list[Condition] = Field(default_factory=list)
+    """The cluster's conditions (Ready...)."""
     gateway: Gateway | None = None
+    """The cluster's inference gateway."""
     agent: AgentStatus | None = None
+    """The agent that last reported for the cluster."""
     gpu_pools: Annotated[list[GpuPoolStatus], Field(max_length=8)] = Field(default_factory=list)
+    """Free GPUs per pool, published by the controller from the observations."""
 
     def check(self, rules: Rules) -> None:
         _unique_conditions(rules, self.conditions)
@@ -365,6 +433,7 @@ class CelSelectorSpec(ApiModel):
     cel: Annotated[
         StrictStr, Field(min_length=1, max_length=CEL_MAX_CHARS), AfterValidator(_compiles)
     ]
+    """A DRA CEL expression over `device` (at most 10 KiB); it must compile."""
 
 
 Selectors = Annotated[list[CelSelectorSpec], Field(min_length=1, max_length=8)]
@@ -374,12 +443,18 @@ class DeviceRequestSpec(ApiModel):
     """`count` devices per pod, of a device whose every selector matches."""
 
     name: DnsLabelName
+    """The request's name, a DNS label; unique in the member."""
     count: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    """Devices per pod (1-64)."""
     selectors: Selectors
+    """CEL selectors a device must all match, 1-8."""
 
 
 class NodeSelectorSpec(ApiModel):
+    """The devices each pod of a member claims."""
+
     devices: Annotated[list[DeviceRequestSpec], Field(min_length=1, max_length=16)]
+    """What each pod of the member claims, 1-16 requests, unique by name."""
 
     def check(self, rules: Rules) -> None:
         rules.unique("devices", self.devices, lambda d: d.name)
@@ -389,6 +464,7 @@ class WorkerSpec(ApiModel):
     """Gang size: pods per copy are 1 leader + `nodes` workers."""
 
     nodes: Annotated[StrictInt, Field(ge=1, le=63)]
+    """Worker pods per copy (1-63); each copy is one leader and this many workers."""
 
 
 def _int64_only(template: dict[str, Any]) -> dict[str, Any]:
@@ -420,7 +496,9 @@ class RoleMember(ApiModel):
     """The role of a member; `worker` belongs on a Worker, and only there."""
 
     role: Role = Role.STANDALONE
+    """Standalone (default), Leader or Worker."""
     worker: WorkerSpec | None = None
+    """The gang size; required on a Worker member, and only there."""
 
     def check(self, rules: Rules) -> None:
         with rules.reading():
@@ -432,8 +510,12 @@ class RoleMember(ApiModel):
 
 
 class MemberSpec(RoleMember):
+    """A member of an engine: its role, devices and pod template."""
+
     node_selector: NodeSelectorSpec | None = None
+    """The devices each pod claims; a member without one claims nothing and rides on its engine's pool."""
     template: PodTemplate
+    """The pod template (a Kubernetes PodTemplateSpec), copied to the workload cluster."""
 
 
 _MEMBER_SHAPES: Final = (
@@ -455,10 +537,16 @@ def _members_rule(rules: Rules, members: Sequence[RoleMember]) -> None:
 
 
 class EngineSpec(ApiModel):
+    """An engine: copies of a Standalone member or of a Leader + Worker gang."""
+
     name: DnsLabelName
+    """The engine's name, a DNS label; unique in the deployment."""
     phase: Phase | None = None
+    """Prefill or Decode, only when serving.mode is PrefillDecode."""
     copies: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    """Copies of the engine per replica (1-64)."""
     members: Annotated[list[MemberSpec], Field(min_length=1, max_length=2)]
+    """One Standalone member, or one Leader and one Worker; at least one has a nodeSelector."""
 
     def check(self, rules: Rules) -> None:
         _members_rule(rules, self.members)
@@ -468,7 +556,10 @@ class EngineSpec(ApiModel):
 
 
 class ServingSpec(ApiModel):
+    """How the engines of a replica serve."""
+
     mode: ServingMode = ServingMode.UNIFIED
+    """Unified (default) or PrefillDecode (one Prefill and one Decode engine)."""
 
 
 def _serving_rule(rules: Rules, serving: ServingSpec, engines: Sequence[Any]) -> None:
@@ -491,16 +582,23 @@ def _serving_rule(rules: Rules, serving: ServingSpec, engines: Sequence[Any]) ->
 
 
 class ClusterSelectorSpec(ApiModel):
+    """Which clusters a deployment's replicas may go to."""
+
     match_labels: Labels = Field(default_factory=dict)
+    """Labels an InferenceCluster must have for replicas to go there."""
 
 
 class TolerationSpec(ApiModel):
     """Kubernetes toleration; an absent `effect` tolerates every effect."""
 
     key: StrictStr = ""
+    """The taint key to tolerate; empty with operator Exists tolerates every taint."""
     operator: TolerationOperator = TolerationOperator.EQUAL
+    """Equal (default) or Exists."""
     value: StrictStr = ""
+    """The taint value to match; empty when operator is Exists."""
     effect: TaintEffect | None = None
+    """The effect to tolerate; absent tolerates every effect."""
 
     def check(self, rules: Rules) -> None:
         with rules.reading():
@@ -512,8 +610,12 @@ class TolerationSpec(ApiModel):
 
 
 class TemplateMeta(ApiModel):
+    """Labels and annotations of every replica."""
+
     labels: Labels = Field(default_factory=dict)
+    """Labels of every replica; the gpufleet.io/ prefix is reserved."""
     annotations: Annotations = Field(default_factory=dict)
+    """Annotations of every replica."""
 
     def check(self, rules: Rules) -> None:
         with rules.reading():
@@ -523,10 +625,16 @@ class TemplateMeta(ApiModel):
 
 
 class DeploymentTemplateSpec(ApiModel):
+    """The shape of one replica."""
+
     cluster_selector: ClusterSelectorSpec | None = None
+    """Which clusters the replicas may go to; absent: any cluster."""
     serving: ServingSpec = Field(default_factory=ServingSpec)
+    """How the engines serve: Unified or PrefillDecode."""
     tolerations: list[TolerationSpec] = Field(default_factory=list)
+    """Cluster taints the replicas tolerate."""
     engines: Annotated[list[EngineSpec], Field(min_length=1, max_length=8)]
+    """The engines of one replica, 1-8, unique by name."""
 
     def check(self, rules: Rules) -> None:
         rules.unique("engines", self.engines, lambda e: e.name)
@@ -534,24 +642,41 @@ class DeploymentTemplateSpec(ApiModel):
 
 
 class DeploymentTemplate(ApiModel):
+    """The template of one replica."""
+
     metadata: TemplateMeta = Field(default_factory=TemplateMeta)
+    """Labels and annotations of every replica."""
     spec: DeploymentTemplateSpec
+    """The shape of one replica."""
 
 
 class ModelDeploymentSpec(ApiModel):
+    """A model to serve."""
+
     replicas: Annotated[StrictInt, Field(ge=0, le=MAX_REPLICAS)] = 1
+    """How many replicas to place (0-1000)."""
     template: DeploymentTemplate
+    """The template of one replica."""
 
 
 class ReplicaCounts(ApiModel):
+    """Replica counts."""
+
     total: NonNegativeInt = 0
+    """Replicas placed."""
     ready: NonNegativeInt = 0
+    """Replicas whose pods are all scheduled."""
 
 
 class ModelDeploymentStatus(ApiModel):
+    """The deployment's state, written by the controller."""
+
     observed_generation: NonNegativeInt | None = None
+    """The generation the status was computed for."""
     replicas: ReplicaCounts | None = None
+    """Replicas placed and ready."""
     conditions: list[Condition] = Field(default_factory=list)
+    """The deployment's conditions (ReplicasScheduled, InvalidSpec...)."""
 
     def check(self, rules: Rules) -> None:
         _unique_conditions(rules, self.conditions)
@@ -564,17 +689,27 @@ class ResolvedDeviceRequestSpec(ApiModel):
     """A member's request resolved to a DRA device of its pool: what each pod claims."""
 
     name: DnsLabelName
+    """The request's name."""
     device_class_name: Name
+    """The DRA DeviceClass to claim from."""
     driver: StrictStr | None = None
+    """The DRA driver of the pool's device."""
     count: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    """Devices per pod (1-64)."""
     selectors: Annotated[list[CelSelectorSpec], Field(max_length=8)] = Field(default_factory=list)
+    """The request's CEL selectors, at most 8."""
 
 
 class ReplicaMemberSpec(RoleMember):
+    """A member of a placed engine."""
+
     node_pool_name: Name
+    """The pool the member's pods are pinned to."""
     #: Absent (never empty) when the member claims nothing.
     device_requests: Annotated[list[ResolvedDeviceRequestSpec], Field(min_length=1)] | None = None
+    """What each pod claims; absent (never empty) when the member claims nothing."""
     template: PodTemplate
+    """The pod template (a Kubernetes PodTemplateSpec)."""
 
     def check(self, rules: Rules) -> None:
         super().check(rules)
@@ -583,20 +718,32 @@ class ReplicaMemberSpec(RoleMember):
 
 
 class ReplicaEngineSpec(ApiModel):
+    """An engine of a placed replica."""
+
     name: DnsLabelName
+    """The engine's name."""
     phase: Phase | None = None
+    """Prefill or Decode in PrefillDecode serving."""
     copies: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    """Copies of the engine (1-64)."""
     members: Annotated[list[ReplicaMemberSpec], Field(min_length=1, max_length=2)]
+    """One Standalone member, or one Leader and one Worker."""
 
     def check(self, rules: Rules) -> None:
         _members_rule(rules, self.members)
 
 
 class ModelReplicaSpec(ApiModel):
+    """A placed replica."""
+
     deployment_name: Name
+    """The ModelDeployment this replica belongs to."""
     cluster_name: Name
+    """The InferenceCluster the replica is pinned to."""
     serving: ServingSpec = Field(default_factory=ServingSpec)
+    """How the engines serve."""
     engines: Annotated[list[ReplicaEngineSpec], Field(min_length=1, max_length=8)]
+    """The replica's engines, unique by name."""
 
     def check(self, rules: Rules) -> None:
         rules.unique("engines", self.engines, lambda e: e.name)
@@ -604,22 +751,38 @@ class ModelReplicaSpec(ApiModel):
 
 
 class MemberPodsStatus(ApiModel):
+    """Pod counts of one member."""
+
     engine: Name
+    """The engine's name."""
     role: Role
+    """The member's role."""
     live_pods: NonNegativeInt
+    """Pods of the member that exist and have not finished."""
     allocated_pods: NonNegativeInt
+    """Live pods whose claims are allocated."""
 
 
 class ReplicaPoolPodsStatus(ApiModel):
+    """A replica's pods on one pool."""
+
     name: Name
+    """The pool's name."""
     last_allocation_time: AwareDatetime | None = None
+    """The latest allocation of the replica's claims on the pool."""
     members: list[MemberPodsStatus] = Field(default_factory=list)
+    """Pod counts per engine and member."""
 
 
 class ModelReplicaStatus(ApiModel):
+    """The replica's state."""
+
     observed_generation: NonNegativeInt | None = None
+    """The generation the status was computed for."""
     conditions: list[Condition] = Field(default_factory=list)
+    """The replica's conditions (ModelPodsScheduled...)."""
     pools: list[ReplicaPoolPodsStatus] = Field(default_factory=list)
+    """The replica's pods per pool, unique by name."""
 
     def check(self, rules: Rules) -> None:
         _unique_conditions(rules, self.conditions)
@@ -627,26 +790,45 @@ class ModelReplicaStatus(ApiModel):
 
 
 class PoolObservationSpec(ApiModel):
+    """What is observed."""
+
     cluster_name: Name
+    """The InferenceCluster observed."""
     pool_name: Name
+    """The pool observed."""
 
 
 class PoolObservationStatus(ObservedPool):
+    """One pool's nodes by free devices, reported by the cluster's agent."""
+
     agent: AgentStatus
+    """The agent that reported."""
 
 
 class ReplicaObservationSpec(ApiModel):
+    """What is observed."""
+
     cluster_name: Name
+    """The InferenceCluster the replica runs on."""
     replica_name: Name
+    """The ModelReplica observed."""
     replica_namespace: Name
+    """The ModelReplica's namespace."""
 
 
 class ReplicaObservationStatus(ApiModel):
+    """One replica's pods, reported by the cluster's agent."""
+
     agent: AgentStatus
+    """The agent that reported."""
     observed_at: AwareDatetime
+    """When the agent observed the replica."""
     observed_generation: NonNegativeInt | None = None
+    """The replica generation the pods were made for."""
     pods_scheduled: StrictBool = False
+    """Whether every pod of the replica is scheduled."""
     pools: list[ReplicaPoolPodsStatus] = Field(default_factory=list)
+    """The replica's pods per pool, unique by name."""
 
     def check(self, rules: Rules) -> None:
         rules.unique("pools", self.pools, lambda p: p.name)
@@ -662,7 +844,9 @@ class _Object(ApiModel):
     is_namespaced: ClassVar[bool] = True
 
     api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
+    """gpufleet.io/v1alpha1."""
     metadata: ObjectMeta
+    """Standard object metadata."""
 
     def check(self, rules: Rules) -> None:
         with rules.reading():
@@ -682,42 +866,71 @@ class _Object(ApiModel):
 
 
 class InferenceClass(_Object):
+    """The devices one node of a pool offers (platform team)."""
+
     is_namespaced = False
 
     kind: Literal["InferenceClass"] = "InferenceClass"
+    """InferenceClass."""
     spec: InferenceClassSpec
+    """The devices one node of a pool offers."""
 
 
 class InferenceCluster(_Object):
+    """A workload cluster and its GPU node pools (platform team); status by the controller."""
+
     is_namespaced = False
 
     kind: Literal["InferenceCluster"] = "InferenceCluster"
+    """InferenceCluster."""
     spec: InferenceClusterSpec
+    """The cluster's taints and node pools."""
     status: InferenceClusterStatus | None = None
+    """Readiness, gateway, agent and free GPUs per pool, written by the controller."""
 
 
 class ModelDeployment(_Object):
+    """A model to serve: how many replicas, where, and the shape of one replica (ML team)."""
+
     kind: Literal["ModelDeployment"] = "ModelDeployment"
+    """ModelDeployment."""
     spec: ModelDeploymentSpec
+    """How many replicas, where, and the shape of one replica."""
     status: ModelDeploymentStatus | None = None
+    """Replicas placed and ready, and conditions, written by the controller."""
 
 
 class ModelReplica(_Object):
+    """One placed replica of a ModelDeployment, pinned to a cluster and its members to pools (controller)."""
+
     kind: Literal["ModelReplica"] = "ModelReplica"
+    """ModelReplica."""
     spec: ModelReplicaSpec
+    """The placed replica: its cluster, and each member's pool and device requests."""
     status: ModelReplicaStatus | None = None
+    """Conditions and pods per pool, written by the controller from the observations."""
 
 
 class PoolObservation(_Object):
+    """One pool's nodes by free devices, reported by the cluster's agent."""
+
     kind: Literal["PoolObservation"] = "PoolObservation"
+    """PoolObservation."""
     spec: PoolObservationSpec
+    """The cluster and pool observed."""
     status: PoolObservationStatus | None = None
+    """What the agent saw of the pool."""
 
 
 class ReplicaObservation(_Object):
+    """One replica's pods, live and allocated, reported by the cluster's agent."""
+
     kind: Literal["ReplicaObservation"] = "ReplicaObservation"
+    """ReplicaObservation."""
     spec: ReplicaObservationSpec
+    """The replica observed."""
     status: ReplicaObservationStatus | None = None
+    """What the agent saw of the replica's pods."""
 
 
 ApiObject = (
