@@ -18,6 +18,7 @@ from gpufleet.api.convert import (
 from gpufleet.api.errors import FieldError, LimitExceeded, ManifestsInvalid, ValidationFailed
 from gpufleet.api.loader import (
     Manifest,
+    Skipped,
     Source,
     check_paths,
     load_manifests,
@@ -51,6 +52,7 @@ __all__ = [
     "ModelReplica",
     "PoolObservation",
     "ReplicaObservation",
+    "Skipped",
     "Source",
     "ValidationFailed",
     "check_paths",

@@ -24,6 +24,11 @@ Every input bound is explicit and named when hit (`LimitExceeded`; the CLI exits
 `load_yaml_documents(text, source)` applies these rules to any YAML text; other readers of YAML
 (the scenario loader) can share them.
 
+An object of another API group (an `apps/v1` Deployment in a GitOps folder) is not an error:
+`check_paths` returns it as `Skipped`, so a folder that mixes gpufleet manifests with others can
+be checked and planned as it is. An object of the `gpufleet.io` group with an unknown kind or
+version is an error (a typo, not someone else's object).
+
 Nothing here raises a traceback for bad input: `check_paths` returns a `ValidationFailed` in
 place of each unreadable file, malformed file or invalid object (and keeps going), and
 `load_manifests` raises them all at once as `ManifestsInvalid`.
@@ -39,7 +44,7 @@ from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from gpufleet.api.errors import FieldError, LimitExceeded, ManifestsInvalid, ValidationFailed
-from gpufleet.api.models import ApiObject
+from gpufleet.api.models import API_GROUP, ApiObject
 from gpufleet.api.validation import parse_object
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
@@ -78,6 +83,35 @@ class YamlLimitError(yaml.YAMLError):
         self.message = message
         self.limit = limit
         self.value = value
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """An object of another API (not `gpufleet.io`), read and left alone."""
+
+    source: Source
+    api_version: str
+    kind: str
+    name: str
+
+    def note(self) -> str:
+        """`skipped apps/v1 Deployment web: not a gpufleet.io object  (path#1)`."""
+        named = f"{self.kind} {self.name}".rstrip()
+        return f"skipped {self.api_version} {named}: not a {API_GROUP} object  ({self.source})"
+
+
+def _foreign(body: object, source: Source) -> Skipped | None:
+    """The body as a Skipped object when it belongs to another API group."""
+    if not isinstance(body, dict):
+        return None
+    api_version, kind, metadata = body.get("apiVersion"), body.get("kind"), body.get("metadata")
+    if not isinstance(api_version, str) or not isinstance(kind, str) or not kind:
+        return None
+    group = api_version.rpartition("/")[0]
+    if group == API_GROUP:
+        return None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return Skipped(source, api_version, kind, name if isinstance(name, str) else "")
 
 
 class _KubernetesYamlLoader(yaml.SafeLoader):
@@ -245,16 +279,18 @@ def _identity_key(obj: ApiObject) -> tuple[str, str, str]:
     return obj.kind, obj.metadata.namespace or "", obj.metadata.name
 
 
-def check_paths(
-    paths: Iterable[str | Path], *, recursive: bool = False
-) -> list[Manifest | ValidationFailed]:
-    """Every object under the paths, each a Manifest or the ValidationFailed that rejects it.
+Result = Manifest | ValidationFailed | Skipped
+
+
+def check_paths(paths: Iterable[str | Path], *, recursive: bool = False) -> list[Result]:
+    """Every object under the paths: a Manifest, the ValidationFailed that rejects it, or a
+    Skipped object of another API.
 
     Never raises for bad input: an unreadable path or a malformed file is one
     ValidationFailed in the list, and checking goes on with the next. An object repeating the
     kind, namespace and name of an earlier one is rejected.
     """
-    results: list[Manifest | ValidationFailed] = []
+    results: list[Result] = []
     first_seen: dict[tuple[str, str, str], Source] = {}
     for raw in paths:
         try:
@@ -267,15 +303,17 @@ def check_paths(
     return results
 
 
-def _check_file(
-    path: Path, first_seen: dict[tuple[str, str, str], Source]
-) -> list[Manifest | ValidationFailed]:
+def _check_file(path: Path, first_seen: dict[tuple[str, str, str], Source]) -> list[Result]:
     try:
         objects = list(_objects(path))
     except ValidationFailed as failure:
         return [failure]
-    results: list[Manifest | ValidationFailed] = []
+    results: list[Result] = []
     for source, body in objects:
+        skipped = _foreign(body, source)
+        if skipped is not None:
+            results.append(skipped)
+            continue
         try:
             obj = parse_object(body, source=str(source))
         except ValidationFailed as failure:
