@@ -339,22 +339,7 @@ def _convert(
         return {**target, **_convert(node, defs, seen, overlay=True)}
 
     if "anyOf" in node:
-        options = node.pop("anyOf")
-        branches = [b for b in options if b.get("type") != "null"]
-        nullable = len(branches) < len(options)
-        rest = node
-        types = {b.get("type") for b in branches}
-        if len(branches) == 1:
-            single: dict[str, Any] = {
-                **_convert(branches[0], defs, seen),
-                **_convert(rest, defs, seen, True),
-            }
-            if nullable:
-                single["nullable"] = True
-            return single
-        if types == {"integer", "string"}:
-            return {**_convert(rest, defs, seen, True), "x-kubernetes-int-or-string": True}
-        raise SchemaError(f"anyOf of {sorted(map(str, types))} has no structural form")
+        return _any_of(node, defs, seen)
 
     out: dict[str, Any] = {}
     for key, value in node.items():
@@ -374,8 +359,11 @@ def _convert(
             # False: dropped (the API server prunes unknown fields)
         else:
             out[key] = value
-    if overlay:
-        return out
+    return out if overlay else _typed(out)
+
+
+def _typed(out: dict[str, Any]) -> dict[str, Any]:
+    """A structural node has a type, or keeps unknown fields."""
     if (
         out.get("type") == "object"
         and "properties" not in out
@@ -388,6 +376,26 @@ def _convert(
         else:
             out["x-kubernetes-preserve-unknown-fields"] = True
     return out
+
+
+def _any_of(node: dict[str, Any], defs: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
+    """An Optional field (`X | None`) or an int-or-string; nothing else has a structural form."""
+    options = node.pop("anyOf")
+    branches = [b for b in options if b.get("type") != "null"]
+    nullable = len(branches) < len(options)
+    rest = node
+    types = {b.get("type") for b in branches}
+    if len(branches) == 1:
+        single: dict[str, Any] = {
+            **_convert(branches[0], defs, seen),
+            **_convert(rest, defs, seen, True),
+        }
+        if nullable:
+            single["nullable"] = True
+        return single
+    if types == {"integer", "string"}:
+        return {**_convert(rest, defs, seen, True), "x-kubernetes-int-or-string": True}
+    raise SchemaError(f"anyOf of {sorted(map(str, types))} has no structural form")
 
 
 def _add_rules(model: str, schema: dict[str, Any]) -> None:
