@@ -248,12 +248,16 @@ def test_replica() -> None:
 
 def test_replica_index_from_label() -> None:
     indices = []
-    for label in ["3", "x", "-1", "٣", None]:
-        body = model_replica(index=label or "")
+    valid = parse_object(model_replica(index="0"))
+    assert isinstance(valid, ModelReplica)
+    for label in ["3", "x", "-1", "٣", None]:  # "-1" and "٣" are not valid label values:
+        labels = dict(valid.metadata.labels)  # set past validation, as a stored object might be
         if label is None:
-            del body["metadata"]["labels"]["gpufleet.io/replica-index"]
-        obj = parse_object(body)
-        assert isinstance(obj, ModelReplica)
+            del labels["gpufleet.io/replica-index"]
+        else:
+            labels["gpufleet.io/replica-index"] = label
+        metadata = valid.metadata.model_copy(update={"labels": labels})
+        obj = valid.model_copy(update={"metadata": metadata})
         indices.append(replica_from_manifest(obj).index)
     assert indices == [3, 0, 0, 0, 0]
 

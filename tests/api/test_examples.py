@@ -80,3 +80,17 @@ def test_broken_cel_example_names_the_selector() -> None:
     (error,) = failure.errors
     assert error.path == f"{MEMBER}.nodeSelector.devices[0].selectors[0].cel"
     assert error.message.startswith("does not compile: ERROR: <input>:1:52: Syntax error")
+
+
+def test_several_errors_example_reports_every_error_in_one_pass() -> None:
+    (failure,) = check_paths([EXAMPLES / "invalid" / "several-errors.yaml"])
+    assert isinstance(failure, ValidationFailed)
+    assert failure.errors == (
+        FieldError(
+            "spec.taints[1]", 'duplicate key and effect "maintenance:NoSchedule" (also at index 0)'
+        ),
+        FieldError("spec.nodePools[0].name", DNS_LABEL_RULE),
+        FieldError("spec.nodePools[0].nodeCount", "must be at least 0"),
+        FieldError("spec.nodePools[1].maxNodeCount", "must be at least minNodeCount (3)"),
+        FieldError("spec.nodePools[2]", 'duplicate name "h100" (also at index 1)'),
+    )

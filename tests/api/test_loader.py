@@ -10,10 +10,12 @@ from gpufleet.api import (
     FieldError,
     Manifest,
     ManifestsInvalid,
+    Skipped,
     Source,
     ValidationFailed,
     check_paths,
     load_manifests,
+    parse_object,
 )
 
 
@@ -123,16 +125,6 @@ SUPPORTED = "InferenceClass, InferenceCluster, ModelDeployment, ModelReplica, Po
             (FieldError("kind", f"unknown kind InferencePool: supported kinds are {SUPPORTED}"),),
         ),
         (
-            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}},
-            (
-                FieldError(
-                    "apiVersion",
-                    f"apps/v1 is not supported: must be gpufleet.io/v1alpha1 (kinds {SUPPORTED})",
-                ),
-                FieldError("kind", f"unknown kind Deployment: supported kinds are {SUPPORTED}"),
-            ),
-        ),
-        (
             {**inference_class(), "apiVersion": "gpufleet.io/v1beta1"},
             (
                 FieldError(
@@ -147,7 +139,6 @@ SUPPORTED = "InferenceClass, InferenceCluster, ModelDeployment, ModelReplica, Po
         "scalar document",
         "no apiVersion or kind",
         "unknown kind",
-        "foreign kind",
         "wrong version",
     ],
 )
@@ -192,3 +183,22 @@ def test_load_manifests_raises_every_failure(tmp_path: Path) -> None:
         "ModelDeployment ml-team/llama: spec.replicas: must be an integer",
         "ModelDeployment ml-team/llama: spec.template: is required",
     ]
+
+
+def test_objects_of_other_apis_are_skipped_not_refused(tmp_path: Path) -> None:
+    foreign = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}}
+    path = write(tmp_path, "gitops.yaml", dump(foreign, inference_class("a"), service))
+    results = check_paths([path])
+    assert [type(r).__name__ for r in results] == ["Skipped", "Manifest", "Skipped"]
+    skipped = results[0]
+    assert isinstance(skipped, Skipped)
+    assert skipped.note() == (
+        f"skipped apps/v1 Deployment web: not a gpufleet.io object  ({path}#1)"
+    )
+    assert [m.obj.metadata.name for m in load_manifests([path])] == ["a"]
+    with pytest.raises(ValidationFailed) as raised:  # parse_object itself stays strict
+        parse_object(foreign)
+    assert raised.value.errors[0] == FieldError(
+        "apiVersion", f"apps/v1 is not supported: must be gpufleet.io/v1alpha1 (kinds {SUPPORTED})"
+    )

@@ -164,5 +164,5 @@ def test_invalid_manifests_exit_1_with_the_errors() -> None:
     assert (result.exit_code, result.stdout) == (1, "")
     assert "Traceback" not in result.output
     lines = result.stderr.splitlines()
-    assert sum(line.startswith("✗") for line in lines) == 5
-    assert lines[-1] == "5 invalid (5 errors): nothing scheduled"
+    assert sum(line.startswith("✗") for line in lines) == 10
+    assert lines[-1] == "6 invalid (10 errors): nothing scheduled"

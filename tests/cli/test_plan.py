@@ -212,8 +212,8 @@ def test_invalid_manifests_list_every_error_and_exit_1() -> None:
     assert result.stdout == ""
     assert "Traceback" not in result.output
     errors = [line for line in validate.stdout.splitlines() if not line.startswith("ok ")]
-    assert result.stderr.splitlines() == [*errors[:-1], "5 invalid (5 errors): nothing scheduled"]
-    assert sum(line.startswith("✗") for line in errors) == 5
+    assert result.stderr.splitlines() == [*errors[:-1], "6 invalid (10 errors): nothing scheduled"]
+    assert sum(line.startswith("✗") for line in errors) == 10
 
 
 def test_a_missing_path_is_one_error(tmp_path: Path) -> None:

@@ -15,8 +15,16 @@ from gpufleet.api.convert import (
     replica_from_manifest,
     snapshot_from_manifests,
 )
-from gpufleet.api.errors import FieldError, ManifestsInvalid, ValidationFailed
-from gpufleet.api.loader import Manifest, Source, check_paths, load_manifests
+from gpufleet.api.errors import FieldError, LimitExceeded, ManifestsInvalid, ValidationFailed
+from gpufleet.api.loader import (
+    Manifest,
+    Skipped,
+    Source,
+    check_paths,
+    load_manifests,
+    load_yaml_documents,
+    read_bounded,
+)
 from gpufleet.api.models import (
     API_VERSION,
     KINDS,
@@ -37,12 +45,14 @@ __all__ = [
     "FieldError",
     "InferenceClass",
     "InferenceCluster",
+    "LimitExceeded",
     "Manifest",
     "ManifestsInvalid",
     "ModelDeployment",
     "ModelReplica",
     "PoolObservation",
     "ReplicaObservation",
+    "Skipped",
     "Source",
     "ValidationFailed",
     "check_paths",
@@ -50,7 +60,9 @@ __all__ = [
     "deployment_from_manifest",
     "device_from_spec",
     "load_manifests",
+    "load_yaml_documents",
     "parse_object",
+    "read_bounded",
     "replica_from_manifest",
     "snapshot_from_manifests",
     "validate",

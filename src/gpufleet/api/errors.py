@@ -5,6 +5,7 @@ broken rule) is reported as a `FieldError(path, message)`: `path` names the fiel
 manifest's own camelCase spelling with `[i]` for list indices (`spec.nodePools[0].name`), empty
 for the document as a whole, and `message` states the rule (`must be at least 1`). A
 `ValidationFailed` gathers every error of one object, so a user fixes them all in one pass.
+`LimitExceeded` is a `ValidationFailed` for a file that breaks an input bound.
 `ManifestsInvalid` is what `load_manifests` raises: the failures of every object it read.
 """
 
@@ -60,6 +61,19 @@ class ValidationFailed(ValueError):
 
     def _render(self) -> str:
         return "\n".join(self.lines())
+
+
+class LimitExceeded(ValidationFailed):
+    """A file is refused for breaking an input bound (size, nesting depth, alias expansion).
+
+    `limit` names the bound and `value` its value; the CLI exits 2 for these, as for any
+    unusable input, rather than 1 for manifests that are merely invalid.
+    """
+
+    def __init__(self, message: str, *, limit: str, value: int, source: str) -> None:
+        self.limit = limit
+        self.value = value
+        super().__init__((FieldError("", message),), source=source)
 
 
 class ManifestsInvalid(ValueError):

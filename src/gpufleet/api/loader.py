@@ -8,7 +8,26 @@ object is tagged with its `Source`: the file, the document's 1-based position in
 List.
 
 YAML is read as Kubernetes reads it: as JSON-shaped data. Timestamps stay strings (the models
-parse them), and a duplicate key in a mapping is an error rather than a silent overwrite.
+parse them), a duplicate key in a mapping is an error rather than a silent overwrite, and a key
+that is a list or a mapping (`? [a]`) is an error.
+
+Every input bound is explicit and named when hit (`LimitExceeded`; the CLI exits 2):
+
+- a file is at most `MAX_FILE_BYTES` (3 MiB, the API server's request limit): checked before
+  parsing, so a 50 MB file is refused at once;
+- YAML nests at most `MAX_DEPTH` (100) levels, aliases included, checked while composing, so
+  deep input ends in this error, not in a RecursionError;
+- aliases add at most `MAX_ALIAS_NODES` (100,000) nodes to what the file spells out (counting
+  each alias as the whole node it stands for), so an alias bomb ("billion laughs") is refused
+  before anything is built from it.
+
+`load_yaml_documents(text, source)` applies these rules to any YAML text; other readers of YAML
+(the scenario loader) can share them.
+
+An object of another API group (an `apps/v1` Deployment in a GitOps folder) is not an error:
+`check_paths` returns it as `Skipped`, so a folder that mixes gpufleet manifests with others can
+be checked and planned as it is. An object of the `gpufleet.io` group with an unknown kind or
+version is an error (a typo, not someone else's object).
 
 Nothing here raises a traceback for bad input: `check_paths` returns a `ValidationFailed` in
 place of each unreadable file, malformed file or invalid object (and keeps going), and
@@ -18,16 +37,21 @@ place of each unreadable file, malformed file or invalid object (and keeps going
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
-from yaml.nodes import MappingNode
+from yaml.events import AliasEvent
+from yaml.nodes import MappingNode, Node, ScalarNode
 
-from gpufleet.api.errors import FieldError, ManifestsInvalid, ValidationFailed
-from gpufleet.api.models import ApiObject
+from gpufleet.api.errors import FieldError, LimitExceeded, ManifestsInvalid, ValidationFailed
+from gpufleet.api.models import API_GROUP, ApiObject
 from gpufleet.api.validation import parse_object
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
+
+MAX_FILE_BYTES: Final = 3 * 1024 * 1024
+MAX_DEPTH: Final = 100
+MAX_ALIAS_NODES: Final = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +75,113 @@ class Manifest:
     obj: ApiObject
 
 
+class YamlLimitError(yaml.YAMLError):
+    """The YAML breaks an input bound: `limit` names it, `value` is the bound."""
+
+    def __init__(self, message: str, *, limit: str, value: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.limit = limit
+        self.value = value
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """An object of another API (not `gpufleet.io`), read and left alone."""
+
+    source: Source
+    api_version: str
+    kind: str
+    name: str
+
+    def note(self) -> str:
+        """`skipped apps/v1 Deployment web: not a gpufleet.io object  (path#1)`."""
+        named = f"{self.kind} {self.name}".rstrip()
+        return f"skipped {self.api_version} {named}: not a {API_GROUP} object  ({self.source})"
+
+
+def _foreign(body: object, source: Source) -> Skipped | None:
+    """The body as a Skipped object when it belongs to another API group."""
+    if not isinstance(body, dict):
+        return None
+    api_version, kind, metadata = body.get("apiVersion"), body.get("kind"), body.get("metadata")
+    if not isinstance(api_version, str) or not isinstance(kind, str) or not kind:
+        return None
+    group = api_version.rpartition("/")[0]
+    if group == API_GROUP:
+        return None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return Skipped(source, api_version, kind, name if isinstance(name, str) else "")
+
+
 class _KubernetesYamlLoader(yaml.SafeLoader):
-    """SafeLoader without YAML timestamps (they stay strings) and with duplicate keys refused."""
+    """SafeLoader without YAML timestamps (they stay strings), with duplicate and non-scalar
+    keys refused, and with nesting depth and alias expansion bounded while composing."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._deepest = 0  # the deepest level reached under the node being composed
+        self._nodes = 0  # nodes composed, each alias counted as the node it stands for
+        self._alias_nodes = 0
+        self._anchored: dict[str, tuple[int, int]] = {}  # anchor: (nodes, height)
+
+    def compose_document(self) -> Node | None:
+        self._anchored = {}
+        return super().compose_document()
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, AliasEvent) and event.anchor in self._anchored:
+            nodes, height = self._anchored[event.anchor]
+            self._alias_nodes += nodes
+            self._nodes += nodes
+            if self._alias_nodes > MAX_ALIAS_NODES:
+                raise self._limit(
+                    f"aliases expand to more than {MAX_ALIAS_NODES:,} nodes",
+                    "aliasNodes",
+                    MAX_ALIAS_NODES,
+                    event,
+                )
+            self._reach(self._depth + height, event)
+            return super().compose_node(parent, index)
+        self._depth += 1
+        self._reach(self._depth, event)
+        outer_deepest, self._deepest = self._deepest, self._depth
+        first = self._nodes
+        node = super().compose_node(parent, index)
+        self._nodes += 1
+        anchor = getattr(event, "anchor", None)
+        if anchor is not None:
+            self._anchored[anchor] = (self._nodes - first, self._deepest - self._depth + 1)
+        self._depth -= 1
+        self._deepest = max(outer_deepest, self._deepest)
+        return node
+
+    def _reach(self, depth: int, event: Any) -> None:
+        self._deepest = max(self._deepest, depth)
+        if depth > MAX_DEPTH:
+            raise self._limit(f"nests deeper than {MAX_DEPTH} levels", "depth", MAX_DEPTH, event)
+
+    @staticmethod
+    def _limit(message: str, limit: str, value: int, event: Any) -> YamlLimitError:
+        mark = event.start_mark
+        return YamlLimitError(
+            f"{message} (at line {mark.line + 1}, column {mark.column + 1}; "
+            f"the limit is {value:,})",
+            limit=limit,
+            value=value,
+        )
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         seen: set[object] = set()
         for key_node, _ in node.value:
+            mark = key_node.start_mark
+            if not isinstance(key_node, ScalarNode):
+                message = "a mapping key must be a string, not a list or a mapping"
+                raise yaml.constructor.ConstructorError(None, None, message, mark)
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
-                mark = key_node.start_mark
                 raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
@@ -91,21 +213,51 @@ def _manifest_files(path: Path, *, recursive: bool) -> list[Path]:
     raise _file_error(path, "no such file or directory")
 
 
-def _documents(path: Path) -> list[tuple[int, object]]:
-    """The file's non-empty documents with their 1-based positions."""
+def load_yaml_documents(text: str, source: str) -> list[object]:
+    """Every document of `text` (None for an empty one), read with the bounds above.
+
+    Raises `LimitExceeded` for a broken bound and `ValidationFailed` for malformed YAML, both
+    naming `source`. `text` is expected to be at most `MAX_FILE_BYTES` long (see `read_bounded`).
+    """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise _file_error(path, f"cannot read: {error}") from None
-    try:
-        loaded = list(yaml.load_all(text, Loader=_KubernetesYamlLoader))
+        loader = _KubernetesYamlLoader(text)
+        try:
+            documents: list[object] = []
+            while loader.check_data():  # type: ignore[no-untyped-call]
+                documents.append(loader.get_data())
+            return documents
+        finally:
+            loader.dispose()
+    except YamlLimitError as error:
+        message = f"YAML {error.message}"
+        raise LimitExceeded(message, limit=error.limit, value=error.value, source=source) from None
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = error.problem or error.context or "unparsable"
-        raise _file_error(path, f"malformed YAML{where}: {problem}") from None
+        message = f"malformed YAML{where}: {problem}"
+        raise ValidationFailed((FieldError("", message),), source=source) from None
     except yaml.YAMLError as error:
-        raise _file_error(path, f"malformed YAML: {error}") from None
+        message = f"malformed YAML: {error}"
+        raise ValidationFailed((FieldError("", message),), source=source) from None
+
+
+def read_bounded(path: Path) -> str:
+    """The file's text; `LimitExceeded` past `MAX_FILE_BYTES`, ValidationFailed if unreadable."""
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            message = f"file is larger than {MAX_FILE_BYTES:,} bytes (the limit)"
+            raise LimitExceeded(message, limit="fileBytes", value=MAX_FILE_BYTES, source=str(path))
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise _file_error(path, f"cannot read: {error}") from None
+
+
+def _documents(path: Path) -> list[tuple[int, object]]:
+    """The file's non-empty documents with their 1-based positions."""
+    loaded = load_yaml_documents(read_bounded(path), str(path))
     documents = [(index, doc) for index, doc in enumerate(loaded, start=1) if doc is not None]
     if not documents:
         raise _file_error(path, "contains no objects")
@@ -127,16 +279,18 @@ def _identity_key(obj: ApiObject) -> tuple[str, str, str]:
     return obj.kind, obj.metadata.namespace or "", obj.metadata.name
 
 
-def check_paths(
-    paths: Iterable[str | Path], *, recursive: bool = False
-) -> list[Manifest | ValidationFailed]:
-    """Every object under the paths, each a Manifest or the ValidationFailed that rejects it.
+Result = Manifest | ValidationFailed | Skipped
+
+
+def check_paths(paths: Iterable[str | Path], *, recursive: bool = False) -> list[Result]:
+    """Every object under the paths: a Manifest, the ValidationFailed that rejects it, or a
+    Skipped object of another API.
 
     Never raises for bad input: an unreadable path or a malformed file is one
     ValidationFailed in the list, and checking goes on with the next. An object repeating the
     kind, namespace and name of an earlier one is rejected.
     """
-    results: list[Manifest | ValidationFailed] = []
+    results: list[Result] = []
     first_seen: dict[tuple[str, str, str], Source] = {}
     for raw in paths:
         try:
@@ -149,15 +303,17 @@ def check_paths(
     return results
 
 
-def _check_file(
-    path: Path, first_seen: dict[tuple[str, str, str], Source]
-) -> list[Manifest | ValidationFailed]:
+def _check_file(path: Path, first_seen: dict[tuple[str, str, str], Source]) -> list[Result]:
     try:
         objects = list(_objects(path))
     except ValidationFailed as failure:
         return [failure]
-    results: list[Manifest | ValidationFailed] = []
+    results: list[Result] = []
     for source, body in objects:
+        skipped = _foreign(body, source)
+        if skipped is not None:
+            results.append(skipped)
+            continue
         try:
             obj = parse_object(body, source=str(source))
         except ValidationFailed as failure:

@@ -5,13 +5,12 @@ integer, `1` is not a boolean), required fields, bounds and enums; unknown field
 except inside pod `template`s, which are Kubernetes PodTemplateSpecs kept as free-form dicts.
 `metadata` accepts every standard ObjectMeta field, including server-populated ones.
 
-The rules that span fields (unique keys, the shape of an engine's members, P/D pairs, name
-formats, CEL that compiles, quantities and semvers that parse) are `model_validator`s on the
-model that holds the fields. Each collects all of its violations and raises them as one
-pydantic `ValidationError` located relative to itself; pydantic merges them, prefixed with the
-model's location, with the schema errors of the rest of the object, so one validation reports
-every error of the object. A model whose own fields fail the schema skips its rules (they would
-read missing values); its siblings' rules still run.
+A rule on one field (a name format, CEL that compiles, a quantity or semver that parses) is a
+validator of that field's type: it runs whenever the field has the right type. The rules that
+span fields (unique keys, the shape of an engine's members, P/D pairs, `maxNodeCount` against
+`minNodeCount`) are each model's `check(rules)`; rules.py runs them on every well-formed part of
+an object whatever else is broken, so one validation reports every error of the object, each
+once, and none as a consequence of another.
 
 Pool names ratchet: `validate(new, old)` passes the pool names of `old` in the validation
 context under `LEGACY_POOL_NAMES`, and a pool keeping such a name skips the DNS-label rule.
@@ -20,31 +19,32 @@ Dump with `ApiObject.to_manifest()`: aliases, only the fields that were set (def
 written out) and no None fields, so a dump reloads to an equal object and dumps the same again.
 """
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Final, Literal, Self
+from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
-    BaseModel,
-    ConfigDict,
     Field,
     StrictBool,
     StrictInt,
     StrictStr,
     ValidationError,
     ValidationInfo,
-    model_validator,
 )
-from pydantic.alias_generators import to_camel
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from gpufleet.api.names import (
     DNS_LABEL_RULE,
     DNS_SUBDOMAIN_RULE,
+    LABEL_VALUE_RULE,
+    QUALIFIED_NAME_RULE,
     is_dns_label,
     is_dns_subdomain,
+    is_label_value,
+    is_qualified_name,
 )
+from gpufleet.api.rules import RULE_ERROR_TYPE, ApiModel, Loc, Rules, raise_rule, rule_error
 from gpufleet.cel import CelCompileError, compile_selector
 from gpufleet.core.labels import RESERVED_LABEL_PREFIX
 from gpufleet.core.model import ClaimMode, Phase, Role, ServingMode, TaintEffect, TolerationOperator
@@ -56,60 +56,58 @@ API_VERSION: Final = "gpufleet.io/v1alpha1"
 
 #: Validation-context key: the pool names of the stored object, exempt from the name rule.
 LEGACY_POOL_NAMES: Final = "legacyPoolNames"
-#: The pydantic error type of a broken rule; its context holds the message verbatim.
-RULE_ERROR_TYPE: Final = "gpufleet_rule"
 
 POOL_NAME_MAX_CHARS: Final = 40
 MAX_NODES: Final = 10_000
 MAX_REPLICAS: Final = 1000
 CEL_MAX_CHARS: Final = 10 * 1024
+#: Kubernetes integers are int64.
+INT64_MAX: Final = 2**63 - 1
 
-Loc = tuple[str | int, ...]
-
-
-class _Rules:
-    """The rule violations of one model, raised together as one located ValidationError."""
-
-    def __init__(self, title: str) -> None:
-        self._title = title
-        self._errors: list[InitErrorDetails] = []
-
-    def add(self, loc: Loc, message: str) -> None:
-        error = PydanticCustomError(RULE_ERROR_TYPE, "{message}", {"message": message})
-        self._errors.append(InitErrorDetails(type=error, loc=loc, input=None))
-
-    def unique(self, field: str, keys: Iterable[Hashable], describe: str = "name") -> None:
-        """Each key of the list `field` appears once (a Kubernetes list-map)."""
-        first_index: dict[Hashable, int] = {}
-        for index, key in enumerate(keys):
-            if key in first_index:
-                message = f'duplicate {describe} "{key}" (also at index {first_index[key]})'
-                self.add((field, index), message)
-            else:
-                first_index[key] = index
-
-    def raise_if_any(self) -> None:
-        if self._errors:
-            raise ValidationError.from_exception_data(self._title, self._errors)
+__all__ = ["RULE_ERROR_TYPE"]
 
 
-class ApiModel(BaseModel):
-    """camelCase on the wire, snake_case in Python; unknown fields are errors."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        validate_by_name=True,
-        validate_by_alias=True,
-        serialize_by_alias=True,
-        extra="forbid",
-        frozen=True,
-    )
+def _dns_label(value: str) -> str:
+    if not is_dns_label(value):
+        raise_rule(DNS_LABEL_RULE)
+    return value
 
 
-NonNegativeInt = Annotated[StrictInt, Field(ge=0)]
+def _dns_subdomain(value: str) -> str:
+    if not is_dns_subdomain(value):
+        raise_rule(DNS_SUBDOMAIN_RULE)
+    return value
+
+
+def _pool_name(value: str, info: ValidationInfo) -> str:
+    legacy_names: frozenset[str] = (info.context or {}).get(LEGACY_POOL_NAMES, frozenset())
+    if value not in legacy_names and not is_dns_label(value, POOL_NAME_MAX_CHARS):
+        raise_rule(DNS_LABEL_RULE)
+    return value
+
+
+NonNegativeInt = Annotated[StrictInt, Field(ge=0, le=INT64_MAX)]
 Name = Annotated[StrictStr, Field(min_length=1)]
-DnsLabelName = Annotated[StrictStr, Field(min_length=1, max_length=63)]
+DnsLabelName = Annotated[StrictStr, Field(min_length=1, max_length=63), AfterValidator(_dns_label)]
 StringMap = dict[StrictStr, StrictStr]
+
+
+def _qualified_name(value: str) -> str:
+    if not is_qualified_name(value):
+        raise_rule(QUALIFIED_NAME_RULE)
+    return value
+
+
+def _label_value(value: str) -> str:
+    if not is_label_value(value):
+        raise_rule(LABEL_VALUE_RULE)
+    return value
+
+
+QualifiedName = Annotated[StrictStr, AfterValidator(_qualified_name)]
+#: Labels as the API server validates them: qualified-name keys, short values.
+Labels = dict[QualifiedName, Annotated[StrictStr, AfterValidator(_label_value)]]
+Annotations = dict[QualifiedName, StrictStr]
 
 
 # --- metadata and conditions --------------------------------------------------------------
@@ -127,11 +125,11 @@ class OwnerReference(ApiModel):
 class ObjectMeta(ApiModel):
     """Kubernetes ObjectMeta: every standard field is accepted, a misspelt one is not."""
 
-    name: Name
-    namespace: StrictStr | None = None
+    name: Annotated[Name, AfterValidator(_dns_subdomain)]
+    namespace: Annotated[StrictStr, AfterValidator(_dns_label)] | None = None
     generate_name: StrictStr | None = None
-    labels: StringMap = Field(default_factory=dict)
-    annotations: StringMap = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
+    annotations: Annotations = Field(default_factory=dict)
     uid: StrictStr | None = None
     resource_version: StrictStr | None = None
     generation: NonNegativeInt | None = None
@@ -143,16 +141,6 @@ class ObjectMeta(ApiModel):
     managed_fields: list[dict[str, Any]] | None = None
     self_link: StrictStr | None = None
 
-    @model_validator(mode="after")
-    def _names(self) -> Self:
-        rules = _Rules("ObjectMeta")
-        if not is_dns_subdomain(self.name):
-            rules.add(("name",), DNS_SUBDOMAIN_RULE)
-        if self.namespace is not None and not is_dns_label(self.namespace):
-            rules.add(("namespace",), DNS_LABEL_RULE)
-        rules.raise_if_any()
-        return self
-
 
 class ConditionStatus(StrEnum):
     TRUE = "True"
@@ -161,16 +149,24 @@ class ConditionStatus(StrEnum):
 
 
 class Condition(ApiModel):
+    """A condition, as metav1.Condition."""
+
     type: Name
+    """The condition's type, CamelCase (Ready, ReplicasScheduled, ModelPodsScheduled...); unique in the list."""
     status: ConditionStatus
+    """True, False or Unknown."""
     reason: StrictStr | None = None
+    """Machine-readable CamelCase reason for the last transition."""
     message: StrictStr | None = None
+    """Human-readable details of the last transition."""
     last_transition_time: AwareDatetime | None = None
+    """When the status last changed (RFC 3339)."""
     observed_generation: NonNegativeInt | None = None
+    """The .metadata.generation the condition was set for."""
 
 
-def _unique_conditions(rules: _Rules, conditions: Sequence[Condition]) -> None:
-    rules.unique("conditions", (c.type for c in conditions), describe="type")
+def _unique_conditions(rules: Rules, conditions: Sequence[Condition]) -> None:
+    rules.unique("conditions", conditions, lambda c: c.type, describe="type")
 
 
 def is_condition_true(conditions: Sequence[Condition], condition_type: str) -> bool:
@@ -180,140 +176,152 @@ def is_condition_true(conditions: Sequence[Condition], condition_type: str) -> b
 # --- InferenceClass -----------------------------------------------------------------------
 
 
+def _semver(value: str) -> str:
+    try:
+        parse_semver(value)
+    except ValueError as error:
+        raise_rule(f"must be a semantic version: {error}")
+    return value
+
+
+def _quantity(value: str) -> str:
+    try:
+        parse_quantity(value)
+    except ValueError as error:
+        raise_rule(f"must be a Kubernetes quantity: {error}")
+    return value
+
+
 class AttributeValue(ApiModel):
     """A typed device attribute: exactly one of `string`, `version` (strict semver), `bool`, `int`."""
 
     string: StrictStr | None = None
-    version: StrictStr | None = None
+    """A string value."""
+    version: Annotated[StrictStr, AfterValidator(_semver)] | None = None
+    """A semantic version (2.0.0 style), compared with semver() in CEL."""
     bool_: StrictBool | None = Field(default=None, alias="bool")
-    int_: StrictInt | None = Field(default=None, alias="int")
+    """A boolean value."""
+    int_: Annotated[StrictInt, Field(ge=-INT64_MAX - 1, le=INT64_MAX)] | None = Field(
+        default=None, alias="int"
+    )
+    """An integer value (int64)."""
 
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Self:
-        rules = _Rules("AttributeValue")
-        values = (self.string, self.version, self.bool_, self.int_)
-        if sum(value is not None for value in values) != 1:
-            rules.add((), "must set exactly one of string, version, bool, int")
-        if self.version is not None:
-            try:
-                parse_semver(self.version)
-            except ValueError as error:
-                rules.add(("version",), f"must be a semantic version: {error}")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():  # a broken value is still a value that was set
+            values = (self.string, self.version, self.bool_, self.int_)
+            if sum(value is not None for value in values) != 1:
+                rules.add((), "must set exactly one of string, version, bool, int")
 
 
 class CapacityValue(ApiModel):
     """A device capacity: a Kubernetes quantity (`81559Mi`), kept verbatim."""
 
-    value: StrictStr
-
-    @model_validator(mode="after")
-    def _quantity(self) -> Self:
-        rules = _Rules("CapacityValue")
-        try:
-            parse_quantity(self.value)
-        except ValueError as error:
-            rules.add(("value",), f"must be a Kubernetes quantity: {error}")
-        rules.raise_if_any()
-        return self
+    value: Annotated[StrictStr, AfterValidator(_quantity)]
+    """A Kubernetes quantity, for example 81559Mi."""
 
 
 class DeviceSpec(ApiModel):
     """One kind of device that every node of a pool offers `count` of."""
 
     name: DnsLabelName
+    """The device's name in the class, a DNS label; unique in the class."""
     driver: Name
+    """The DRA driver that publishes the device, for example gpu.nvidia.com."""
     claim: ClaimMode = ClaimMode.DRA
+    """DRA: pods claim the device through a ResourceClaim; Synthetic: the device is modelled only (no claim)."""
     device_class_name: StrictStr | None = None
+    """The DRA DeviceClass to claim from; required when claim is DRA."""
     count: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    """How many of these devices one node of the pool offers (1-64)."""
     attributes: Annotated[dict[StrictStr, AttributeValue], Field(max_length=32)] = Field(
         default_factory=dict
     )
+    """Device attributes by name, as DRA publishes them; at most 32."""
     capacity: Annotated[dict[StrictStr, CapacityValue], Field(max_length=32)] = Field(
         default_factory=dict
     )
+    """Device capacities by name (quantities), as DRA publishes them; at most 32."""
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("DeviceSpec")
-        if not is_dns_label(self.name):
-            rules.add(("name",), DNS_LABEL_RULE)
-        if self.claim is ClaimMode.DRA and not self.device_class_name:
-            rules.add(("deviceClassName",), "is required when claim is DRA")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if self.claim == ClaimMode.DRA and not self.device_class_name:
+                rules.add(("deviceClassName",), "is required when claim is DRA")
 
 
 Devices = Annotated[list[DeviceSpec], Field(min_length=1, max_length=16)]
 
 
 class InferenceClassSpec(ApiModel):
-    devices: Devices
+    """The devices of one node."""
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("InferenceClassSpec")
-        rules.unique("devices", (d.name for d in self.devices))
-        rules.raise_if_any()
-        return self
+    devices: Devices
+    """The kinds of device one node offers, 1-16, unique by name."""
+
+    def check(self, rules: Rules) -> None:
+        rules.unique("devices", self.devices, lambda d: d.name)
 
 
 # --- InferenceCluster ---------------------------------------------------------------------
 
 
 class TaintSpec(ApiModel):
+    """A cluster taint."""
+
     key: Name
+    """The taint key."""
     value: StrictStr = ""
+    """The taint value."""
     effect: TaintEffect
+    """NoSchedule (no new replicas unless tolerated) or NoExecute (also evicts untolerated replicas)."""
 
 
 class NodePoolSpec(ApiModel):
     """A pool of identical nodes. `maxNodeCount` absent means fixed size (`nodeCount`)."""
 
-    name: Annotated[StrictStr, Field(min_length=1, max_length=POOL_NAME_MAX_CHARS)]
+    name: Annotated[
+        StrictStr, Field(min_length=1, max_length=POOL_NAME_MAX_CHARS), AfterValidator(_pool_name)
+    ]
+    """The pool's name, a DNS label of at most 40 characters; nodes carry it in the gpufleet.io/pool label. Unique in the cluster."""
     class_name: Name
+    """The InferenceClass that describes one node of this pool."""
     node_count: Annotated[StrictInt, Field(ge=0, le=MAX_NODES)] = 1
+    """Nodes in the pool now (0-10000); at most maxNodeCount."""
     min_node_count: Annotated[StrictInt, Field(ge=0, le=MAX_NODES)] = 0
+    """The fewest nodes an autoscaled pool shrinks to."""
     max_node_count: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)] | None = None
+    """The most nodes an autoscaled pool grows to; absent for a fixed-size pool. At least minNodeCount."""
 
-    @model_validator(mode="after")
-    def _rules(self, info: ValidationInfo) -> Self:
-        rules = _Rules("NodePoolSpec")
-        legacy_names: frozenset[str] = (info.context or {}).get(LEGACY_POOL_NAMES, frozenset())
-        if self.name not in legacy_names and not is_dns_label(self.name, POOL_NAME_MAX_CHARS):
-            rules.add(("name",), DNS_LABEL_RULE)
-        if self.max_node_count is not None:
-            if self.max_node_count < self.min_node_count:
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if self.max_node_count is not None and self.max_node_count < self.min_node_count:
                 rules.add(
                     ("maxNodeCount",), f"must be at least minNodeCount ({self.min_node_count})"
                 )
-            if self.node_count > self.max_node_count:
+        with rules.reading():
+            if self.max_node_count is not None and self.node_count > self.max_node_count:
                 rules.add(("nodeCount",), f"must be at most maxNodeCount ({self.max_node_count})")
-        rules.raise_if_any()
-        return self
 
 
 class InferenceClusterSpec(ApiModel):
-    taints: list[TaintSpec] = Field(default_factory=list)
-    node_pools: Annotated[list[NodePoolSpec], Field(min_length=1, max_length=8)]
+    """A workload cluster."""
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("InferenceClusterSpec")
-        rules.unique(
-            "taints", (f"{t.key}:{t.effect}" for t in self.taints), describe="key and effect"
-        )
-        rules.unique("nodePools", (p.name for p in self.node_pools))
-        rules.raise_if_any()
-        return self
+    taints: list[TaintSpec] = Field(default_factory=list)
+    """Cluster taints; deployments must tolerate them. Unique by key and effect."""
+    node_pools: Annotated[list[NodePoolSpec], Field(min_length=1, max_length=8)]
+    """The cluster's pools of identical GPU nodes, 1-8, unique by name."""
+
+    def check(self, rules: Rules) -> None:
+        rules.unique("taints", self.taints, lambda t: f"{t.key}:{t.effect}", "key and effect")
+        rules.unique("nodePools", self.node_pools, lambda p: p.name)
 
 
 class Bucket(ApiModel):
     """`nodes` nodes each with exactly `free` devices free, per DRA driver."""
 
     free: dict[StrictStr, NonNegativeInt]
+    """Free devices on each of these nodes, per DRA driver."""
     nodes: Annotated[StrictInt, Field(ge=1)]
+    """How many nodes have exactly these free devices."""
 
 
 def _free_vector(bucket: Bucket) -> str:
@@ -325,22 +333,24 @@ class ObservedPool(ApiModel):
     """What an agent saw of one pool. Over 256 buckets is valid: the converter falls back."""
 
     observed_at: AwareDatetime
+    """When the agent observed the pool (RFC 3339)."""
     observed_nodes: NonNegativeInt
+    """Nodes of the pool the agent saw."""
     free_devices: list[Bucket] | None = None
+    """Histogram of nodes by free devices; absent when not available (whole-node accounting)."""
     last_allocation_time: AwareDatetime | None = None
+    """The newest allocation the histogram accounts for."""
     excluded_nodes: dict[StrictStr, NonNegativeInt] = Field(default_factory=dict)
+    """Nodes counted without free devices, by reason (Cordoned, NotReady, Tainted...)."""
     extended_resources: dict[StrictStr, NonNegativeInt] = Field(default_factory=dict)
+    """Free extended resources of the pool, by name."""
     conditions: list[Condition] = Field(default_factory=list)
+    """Conditions of the observation (HistogramAvailable, ScaleUpBlocked...)."""
 
-    @model_validator(mode="after")
-    def _histogram(self) -> Self:
-        rules = _Rules(type(self).__name__)
-        rules.unique(
-            "freeDevices", (_free_vector(b) for b in self.free_devices or ()), "free vector"
-        )
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            rules.unique("freeDevices", self.free_devices or (), _free_vector, "free vector")
         _unique_conditions(rules, self.conditions)
-        rules.raise_if_any()
-        return self
 
 
 class ObservationState(StrEnum):
@@ -353,58 +363,77 @@ class PublishedObservation(ObservedPool):
     """A pool's observation as the controller publishes it in the cluster's status."""
 
     age_seconds: NonNegativeInt | None = None
+    """The observation's age when the controller published it."""
     state: ObservationState | None = None
+    """Fresh, Stale or Expired, as judged by the controller."""
 
 
 class GpuPoolStatus(ApiModel):
+    """A pool's devices and latest observation."""
+
     name: Name
+    """The pool's name."""
     nodes: Annotated[StrictInt, Field(ge=0, le=MAX_NODES)]
+    """Nodes of the pool."""
     devices: list[DeviceSpec] = Field(default_factory=list)
+    """The devices one node of the pool offers, from its class."""
     observation: PublishedObservation | None = None
+    """The pool's latest observation, as the controller publishes it."""
 
 
 class Gateway(ApiModel):
+    """The cluster's inference gateway."""
+
     address: StrictStr
+    """The address of the cluster's inference gateway."""
 
 
 class AgentStatus(ApiModel):
+    """The agent that reported."""
+
     identity: Name
+    """The identity of the agent that reported."""
     lease_epoch: NonNegativeInt
+    """The agent's Lease transitions when it reported (fences stale leaders)."""
     observed_at: AwareDatetime | None = None
+    """When the agent last reported."""
 
 
 class InferenceClusterStatus(ApiModel):
-    conditions: list[Condition] = Field(default_factory=list)
-    gateway: Gateway | None = None
-    agent: AgentStatus | None = None
-    gpu_pools: Annotated[list[GpuPoolStatus], Field(max_length=8)] = Field(default_factory=list)
+    """The cluster's state, published by the controller."""
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("InferenceClusterStatus")
+    conditions: list[Condition] = Field(default_factory=list)
+    """The cluster's conditions (Ready...)."""
+    gateway: Gateway | None = None
+    """The cluster's inference gateway."""
+    agent: AgentStatus | None = None
+    """The agent that last reported for the cluster."""
+    gpu_pools: Annotated[list[GpuPoolStatus], Field(max_length=8)] = Field(default_factory=list)
+    """Free GPUs per pool, published by the controller from the observations."""
+
+    def check(self, rules: Rules) -> None:
         _unique_conditions(rules, self.conditions)
-        rules.unique("gpuPools", (p.name for p in self.gpu_pools))
-        rules.raise_if_any()
-        return self
+        rules.unique("gpuPools", self.gpu_pools, lambda p: p.name)
 
 
 # --- ModelDeployment ----------------------------------------------------------------------
 
 
+def _compiles(expression: str) -> str:
+    try:
+        compile_selector(expression)
+    except CelCompileError as error:
+        raise_rule(f"does not compile: {error.message}")
+    return expression
+
+
 class CelSelectorSpec(ApiModel):
     """A DRA device selector in CEL; it must compile."""
 
-    cel: Annotated[StrictStr, Field(min_length=1, max_length=CEL_MAX_CHARS)]
-
-    @model_validator(mode="after")
-    def _compiles(self) -> Self:
-        rules = _Rules("CelSelectorSpec")
-        try:
-            compile_selector(self.cel)
-        except CelCompileError as error:
-            rules.add(("cel",), f"does not compile: {error.message}")
-        rules.raise_if_any()
-        return self
+    cel: Annotated[
+        StrictStr, Field(min_length=1, max_length=CEL_MAX_CHARS), AfterValidator(_compiles)
+    ]
+    """A DRA CEL expression over `device` (at most 10 KiB); it must compile."""
 
 
 Selectors = Annotated[list[CelSelectorSpec], Field(min_length=1, max_length=8)]
@@ -414,63 +443,79 @@ class DeviceRequestSpec(ApiModel):
     """`count` devices per pod, of a device whose every selector matches."""
 
     name: DnsLabelName
+    """The request's name, a DNS label; unique in the member."""
     count: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    """Devices per pod (1-64)."""
     selectors: Selectors
-
-    @model_validator(mode="after")
-    def _name(self) -> Self:
-        rules = _Rules("DeviceRequestSpec")
-        if not is_dns_label(self.name):
-            rules.add(("name",), DNS_LABEL_RULE)
-        rules.raise_if_any()
-        return self
+    """CEL selectors a device must all match, 1-8."""
 
 
 class NodeSelectorSpec(ApiModel):
-    devices: Annotated[list[DeviceRequestSpec], Field(min_length=1, max_length=16)]
+    """The devices each pod of a member claims."""
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("NodeSelectorSpec")
-        rules.unique("devices", (d.name for d in self.devices))
-        rules.raise_if_any()
-        return self
+    devices: Annotated[list[DeviceRequestSpec], Field(min_length=1, max_length=16)]
+    """What each pod of the member claims, 1-16 requests, unique by name."""
+
+    def check(self, rules: Rules) -> None:
+        rules.unique("devices", self.devices, lambda d: d.name)
 
 
 class WorkerSpec(ApiModel):
     """Gang size: pods per copy are 1 leader + `nodes` workers."""
 
     nodes: Annotated[StrictInt, Field(ge=1, le=63)]
+    """Worker pods per copy (1-63); each copy is one leader and this many workers."""
 
 
-PodTemplate = dict[str, Any]
+def _int64_only(template: dict[str, Any]) -> dict[str, Any]:
+    """Every integer in a free-form template fits in int64, as the API server requires."""
+    errors = []
+    stack: list[tuple[Loc, object]] = [((), template)]
+    while stack:  # iterative: the loader bounds depth, this need not trust it
+        loc, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(((*loc, str(k)), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*loc, i), v) for i, v in enumerate(value))
+        elif isinstance(value, int) and not -INT64_MAX - 1 <= value <= INT64_MAX:
+            errors.append(rule_error(loc, "must be an integer within int64"))
+    if errors:
+        raise ValidationError.from_exception_data("template", sorted(errors, key=_by_loc))
+    return template
 
 
-class MemberRole(ApiModel):
-    """A member's role alone (what an engine's shape is made of)."""
-
-    role: Role = Role.STANDALONE
+def _by_loc(error: Any) -> str:
+    return repr(error["loc"])
 
 
-class RoleMember(MemberRole):
+#: A Kubernetes PodTemplateSpec, free-form.
+PodTemplate = Annotated[dict[str, Any], AfterValidator(_int64_only)]
+
+
+class RoleMember(ApiModel):
     """The role of a member; `worker` belongs on a Worker, and only there."""
 
+    role: Role = Role.STANDALONE
+    """Standalone (default), Leader or Worker."""
     worker: WorkerSpec | None = None
+    """The gang size; required on a Worker member, and only there."""
 
-    @model_validator(mode="after")
-    def _worker(self) -> Self:
-        rules = _Rules(type(self).__name__)
-        if self.role is Role.WORKER and self.worker is None:
-            rules.add(("worker",), "is required for a Worker member")
-        if self.role is not Role.WORKER and self.worker is not None:
-            rules.add(("worker",), "is only allowed on a Worker member")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if self.role == Role.WORKER and self.worker is None:
+                rules.add(("worker",), "is required for a Worker member")
+        with rules.reading():
+            if self.role != Role.WORKER and self.worker is not None:
+                rules.add(("worker",), "is only allowed on a Worker member")
 
 
 class MemberSpec(RoleMember):
+    """A member of an engine: its role, devices and pod template."""
+
     node_selector: NodeSelectorSpec | None = None
+    """The devices each pod claims; a member without one claims nothing and rides on its engine's pool."""
     template: PodTemplate
+    """The pod template (a Kubernetes PodTemplateSpec), copied to the workload cluster."""
 
 
 _MEMBER_SHAPES: Final = (
@@ -479,146 +524,162 @@ _MEMBER_SHAPES: Final = (
 )
 
 
-def _members_rule(rules: _Rules, members: Sequence[MemberRole]) -> None:
-    roles = tuple(sorted((m.role for m in members), key=list(Role).index))
-    if roles not in _MEMBER_SHAPES:
-        got = ", ".join(roles)
-        rules.add(
-            ("members",),
-            f"must be exactly one Standalone member, or one Leader and one Worker (got {got})",
-        )
-
-
-class MembersShape(ApiModel):
-    """Only the roles of an engine's members: validation checks an engine's shape with it
-    when other fields of its members are invalid, so the rule is reported in the same pass
-    instead of after the first fix (it is the engines' rule, `_members_rule`)."""
-
-    members: Annotated[list[MemberRole], Field(min_length=1, max_length=2)]
-
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("MembersShape")
-        _members_rule(rules, self.members)
-        rules.raise_if_any()
-        return self
+def _members_rule(rules: Rules, members: Sequence[RoleMember]) -> None:
+    with rules.reading():
+        roles = [Role(m.role) for m in members]
+        shape = tuple(sorted(roles, key=list(Role).index))
+        if shape not in _MEMBER_SHAPES:
+            got = ", ".join(shape)
+            rules.add(
+                ("members",),
+                f"must be exactly one Standalone member, or one Leader and one Worker (got {got})",
+            )
 
 
 class EngineSpec(ApiModel):
-    name: DnsLabelName
-    phase: Phase | None = None
-    copies: Annotated[StrictInt, Field(ge=1, le=64)] = 1
-    members: Annotated[list[MemberSpec], Field(min_length=1, max_length=2)]
+    """An engine: copies of a Standalone member or of a Leader + Worker gang."""
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("EngineSpec")
-        if not is_dns_label(self.name):
-            rules.add(("name",), DNS_LABEL_RULE)
+    name: DnsLabelName
+    """The engine's name, a DNS label; unique in the deployment."""
+    phase: Phase | None = None
+    """Prefill or Decode, only when serving.mode is PrefillDecode."""
+    copies: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    """Copies of the engine per replica (1-64)."""
+    members: Annotated[list[MemberSpec], Field(min_length=1, max_length=2)]
+    """One Standalone member, or one Leader and one Worker; at least one has a nodeSelector."""
+
+    def check(self, rules: Rules) -> None:
         _members_rule(rules, self.members)
-        if all(m.node_selector is None for m in self.members):
-            rules.add(("members",), "at least one member must have a nodeSelector")
-        rules.raise_if_any()
-        return self
+        with rules.reading():
+            if all(m.node_selector is None for m in self.members):
+                rules.add(("members",), "at least one member must have a nodeSelector")
 
 
 class ServingSpec(ApiModel):
+    """How the engines of a replica serve."""
+
     mode: ServingMode = ServingMode.UNIFIED
+    """Unified (default) or PrefillDecode (one Prefill and one Decode engine)."""
 
 
-def _serving_rule(rules: _Rules, mode: ServingMode, phases: Sequence[Phase | None]) -> None:
-    if mode is ServingMode.UNIFIED:
-        for index, phase in enumerate(phases):
-            if phase is not None:
-                rules.add(
-                    ("engines", index, "phase"),
-                    "is only allowed when serving.mode is PrefillDecode",
-                )
-        return
-    if sorted(p or "" for p in phases) != sorted((Phase.DECODE, Phase.PREFILL)):
-        rules.add(
-            ("engines",), "PrefillDecode needs exactly two engines, one Prefill and one Decode"
-        )
+def _serving_rule(rules: Rules, serving: ServingSpec, engines: Sequence[Any]) -> None:
+    """`phase` only in PrefillDecode mode, and then one Prefill and one Decode engine."""
+    with rules.reading():
+        if serving.mode == ServingMode.UNIFIED:
+            for index, engine in enumerate(engines):
+                with rules.reading():
+                    if engine.phase is not None:
+                        rules.add(
+                            ("engines", index, "phase"),
+                            "is only allowed when serving.mode is PrefillDecode",
+                        )
+            return
+        phases = sorted(Phase(e.phase) if e.phase is not None else "" for e in engines)
+        if phases != sorted((Phase.DECODE, Phase.PREFILL)):
+            rules.add(
+                ("engines",), "PrefillDecode needs exactly two engines, one Prefill and one Decode"
+            )
 
 
 class ClusterSelectorSpec(ApiModel):
-    match_labels: StringMap = Field(default_factory=dict)
+    """Which clusters a deployment's replicas may go to."""
+
+    match_labels: Labels = Field(default_factory=dict)
+    """Labels an InferenceCluster must have for replicas to go there."""
 
 
 class TolerationSpec(ApiModel):
     """Kubernetes toleration; an absent `effect` tolerates every effect."""
 
     key: StrictStr = ""
+    """The taint key to tolerate; empty with operator Exists tolerates every taint."""
     operator: TolerationOperator = TolerationOperator.EQUAL
+    """Equal (default) or Exists."""
     value: StrictStr = ""
+    """The taint value to match; empty when operator is Exists."""
     effect: TaintEffect | None = None
+    """The effect to tolerate; absent tolerates every effect."""
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("TolerationSpec")
-        if not self.key and self.operator is not TolerationOperator.EXISTS:
-            rules.add(("operator",), "must be Exists when key is empty")
-        if self.operator is TolerationOperator.EXISTS and self.value:
-            rules.add(("value",), "must be empty when operator is Exists")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if not self.key and self.operator != TolerationOperator.EXISTS:
+                rules.add(("operator",), "must be Exists when key is empty")
+        with rules.reading():
+            if self.operator == TolerationOperator.EXISTS and self.value:
+                rules.add(("value",), "must be empty when operator is Exists")
 
 
 class TemplateMeta(ApiModel):
-    labels: StringMap = Field(default_factory=dict)
-    annotations: StringMap = Field(default_factory=dict)
+    """Labels and annotations of every replica."""
 
-    @model_validator(mode="after")
-    def _reserved(self) -> Self:
-        rules = _Rules("TemplateMeta")
-        for key in self.labels:
-            if key.startswith(RESERVED_LABEL_PREFIX):
-                rules.add(("labels", key), f"the {RESERVED_LABEL_PREFIX} prefix is reserved")
-        rules.raise_if_any()
-        return self
+    labels: Labels = Field(default_factory=dict)
+    """Labels of every replica; the gpufleet.io/ prefix is reserved."""
+    annotations: Annotations = Field(default_factory=dict)
+    """Annotations of every replica."""
+
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            for key in self.labels:
+                if key.startswith(RESERVED_LABEL_PREFIX):
+                    rules.add(("labels", key), f"the {RESERVED_LABEL_PREFIX} prefix is reserved")
 
 
 class DeploymentTemplateSpec(ApiModel):
-    cluster_selector: ClusterSelectorSpec | None = None
-    serving: ServingSpec = Field(default_factory=ServingSpec)
-    tolerations: list[TolerationSpec] = Field(default_factory=list)
-    engines: Annotated[list[EngineSpec], Field(min_length=1, max_length=8)]
+    """The shape of one replica."""
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("DeploymentTemplateSpec")
-        rules.unique("engines", (e.name for e in self.engines))
-        _serving_rule(rules, self.serving.mode, [e.phase for e in self.engines])
-        rules.raise_if_any()
-        return self
+    cluster_selector: ClusterSelectorSpec | None = None
+    """Which clusters the replicas may go to; absent: any cluster."""
+    serving: ServingSpec = Field(default_factory=ServingSpec)
+    """How the engines serve: Unified or PrefillDecode."""
+    tolerations: list[TolerationSpec] = Field(default_factory=list)
+    """Cluster taints the replicas tolerate."""
+    engines: Annotated[list[EngineSpec], Field(min_length=1, max_length=8)]
+    """The engines of one replica, 1-8, unique by name."""
+
+    def check(self, rules: Rules) -> None:
+        rules.unique("engines", self.engines, lambda e: e.name)
+        _serving_rule(rules, self.serving, self.engines)
 
 
 class DeploymentTemplate(ApiModel):
+    """The template of one replica."""
+
     metadata: TemplateMeta = Field(default_factory=TemplateMeta)
+    """Labels and annotations of every replica."""
     spec: DeploymentTemplateSpec
+    """The shape of one replica."""
 
 
 class ModelDeploymentSpec(ApiModel):
+    """A model to serve."""
+
     replicas: Annotated[StrictInt, Field(ge=0, le=MAX_REPLICAS)] = 1
+    """How many replicas to place (0-1000)."""
     template: DeploymentTemplate
+    """The template of one replica."""
 
 
 class ReplicaCounts(ApiModel):
+    """Replica counts."""
+
     total: NonNegativeInt = 0
+    """Replicas placed."""
     ready: NonNegativeInt = 0
+    """Replicas whose pods are all scheduled."""
 
 
 class ModelDeploymentStatus(ApiModel):
-    observed_generation: NonNegativeInt | None = None
-    replicas: ReplicaCounts | None = None
-    conditions: list[Condition] = Field(default_factory=list)
+    """The deployment's state, written by the controller."""
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("ModelDeploymentStatus")
+    observed_generation: NonNegativeInt | None = None
+    """The generation the status was computed for."""
+    replicas: ReplicaCounts | None = None
+    """Replicas placed and ready."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """The deployment's conditions (ReplicasScheduled, InvalidSpec...)."""
+
+    def check(self, rules: Rules) -> None:
         _unique_conditions(rules, self.conditions)
-        rules.raise_if_any()
-        return self
 
 
 # --- ModelReplica and the observations ----------------------------------------------------
@@ -628,110 +689,149 @@ class ResolvedDeviceRequestSpec(ApiModel):
     """A member's request resolved to a DRA device of its pool: what each pod claims."""
 
     name: DnsLabelName
+    """The request's name."""
     device_class_name: Name
+    """The DRA DeviceClass to claim from."""
     driver: StrictStr | None = None
+    """The DRA driver of the pool's device."""
     count: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    """Devices per pod (1-64)."""
     selectors: Annotated[list[CelSelectorSpec], Field(max_length=8)] = Field(default_factory=list)
+    """The request's CEL selectors, at most 8."""
 
 
 class ReplicaMemberSpec(RoleMember):
+    """A member of a placed engine."""
+
     node_pool_name: Name
+    """The pool the member's pods are pinned to."""
     #: Absent (never empty) when the member claims nothing.
     device_requests: Annotated[list[ResolvedDeviceRequestSpec], Field(min_length=1)] | None = None
+    """What each pod claims; absent (never empty) when the member claims nothing."""
     template: PodTemplate
+    """The pod template (a Kubernetes PodTemplateSpec)."""
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("ReplicaMemberSpec")
-        rules.unique("deviceRequests", (r.name for r in self.device_requests or ()))
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        super().check(rules)
+        with rules.reading():
+            rules.unique("deviceRequests", self.device_requests or (), lambda r: r.name)
 
 
 class ReplicaEngineSpec(ApiModel):
-    name: DnsLabelName
-    phase: Phase | None = None
-    copies: Annotated[StrictInt, Field(ge=1, le=64)] = 1
-    members: Annotated[list[ReplicaMemberSpec], Field(min_length=1, max_length=2)]
+    """An engine of a placed replica."""
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("ReplicaEngineSpec")
+    name: DnsLabelName
+    """The engine's name."""
+    phase: Phase | None = None
+    """Prefill or Decode in PrefillDecode serving."""
+    copies: Annotated[StrictInt, Field(ge=1, le=64)] = 1
+    """Copies of the engine (1-64)."""
+    members: Annotated[list[ReplicaMemberSpec], Field(min_length=1, max_length=2)]
+    """One Standalone member, or one Leader and one Worker."""
+
+    def check(self, rules: Rules) -> None:
         _members_rule(rules, self.members)
-        rules.raise_if_any()
-        return self
 
 
 class ModelReplicaSpec(ApiModel):
-    deployment_name: Name
-    cluster_name: Name
-    serving: ServingSpec = Field(default_factory=ServingSpec)
-    engines: Annotated[list[ReplicaEngineSpec], Field(min_length=1, max_length=8)]
+    """A placed replica."""
 
-    @model_validator(mode="after")
-    def _rules(self) -> Self:
-        rules = _Rules("ModelReplicaSpec")
-        rules.unique("engines", (e.name for e in self.engines))
-        _serving_rule(rules, self.serving.mode, [e.phase for e in self.engines])
-        rules.raise_if_any()
-        return self
+    deployment_name: Name
+    """The ModelDeployment this replica belongs to."""
+    cluster_name: Name
+    """The InferenceCluster the replica is pinned to."""
+    serving: ServingSpec = Field(default_factory=ServingSpec)
+    """How the engines serve."""
+    engines: Annotated[list[ReplicaEngineSpec], Field(min_length=1, max_length=8)]
+    """The replica's engines, unique by name."""
+
+    def check(self, rules: Rules) -> None:
+        rules.unique("engines", self.engines, lambda e: e.name)
+        _serving_rule(rules, self.serving, self.engines)
 
 
 class MemberPodsStatus(ApiModel):
+    """Pod counts of one member."""
+
     engine: Name
+    """The engine's name."""
     role: Role
+    """The member's role."""
     live_pods: NonNegativeInt
+    """Pods of the member that exist and have not finished."""
     allocated_pods: NonNegativeInt
+    """Live pods whose claims are allocated."""
 
 
 class ReplicaPoolPodsStatus(ApiModel):
+    """A replica's pods on one pool."""
+
     name: Name
+    """The pool's name."""
     last_allocation_time: AwareDatetime | None = None
+    """The latest allocation of the replica's claims on the pool."""
     members: list[MemberPodsStatus] = Field(default_factory=list)
+    """Pod counts per engine and member."""
 
 
 class ModelReplicaStatus(ApiModel):
-    observed_generation: NonNegativeInt | None = None
-    conditions: list[Condition] = Field(default_factory=list)
-    pools: list[ReplicaPoolPodsStatus] = Field(default_factory=list)
+    """The replica's state."""
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("ModelReplicaStatus")
+    observed_generation: NonNegativeInt | None = None
+    """The generation the status was computed for."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """The replica's conditions (ModelPodsScheduled...)."""
+    pools: list[ReplicaPoolPodsStatus] = Field(default_factory=list)
+    """The replica's pods per pool, unique by name."""
+
+    def check(self, rules: Rules) -> None:
         _unique_conditions(rules, self.conditions)
-        rules.unique("pools", (p.name for p in self.pools))
-        rules.raise_if_any()
-        return self
+        rules.unique("pools", self.pools, lambda p: p.name)
 
 
 class PoolObservationSpec(ApiModel):
+    """What is observed."""
+
     cluster_name: Name
+    """The InferenceCluster observed."""
     pool_name: Name
+    """The pool observed."""
 
 
 class PoolObservationStatus(ObservedPool):
+    """One pool's nodes by free devices, reported by the cluster's agent."""
+
     agent: AgentStatus
+    """The agent that reported."""
 
 
 class ReplicaObservationSpec(ApiModel):
+    """What is observed."""
+
     cluster_name: Name
+    """The InferenceCluster the replica runs on."""
     replica_name: Name
+    """The ModelReplica observed."""
     replica_namespace: Name
+    """The ModelReplica's namespace."""
 
 
 class ReplicaObservationStatus(ApiModel):
-    agent: AgentStatus
-    observed_at: AwareDatetime
-    observed_generation: NonNegativeInt | None = None
-    pods_scheduled: StrictBool = False
-    pools: list[ReplicaPoolPodsStatus] = Field(default_factory=list)
+    """One replica's pods, reported by the cluster's agent."""
 
-    @model_validator(mode="after")
-    def _unique(self) -> Self:
-        rules = _Rules("ReplicaObservationStatus")
-        rules.unique("pools", (p.name for p in self.pools))
-        rules.raise_if_any()
-        return self
+    agent: AgentStatus
+    """The agent that reported."""
+    observed_at: AwareDatetime
+    """When the agent observed the replica."""
+    observed_generation: NonNegativeInt | None = None
+    """The replica generation the pods were made for."""
+    pods_scheduled: StrictBool = False
+    """Whether every pod of the replica is scheduled."""
+    pools: list[ReplicaPoolPodsStatus] = Field(default_factory=list)
+    """The replica's pods per pool, unique by name."""
+
+    def check(self, rules: Rules) -> None:
+        rules.unique("pools", self.pools, lambda p: p.name)
 
 
 # --- the kinds ----------------------------------------------------------------------------
@@ -744,15 +844,14 @@ class _Object(ApiModel):
     is_namespaced: ClassVar[bool] = True
 
     api_version: Literal["gpufleet.io/v1alpha1"] = API_VERSION
+    """gpufleet.io/v1alpha1."""
     metadata: ObjectMeta
+    """Standard object metadata."""
 
-    @model_validator(mode="after")
-    def _scope(self) -> Self:
-        rules = _Rules(type(self).__name__)
-        if not type(self).is_namespaced and self.metadata.namespace is not None:
-            rules.add(("metadata", "namespace"), "must not be set on a cluster-scoped object")
-        rules.raise_if_any()
-        return self
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if not type(self).is_namespaced and self.metadata.namespace is not None:
+                rules.add(("metadata", "namespace"), "must not be set on a cluster-scoped object")
 
     @property
     def display_name(self) -> str:
@@ -767,42 +866,71 @@ class _Object(ApiModel):
 
 
 class InferenceClass(_Object):
+    """The devices one node of a pool offers (platform team)."""
+
     is_namespaced = False
 
     kind: Literal["InferenceClass"] = "InferenceClass"
+    """InferenceClass."""
     spec: InferenceClassSpec
+    """The devices one node of a pool offers."""
 
 
 class InferenceCluster(_Object):
+    """A workload cluster and its GPU node pools (platform team); status by the controller."""
+
     is_namespaced = False
 
     kind: Literal["InferenceCluster"] = "InferenceCluster"
+    """InferenceCluster."""
     spec: InferenceClusterSpec
+    """The cluster's taints and node pools."""
     status: InferenceClusterStatus | None = None
+    """Readiness, gateway, agent and free GPUs per pool, written by the controller."""
 
 
 class ModelDeployment(_Object):
+    """A model to serve: how many replicas, where, and the shape of one replica (ML team)."""
+
     kind: Literal["ModelDeployment"] = "ModelDeployment"
+    """ModelDeployment."""
     spec: ModelDeploymentSpec
+    """How many replicas, where, and the shape of one replica."""
     status: ModelDeploymentStatus | None = None
+    """Replicas placed and ready, and conditions, written by the controller."""
 
 
 class ModelReplica(_Object):
+    """One placed replica of a ModelDeployment, pinned to a cluster and its members to pools (controller)."""
+
     kind: Literal["ModelReplica"] = "ModelReplica"
+    """ModelReplica."""
     spec: ModelReplicaSpec
+    """The placed replica: its cluster, and each member's pool and device requests."""
     status: ModelReplicaStatus | None = None
+    """Conditions and pods per pool, written by the controller from the observations."""
 
 
 class PoolObservation(_Object):
+    """One pool's nodes by free devices, reported by the cluster's agent."""
+
     kind: Literal["PoolObservation"] = "PoolObservation"
+    """PoolObservation."""
     spec: PoolObservationSpec
+    """The cluster and pool observed."""
     status: PoolObservationStatus | None = None
+    """What the agent saw of the pool."""
 
 
 class ReplicaObservation(_Object):
+    """One replica's pods, live and allocated, reported by the cluster's agent."""
+
     kind: Literal["ReplicaObservation"] = "ReplicaObservation"
+    """ReplicaObservation."""
     spec: ReplicaObservationSpec
+    """The replica observed."""
     status: ReplicaObservationStatus | None = None
+    """What the agent saw of the replica's pods."""
 
 
 ApiObject = (

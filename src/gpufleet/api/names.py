@@ -1,4 +1,4 @@
-"""Kubernetes name formats: DNS labels (RFC 1123) and DNS subdomains."""
+"""Kubernetes name formats: DNS labels (RFC 1123), DNS subdomains, label keys and values."""
 
 import re
 
@@ -24,3 +24,30 @@ def is_dns_label(value: str, max_chars: int = DNS_LABEL_MAX_CHARS) -> bool:
 
 def is_dns_subdomain(value: str) -> bool:
     return len(value) <= DNS_SUBDOMAIN_MAX_CHARS and _DNS_SUBDOMAIN.fullmatch(value) is not None
+
+
+LABEL_VALUE_MAX_CHARS = 63
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+QUALIFIED_NAME_RULE = (
+    "must be a qualified name: an optional DNS subdomain prefix and '/', then at most 63 "
+    "letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+)
+LABEL_VALUE_RULE = (
+    "must be empty or at most 63 letters, digits, '-', '_' or '.', starting and ending with a "
+    "letter or digit"
+)
+
+
+def is_qualified_name(value: str) -> bool:
+    """A label or annotation key as Kubernetes validates it (`example.com/name`)."""
+    prefix, slash, name = value.rpartition("/")
+    if slash and not is_dns_subdomain(prefix):
+        return False
+    return len(name) <= DNS_LABEL_MAX_CHARS and _QUALIFIED_NAME.fullmatch(name) is not None
+
+
+def is_label_value(value: str) -> bool:
+    return value == "" or (
+        len(value) <= LABEL_VALUE_MAX_CHARS and _QUALIFIED_NAME.fullmatch(value) is not None
+    )

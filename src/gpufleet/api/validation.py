@@ -25,8 +25,6 @@ from gpufleet.api.models import (
     RULE_ERROR_TYPE,
     ApiObject,
     InferenceCluster,
-    MembersShape,
-    RoleMember,
 )
 
 SUPPORTED_KINDS: Final = ", ".join(sorted(KINDS))
@@ -61,6 +59,8 @@ def format_path(loc: tuple[str | int, ...]) -> str:
             path += f"[{part}]"
         elif part == "[key]":
             path += " (key)"
+        elif not part.isprintable():  # never echo control characters to a terminal
+            path += f"[{part.encode('unicode_escape').decode('ascii')}]"
         elif _PLAIN_KEY.fullmatch(part):
             path += f".{part}" if path else part
         else:
@@ -97,9 +97,30 @@ def _message(error: ErrorDetails) -> str:
     return error["msg"][:1].lower() + error["msg"][1:]
 
 
-def field_errors(error: ValidationError) -> tuple[FieldError, ...]:
-    """pydantic's errors as FieldErrors, in document order."""
-    return tuple(FieldError(format_path(e["loc"]), _message(e)) for e in error.errors())
+def field_errors(error: ValidationError, body: object = None) -> tuple[FieldError, ...]:
+    """pydantic's errors as FieldErrors, in the order of `body`'s fields when it is given."""
+    details = error.errors()
+    if body is not None:
+        details = sorted(details, key=lambda e: _document_position(body, e["loc"]))
+    return tuple(FieldError(format_path(e["loc"]), _message(e)) for e in details)
+
+
+def _document_position(body: object, loc: tuple[str | int, ...]) -> tuple[int, ...]:
+    """Where `loc` is in `body`: the index of each key or item on the way (a missing field
+    sorts after its siblings)."""
+    position: list[int] = []
+    node = body
+    for part in loc:
+        if isinstance(node, Mapping) and part in node:
+            position.append(list(node).index(part))
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            position.append(part)
+            node = node[part]
+        else:
+            position.append(1 << 30)
+            break
+    return tuple(position)
 
 
 def _identity(body: Mapping[str, Any]) -> tuple[str, str]:
@@ -120,6 +141,8 @@ def _envelope_errors(body: Mapping[str, Any]) -> list[FieldError]:
     api_version, kind = body.get("apiVersion"), body.get("kind")
     if api_version is None:
         errors.append(FieldError("apiVersion", "is required"))
+    elif not isinstance(api_version, str):
+        errors.append(FieldError("apiVersion", "must be a string"))
     elif api_version != API_VERSION:
         errors.append(
             FieldError(
@@ -129,6 +152,8 @@ def _envelope_errors(body: Mapping[str, Any]) -> list[FieldError]:
         )
     if kind is None:
         errors.append(FieldError("kind", "is required"))
+    elif not isinstance(kind, str):
+        errors.append(FieldError("kind", "must be a string"))
     elif kind not in KINDS:
         errors.append(
             FieldError("kind", f"unknown kind {kind}: supported kinds are {SUPPORTED_KINDS}")
@@ -150,59 +175,16 @@ def parse_object(
     envelope_errors = _envelope_errors(body)
     if envelope_errors:
         raise ValidationFailed(
-            tuple(envelope_errors), kind=kind if kind in KINDS else "", name=name, source=source
+            tuple(envelope_errors),
+            kind=kind if isinstance(kind, str) and kind in KINDS else "",
+            name=name,
+            source=source,
         )
     try:
         return KINDS[kind].model_validate(body, context={LEGACY_POOL_NAMES: legacy_pool_names})
     except ValidationError as error:
-        errors = list(field_errors(error))
-        errors += [e for e in _shape_errors(kind, body) if e not in errors]
-        raise ValidationFailed(tuple(errors), kind=kind, name=name, source=source) from None
-
-
-#: Where each kind keeps its engines.
-_ENGINES_PATH: Final[Mapping[str, tuple[str, ...]]] = {
-    "ModelDeployment": ("spec", "template", "spec", "engines"),
-    "ModelReplica": ("spec", "engines"),
-}
-
-
-def _shape_errors(kind: str, body: Mapping[str, Any]) -> list[FieldError]:
-    """The engine and member shape rules, checked on the members' roles alone.
-
-    pydantic skips a model's own rules when any of its fields is invalid, so a member with a bad
-    device count would hide that its engine has no Leader, or that a Worker lacks `worker`.
-    Checked on a projection of the raw body, these are reported in the same pass. Anything not
-    shaped as expected is left to the main pass, which reports it.
-    """
-    node: Any = body
-    for key in _ENGINES_PATH.get(kind, ()):
-        node = node.get(key) if isinstance(node, Mapping) else None
-    if not isinstance(node, list):
-        return []
-    errors: list[FieldError] = []
-    for index, engine in enumerate(node):
-        members = engine.get("members") if isinstance(engine, Mapping) else None
-        if not isinstance(members, list) or not all(isinstance(m, Mapping) for m in members):
-            continue
-        prefix = format_path((*_ENGINES_PATH[kind], index))
-        for number, member in enumerate(members):
-            try:  # a Worker's `worker`, and only a Worker's
-                RoleMember.model_validate({k: member[k] for k in ("role", "worker") if k in member})
-            except ValidationError as error:
-                errors.extend(
-                    FieldError(f"{prefix}.members[{number}].{e.path}", e.message)
-                    for e in field_errors(error)
-                )
-        try:  # one Standalone, or one Leader and one Worker
-            MembersShape.model_validate({"members": [_role_of(m) for m in members]})
-        except ValidationError as error:
-            errors.extend(FieldError(f"{prefix}.{e.path}", e.message) for e in field_errors(error))
-    return errors
-
-
-def _role_of(member: Mapping[str, Any]) -> dict[str, Any]:
-    return {"role": member["role"]} if "role" in member else {}
+        errors = field_errors(error, body)
+        raise ValidationFailed(errors, kind=kind, name=name, source=source) from None
 
 
 def validate(new: ApiObject | Mapping[str, Any], old: ApiObject | None = None) -> ApiObject:

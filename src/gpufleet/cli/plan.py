@@ -2,7 +2,8 @@
 
 Reads classes, clusters (with their published status and observations), deployments and
 replicas; invalid input is reported exactly as `gpufleet validate` reports it (on stderr) and
-exits 1. Otherwise it calls `schedule(snapshot, now)` and prints, per deployment, desired /
+exits 1 (2 for a file that breaks an input bound). Objects of other APIs (an `apps/v1`
+Deployment in the same folder) are skipped with a note on stderr. Otherwise it calls `schedule(snapshot, now)` and prints, per deployment, desired /
 placed / shortfall, each placement, each dropped replica, and for a shortfall the roll-up and
 the top reason with its numbers; then the fleet's pools after the decision. `--output json`
 prints the whole decision as JSON (docs/cli.md). A shortfall is an answer, not an error: exit 0.
@@ -22,7 +23,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from gpufleet.api import Manifest, ValidationFailed, check_paths, snapshot_from_manifests
+from gpufleet.api import (
+    Manifest,
+    Skipped,
+    ValidationFailed,
+    check_paths,
+    snapshot_from_manifests,
+)
 from gpufleet.cli.render import (
     DecisionFormat,
     Printer,
@@ -33,7 +40,7 @@ from gpufleet.cli.render import (
     print_deployment,
     rfc3339,
 )
-from gpufleet.cli.validate import count_of, error_lines
+from gpufleet.cli.validate import count_of, error_lines, exit_code, skipped_line
 from gpufleet.core.decision import Decision, Diagnosis, ObservationState
 from gpufleet.core.model import DeploymentKey, Snapshot
 from gpufleet.core.schedule import SnapshotError, plan
@@ -109,13 +116,15 @@ def load_and_schedule(
     results = check_paths(paths, recursive=recursive)
     failures = [r for r in results if isinstance(r, ValidationFailed)]
     errors = stderr()
+    for skipped in (r for r in results if isinstance(r, Skipped)):
+        errors.print(skipped_line(skipped))
     if failures:
         for failure in failures:
             for line in error_lines(failure):
                 errors.print(line)
         count = sum(len(f.errors) for f in failures)
         errors.print(f"{len(failures)} invalid ({count_of(count, 'error')}): nothing scheduled")
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=exit_code(results))
     snapshot = snapshot_from_manifests(r for r in results if isinstance(r, Manifest))
     try:
         planned = plan(snapshot, moment, explain=explain)

@@ -17,9 +17,20 @@ conversion (`structural`):
 - `title`, `examples`, `discriminator` and `default: null` are dropped; `const` becomes a
   one-value `enum`.
 
-The schema carries what OpenAPI can say (types, required fields, bounds, enums). The rules that
-span fields (unique keys, CEL that compiles, P/D pairs) are not in it: `gpufleet validate` and
-the controller check them.
+The schema carries what OpenAPI can say (types, required fields, bounds, enums), a description
+on every field (the models' field docstrings, for `kubectl explain`), and the rules of
+`gpufleet.api` that the API server can check:
+
+- keyed lists (unique names, condition types, taints by key and effect) are
+  `x-kubernetes-list-type: map` with their keys (`LIST_MAPS`); conditions follow
+  metav1.Condition (type, status, observedGeneration, lastTransitionTime, reason, message);
+- the cross-field rules CEL can state (`VALIDATIONS`: pool sizes, a Worker's `worker`, an
+  engine's shape, P/D pairs, tolerations, reserved labels, a DRA device's class) are
+  `x-kubernetes-validations` on the model that holds the fields. A test evaluates them with the
+  project's CEL library against the validator's catalogue of broken objects.
+
+What CEL cannot state here (selectors that compile, quantities and semvers that parse, unique
+free vectors, DNS names of list items) stays with `gpufleet validate` and the controller.
 """
 
 from __future__ import annotations
@@ -39,6 +50,137 @@ VERSION = "v1alpha1"
 CATEGORY = "gpufleet"
 
 _DROP = frozenset({"title", "examples", "discriminator", "$defs"})
+
+_PD = "has(self.serving) && has(self.serving.mode) && self.serving.mode == 'PrefillDecode'"
+_WORKER = "has(self.role) && self.role == 'Worker'"
+_MEMBER_RULES: tuple[dict[str, str], ...] = (
+    {
+        "rule": f"({_WORKER}) || !has(self.worker)",
+        "message": "worker is only allowed on a Worker member",
+        "fieldPath": ".worker",
+    },
+    {
+        "rule": f"!({_WORKER}) || has(self.worker)",
+        "message": "worker is required for a Worker member",
+        "fieldPath": ".worker",
+    },
+)
+_SHAPE_RULE: dict[str, str] = {
+    "rule": "self.members.size() == 1 ? "
+    "(!has(self.members[0].role) || self.members[0].role == 'Standalone') : "
+    "(self.members.exists(m, has(m.role) && m.role == 'Leader') && "
+    "self.members.exists(m, has(m.role) && m.role == 'Worker'))",
+    "message": "members must be exactly one Standalone member, or one Leader and one Worker",
+    "fieldPath": ".members",
+}
+_SERVING_RULES: tuple[dict[str, str], ...] = (
+    {
+        "rule": f"({_PD}) || self.engines.all(e, !has(e.phase))",
+        "message": "phase is only allowed when serving.mode is PrefillDecode",
+        "fieldPath": ".engines",
+    },
+    {
+        "rule": f"!({_PD}) || (self.engines.size() == 2 && "
+        "self.engines.exists(e, has(e.phase) && e.phase == 'Prefill') && "
+        "self.engines.exists(e, has(e.phase) && e.phase == 'Decode'))",
+        "message": "PrefillDecode needs exactly two engines, one Prefill and one Decode",
+        "fieldPath": ".engines",
+    },
+)
+
+#: The cross-field rules of gpufleet.api.models that CEL can state, by model.
+VALIDATIONS: dict[str, tuple[dict[str, str], ...]] = {
+    "NodePoolSpec": (
+        {
+            "rule": "!has(self.maxNodeCount) || "
+            "self.maxNodeCount >= (has(self.minNodeCount) ? self.minNodeCount : 0)",
+            "message": "maxNodeCount must be at least minNodeCount",
+            "fieldPath": ".maxNodeCount",
+        },
+        {
+            "rule": "!has(self.maxNodeCount) || "
+            "(has(self.nodeCount) ? self.nodeCount : 1) <= self.maxNodeCount",
+            "message": "nodeCount must be at most maxNodeCount",
+            "fieldPath": ".nodeCount",
+        },
+    ),
+    "DeviceSpec": (
+        {
+            "rule": "(has(self.claim) && self.claim != 'DRA') || "
+            "(has(self.deviceClassName) && self.deviceClassName != '')",
+            "message": "deviceClassName is required when claim is DRA",
+            "fieldPath": ".deviceClassName",
+        },
+    ),
+    "AttributeValue": (
+        {
+            "rule": "[has(self.string), has(self.version), has(self.bool), has(self.int)]"
+            ".filter(x, x).size() == 1",
+            "message": "must set exactly one of string, version, bool, int",
+        },
+    ),
+    "MemberSpec": _MEMBER_RULES,
+    "ReplicaMemberSpec": _MEMBER_RULES,
+    "EngineSpec": (
+        _SHAPE_RULE,
+        {
+            "rule": "self.members.exists(m, has(m.nodeSelector))",
+            "message": "at least one member must have a nodeSelector",
+            "fieldPath": ".members",
+        },
+    ),
+    "ReplicaEngineSpec": (_SHAPE_RULE,),
+    "TolerationSpec": (
+        {
+            "rule": "(has(self.key) && self.key != '') || "
+            "(has(self.operator) && self.operator == 'Exists')",
+            "message": "operator must be Exists when key is empty",
+            "fieldPath": ".operator",
+        },
+        {
+            "rule": "!(has(self.operator) && self.operator == 'Exists') || "
+            "!has(self.value) || self.value == ''",
+            "message": "value must be empty when operator is Exists",
+            "fieldPath": ".value",
+        },
+    ),
+    "TemplateMeta": (
+        {
+            "rule": "!has(self.labels) || self.labels.all(k, !k.startsWith('gpufleet.io/'))",
+            "message": "the gpufleet.io/ label prefix is reserved",
+            "fieldPath": ".labels",
+        },
+    ),
+    "DeploymentTemplateSpec": _SERVING_RULES,
+    "ModelReplicaSpec": _SERVING_RULES,
+}
+
+_BY_NAME = ("name",)
+_BY_TYPE = ("type",)
+#: Lists whose items are unique by their keys, by (model, property).
+LIST_MAPS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("InferenceClassSpec", "devices"): _BY_NAME,
+    ("InferenceClusterSpec", "nodePools"): _BY_NAME,
+    ("InferenceClusterSpec", "taints"): ("key", "effect"),
+    ("InferenceClusterStatus", "gpuPools"): _BY_NAME,
+    ("InferenceClusterStatus", "conditions"): _BY_TYPE,
+    ("PublishedObservation", "conditions"): _BY_TYPE,
+    ("PoolObservationStatus", "conditions"): _BY_TYPE,
+    ("NodeSelectorSpec", "devices"): _BY_NAME,
+    ("DeploymentTemplateSpec", "engines"): _BY_NAME,
+    ("ModelDeploymentStatus", "conditions"): _BY_TYPE,
+    ("ReplicaMemberSpec", "deviceRequests"): _BY_NAME,
+    ("ModelReplicaSpec", "engines"): _BY_NAME,
+    ("ModelReplicaStatus", "pools"): _BY_NAME,
+    ("ModelReplicaStatus", "conditions"): _BY_TYPE,
+    ("ReplicaObservationStatus", "pools"): _BY_NAME,
+}
+
+_META = {
+    "apiVersion": "APIVersion defines the versioned schema of this representation of an object.",
+    "kind": "Kind is a string value representing the REST resource this object represents.",
+    "metadata": "Standard object metadata.",
+}
 _AGE: dict[str, Any] = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
@@ -193,25 +335,11 @@ def _convert(
         if ref in seen:
             raise SchemaError(f"recursive schema through {ref!r} cannot be inlined")
         target = _convert(_resolve(ref, defs), defs, (*seen, ref))
+        _add_rules(ref.rsplit("/", 1)[-1], target)
         return {**target, **_convert(node, defs, seen, overlay=True)}
 
     if "anyOf" in node:
-        options = node.pop("anyOf")
-        branches = [b for b in options if b.get("type") != "null"]
-        nullable = len(branches) < len(options)
-        rest = node
-        types = {b.get("type") for b in branches}
-        if len(branches) == 1:
-            single: dict[str, Any] = {
-                **_convert(branches[0], defs, seen),
-                **_convert(rest, defs, seen, True),
-            }
-            if nullable:
-                single["nullable"] = True
-            return single
-        if types == {"integer", "string"}:
-            return {**_convert(rest, defs, seen, True), "x-kubernetes-int-or-string": True}
-        raise SchemaError(f"anyOf of {sorted(map(str, types))} has no structural form")
+        return _any_of(node, defs, seen)
 
     out: dict[str, Any] = {}
     for key, value in node.items():
@@ -231,8 +359,11 @@ def _convert(
             # False: dropped (the API server prunes unknown fields)
         else:
             out[key] = value
-    if overlay:
-        return out
+    return out if overlay else _typed(out)
+
+
+def _typed(out: dict[str, Any]) -> dict[str, Any]:
+    """A structural node has a type, or keeps unknown fields."""
     if (
         out.get("type") == "object"
         and "properties" not in out
@@ -247,12 +378,44 @@ def _convert(
     return out
 
 
+def _any_of(node: dict[str, Any], defs: Mapping[str, Any], seen: tuple[str, ...]) -> Any:
+    """An Optional field (`X | None`) or an int-or-string; nothing else has a structural form."""
+    options = node.pop("anyOf")
+    branches = [b for b in options if b.get("type") != "null"]
+    nullable = len(branches) < len(options)
+    rest = node
+    types = {b.get("type") for b in branches}
+    if len(branches) == 1:
+        single: dict[str, Any] = {
+            **_convert(branches[0], defs, seen),
+            **_convert(rest, defs, seen, True),
+        }
+        if nullable:
+            single["nullable"] = True
+        return single
+    if types == {"integer", "string"}:
+        return {**_convert(rest, defs, seen, True), "x-kubernetes-int-or-string": True}
+    raise SchemaError(f"anyOf of {sorted(map(str, types))} has no structural form")
+
+
+def _add_rules(model: str, schema: dict[str, Any]) -> None:
+    """The model's CEL rules and keyed lists, as the API server states them."""
+    if model in VALIDATIONS:
+        schema["x-kubernetes-validations"] = [dict(rule) for rule in VALIDATIONS[model]]
+    for name, prop in schema.get("properties", {}).items():
+        keys = LIST_MAPS.get((model, name))
+        if keys is not None:
+            prop["x-kubernetes-list-type"] = "map"
+            prop["x-kubernetes-list-map-keys"] = list(keys)
+
+
 def _object_schema(model: type[BaseModel]) -> dict[str, Any]:
     converted = structural(model.model_json_schema(by_alias=True, mode="validation"))
     properties = dict(converted.get("properties", {}))
-    properties["apiVersion"] = {"type": "string"}
-    properties["kind"] = {"type": "string"}
-    properties["metadata"] = {"type": "object"}  # the API server owns ObjectMeta's schema
+    properties["apiVersion"] = {"type": "string", "description": _META["apiVersion"]}
+    properties["kind"] = {"type": "string", "description": _META["kind"]}
+    # the API server owns ObjectMeta's schema
+    properties["metadata"] = {"type": "object", "description": _META["metadata"]}
     if "status" in properties:
         properties["status"] = {k: v for k, v in properties["status"].items() if k != "nullable"}
     schema: dict[str, Any] = {"type": "object", "properties": properties}
