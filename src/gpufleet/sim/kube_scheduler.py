@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Container, Mapping, Sequence
 
 from gpufleet.core.model import NodeChoice
-from gpufleet.sim import dra
+from gpufleet.sim import dra, kube_scoring
 from gpufleet.sim.cluster_spec import ClusterBehaviour
 from gpufleet.sim.engine import EventLoop
 from gpufleet.sim.objects import LWS_GROUP_KEY, allocation_status, is_alive, node_filter
@@ -26,6 +26,9 @@ from gpufleet.store.port import (
     Conflict,
     Obj,
 )
+
+#: The node chosen and, per claim, the devices allocated to it there.
+_Chosen = tuple[str, list[tuple[Obj, list[dict[str, str]]]]]
 
 
 class KubeScheduler:
@@ -68,11 +71,8 @@ class KubeScheduler:
         )
         claim_requests = [dra.claim_requests(c, self.class_drivers) for c in claims]
         reasons: dict[str, int] = defaultdict(int)
-        # The nodes that pass the filters, with their free devices: the node chosen is the
-        # first of them in the node choice's order whose devices can hold every claim. So the
-        # claims are tried in that order and the first fit ends the search; only when no node
-        # fits is every node tried, and every reason counted.
-        candidates: list[tuple[str, int]] = []
+        # The nodes that pass the filters, with their free devices (what Pack orders by).
+        candidates: list[tuple[Obj, int]] = []
         for node in nodes:
             name = node["metadata"]["name"]
             reason = node_filter(node, spec)
@@ -82,18 +82,11 @@ class KubeScheduler:
                 reasons[reason] += 1
                 continue
             free = sum(1 for d in published.get(name, []) if d.key not in taken)
-            candidates.append((name, free))
+            candidates.append((node, free))
         if self.behaviour.node_choice is NodeChoice.PACK:
-            candidates.sort(key=lambda f: (f[1], dra.natural_key(f[0])))
+            chosen = self._pack(candidates, claims, claim_requests, reasons)
         else:
-            candidates.sort(key=lambda f: (-f[1], dra.natural_key(f[0])))
-        chosen: tuple[str, list[tuple[Obj, list[dict[str, str]]]]] | None = None
-        for name, _ in candidates:
-            fits = self._allocate_on(published.get(name, []), taken, claims, claim_requests)
-            if fits is not None:
-                chosen = (name, fits)
-                break
-            reasons["cannot allocate all claims"] += 1
+            chosen = self._score(pod, nodes, candidates, claims, claim_requests, reasons)
         if chosen is None:
             summary = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
             message = f"0/{len(nodes)} nodes are available: {summary}."
@@ -132,6 +125,87 @@ class KubeScheduler:
         self.store.patch_status_shared(
             POD, meta["name"], meta["namespace"], {"conditions": conditions}
         )
+
+    def _pack(
+        self,
+        candidates: list[tuple[Obj, int]],
+        claims: Sequence[Obj],
+        claim_requests: Sequence[Sequence[dra.Request]],
+        reasons: dict[str, int],
+    ) -> _Chosen | None:
+        """A packing scheduler: the node with the fewest free devices whose devices hold
+        every claim, ties by name. Tried in that order, so the first fit ends the search."""
+        published, taken = self.store.published(), self.store.taken()
+        candidates.sort(key=lambda f: (f[1], dra.natural_key(f[0]["metadata"]["name"])))
+        for node, _ in candidates:
+            name = node["metadata"]["name"]
+            fits = self._allocate_on(published.get(name, []), taken, claims, claim_requests)
+            if fits is not None:
+                return (name, fits)
+            reasons["cannot allocate all claims"] += 1
+        return None
+
+    def _score(
+        self,
+        pod: Obj,
+        nodes: Sequence[Obj],
+        candidates: list[tuple[Obj, int]],
+        claims: Sequence[Obj],
+        claim_requests: Sequence[Sequence[dra.Request]],
+        reasons: dict[str, int],
+    ) -> _Chosen | None:
+        """The default profile: every node that passes the filters and can allocate the
+        claims is scored (`kube_scoring`), the highest total wins."""
+        published, taken = self.store.published(), self.store.taken()
+        feasible: list[Obj] = []
+        allocations: dict[str, list[tuple[Obj, list[dict[str, str]]]]] = {}
+        for node, _ in candidates:
+            name = node["metadata"]["name"]
+            fits = self._allocate_on(published.get(name, []), taken, claims, claim_requests)
+            if fits is None:
+                reasons["cannot allocate all claims"] += 1
+                continue
+            feasible.append(node)
+            allocations[name] = fits
+        if len(allocations) <= 1:  # one feasible node is taken unscored, as kube-scheduler does
+            return next(iter(allocations.items()), None)
+        key = kube_scoring.spread_key(pod)
+        loads = [
+            kube_scoring.node_load(self.store.pods_on(n["metadata"]["name"]), key) for n in feasible
+        ]
+        zone_counts = (
+            self._zone_counts(pod, nodes, key)
+            if any(kube_scoring.ZONE_KEY in (n["metadata"].get("labels") or {}) for n in feasible)
+            else {}
+        )
+        totals = kube_scoring.total_scores(pod, feasible, loads, zone_counts)
+        meta = pod["metadata"]
+        best = kube_scoring.pick_best(
+            f"{meta['namespace']}/{meta['name']}", [n["metadata"]["name"] for n in feasible], totals
+        )
+        return (best, allocations[best])
+
+    def _zone_counts(
+        self, pod: Obj, nodes: Sequence[Obj], key: tuple[str, ...] | None
+    ) -> dict[str, int]:
+        """Pods `spread_key` groups with `key`, per zone, over every node with a zone label
+        that the pod's nodeSelector admits (the plugin's NodeAffinityPolicy Honor; taints are
+        ignored, NodeTaintsPolicy Ignore)."""
+        counts: dict[str, int] = defaultdict(int)
+        if key is None:
+            return counts
+        selector = pod["spec"].get("nodeSelector") or {}
+        for node in nodes:
+            labels = node["metadata"].get("labels") or {}
+            zone = labels.get(kube_scoring.ZONE_KEY)
+            if zone is None or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            counts[zone] += sum(
+                1
+                for p in self.store.pods_on(node["metadata"]["name"])
+                if kube_scoring.counts_for_spread(p) and kube_scoring.spread_key(p) == key
+            )
+        return counts
 
     @staticmethod
     def _allocate_on(
