@@ -2,10 +2,13 @@
 
 A node must carry the pod's nodeSelector labels, be Ready and schedulable, tolerate-check every
 NoSchedule/NoExecute taint, and have devices for the pod's claims (`gpufleet.sim.dra`). Node
-choice per cluster: Spread (most free devices; kube-scheduler does not pack DRA devices) or
-Pack (fewest free that fit), ties by name. Pods of one LeaderWorkerSet group go to distinct
-nodes. It writes the claim's `status.allocation` and `reservedFor`, then the pod's
-`spec.nodeName`; an unschedulable pod gets `PodScheduled=False, reason Unschedulable`.
+choice per cluster: Spread, the default profile's scoring of every node that passes
+(`gpufleet.sim.kube_scoring`: taints, preferred node affinity, default topology spread,
+LeastAllocated and balanced CPU/memory; no DRA scoring), ties by a hash of the pod's and the
+nodes' names; or Pack, a packing scheduler (the fewest free devices that fit, ties by name).
+Pods of one LeaderWorkerSet group go to distinct nodes. It writes the claim's
+`status.allocation` and `reservedFor`, then the pod's `spec.nodeName`; an unschedulable pod
+gets `PodScheduled=False, reason Unschedulable`.
 """
 
 from __future__ import annotations
