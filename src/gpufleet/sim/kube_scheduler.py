@@ -161,17 +161,26 @@ class KubeScheduler:
         claims is scored (`kube_scoring`), the highest total wins."""
         published, taken = self.store.published(), self.store.taken()
         feasible: list[Obj] = []
-        allocations: dict[str, list[tuple[Obj, list[dict[str, str]]]]] = {}
-        for node, _ in candidates:
-            name = node["metadata"]["name"]
-            fits = self._allocate_on(published.get(name, []), taken, claims, claim_requests)
-            if fits is None:
+        needed = sum(r.count for requests in claim_requests for r in requests)
+        for node, free in candidates:
+            # Fewer free devices than requested cannot fit.
+            if free >= needed and self._can_allocate(
+                published.get(node["metadata"]["name"], []), taken, claims, claim_requests
+            ):
+                feasible.append(node)
+            else:
                 reasons["cannot allocate all claims"] += 1
-                continue
-            feasible.append(node)
-            allocations[name] = fits
-        if len(allocations) <= 1:  # one feasible node is taken unscored, as kube-scheduler does
-            return next(iter(allocations.items()), None)
+        if len(feasible) <= 1:  # one feasible node is taken unscored, as kube-scheduler does
+            best = feasible[0]["metadata"]["name"] if feasible else None
+        else:
+            best = self._best(pod, nodes, feasible)
+        if best is None:
+            return None
+        fits = self._allocate_on(published.get(best, []), taken, claims, claim_requests)
+        assert fits is not None, "a feasible node allocates"
+        return (best, fits)
+
+    def _best(self, pod: Obj, nodes: Sequence[Obj], feasible: Sequence[Obj]) -> str:
         key = kube_scoring.spread_key(pod)
         loads = [
             kube_scoring.node_load(self.store.pods_on(n["metadata"]["name"]), key) for n in feasible
@@ -183,10 +192,31 @@ class KubeScheduler:
         )
         totals = kube_scoring.total_scores(pod, feasible, loads, zone_counts)
         meta = pod["metadata"]
-        best = kube_scoring.pick_best(
+        return kube_scoring.pick_best(
             f"{meta['namespace']}/{meta['name']}", [n["metadata"]["name"] for n in feasible], totals
         )
-        return (best, allocations[best])
+
+    @classmethod
+    def _can_allocate(
+        cls,
+        devices: Sequence[dra.PublishedDevice],
+        taken: Container[dra.DeviceKey],
+        claims: Sequence[Obj],
+        claim_requests: Sequence[Sequence[dra.Request]],
+    ) -> bool:
+        """Whether `_allocate_on` would succeed, without building its results when there is
+        one request: first fit then succeeds exactly when enough free devices qualify."""
+        requests = [r for rs in claim_requests for r in rs]
+        if len(requests) != 1:
+            return cls._allocate_on(devices, taken, claims, claim_requests) is not None
+        (r,) = requests
+        eligible = 0
+        for d in devices:
+            if eligible >= r.count:
+                break
+            if d.driver == r.driver and d.key not in taken and dra.selectors_match(r.selectors, d):
+                eligible += 1
+        return eligible >= r.count
 
     def _zone_counts(
         self, pod: Obj, nodes: Sequence[Obj], key: tuple[str, ...] | None

@@ -38,6 +38,7 @@ import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Final
 
 from gpufleet.core.quantity import NANOS_PER_UNIT, QuantityError, parse_quantity
@@ -79,11 +80,18 @@ def _amount(requests: Mapping[str, Any], resource: str, scale: int) -> int | Non
     text = requests.get(resource)
     if text is None:
         return None
+    nanos = _nanos(str(text))
+    return None if nanos is None else -(-nanos * scale // NANOS_PER_UNIT)
+
+
+@lru_cache(maxsize=1024)
+def _nanos(text: str) -> int | None:
+    """A quantity string's value in nano-units (remembered: every node and pod repeats the
+    same few strings on every pass)."""
     try:
-        nanos = parse_quantity(str(text)).nanos
+        return parse_quantity(text).nanos
     except QuantityError:
         return None
-    return -(-nanos * scale // NANOS_PER_UNIT)
 
 
 def _container_requests(container: Mapping[str, Any], is_non_zero: bool) -> Resources:
@@ -101,8 +109,14 @@ def pod_requests(pod_spec: Mapping[str, Any], is_non_zero: bool) -> Resources:
     """The pod's CPU and memory requests: containers summed, the largest init container if
     larger, plus the pod's overhead. `is_non_zero`: a container without a request counts as
     100m CPU / 200Mi (LeastAllocated), else as 0 (BalancedAllocation)."""
+    containers = pod_spec.get("containers") or []
+    if not any("resources" in c for c in containers) and not (
+        pod_spec.get("initContainers") or pod_spec.get("overhead")
+    ):  # the usual pod here: nothing requested
+        n = len(containers) if is_non_zero else 0
+        return (n * DEFAULT_MILLI_CPU_REQUEST, n * DEFAULT_MEMORY_REQUEST)
     cpu = memory = 0
-    for c in pod_spec.get("containers") or []:
+    for c in containers:
         c_cpu, c_memory = _container_requests(c, is_non_zero)
         cpu, memory = cpu + c_cpu, memory + c_memory
     for c in pod_spec.get("initContainers") or []:
@@ -116,7 +130,14 @@ def pod_requests(pod_spec: Mapping[str, Any], is_non_zero: bool) -> Resources:
 
 def node_allocatable(node: Obj) -> Resources:
     allocatable = (node.get("status") or {}).get("allocatable") or {}
-    return (_amount(allocatable, "cpu", 1000) or 0, _amount(allocatable, "memory", 1) or 0)
+    return _allocatable(allocatable.get("cpu"), allocatable.get("memory"))
+
+
+@lru_cache(maxsize=256)
+def _allocatable(cpu: str | None, memory: str | None) -> Resources:
+    """(remembered: every node of a pool has the same strings)"""
+    quantities = {"cpu": cpu, "memory": memory}
+    return (_amount(quantities, "cpu", 1000) or 0, _amount(quantities, "memory", 1) or 0)
 
 
 # --- NodeResourcesFit (LeastAllocated) and NodeResourcesBalancedAllocation ------------------
@@ -131,8 +152,8 @@ def least_requested_score(requested: int, capacity: int) -> int:
 def least_allocated_score(requested: Resources, allocatable: Resources) -> int:
     """NodeResourcesFit's default strategy: CPU and memory, weight 1 each. `requested` is the
     node's non-zero requests plus the pod's."""
-    total = sum(least_requested_score(r, a) for r, a in zip(requested, allocatable, strict=True))
-    return total // 2
+    cpu = least_requested_score(requested[0], allocatable[0])
+    return (cpu + least_requested_score(requested[1], allocatable[1])) // 2
 
 
 def balanced_allocation_score(requested: Resources, allocatable: Resources) -> int:
