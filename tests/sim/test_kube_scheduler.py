@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_builders import pool
 
+from gpufleet.sim import dra
 from gpufleet.sim import kube_scoring as ks
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
 from gpufleet.sim.engine import EventLoop
+from gpufleet.sim.kube_scheduler import KubeScheduler
 from gpufleet.sim.objects import node_filter
 from gpufleet.store.port import NODE, POD, Obj
 
@@ -172,3 +174,25 @@ def test_chosen_nodes_pass_the_filters_and_choices_repeat(
     setups: list[dict[str, Any]], replicas: int, cpu: str | None, seed: int
 ) -> None:
     assert build(setups, replicas, cpu, seed) == build(setups, replicas, cpu, seed)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    drivers=st.lists(st.sampled_from(["a", "b"]), max_size=8),
+    taken_at=st.sets(st.integers(0, 7)),
+    requests=st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5)), min_size=1, max_size=2
+    ),
+)
+def test_the_fit_check_agrees_with_allocation(
+    drivers: list[str], taken_at: set[int], requests: list[tuple[str, int]]
+) -> None:
+    """`_can_allocate` (no results built for one request) is `_allocate_on(...) is not None`."""
+    devices = [dra.PublishedDevice(d, "n", f"gpu-{i}", "n", {}, {}) for i, d in enumerate(drivers)]
+    taken = {devices[i].key for i in taken_at if i < len(devices)}
+    claim_requests = [[dra.Request(f"r{i}", d, n, ()) for i, (d, n) in enumerate(requests)]]
+    claims: list[Obj] = [{"metadata": {"name": "c"}}]
+    allocated = KubeScheduler._allocate_on(devices, taken, claims, claim_requests)
+    assert KubeScheduler._can_allocate(devices, taken, claims, claim_requests) == (
+        allocated is not None
+    )
