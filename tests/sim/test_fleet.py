@@ -278,7 +278,7 @@ class ChoiceCase:
 @pytest.mark.parametrize(
     "case",
     [
-        ChoiceCase("spread-most-free", NodeChoice.SPREAD, {3: 2}),
+        ChoiceCase("spread-one-owner-spreads", NodeChoice.SPREAD, {3: 2}),
         ChoiceCase("pack-fewest-free-that-fits", NodeChoice.PACK, {2: 1, 4: 1}),
     ],
     ids=lambda c: c.id,

@@ -9,9 +9,9 @@ kubelet), each reading the store and writing through it:
 
 - **kube-scheduler** binds Pending pods, oldest first: a node must carry the pod's nodeSelector
   labels, be Ready and schedulable, tolerate-check every NoSchedule/NoExecute taint, and have
-  devices for the pod's claim (`gpufleet.sim.dra`). Node choice per cluster: Spread (most free
-  devices; kube-scheduler does not pack DRA devices) or Pack (fewest free that fit), ties by
-  name. Pods of one LeaderWorkerSet group go to distinct nodes, decided pod by pod: a group is
+  devices for the pod's claim (`gpufleet.sim.dra`). Node choice per cluster: Spread (the
+  default profile's scoring, `gpufleet.sim.kube_scoring`) or Pack (fewest free devices that
+  fit, ties by name). Pods of one LeaderWorkerSet group go to distinct nodes, decided pod by pod: a group is
   not scheduled all-or-nothing, so part of a gang can bind while the rest stays Pending (what a
   real cluster with pod anti-affinity and no gang scheduler does). It writes the claim's
   `status.allocation` and `reservedFor`, then the pod's `spec.nodeName`; an unschedulable pod

@@ -70,6 +70,8 @@ class PoolSpec:
 class ClusterBehaviour:
     """How one emulated cluster behaves. Times in seconds of simulated time."""
 
+    #: How its kube-scheduler picks a node: Spread, the default profile's scoring
+    #: (`gpufleet.sim.kube_scoring`); Pack, a packing scheduler (fewest free devices that fit).
     node_choice: NodeChoice = NodeChoice.SPREAD
     #: Cadence of the in-cluster controllers (scheduler, kubelet, controllers, driver).
     tick_s: float = 1.0

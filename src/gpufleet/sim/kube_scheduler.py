@@ -2,10 +2,13 @@
 
 A node must carry the pod's nodeSelector labels, be Ready and schedulable, tolerate-check every
 NoSchedule/NoExecute taint, and have devices for the pod's claims (`gpufleet.sim.dra`). Node
-choice per cluster: Spread (most free devices; kube-scheduler does not pack DRA devices) or
-Pack (fewest free that fit), ties by name. Pods of one LeaderWorkerSet group go to distinct
-nodes. It writes the claim's `status.allocation` and `reservedFor`, then the pod's
-`spec.nodeName`; an unschedulable pod gets `PodScheduled=False, reason Unschedulable`.
+choice per cluster: Spread, the default profile's scoring of every node that passes
+(`gpufleet.sim.kube_scoring`: taints, preferred node affinity, default topology spread,
+LeastAllocated and balanced CPU/memory; no DRA scoring), ties by a hash of the pod's and the
+nodes' names; or Pack, a packing scheduler (the fewest free devices that fit, ties by name).
+Pods of one LeaderWorkerSet group go to distinct nodes. It writes the claim's
+`status.allocation` and `reservedFor`, then the pod's `spec.nodeName`; an unschedulable pod
+gets `PodScheduled=False, reason Unschedulable`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections import defaultdict
 from collections.abc import Container, Mapping, Sequence
 
 from gpufleet.core.model import NodeChoice
-from gpufleet.sim import dra
+from gpufleet.sim import dra, kube_scoring
 from gpufleet.sim.cluster_spec import ClusterBehaviour
 from gpufleet.sim.engine import EventLoop
 from gpufleet.sim.objects import LWS_GROUP_KEY, allocation_status, is_alive, node_filter
@@ -26,6 +29,9 @@ from gpufleet.store.port import (
     Conflict,
     Obj,
 )
+
+#: The node chosen and, per claim, the devices allocated to it there.
+_Chosen = tuple[str, list[tuple[Obj, list[dict[str, str]]]]]
 
 
 class KubeScheduler:
@@ -68,11 +74,8 @@ class KubeScheduler:
         )
         claim_requests = [dra.claim_requests(c, self.class_drivers) for c in claims]
         reasons: dict[str, int] = defaultdict(int)
-        # The nodes that pass the filters, with their free devices: the node chosen is the
-        # first of them in the node choice's order whose devices can hold every claim. So the
-        # claims are tried in that order and the first fit ends the search; only when no node
-        # fits is every node tried, and every reason counted.
-        candidates: list[tuple[str, int]] = []
+        # The nodes that pass the filters, with their free devices (what Pack orders by).
+        candidates: list[tuple[Obj, int]] = []
         for node in nodes:
             name = node["metadata"]["name"]
             reason = node_filter(node, spec)
@@ -82,18 +85,11 @@ class KubeScheduler:
                 reasons[reason] += 1
                 continue
             free = sum(1 for d in published.get(name, []) if d.key not in taken)
-            candidates.append((name, free))
+            candidates.append((node, free))
         if self.behaviour.node_choice is NodeChoice.PACK:
-            candidates.sort(key=lambda f: (f[1], dra.natural_key(f[0])))
+            chosen = self._pack(candidates, claims, claim_requests, reasons)
         else:
-            candidates.sort(key=lambda f: (-f[1], dra.natural_key(f[0])))
-        chosen: tuple[str, list[tuple[Obj, list[dict[str, str]]]]] | None = None
-        for name, _ in candidates:
-            fits = self._allocate_on(published.get(name, []), taken, claims, claim_requests)
-            if fits is not None:
-                chosen = (name, fits)
-                break
-            reasons["cannot allocate all claims"] += 1
+            chosen = self._score(pod, nodes, candidates, claims, claim_requests, reasons)
         if chosen is None:
             summary = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
             message = f"0/{len(nodes)} nodes are available: {summary}."
@@ -132,6 +128,117 @@ class KubeScheduler:
         self.store.patch_status_shared(
             POD, meta["name"], meta["namespace"], {"conditions": conditions}
         )
+
+    def _pack(
+        self,
+        candidates: list[tuple[Obj, int]],
+        claims: Sequence[Obj],
+        claim_requests: Sequence[Sequence[dra.Request]],
+        reasons: dict[str, int],
+    ) -> _Chosen | None:
+        """A packing scheduler: the node with the fewest free devices whose devices hold
+        every claim, ties by name. Tried in that order, so the first fit ends the search."""
+        published, taken = self.store.published(), self.store.taken()
+        candidates.sort(key=lambda f: (f[1], dra.natural_key(f[0]["metadata"]["name"])))
+        for node, _ in candidates:
+            name = node["metadata"]["name"]
+            fits = self._allocate_on(published.get(name, []), taken, claims, claim_requests)
+            if fits is not None:
+                return (name, fits)
+            reasons["cannot allocate all claims"] += 1
+        return None
+
+    def _score(
+        self,
+        pod: Obj,
+        nodes: Sequence[Obj],
+        candidates: list[tuple[Obj, int]],
+        claims: Sequence[Obj],
+        claim_requests: Sequence[Sequence[dra.Request]],
+        reasons: dict[str, int],
+    ) -> _Chosen | None:
+        """The default profile: every node that passes the filters and can allocate the
+        claims is scored (`kube_scoring`), the highest total wins."""
+        published, taken = self.store.published(), self.store.taken()
+        feasible: list[Obj] = []
+        needed = sum(r.count for requests in claim_requests for r in requests)
+        for node, free in candidates:
+            # Fewer free devices than requested cannot fit.
+            if free >= needed and self._can_allocate(
+                published.get(node["metadata"]["name"], []), taken, claims, claim_requests
+            ):
+                feasible.append(node)
+            else:
+                reasons["cannot allocate all claims"] += 1
+        if len(feasible) <= 1:  # one feasible node is taken unscored, as kube-scheduler does
+            best = feasible[0]["metadata"]["name"] if feasible else None
+        else:
+            best = self._best(pod, nodes, feasible)
+        if best is None:
+            return None
+        fits = self._allocate_on(published.get(best, []), taken, claims, claim_requests)
+        assert fits is not None, "a feasible node allocates"
+        return (best, fits)
+
+    def _best(self, pod: Obj, nodes: Sequence[Obj], feasible: Sequence[Obj]) -> str:
+        key = kube_scoring.spread_key(pod)
+        loads = [
+            kube_scoring.node_load(self.store.pods_on(n["metadata"]["name"]), key) for n in feasible
+        ]
+        zone_counts = (
+            self._zone_counts(pod, nodes, key)
+            if any(kube_scoring.ZONE_KEY in (n["metadata"].get("labels") or {}) for n in feasible)
+            else {}
+        )
+        totals = kube_scoring.total_scores(pod, feasible, loads, zone_counts)
+        meta = pod["metadata"]
+        return kube_scoring.pick_best(
+            f"{meta['namespace']}/{meta['name']}", [n["metadata"]["name"] for n in feasible], totals
+        )
+
+    @classmethod
+    def _can_allocate(
+        cls,
+        devices: Sequence[dra.PublishedDevice],
+        taken: Container[dra.DeviceKey],
+        claims: Sequence[Obj],
+        claim_requests: Sequence[Sequence[dra.Request]],
+    ) -> bool:
+        """Whether `_allocate_on` would succeed, without building its results when there is
+        one request: first fit then succeeds exactly when enough free devices qualify."""
+        requests = [r for rs in claim_requests for r in rs]
+        if len(requests) != 1:
+            return cls._allocate_on(devices, taken, claims, claim_requests) is not None
+        (r,) = requests
+        eligible = 0
+        for d in devices:
+            if eligible >= r.count:
+                break
+            if d.driver == r.driver and d.key not in taken and dra.selectors_match(r.selectors, d):
+                eligible += 1
+        return eligible >= r.count
+
+    def _zone_counts(
+        self, pod: Obj, nodes: Sequence[Obj], key: tuple[str, ...] | None
+    ) -> dict[str, int]:
+        """Pods `spread_key` groups with `key`, per zone, over every node with a zone label
+        that the pod's nodeSelector admits (the plugin's NodeAffinityPolicy Honor; taints are
+        ignored, NodeTaintsPolicy Ignore)."""
+        counts: dict[str, int] = defaultdict(int)
+        if key is None:
+            return counts
+        selector = pod["spec"].get("nodeSelector") or {}
+        for node in nodes:
+            labels = node["metadata"].get("labels") or {}
+            zone = labels.get(kube_scoring.ZONE_KEY)
+            if zone is None or any(labels.get(k) != v for k, v in selector.items()):
+                continue
+            counts[zone] += sum(
+                1
+                for p in self.store.pods_on(node["metadata"]["name"])
+                if kube_scoring.counts_for_spread(p) and kube_scoring.spread_key(p) == key
+            )
+        return counts
 
     @staticmethod
     def _allocate_on(
