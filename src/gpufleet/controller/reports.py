@@ -1,0 +1,134 @@
+"""`FleetReports`: the agents' reports by cluster and by replica, changed one observation at a
+time, from which each cluster's `Trust` is judged (status.py).
+
+What the index reads of an observation object (`Observation`: its cluster, report, error and
+the replica it names) is filed here under its kind and key; `put` replaces what the last
+version filed and says which clusters and replicas it touched, so the step marks exactly those
+dirty. A cluster's reports are judged again only when they, or the epoch the cluster is known
+to hold, changed (`judge`); a replica's report is looked up by (cluster, namespace, name)
+rather than by scanning the cluster's reports.
+
+Equivalence with judging every report of the listing (the plain computation, kept in
+`judge`): a cluster's reports are those of its observation namespace that parse, in (kind,
+name) order; a replica's report is the first accepted ReplicaObservation naming it, in that
+order, and it counts as rejected when any rejected one names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpufleet.controller.index import Key, Observation
+from gpufleet.controller.status import AgentReport, Trust, judge
+
+#: An observation by (kind, namespace, name).
+ObservationKey = tuple[str, str, str]
+#: A replica's reports by (cluster, namespace, name).
+ReplicaKey = tuple[str, str, str]
+
+NO_TRUST = Trust(None, (), ())
+
+
+@dataclass(slots=True)
+class _Cluster:
+    """One cluster's parsed reports by (kind, name), and its last judgement."""
+
+    reports: dict[tuple[str, str], AgentReport] = field(default_factory=dict)
+    #: The Trust, and the known epoch it was judged with; None when the reports changed since.
+    judged: tuple[Trust, int | None] | None = None
+
+
+class FleetReports:
+    """Reports by cluster and replica (see the module docstring). Not thread-safe."""
+
+    def __init__(self) -> None:
+        self._clusters: dict[str, _Cluster] = {}
+        self._filed: dict[ObservationKey, Observation] = {}
+        #: Per replica (cluster, namespace, name): its ReplicaObservations' reports by name.
+        self._replicas: dict[ReplicaKey, dict[str, AgentReport]] = {}
+        #: Observations that cannot be read, by (kind order, namespace, name): (cluster, error).
+        self.errors: dict[tuple[int, str, str], tuple[str, str]] = {}
+
+    def put(
+        self, kind: str, key: Key, read: Observation | None
+    ) -> tuple[set[str], set[tuple[str, str]]]:
+        """File what was read of the observation at `key` (None: it is gone), in place of
+        what its last version filed; the clusters and replicas (namespace, name) touched."""
+        at = (kind, *key)
+        clusters: set[str] = set()
+        replicas: set[tuple[str, str]] = set()
+        for observation, is_added in ((self._filed.pop(at, None), False), (read, True)):
+            if observation is None or observation.cluster is None:
+                continue
+            self._file(kind, key, observation, is_added)
+            clusters.add(observation.cluster)
+            if observation.replica is not None:
+                replicas.add(observation.replica)
+        if read is not None:
+            self._filed[at] = read
+        return clusters, replicas
+
+    def _file(self, kind: str, key: Key, observation: Observation, is_added: bool) -> None:
+        cluster = observation.cluster
+        assert cluster is not None
+        order = (0 if kind == "PoolObservation" else 1, *key)
+        entry = self._clusters.setdefault(cluster, _Cluster())
+        entry.judged = None
+        report = observation.report
+        if not is_added:
+            self.errors.pop(order, None)
+            entry.reports.pop((kind, key[1]), None)
+            if report is not None and observation.replica is not None:
+                self._unfile_replica(cluster, observation.replica, key[1])
+            return
+        if observation.error:
+            self.errors[order] = (cluster, observation.error)
+        if report is None:
+            return
+        entry.reports[(kind, key[1])] = report
+        if observation.replica is not None:
+            named = self._replicas.setdefault((cluster, *observation.replica), {})
+            named[key[1]] = report
+
+    def _unfile_replica(self, cluster: str, replica: tuple[str, str], name: str) -> None:
+        named = self._replicas.get((cluster, *replica))
+        if named is not None:
+            named.pop(name, None)
+            if not named:
+                del self._replicas[(cluster, *replica)]
+
+    def judge(self, cluster: str, known: int | None) -> Trust:
+        """The cluster's Trust (`status.judge` of its reports), judged again only when its
+        reports or `known` changed since the last call."""
+        entry = self._clusters.setdefault(cluster, _Cluster())
+        if entry.judged is not None and entry.judged[1] == known:
+            return entry.judged[0]
+        trust = judge(entry.reports.values(), known)
+        entry.judged = (trust, known)
+        return trust
+
+    def replica_reports(
+        self, cluster: str, namespace: str, name: str, trust: Trust | None
+    ) -> tuple[AgentReport | None, bool]:
+        """The replica's accepted ReplicaObservation (the first by name) and whether one
+        naming it was rejected; (None, False) when its cluster has no Trust."""
+        named = self._replicas.get((cluster, namespace, name))
+        if trust is None or not named or trust.epoch is None:
+            return None, False
+        epoch = trust.epoch
+        report: AgentReport | None = None
+        is_rejected = False
+        for obs_name in sorted(named):
+            found = named[obs_name]
+            if found.lease_epoch < epoch:
+                is_rejected = True
+            elif report is None:
+                report = found
+        return report, is_rejected
+
+    def cluster_errors(self, names: Iterable[str]) -> list[str]:
+        """The errors of the observations about the clusters `names`, in listing order
+        (PoolObservations, then ReplicaObservations, each by namespace and name)."""
+        wanted = set(names)
+        return [error for _, (c, error) in sorted(self.errors.items()) if c in wanted]
