@@ -41,14 +41,15 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import heapq
 import itertools
 import logging
 import operator
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
 from gpufleet.api import FieldError, InferenceClass, InferenceCluster, cluster_from_manifest
 from gpufleet.controller import replicas as replica_docs
@@ -167,6 +168,19 @@ def _replica_desire(current: ReadObj, found: tuple[AgentReport | None, bool], no
     return replica_status(current, found[0], found[1], now)
 
 
+#: A due time that never comes.
+_NEVER: Final = datetime.max.replace(tzinfo=UTC)
+
+
+def _last_report(cluster: Cluster) -> datetime | None:
+    """The time `cluster_freshness` ages the cluster from."""
+    if cluster.agent_observed_at is not None:
+        return cluster.agent_observed_at
+    times = [p.observation.observed_at for p in cluster.pools if p.observation is not None]
+    present = [t for t in times if t is not None]
+    return max(present) if present else None
+
+
 def _decision_key(decided: DeploymentDecision) -> Key:
     return (decided.key.namespace, decided.key.name)
 
@@ -185,6 +199,10 @@ class _Dirty:
 
     #: Clusters whose status to publish.
     clusters: set[str] = field(default_factory=set)
+    #: Clusters whose reports to judge again (a report came or went, or the object moved).
+    trusts: set[str] = field(default_factory=set)
+    #: Clusters whose core Cluster to convert again, or whose reports' time moved.
+    cores: set[str] = field(default_factory=set)
     #: Replicas (namespace, name) whose status to publish.
     replicas: set[Key] = field(default_factory=set)
     #: Deployments (namespace, name) whose decision to apply again.
@@ -234,13 +252,23 @@ class Controller(HubWriter):
         #: What the core derives from deployments and replicas, kept across steps.
         self.schedule_memo = ScheduleMemo()
         self.trusts: dict[str, Trust] = {}
+        #: Clusters whose Trust rejects reports (their events are repeated every step).
+        self._rejecting: set[str] = set()
+        #: When clusters' statuses fall due: (due, name), the stale ones skipped when popped.
+        self._dues: list[tuple[datetime, str]] = []
+        #: Per cluster, as the core reads it (reported), and the unreadable ones' errors.
+        self._reported: dict[str, Cluster] = {}
+        self._cluster_errors: dict[str, str] = {}
+        #: Each cluster's freshness as the decision reads it, and when one may move.
+        self._fresh: dict[str, tuple[object, ...]] = {}
+        self._fresh_due: datetime | None = None
         self._dirty = _Dirty()
         self._clusters: dict[str, _ClusterState] = {}
         #: Per cluster: (resourceVersion, classes) converted with, the core Cluster, untimed.
         self._core: dict[str, tuple[tuple[object, ...], Cluster, Cluster]] = {}
         #: The last decision, the clusters and freshness it was made with, and its numbers.
         self._decision: Decision | None = None
-        self._scheduled_with: tuple[object, ...] | None = None
+        self._scheduled_with: dict[str, tuple[object, ...]] | None = None
         #: Per deployment: the decision last applied with nothing to write (dirty marks a
         #: deployment whose object or replicas changed since).
         self._applied: dict[Key, DeploymentDecision] = {}
@@ -253,8 +281,13 @@ class Controller(HubWriter):
         self._replica_objs: dict[Key, ReadObj] = {}
         self._replica_cores: dict[Key, Replica] = {}
         self._replica_errors: dict[Key, str] = {}
-        #: Per deployment with a shortfall in the last decision: (reason, shortfall).
+        #: Per deployment with a shortfall in the last decision: (reason, shortfall); their
+        #: sums; and whether that decision creates or drops replicas.
         self._short: dict[Key, tuple[str, int]] = {}
+        self._numbers: tuple[Counter[str], int] | None = None
+        self._has_replica_writes = False
+        #: Per event prefix, the standing situations last seen (`_forget`).
+        self._alive: dict[str, set[tuple[str, ...]]] = {}
         #: Steps that found nothing to schedule (metrics, tests).
         self.quiet_steps = 0
 
@@ -271,9 +304,8 @@ class Controller(HubWriter):
             self._error(result, f"read: {e}")
             return result
         classes, is_complete = self._classes(result)
-        names = sorted(k[1] for k in self.index.records[INFERENCE_CLUSTER])
-        self._judge(names, now, result)
-        for name in names:
+        self._judge(now, result)
+        for name in self._clusters_to_publish(now):
             self._publish_cluster(name, classes, now, result)
         self._publish_replicas(now, result)
         if is_complete:
@@ -299,9 +331,12 @@ class Controller(HubWriter):
         dirty = self._dirty
         if moved[INFERENCE_CLASS]:
             dirty.clusters.update(k[1] for k in index.records[INFERENCE_CLUSTER])
+            dirty.cores.update(k[1] for k in index.records[INFERENCE_CLUSTER])
             dirty.schedule = True
         for key in moved[INFERENCE_CLUSTER]:
             dirty.clusters.add(key[1])
+            dirty.trusts.add(key[1])
+            dirty.cores.add(key[1])
             self._replicas_on(key[1])
         for key in moved[MODEL_DEPLOYMENT]:
             dirty.deployments.add(key)
@@ -330,6 +365,7 @@ class Controller(HubWriter):
                 read: Observation | None = record.parsed if record is not None else None
                 clusters, replicas = self.reports.put(kind.kind, key, read)
                 dirty.clusters |= clusters
+                dirty.trusts |= clusters
                 dirty.replicas |= replicas
         if is_first:
             self._everything_dirty()
@@ -367,7 +403,10 @@ class Controller(HubWriter):
     def _everything_dirty(self) -> None:
         records = self.index.records
         dirty = self._dirty
-        dirty.clusters.update(k[1] for k in records[INFERENCE_CLUSTER])
+        names = [k[1] for k in records[INFERENCE_CLUSTER]]
+        dirty.clusters.update(names)
+        dirty.trusts.update(names)
+        dirty.cores.update(names)
         dirty.replicas.update(records[MODEL_REPLICA])
         dirty.deployments.update(records[MODEL_DEPLOYMENT])
         dirty.schedule = True
@@ -388,25 +427,23 @@ class Controller(HubWriter):
 
     # --- trust ----------------------------------------------------------------------------
 
-    def _judge(self, names: Sequence[str], now: datetime, result: StepResult) -> None:
-        for error in self.reports.cluster_errors(names):
-            self._error(result, error)
+    def _judge(self, now: datetime, result: StepResult) -> None:
+        """Judge again the clusters whose reports or known epoch may have changed; repeat
+        what every step reports of the reports it ignores and cannot read."""
         records = self.index.records[INFERENCE_CLUSTER]
-        trusts: dict[str, Trust] = {}
+        for error in self.reports.cluster_errors(records):
+            self._error(result, error)
+        judged, self._dirty.trusts = self._dirty.trusts, set()
+        for cluster in judged:
+            record = records.get(("", cluster))
+            if record is None:
+                self.trusts.pop(cluster, None)
+                self._rejecting.discard(cluster)
+                continue
+            self._judge_cluster(cluster, record.obj)
         alive: set[tuple[str, ...]] = set()
-        for cluster in names:
-            obj = records[("", cluster)].obj
-            remembered = (known_epoch(obj), self.epochs.get(cluster))
-            epochs = [e for e in remembered if e is not None]
-            trust = self.reports.judge(cluster, max(epochs, default=None))
-            last = self.trusts.get(cluster)
-            if last is not trust:
-                self._dirty.clusters.add(cluster)
-                if last is None or (last.epoch, last.rejected) != (trust.epoch, trust.rejected):
-                    self._replicas_on(cluster)
-            trusts[cluster] = trust
-            if trust.epoch is not None:
-                self.epochs[cluster] = trust.epoch
+        for cluster in sorted(self._rejecting):
+            trust = self.trusts[cluster]
             for report in trust.rejected:
                 message = (
                     f"{report.kind} {report.namespace}/{report.name} from agent "
@@ -416,22 +453,47 @@ class Controller(HubWriter):
                 result.rejected_reports.append(message)
                 subject = ("stale", cluster, report.kind, report.name)
                 alive.add(subject)
+                obj = records[("", cluster)].obj
                 event = Event(obj, EventType.WARNING, EventReason.STALE_AGENT_REPORT, message)
                 self._record_once(subject, event, now, result)
-        self.recorder.forget_missing("stale", alive)
-        self.trusts = trusts
+        self._forget("stale", alive)
+
+    def _judge_cluster(self, cluster: str, obj: ReadObj) -> None:
+        remembered = (known_epoch(obj), self.epochs.get(cluster))
+        epochs = [e for e in remembered if e is not None]
+        trust = self.reports.judge(cluster, max(epochs, default=None))
+        last = self.trusts.get(cluster)
+        if last is not trust:
+            self._dirty.clusters.add(cluster)
+            self._dirty.cores.add(cluster)
+            if last is None or (last.epoch, last.rejected) != (trust.epoch, trust.rejected):
+                self._replicas_on(cluster)
+        self.trusts[cluster] = trust
+        if trust.epoch is not None:
+            self.epochs[cluster] = trust.epoch
+        if trust.rejected:
+            self._rejecting.add(cluster)
+        else:
+            self._rejecting.discard(cluster)
 
     # --- published status -----------------------------------------------------------------
+
+    def _clusters_to_publish(self, now: datetime) -> list[str]:
+        """The dirty clusters and those due by `now`, in listing order."""
+        names, self._dirty.clusters = self._dirty.clusters, set()
+        while self._dues and self._dues[0][0] <= now:
+            due, name = heapq.heappop(self._dues)
+            state = self._clusters.get(name)
+            if state is not None and state.due == due:
+                names.add(name)
+        records = self.index.records[INFERENCE_CLUSTER]
+        return sorted(n for n in names if ("", n) in records)
 
     def _publish_cluster(
         self, name: str, classes: Mapping[str, ReadObj], now: datetime, result: StepResult
     ) -> None:
-        """Publish one cluster's status when it is dirty or due (`_ClusterState`)."""
+        """Publish one cluster's status (it is dirty or due, `_ClusterState`)."""
         state = self._clusters.setdefault(name, _ClusterState())
-        is_dirty = name in self._dirty.clusters
-        if not is_dirty and (state.due is None or now < state.due):
-            return
-        self._dirty.clusters.discard(name)
         record = self.index.records[INFERENCE_CLUSTER][("", name)]
         cluster = record.obj
         trust = self.trusts.get(name) or NO_TRUST
@@ -445,6 +507,8 @@ class Controller(HubWriter):
             states,
         )
         state.due = self._due(cluster, times, states, now)
+        if state.due is not None:
+            heapq.heappush(self._dues, (state.due, name))
         if settled == state.settled:
             return
 
@@ -457,7 +521,8 @@ class Controller(HubWriter):
         )
         state.settled = settled if written is cluster else None
         if written is not cluster:
-            state.due = now  # compute again next step, from what was written
+            self._dirty.clusters.add(name)  # compute again next step, from what was written
+            self._dirty.cores.add(name)  # the core reads the status (Ready, observations)
 
     def _due(
         self,
@@ -496,71 +561,89 @@ class Controller(HubWriter):
 
     # --- scheduling -----------------------------------------------------------------------
 
-    def _core_clusters(
-        self, classes: Mapping[str, ReadObj], config: SchedulingConfig, unreadable: list[str]
-    ) -> list[Cluster]:
-        """Each readable cluster as the core reads it, converted again only when its object
-        or a class changed; as fresh as its reports (`_reported`)."""
+    def _update_cores(self, classes: Mapping[str, ReadObj], config: SchedulingConfig) -> None:
+        """Convert again the clusters whose object or a class changed (`_core`), and bring
+        the others in `dirty.cores` (their reports' time moved) as fresh as their reports
+        (`_reported`). A cluster that came, went or reads differently to the core, times
+        aside (`_untimed`), is a scheduling input that changed."""
+        names, self._dirty.cores = self._dirty.cores, set()
+        if not names:
+            return
         typed: dict[str, InferenceClass] = {}
-        for key, record in sorted(self.index.records[INFERENCE_CLASS].items()):
-            if isinstance(record.parsed[0], InferenceClass):
-                typed[key[1]] = record.parsed[0]
+        for key, klass in sorted(self.index.records[INFERENCE_CLASS].items()):
+            if isinstance(klass.parsed[0], InferenceClass):
+                typed[key[1]] = klass.parsed[0]
         signature_classes = tuple((k, version_of(v)) for k, v in classes.items())
-        out: list[Cluster] = []
-        for key, record in sorted(self.index.records[INFERENCE_CLUSTER].items()):
-            parsed, error = record.parsed
-            if parsed is None:
-                unreadable.append(f"InferenceCluster {name_of(record.obj)}: {error}")
-                continue
+        records = self.index.records[INFERENCE_CLUSTER]
+        self._fresh_due = None  # the freshness of some cluster may have moved
+        for name in names:
+            record = records.get(("", name))
+            parsed, error = record.parsed if record is not None else (None, "")
+            self._cluster_errors.pop(name, None)
+            if record is not None and parsed is None:
+                self._cluster_errors[name] = f"InferenceCluster {name_of(record.obj)}: {error}"
             if not isinstance(parsed, InferenceCluster):
+                if self._core.pop(name, None) is not None:
+                    self._dirty.schedule = True
+                self._reported.pop(name, None)
                 continue
-            signature = (record.signature, signature_classes, config)
-            known = self._core.get(key[1])
+            signature = (record.signature if record else (), signature_classes, config)
+            known = self._core.get(name)
             if known is None or known[0] != signature:
                 core = cluster_from_manifest(parsed, typed, config)
-                known = (signature, core, _untimed(core))
-                self._core[key[1]] = known
-            out.append(_reported(known[1], self.trusts.get(key[1])))
-        return out
+                untimed = _untimed(core)
+                if known is None or known[2] != untimed:
+                    self._dirty.schedule = True
+                known = (signature, core, untimed)
+                self._core[name] = known
+            self._reported[name] = _reported(known[1], self.trusts.get(name))
 
-    def _freshness(
-        self, clusters: Sequence[Cluster], now: datetime, config: SchedulingConfig
-    ) -> tuple[object, ...]:
+    def _freshness(self, now: datetime, config: SchedulingConfig) -> dict[str, tuple[object, ...]]:
         """What the decision reads of `now`: each cluster's freshness state, and its age
-        where a reason quotes it (Stale, Expired)."""
-        out: list[object] = []
-        for cluster in clusters:
-            fresh = cluster_freshness(cluster, now, config)
-            quoted = fresh.state in (ObservationState.STALE, ObservationState.EXPIRED)
-            out.append((cluster.name, fresh.state, fresh.age_s if quoted else None))
-        return tuple(out)
+        where a reason quotes it (Stale, Expired). Computed again only when a cluster's
+        reports moved, a state may have crossed (`_fresh_due`), or an age is quoted."""
+        due = self._fresh_due
+        if due is not None and now < due:
+            return self._fresh
+        fresh: dict[str, tuple[object, ...]] = {}
+        next_due: datetime | None = None
+        is_aging = False
+        for name, cluster in self._reported.items():
+            state = cluster_freshness(cluster, now, config)
+            quoted = state.state in (ObservationState.STALE, ObservationState.EXPIRED)
+            fresh[name] = (state.state, state.age_s if quoted else None)
+            is_aging = is_aging or (quoted and state.age_s is not None)
+            last = _last_report(cluster)
+            if state.state is ObservationState.FRESH and last is not None:
+                crossing = last + timedelta(seconds=config.stale_after_s)
+                next_due = crossing if next_due is None else min(next_due, crossing)
+        self._fresh = fresh
+        self._fresh_due = None if is_aging else (next_due or _NEVER)
+        return fresh
 
     def _schedule(self, classes: Mapping[str, ReadObj], now: datetime, result: StepResult) -> None:
         config = self.config.scheduling()
-        unreadable: list[str] = []
-        clusters = self._core_clusters(classes, config, unreadable)
+        self._update_cores(classes, config)
+        unreadable = [e for _, e in sorted(self._cluster_errors.items())]
         unreadable.extend(error for _, error in sorted(self._replica_errors.items()))
         if unreadable:
             for line in unreadable:
                 self._error(result, f"scheduling skipped: cannot read {line}")
             return
         self._check_invalid(now, result)
-        inputs = (
-            tuple(self._core[c.name][2] for c in clusters),
-            self._freshness(clusters, now, config),
-        )
+        fresh = self._freshness(now, config)
         last = self._decision
         if (
             not self._dirty.schedule
             and last is not None
-            and inputs == self._scheduled_with
-            and not any(d.created or d.dropped for d in last.deployments)
+            and fresh == self._scheduled_with
+            and not self._has_replica_writes
         ):
             self._quiet(last, result)
             return
         snapshot = Snapshot(
             deployments=tuple(d for _, d in self._deployments.values()),
-            clusters=tuple(clusters),
+            clusters=tuple(self._reported[name] for name in sorted(self._reported)),
             replicas=tuple(self._replica_cores.values()),
             config=config,
         )
@@ -574,7 +657,7 @@ class Controller(HubWriter):
             result.decision_latency_s = self.timer() - started
         result.decision = decision
         self._dirty.schedule = False
-        self._scheduled_with = inputs
+        self._scheduled_with = fresh
         self._apply_decision(decision, now, result)
         self._decision = decision
 
@@ -586,10 +669,24 @@ class Controller(HubWriter):
         self.quiet_steps += 1
 
     def _add_numbers(self, result: StepResult) -> None:
-        """The refusals and shortfall of the last decision, into the step's numbers."""
-        for reason, shortfall in self._short.values():
-            result.refusals[reason] += 1
-            result.shortfall += shortfall
+        """The refusals and shortfall of the last decision, into the step's numbers (added
+        up again only when a decision changed)."""
+        if self._numbers is None:
+            refusals: Counter[str] = Counter()
+            shortfall = 0
+            for reason, short in self._short.values():
+                refusals[reason] += 1
+                shortfall += short
+            self._numbers = (refusals, shortfall)
+        result.refusals.update(self._numbers[0])
+        result.shortfall += self._numbers[1]
+
+    def _forget(self, prefix: str, alive: set[tuple[str, ...]]) -> None:
+        """Forget the events of situations under `prefix` that cleared (`alive` are those
+        that stand), when that set moved since the last call."""
+        if self._alive.get(prefix) != alive:
+            self.recorder.forget_missing(prefix, alive)
+            self._alive[prefix] = alive
 
     def _check_invalid(self, now: datetime, result: StepResult) -> None:
         """Say why of each invalid deployment not being deleted (`_invalid_deployment`)."""
@@ -597,7 +694,7 @@ class Controller(HubWriter):
         for key, (obj, errors) in sorted(self._invalid.items()):
             self._invalid_deployment(obj, errors, now, result)
             alive.add(("invalid", *key))
-        self.recorder.forget_missing("invalid", alive)
+        self._forget("invalid", alive)
 
     def _changed_decisions(self, decision: Decision) -> list[int]:
         """The positions in `decision` of the deployment decisions to look at again: those
@@ -622,6 +719,8 @@ class Controller(HubWriter):
         if len(positions) == len(decision.deployments):
             self._short = {}
         short = self._short
+        self._numbers = None
+        self._has_replica_writes = any(d.created or d.dropped for d in decision.deployments)
         for at in positions:
             decided = decision.deployments[at]
             key = _decision_key(decided)
@@ -637,7 +736,7 @@ class Controller(HubWriter):
                 self._applied[key] = decided
         self._dirty.deployments = set()
         self._add_numbers(result)
-        self.recorder.forget_missing("refusal", {("refusal", *key) for key in short})
+        self._forget("refusal", {("refusal", *key) for key in short})
 
     def _apply_once(
         self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult

@@ -16,7 +16,7 @@ order, and it counts as rejected when any rejected one names it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from gpufleet.controller.index import Key, Observation
@@ -127,8 +127,10 @@ class FleetReports:
                 report = found
         return report, is_rejected
 
-    def cluster_errors(self, names: Iterable[str]) -> list[str]:
-        """The errors of the observations about the clusters `names`, in listing order
-        (PoolObservations, then ReplicaObservations, each by namespace and name)."""
-        wanted = set(names)
-        return [error for _, (c, error) in sorted(self.errors.items()) if c in wanted]
+    def cluster_errors(self, clusters: Container[tuple[str, str]]) -> list[str]:
+        """The errors of the observations about the clusters that exist (`clusters` holds
+        their keys, ("", name)), in listing order (PoolObservations, then
+        ReplicaObservations, each by namespace and name)."""
+        if not self.errors:
+            return []
+        return [error for _, (c, error) in sorted(self.errors.items()) if ("", c) in clusters]
