@@ -375,6 +375,121 @@ def _can_host(ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo
     return True
 
 
+def _unusable_verdict(
+    engine: Engine,
+    pool: PoolLedger,
+    shape: _EngineOnClass,
+    claimable: tuple[bool, ...],
+    memo: PlacementMemo,
+) -> PoolVerdict:
+    mismatch = _mismatch(engine, pool, shape, claimable, memo)
+    return PoolVerdict(
+        pool.pool.name,
+        engine.name,
+        pool.accounting,
+        False,
+        (*((mismatch,) if mismatch else ()), *pool.reasons),
+        pool.summary(),
+    )
+
+
+@dataclass(slots=True)
+class _Trial:
+    """What a replica's engines placed so far take, per pool: pods (free-GPU) or nodes."""
+
+    units: dict[PoolName, list[Unit]] = field(default_factory=dict)
+    nodes: dict[PoolName, int] = field(default_factory=dict)
+
+
+#: An engine tried on one pool: the fit (or nodes taken), the units fitted, the refusal.
+_Tried = tuple[FitResult | int, list[Unit], Reason | None]
+
+
+def _try_pool(
+    pool: PoolLedger,
+    shape: _EngineOnClass,
+    trial: _Trial,
+    policy: NodeChoicePolicy,
+    owner: str,
+    explain: bool,
+) -> _Tried | None:
+    """The engine on `pool` on top of the trial; None when it does not fit and the caller
+    does not explain (then the reason is not built)."""
+    name = pool.pool.name
+    if pool.is_free_gpu:
+        earlier = trial.units.get(name)
+        units = order_units([*earlier, *shape.units]) if earlier else list(shape.units)
+        fitted = _fit(pool, units, policy, owner)
+        if fitted.failure is None:
+            return fitted, units, None
+        if not explain:
+            return None
+        return fitted, units, _refusal(pool, units, fitted.failure, policy)
+    nodes = trial.nodes.get(name, 0) + shape.node_cost
+    if nodes <= pool.free_nodes:
+        return nodes, [], None
+    if not explain:
+        return None
+    return nodes, [], diagnosis.insufficient_nodes(pool, nodes)
+
+
+#: The pool an engine goes to: its ledger, its shape there, the units and the outcome.
+_Chosen = tuple[PoolLedger, _EngineOnClass, list[Unit], FitResult | int]
+
+
+def _place_engine(
+    ledger: ClusterLedger,
+    engine: Engine,
+    on_shape: _EngineOnShape,
+    trial: _Trial,
+    memo: PlacementMemo,
+    owner: str,
+    verdicts: list[PoolVerdict] | None,
+) -> _Chosen | ReplicaFit:
+    """The first pool (published order) that takes the engine, or the failed `ReplicaFit`.
+    With `verdicts` (explaining), every pool is tried and given a verdict."""
+    explain = verdicts is not None
+    chosen: _Chosen | None = None
+    capacity_reasons: list[Reason] = []
+    refused = False
+    for pool, shape, is_usable in zip(ledger.pools, on_shape.shapes, on_shape.usable, strict=True):
+        if not is_usable:
+            if verdicts is not None:
+                verdicts.append(_unusable_verdict(engine, pool, shape, on_shape.claimable, memo))
+            continue
+        tried = _try_pool(pool, shape, trial, ledger.policy, owner, explain)
+        if tried is None:
+            refused = True
+            continue
+        outcome, units, refusal = tried
+        if refusal is None and chosen is None:
+            chosen = (pool, shape, units, outcome)
+        if refusal is not None:
+            capacity_reasons.append(refusal)
+        if verdicts is not None:
+            verdicts.append(
+                PoolVerdict(
+                    pool.pool.name,
+                    engine.name,
+                    pool.accounting,
+                    refusal is None,
+                    (*((refusal,) if refusal else ()), *pool.reasons),
+                    pool.summary(),
+                )
+            )
+        elif chosen is not None:
+            break
+    if chosen is not None:
+        return chosen
+    if refused:
+        # Not explaining: the caller only needs to know it does not fit.
+        return ReplicaFit(None)
+    reasons = _unique_codes(capacity_reasons) or (
+        diagnosis.no_matching_pool(engine.name, len(ledger.pools)),
+    )
+    return ReplicaFit(None, reasons=reasons, verdicts=tuple(verdicts or ()))
+
+
 def place_replica(
     ledger: ClusterLedger,
     deployment: Deployment,
@@ -383,97 +498,32 @@ def place_replica(
     owner: str = "",
     explain: bool = False,
 ) -> ReplicaFit:
-    trial_units: dict[PoolName, list[Unit]] = {}
-    trial_nodes: dict[PoolName, int] = {}
+    trial = _Trial()
     commits: dict[PoolName, FitResult | int] = {}
     placed: list[PlacedEngine] = []
-    verdicts: list[PoolVerdict] = []
-    policy = ledger.policy
+    verdicts: list[PoolVerdict] | None = [] if explain else None
     for engine in deployment.engines:
         on_shape = _on_shape(engine, ledger, memo)
-        claimable = on_shape.claimable
-        if on_shape.is_matched and not any(claimable):
+        if on_shape.is_matched and not any(on_shape.claimable):
             reason = diagnosis.engine_cannot_claim(engine.name, len(ledger.pools))
-            if explain:
+            if verdicts is not None:
                 verdicts.extend(
                     PoolVerdict(p.pool.name, engine.name, p.accounting, False, (reason,))
                     for p in ledger.pools
                 )
-            return ReplicaFit(None, reasons=(reason,), verdicts=tuple(verdicts))
-        chosen: tuple[PoolLedger, _EngineOnClass, list[Unit], FitResult | int] | None = None
-        capacity_reasons: list[Reason] = []
-        refused = False
-        for pool, shape, is_usable in zip(
-            ledger.pools, on_shape.shapes, on_shape.usable, strict=True
-        ):
-            if not is_usable:
-                if explain:
-                    mismatch = _mismatch(engine, pool, shape, claimable, memo)
-                    verdicts.append(
-                        PoolVerdict(
-                            pool.pool.name,
-                            engine.name,
-                            pool.accounting,
-                            False,
-                            (*((mismatch,) if mismatch else ()), *pool.reasons),
-                            pool.summary(),
-                        )
-                    )
-                continue
-            name = pool.pool.name
-            refusal: Reason | None = None
-            units: list[Unit] = []
-            outcome: FitResult | int
-            if pool.is_free_gpu:
-                earlier = trial_units.get(name)
-                units = order_units([*earlier, *shape.units]) if earlier else list(shape.units)
-                outcome = _fit(pool, units, policy, owner)
-                if outcome.failure is not None:
-                    if not explain:
-                        refused = True
-                        continue
-                    refusal = _refusal(pool, units, outcome.failure, policy)
-            else:
-                outcome = trial_nodes.get(name, 0) + shape.node_cost
-                if outcome > pool.free_nodes:
-                    if not explain:
-                        refused = True
-                        continue
-                    refusal = diagnosis.insufficient_nodes(pool, outcome)
-            if refusal is None and chosen is None:
-                chosen = (pool, shape, units, outcome)
-            if refusal is not None:
-                capacity_reasons.append(refusal)
-            if explain:
-                verdicts.append(
-                    PoolVerdict(
-                        name,
-                        engine.name,
-                        pool.accounting,
-                        refusal is None,
-                        (*((refusal,) if refusal else ()), *pool.reasons),
-                        pool.summary(),
-                    )
-                )
-            elif chosen is not None:
-                break
-        if chosen is None and refused:
-            # Not explaining: the caller only needs to know it does not fit.
-            return ReplicaFit(None)
-        if chosen is None:
-            reasons = _unique_codes(capacity_reasons) or (
-                diagnosis.no_matching_pool(engine.name, len(ledger.pools)),
-            )
-            return ReplicaFit(None, reasons=reasons, verdicts=tuple(verdicts))
+            return ReplicaFit(None, reasons=(reason,), verdicts=tuple(verdicts or ()))
+        chosen = _place_engine(ledger, engine, on_shape, trial, memo, owner, verdicts)
+        if isinstance(chosen, ReplicaFit):
+            return chosen
         pool, shape, units, outcome = chosen
         name = pool.pool.name
         if isinstance(outcome, int):
-            trial_nodes[name] = outcome
+            trial.nodes[name] = outcome
         else:
-            trial_units[name] = units
+            trial.units[name] = units
         commits[name] = outcome
         placed.append(_placed(_stamp(engine, shape.matches, name)))
-    return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts))
+    return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts or ()))
 
 
 def commit(ledger: ClusterLedger, fitted: ReplicaFit) -> None:
