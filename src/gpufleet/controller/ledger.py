@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from gpufleet.controller.conditions import Obj, ReadObj
-from gpufleet.store import Kind, copy_json, copy_obj
+from gpufleet.controller.conditions import ReadObj
+from gpufleet.store import Kind
 
 Key = tuple[Kind, str, str]
 
@@ -49,8 +49,8 @@ def is_newer_or_same(version: str | None, than: str | None) -> bool:
 
 @dataclass(slots=True)
 class Entry:
-    #: The object as the write returned it; None for a delete.
-    obj: Obj | None
+    #: The object as the write returned it (read-only); None for a delete.
+    obj: ReadObj | None
     #: The resourceVersion the write returned (for a delete: the last one seen before it).
     resource_version: str | None
     assumed_at: datetime
@@ -69,7 +69,9 @@ class AssumeLedger:
     def assume_written(self, kind: Kind, obj: ReadObj, now: datetime) -> None:
         """Record an object as a create, update or status patch returned it."""
         version = (obj.get("metadata") or {}).get("resourceVersion")
-        self._entries[object_key(kind, obj)] = Entry(copy_obj(obj), version, now)
+        # Not copied: what a write returns is never changed, by the store (port contract) or
+        # by the controller, which only reads it.
+        self._entries[object_key(kind, obj)] = Entry(obj, version, now)
 
     def assume_deleted(self, kind: Kind, obj: ReadObj, now: datetime) -> None:
         """Record the delete of `obj` (the last version the controller saw of it)."""
@@ -83,11 +85,11 @@ class AssumeLedger:
 
     def overrides(
         self, kind: Kind, shown: Mapping[tuple[str, str], Mapping[str, Any]]
-    ) -> dict[tuple[str, str], Obj | None]:
+    ) -> dict[tuple[str, str], ReadObj | None]:
         """What the assumed writes of `kind` change in `shown` (the view's objects by
         (namespace, name)): the object written in place of an older or missing one, or None
         to hide one the controller deleted. Caught-up entries are forgotten."""
-        out: dict[tuple[str, str], Obj | None] = {}
+        out: dict[tuple[str, str], ReadObj | None] = {}
         for key, entry in [(k, e) for k, e in self._entries.items() if k[0] == kind]:
             at = (key[1], key[2])
             found = shown.get(at)
@@ -102,7 +104,7 @@ class AssumeLedger:
             if found is not None and is_newer_or_same(shown_version, entry.resource_version):
                 del self._entries[key]
                 continue
-            out[at] = copy_json(entry.obj)
+            out[at] = entry.obj
         return out
 
     def missing(

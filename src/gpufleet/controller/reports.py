@@ -35,8 +35,28 @@ class _Cluster:
     """One cluster's parsed reports by (kind, name), and its last judgement."""
 
     reports: dict[tuple[str, str], AgentReport] = field(default_factory=dict)
-    #: The Trust, and the known epoch it was judged with; None when the reports changed since.
+    #: The Trust, and the known epoch it was judged with; None when reports came or went,
+    #: or changed epoch, since.
     judged: tuple[Trust, int | None] | None = None
+    #: Whether reports were replaced since the judgement (by ones of the same kind, name and
+    #: lease epoch: a heartbeat or new content).
+    is_replaced: bool = False
+    #: The reports' keys in (kind, name) order; None when one came or went since.
+    order: list[tuple[str, str]] | None = None
+
+
+def _is_replacement(old: Observation, new: Observation) -> bool:
+    """Whether `new` only replaces `old`'s report: both read, of the same cluster, replica
+    and lease epoch."""
+    return (
+        old.report is not None
+        and new.report is not None
+        and old.cluster == new.cluster
+        and old.replica == new.replica
+        and old.report.lease_epoch == new.report.lease_epoch
+        and not old.error
+        and not new.error
+    )
 
 
 class FleetReports:
@@ -56,6 +76,12 @@ class FleetReports:
         """File what was read of the observation at `key` (None: it is gone), in place of
         what its last version filed; the clusters and replicas (namespace, name) touched."""
         at = (kind, *key)
+        old = self._filed.get(at)
+        if old is not None and read is not None and _is_replacement(old, read):
+            self._replace(kind, key, old, read)
+            self._filed[at] = read
+            assert read.cluster is not None
+            return {read.cluster}, {read.replica} if read.replica is not None else set()
         clusters: set[str] = set()
         replicas: set[tuple[str, str]] = set()
         for observation, is_added in ((self._filed.pop(at, None), False), (read, True)):
@@ -75,6 +101,7 @@ class FleetReports:
         order = (0 if kind == "PoolObservation" else 1, *key)
         entry = self._clusters.setdefault(cluster, _Cluster())
         entry.judged = None
+        entry.order = None
         report = observation.report
         if not is_added:
             self.errors.pop(order, None)
@@ -98,14 +125,36 @@ class FleetReports:
             if not named:
                 del self._replicas[(cluster, *replica)]
 
+    def _replace(self, kind: str, key: Key, old: Observation, new: Observation) -> None:
+        """`new` in place of `old`: a report of the same cluster, kind, name, lease epoch
+        and replica (see `_is_replacement`)."""
+        assert new.cluster is not None and new.report is not None
+        entry = self._clusters.setdefault(new.cluster, _Cluster())
+        entry.reports[(kind, key[1])] = new.report
+        entry.is_replaced = True
+        if new.replica is not None:
+            self._replicas[(new.cluster, *new.replica)][key[1]] = new.report
+
     def judge(self, cluster: str, known: int | None) -> Trust:
         """The cluster's Trust (`status.judge` of its reports), judged again only when its
-        reports or `known` changed since the last call."""
+        reports or `known` changed since the last call.
+
+        Reports only replaced since a judgement that accepted them all (each by one of the
+        same kind, name and lease epoch) are accepted all again at the same epoch, in the
+        same (kind, name) order: `judge` would find the same epochs."""
         entry = self._clusters.setdefault(cluster, _Cluster())
-        if entry.judged is not None and entry.judged[1] == known:
-            return entry.judged[0]
+        last = entry.judged
+        if last is not None and last[1] == known:
+            if not entry.is_replaced:
+                return last[0]
+            if not last[0].rejected and len(last[0].accepted) == len(entry.reports):
+                if entry.order is None:
+                    entry.order = sorted(entry.reports)
+                trust = Trust(last[0].epoch, tuple(map(entry.reports.__getitem__, entry.order)), ())
+                entry.judged, entry.is_replaced = (trust, known), False
+                return trust
         trust = judge(entry.reports.values(), known)
-        entry.judged = (trust, known)
+        entry.judged, entry.is_replaced = (trust, known), False
         return trust
 
     def replica_reports(
