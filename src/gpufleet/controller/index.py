@@ -215,13 +215,47 @@ def _version_signature(obj: ReadObj) -> tuple[object, ...]:
     return (meta.get("uid"), meta.get("resourceVersion"))
 
 
-@dataclass(frozen=True, slots=True)
 class Record:
-    """An effective object and what was read of it (`parsed`), for the signature `signature`."""
+    """An effective object and what was read of it (`parsed`, read on first use), for the
+    signature `signature`. Never changed once read."""
 
-    obj: ReadObj
-    signature: tuple[object, ...]
-    parsed: Any
+    __slots__ = ("_last", "_parsed", "_read", "_reads", "obj", "signature")
+
+    def __init__(
+        self,
+        obj: ReadObj,
+        signature: tuple[object, ...],
+        read: Callable[[ReadObj, Record | None], object],
+        last: Record | None,
+        reads: list[int],
+    ) -> None:
+        self.obj = obj
+        self.signature = signature
+        self._read: Callable[[ReadObj, Record | None], object] | None = read
+        self._last = last
+        self._parsed: Any = None
+        self._reads = reads
+
+    @classmethod
+    def kept(cls, obj: ReadObj, last: Record) -> Record:
+        """`obj` at `last`'s signature: what was read of `last` holds for it."""
+        record = cls(obj, last.signature, _read_nothing, None, last._reads)
+        record._read, record._parsed = None, last.parsed
+        return record
+
+    @property
+    def parsed(self) -> Any:
+        read = self._read
+        if read is not None:
+            last = self._last
+            self._parsed = read(self.obj, last)
+            self._read = self._last = None
+            self._reads[0] += 1
+        return self._parsed
+
+
+def _read_nothing(obj: ReadObj, last: Record | None) -> object:
+    return None
 
 
 def _read_class_or_cluster(obj: ReadObj, last: Record | None) -> object:
@@ -268,8 +302,8 @@ class HubIndex:
         self.records: dict[Kind, dict[Key, Record]] = {k: {} for k in WATCHED}
         #: Per assumed kind, the keys the ledger overlaid at the last `overlay`.
         self._overlaid: dict[Kind, set[Key]] = {k: set() for k in ASSUMED}
-        #: Objects read (parsed) so far, for tests and metrics.
-        self.reads = 0
+        #: Objects read (parsed) so far, for tests and metrics (`reads`).
+        self._reads = [0]
         #: Per kind, the records the last `overlay` replaced or removed, by key.
         self.previous: dict[Kind, dict[Key, Record]] = {k: {} for k in WATCHED}
 
@@ -359,14 +393,21 @@ class HubIndex:
         signature_of, read = _READERS[kind]
         signature = signature_of(obj)
         last = self.records[kind].get(key)
-        is_same = not force and last is not None and last.signature == signature
-        parsed = last.parsed if is_same and last is not None else None
-        if parsed is None:
-            parsed = read(obj, last)
-            self.reads += 1
-        record = Record(obj, signature, parsed)
+        if not force and last is not None and last.signature == signature:
+            record = Record.kept(obj, last)
+        else:
+            # A heartbeat reads the last version's report: it is read now, not kept alive.
+            is_observation = kind in (POOL_OBSERVATION, REPLICA_OBSERVATION)
+            if last is not None and is_observation:
+                last.parsed  # noqa: B018
+            record = Record(obj, signature, read, last if is_observation else None, self._reads)
         self.records[kind][key] = record
         return record
+
+    @property
+    def reads(self) -> int:
+        """Objects read (parsed) so far: each version once, when first used."""
+        return self._reads[0]
 
     def put_written(self, kind: Kind, obj: ReadObj) -> bool:
         """An object as the controller's own status patch returned it: what the step works

@@ -53,7 +53,7 @@ from typing import Any, Final
 
 from gpufleet.api import FieldError, InferenceClass, InferenceCluster, cluster_from_manifest
 from gpufleet.controller import replicas as replica_docs
-from gpufleet.controller.conditions import Obj, ReadObj
+from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import (
     Event,
@@ -522,7 +522,15 @@ class Controller(HubWriter):
         state.settled = settled if written is cluster else None
         if written is not cluster:
             self._dirty.clusters.add(name)  # compute again next step, from what was written
-            self._dirty.cores.add(name)  # the core reads the status (Ready, observations)
+            if not is_owned_equal(
+                without_times(cluster.get("status") or {}),
+                without_times(written.get("status") or {}),
+                CLUSTER_OWNED,
+            ):
+                # The core reads the status (Ready, observations). A write that moved only
+                # report times (a refresh, which needs accepted reports) changes nothing it
+                # reads but through freshness, from the reports' newest time (`_reported`).
+                self._dirty.cores.add(name)
 
     def _due(
         self,
