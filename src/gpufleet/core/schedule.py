@@ -590,6 +590,20 @@ def _diagnose(
     return Diagnosis(tuple(verdicts), tuple(wide))
 
 
+def _gate_profile(ledger: ClusterLedger) -> tuple[object, ...]:
+    """Everything `is_selected` and whether `_gates` says anything read of a cluster, with
+    its shape: clusters of one profile take a deployment or not alike."""
+    cluster = ledger.cluster
+    return (
+        ledger.shape,
+        tuple(sorted(cluster.labels.items())),
+        cluster.taints,
+        cluster.is_ready,
+        bool(cluster.gateway_address),
+        ledger.freshness.state is ObservationState.EXPIRED,
+    )
+
+
 def _find_candidates(
     works: list[_Work],
     ledgers: Mapping[ClusterName, ClusterLedger],
@@ -601,8 +615,14 @@ def _find_candidates(
     Only deployments that still need replicas ask: in the steady state most have all they
     want, and asking costs a match of every engine against every class of pool. Which
     clusters may take a deployment depends only on its selector and tolerations (the gates)
-    and on which pool shapes it can match: deployments that share them share the scan.
+    and on which pool shapes it can match: deployments that share them share the scan, which
+    asks one cluster of each profile (`_gate_profile`) rather than every cluster.
     """
+    if not works:
+        return
+    profiles: dict[tuple[object, ...], tuple[ClusterLedger, list[ClusterName]]] = {}
+    for name, ledger in ledgers.items():
+        profiles.setdefault(_gate_profile(ledger), (ledger, []))[1].append(name)
     by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
     eligible: dict[object, tuple[ClusterName, ...]] = {}
     for work in works:
@@ -614,15 +634,21 @@ def _find_candidates(
         names = eligible.get((gate_key, hostable))
         if names is None:
             names = tuple(
-                name
-                for name, ledger in ledgers.items()
-                if ledger.shape in hostable
-                and is_selected(ledger.cluster, d.cluster_selector)
-                and not _gates(ledger, d, config.expire_after_s)
+                sorted(
+                    name
+                    for sample, members in profiles.values()
+                    if sample.shape in hostable
+                    and is_selected(sample.cluster, d.cluster_selector)
+                    and not _gates(sample, d, config.expire_after_s)
+                    for name in members
+                )
             )
             eligible[(gate_key, hostable)] = names
         work.candidates = {name: ledgers[name] for name in names}
-        work.order = sorted((work.counts[name], name) for name in names)
+        if work.counts:
+            work.order = sorted((work.counts[name], name) for name in names)
+        else:  # no replica anywhere yet: fill order is name order (names are sorted)
+            work.order = [(0, name) for name in names]
 
 
 def _fill_one(work: _Work, memo: PlacementMemo) -> bool:
