@@ -22,6 +22,7 @@ and records equal those of an index built fresh from one listing of the same sto
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -262,12 +263,26 @@ def _read_class_or_cluster(obj: ReadObj, last: Record | None) -> object:
     return read_object(obj)
 
 
+def _frozen(value: object) -> object:
+    return tuple(sorted(value.items())) if isinstance(value, Mapping) else value
+
+
 def _read_deployment(obj: ReadObj, last: Record | None) -> object:
-    return check_deployment(obj)
+    """`check_deployment`, the core's Deployment signed with what it was read from (uid,
+    generation and the metadata the check reads), for the core's reuse across calls."""
+    checked = check_deployment(obj)
+    if not isinstance(checked, Deployment):
+        return checked
+    signature = tuple(_frozen(v) for v in _deployment_signature(obj))
+    return dataclasses.replace(checked, signature=signature)
 
 
 def _read_replica(obj: ReadObj, last: Record | None) -> object:
-    return read_replica(obj)
+    """`read_replica`, the core's Replica signed with (uid, resourceVersion)."""
+    core, error = read_replica(obj)
+    if core is None:
+        return core, error
+    return dataclasses.replace(core, signature=_version_signature(obj)), error
 
 
 def _read_observation(obj: ReadObj, last: Record | None) -> object:

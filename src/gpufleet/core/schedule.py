@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 from gpufleet.core import diagnosis
 from gpufleet.core.accounting import demand_shape
@@ -154,12 +155,11 @@ class _Retained:
 @dataclass(frozen=True, slots=True)
 class _Remembered:
     """A deployment's memo entry: what its retain result was derived from besides the
-    deployment (the fleet's retain view id and its replicas in snapshot order, compared by
-    identity and held, so no other object can be taken for one of them), that result, and
-    its kept replicas' charges with the pool states they hold for."""
+    deployment (the fleet's retain view id and its replicas' declared signatures in snapshot
+    order), that result, and its kept replicas' charges with the pool states they hold for."""
 
     fleet: int
-    replicas: tuple[Replica, ...]
+    replicas: tuple[tuple[object, ...], ...]
     retained: _Retained
     charges: HeldCharges
 
@@ -202,9 +202,9 @@ class ScheduleMemo:
         self.placement = PlacementMemo(keeps_ledgers=not for_one_call)
         self.for_one_call = for_one_call
         #: The last checked deployments, as given and in key order.
-        self.order: tuple[tuple[Deployment, ...], tuple[Deployment, ...]] | None = None
-        #: Per deployment (by id), its latest retain result and charges.
-        self.deployments: Generations[int, _Remembered] = Generations()
+        self.order: tuple[tuple[tuple[object, ...], ...], tuple[int, ...]] | None = None
+        #: Per deployment (by `Matcher.ref`), its latest retain result and charges.
+        self.deployments: Generations[tuple[object, ...], _Remembered] = Generations()
         self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
         self._pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         self._views = 0
@@ -313,28 +313,28 @@ def _check(snapshot: Snapshot, memo: ScheduleMemo) -> tuple[Deployment, ...]:
     """Raise for a key two deployments share, then for a name two clusters share; return
     the deployments in key order.
 
-    The same Deployment objects in the same order as the last call that got this far (the
-    memo holds them: compared by identity, in C) have the same keys: those were unique, and
-    their order is the one remembered."""
+    Deployments of the same declared signatures in the same order as the last call that got
+    this far have the same keys: those were unique, and their order is the one remembered."""
     deployments = snapshot.deployments
     known = memo.order
-    if (
-        known is not None
-        and len(known[0]) == len(deployments)
-        and all(map(operator.is_, known[0], deployments))
-    ):
-        ordered = known[1]
+    signatures = tuple(map(_SIGNATURE, deployments))
+    if known is not None and known[0] == signatures and all(signatures):
+        ordered = tuple(map(deployments.__getitem__, known[1]))
     else:
         if len({(d.key.namespace, d.key.name) for d in deployments}) < len(deployments):
             _check_keys(deployments)
-        ordered = tuple(sorted(deployments, key=_deployment_order))
+        positions = sorted(range(len(deployments)), key=lambda i: _deployment_order(deployments[i]))
+        ordered = tuple(map(deployments.__getitem__, positions))
         if not memo.for_one_call:
-            memo.order = (deployments, ordered)
+            memo.order = (signatures, tuple(positions))
     names = Counter(c.name for c in snapshot.clusters)
     for name, n in sorted(names.items()):
         if n > 1:
             raise SnapshotError(f"clusters[{name}]", f"{n} clusters share this name")
     return ordered
+
+
+_SIGNATURE: Final = operator.attrgetter("signature")
 
 
 def _check_keys(deployments: tuple[Deployment, ...]) -> None:
@@ -384,16 +384,17 @@ def _restamp(
             f"engines {sorted(stamped)} no longer match the deployment's {sorted(current)}"
         )
     engines: list[ReplicaEngine] = []
-    for engine in deployment.engines:
+    ref = matcher.ref(deployment)
+    for i, engine in enumerate(deployment.engines):
         old = stamped[engine.name]
         if [m.role for m in old.members] != [m.role for m in engine.members]:
             return diagnosis.shape_changed(f"engine {engine.name} members changed roles")
         members: list[ReplicaMember] = []
-        for member, pinned in zip(engine.members, old.members, strict=True):
+        for j, (member, pinned) in enumerate(zip(engine.members, old.members, strict=True)):
             pool = ledger.by_name.get(pinned.pool) if pinned.pool else None
             if pool is None:
                 return diagnosis.pool_missing(engine.name, member.role.value, pinned.pool)
-            match = matcher.match(member, pool.pool.devices, pool.class_id)
+            match = matcher.match(member, pool.pool.devices, pool.class_id, (ref, i, j))
             if not match.is_match:
                 return diagnosis.member_unmatched(
                     pinned.pool, member.role.value, match.unmatched_request
@@ -431,8 +432,8 @@ def _retain_and_charge(
     """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
     ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
 
-    Keyed by the deployment alone (an int key is cheap to hash) with its latest result: the
-    entry holds the replicas it compares by identity, so no other object is taken for one.
+    Keyed by the deployment's `Matcher.ref` with its latest result, which holds for replicas
+    of the same declared signatures: with a replica that declares none, nothing is reused.
 
     Every entry a call uses it checks (or replaces by one derived in the call), so an entry
     carried from the previous call held for that call's pool views: its charges still hold
@@ -442,15 +443,17 @@ def _retain_and_charge(
         # Nothing to retain or charge: cheaper to derive than to remember.
         return _retain(deployment, (), ledgers, memo.placement.matcher), ()
     entries = memo.deployments
-    found = entries.carry(id(deployment), deployment)
+    ref = memo.placement.matcher.ref(deployment)
+    found = entries.carry(ref)
     is_carried = found is not None
     if found is None:
-        found = entries.get(id(deployment), deployment)
+        found = entries.get(ref)
+    signatures = tuple(map(_SIGNATURE, replicas))
     is_same = (
         found is not None
         and found.fleet == fleet
-        and len(found.replicas) == len(replicas)
-        and all(map(operator.is_, found.replicas, replicas))
+        and found.replicas == signatures
+        and all(signatures)
     )
     known = found if is_same else None
     if known is not None and (
@@ -464,8 +467,8 @@ def _retain_and_charge(
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher)
     charges = held_charges(retained.kept, ledgers, views)
-    remembered = _Remembered(fleet, tuple(replicas), retained, charges)
-    entries.put(id(deployment), remembered, deployment)
+    remembered = _Remembered(fleet, signatures, retained, charges)
+    entries.put(ref, remembered)
     return retained, charges.charges
 
 
