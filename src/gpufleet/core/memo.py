@@ -1,9 +1,10 @@
 """Memos that may outlive one `schedule` call, bounded by what the last two calls used.
 
-Why. The hub controller calls `schedule` every 10 s on a fleet that mostly does not change, and
-its parse cache hands out the same Deployment and Replica objects step after step while their
-manifests are unchanged. What the core derives from such objects alone (matching a member
-against a class of pool, re-stamping a retained replica) need not be derived again.
+Why. The hub controller calls `schedule` whenever a scheduling input changed, on a fleet that
+mostly does not change, and declares what identifies each input's content (its signature:
+uid and generation or resourceVersion). What the core derives from an input alone (matching
+a member against a class of pool, re-stamping a retained replica) need not be derived again
+while its signature is the same.
 
 Model.
 - An entry is keyed by value: small tuples of ints and names, and the *signature* an input

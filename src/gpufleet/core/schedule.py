@@ -25,9 +25,11 @@ sorted before use, so permuting any snapshot tuple changes nothing); no two plac
 given the same free device; a deployment with shortfall > 0 has a non-empty diagnosis.
 
 Memo. A caller that schedules the same fleet again and again (the hub controller, every step)
-may pass one `ScheduleMemo` to every call: matching, the ledger of a pool object seen before,
-and steps 2 and 3 of a deployment whose objects, replicas and pools did not change, are then
-answered from what an earlier call derived. The memo is an argument, not a global, and
+may pass one `ScheduleMemo` to every call and declare each input's signature (uid and
+generation or resourceVersion; `Deployment.signature`): matching, the ledger of a pool seen
+before, and steps 2 and 3 of a deployment whose signature, replicas and pools did not change,
+are then answered from what an earlier call derived. Reuse is keyed by those signatures,
+never by identity. The memo is an argument, not a global, and
 changes no result: only the time a call takes (most of which, in a steady fleet, was steps 2
 and 3 and the matching behind them).
 
@@ -168,20 +170,21 @@ class ScheduleMemo:
     """What `plan` derived from objects a later call may see again, for a caller that
     schedules a slowly changing fleet over and over (the hub controller, every step).
 
-    It holds, keyed by the identity of the snapshot's Deployment objects (an entry holds the
-    deployment and the replicas it compares by identity, so no id can answer for another
-    object while the entry lives) and by pool class: member matches and engine shapes per
-    class of pool, each Pool object's ledger as built (copied for a call, see
+    It holds, keyed by the signatures the snapshot's inputs declare (`Deployment.signature`,
+    `Replica.signature`, `Pool.signature`; never by identity: an input that declares none is
+    derived again on every call) and by pool class: member matches and engine shapes per
+    class of pool, each signed pool's ledger as built (copied for a call, see
     `PlacementMemo`), and per deployment its retain result (kept replicas re-stamped, dropped
     ones, its whole decision when nothing is pending) and its kept replicas' charges. A
-    retain result is recomputed when the deployment, its replicas or what retaining reads of
-    the clusters (names, labels, taints, gateways, pools by name and class) change; charges
-    when a pool they pin changes class or accounting, or its allocation time leaves the
-    window they hold for (charging.py).
+    retain result is recomputed when the deployment, its replicas' signatures or what
+    retaining reads of the clusters (names, labels, taints, gateways, pools by name and
+    class) change; charges when a pool they pin changes class or accounting, or its
+    allocation time leaves the window they hold for (charging.py). Mutable: only the memo
+    itself (and each call's ledgers); every input and every result is frozen.
 
     Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
-    about two snapshots' worth of derived values; besides, the previous call's deployments
-    in key order, reused while a call has the same Deployment objects. A memo made
+    about two snapshots' worth of derived values; besides, the previous call's key order of
+    its deployments, reused while a call has deployments of the same signatures. A memo made
     `for_one_call` (what `plan` makes when given none) keeps neither that nor ledgers: no
     later call could use them. Reusable across any sequence of snapshots: a call's result is the
     same as with a fresh memo. Not thread-safe: one caller at a time.
