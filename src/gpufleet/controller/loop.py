@@ -253,11 +253,17 @@ class Controller(HubWriter):
         self.recorder = Recorder()
         #: The highest lease epoch accepted per cluster (also persisted in its status).
         self.epochs: dict[str, int] = {}
+        #: What the core derives from deployments and replicas, kept across steps.
+        self.schedule_memo = ScheduleMemo()
+        #: Steps that found nothing to schedule (metrics, tests).
+        self.quiet_steps = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget the hub: the next step lists it again, and every key is dirty."""
         #: The hub as last synced, every object parsed (index.py).
         self.index = HubIndex()
         self.reports = FleetReports()
-        #: What the core derives from deployments and replicas, kept across steps.
-        self.schedule_memo = ScheduleMemo()
         self.trusts: dict[str, Trust] = {}
         #: Clusters whose Trust rejects reports (their events are repeated every step).
         self._rejecting: set[str] = set()
@@ -295,8 +301,6 @@ class Controller(HubWriter):
         self._has_replica_writes = False
         #: Per event prefix, the standing situations last seen (`_forget`).
         self._alive: dict[str, set[tuple[str, ...]]] = {}
-        #: Steps that found nothing to schedule (metrics, tests).
-        self.quiet_steps = 0
 
     # --- the step -------------------------------------------------------------------------
 
@@ -306,8 +310,7 @@ class Controller(HubWriter):
         try:
             self._sync()
         except StoreError as e:
-            self.index = HubIndex()  # list again next step
-            self.reports = FleetReports()
+            self._reset()  # list again next step
             self._error(result, f"read: {e}")
             return result
         classes, is_complete = self._classes(result)
@@ -344,7 +347,8 @@ class Controller(HubWriter):
             dirty.clusters.add(key[1])
             dirty.trusts.add(key[1])
             dirty.cores.add(key[1])
-            self._replicas_on(key[1])
+            if not is_first:  # then every replica is dirty anyway
+                self._replicas_on(key[1])
         for key in moved[MODEL_DEPLOYMENT]:
             dirty.deployments.add(key)
             record, last = (
@@ -473,7 +477,8 @@ class Controller(HubWriter):
         if last is not trust:
             self._dirty.clusters.add(cluster)
             self._dirty.cores.add(cluster)
-            if last is None or (last.epoch, last.rejected) != (trust.epoch, trust.rejected):
+            # (A cluster judged for the first time is new, or every replica is dirty.)
+            if last is not None and (last.epoch, last.rejected) != (trust.epoch, trust.rejected):
                 self._replicas_on(cluster)
         self.trusts[cluster] = trust
         if trust.epoch is not None:
