@@ -351,22 +351,22 @@ def test_a_second_step_with_no_changes_writes_nothing() -> None:
 
 
 def test_objects_that_did_not_change_are_not_validated_again() -> None:
-    """Views hand out the stored object until it changes, so a quiet step computes nothing
-    afresh from unchanged objects, and a changed one is read again, once. (The cluster's
-    observation ages move with `now`, but they are neither written alone nor read.)"""
+    """The index reads (parses) an object once per version: a quiet step reads nothing, and
+    a changed one is read again, once. (The cluster's observation ages move with `now`, but
+    they are neither written alone nor read.)"""
     store = _fleet(deployment("alpha"), deployment("beta"))
     controller = Controller(store, SIM, "ctl")
     controller.step(at(1))
     controller.step(at(2))  # the first step's own writes are read back once
-    settled = controller.parsed.misses
+    settled = controller.index.reads
     controller.step(at(3))
-    assert controller.parsed.misses == settled
+    assert controller.index.reads == settled
 
     alpha = store.get(MODEL_DEPLOYMENT, "alpha", "ml")
     assert alpha is not None
     store.update(alpha | {"spec": {**alpha["spec"], "replicas": 2}})
     controller.step(at(4))
-    assert controller.parsed.misses == settled + 1  # alpha, nothing else
+    assert controller.index.reads == settled + 1  # alpha, nothing else
     updated = store.get(MODEL_DEPLOYMENT, "alpha", "ml")
     assert updated is not None
     assert condition_of(updated, "ReplicasScheduled") is not None
@@ -510,20 +510,20 @@ def test_a_heartbeat_is_published_once_the_refresh_interval_passed() -> None:
 
 
 def test_a_deployment_whose_status_alone_changed_is_not_checked_again() -> None:
-    """A status write replaces the object but keeps its spec: the checked deployment (and so
-    what the core memoised for it) carries over; a spec change is checked again."""
+    """A status write makes a new version but keeps the spec (and generation): the checked
+    deployment carries over; a spec change is checked again."""
     store = _fleet(deployment("alpha"))
     controller = Controller(store, SIM, "ctl")
     controller.step(at(1))
     controller.step(at(2))
-    settled = controller.parsed.misses
+    settled = controller.index.reads
     store.patch_status(MODEL_DEPLOYMENT, "alpha", "ml", {"note": "someone else's"}, None)
     controller.step(at(3))
-    assert controller.parsed.misses == settled
+    assert controller.index.reads == settled
     alpha = store.get(MODEL_DEPLOYMENT, "alpha", "ml")
     assert alpha is not None
     store.update(alpha | {"spec": {**alpha["spec"], "replicas": 2}})
     result = controller.step(at(4))
-    assert controller.parsed.misses == settled + 1
+    assert controller.index.reads == settled + 1
     assert result.placements == 0  # one GPU free and already taken: the second is refused
     assert result.shortfall == 1

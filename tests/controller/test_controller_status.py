@@ -20,7 +20,6 @@ from controller_builders import (
 )
 
 from gpufleet.controller import Controller, ControllerConfig, observation_namespace
-from gpufleet.controller.loop import ParseCache
 from gpufleet.controller.status import AgentReport, judge
 from gpufleet.store import Obj, format_time
 from gpufleet.store.port import (
@@ -433,8 +432,8 @@ def test_judge_accepts_the_highest_epoch(case: JudgeCase) -> None:
 
 
 def test_replica_status_follows_its_report_across_steps_and_skips_heartbeats() -> None:
-    """Statuses settled in one step are not recomputed while their inputs stay (SettledCache),
-    and are recomputed as soon as one of them moves; a heartbeat (observedAt only) is not one."""
+    """Statuses are published again only for dirty keys: a heartbeat (observedAt only)
+    changes no replica status and schedules nothing; a report whose content moved does."""
     store = hub(gpu_class(), cluster(), _replica(), replica_obs("orphan-0", pods_scheduled=False))
     controller = Controller(store, SIM, "ctl")
 
@@ -521,27 +520,3 @@ def test_a_heartbeat_with_a_bad_time_is_refused_as_a_new_report_would_be(
     assert len(errors) == 1
     assert "PoolObservation gpufleet-cluster-a/l4 is invalid" in errors[0]
     assert "observedAt" in errors[0]
-
-
-def test_parse_cache_reuses_a_result_for_the_same_version_and_content_only() -> None:
-    """A write returns a copy of what is stored: the stored object, seen next step, is not
-    validated again; a copy at the same version whose content differs (a step's own belief
-    after a failed write) is."""
-    cache = ParseCache()
-    calls: list[str] = []
-
-    def compute(obj: Obj) -> str:
-        calls.append(obj["status"]["phase"])
-        return str(obj["status"]["phase"])
-
-    stored = {"metadata": {"name": "r", "namespace": "ml", "resourceVersion": "7"}}
-    written = {**stored, "status": {"phase": "a"}}
-    assert cache.get("replica", written, compute) == "a"
-    cache.end_step()
-    same = {"metadata": dict(stored["metadata"]), "status": {"phase": "a"}}
-    assert cache.get("replica", same, compute) == "a"
-    believed = {"metadata": dict(stored["metadata"]), "status": {"phase": "b"}}
-    assert cache.get("replica", believed, compute) == "b"
-    newer = {"metadata": {**stored["metadata"], "resourceVersion": "8"}, "status": {"phase": "a"}}
-    assert cache.get("replica", newer, compute) == "a"
-    assert calls == ["a", "b", "a"]

@@ -23,12 +23,13 @@ def test_carry_finds_only_what_the_previous_call_used_and_moves_it() -> None:
     assert len(memo) == 0
 
 
-def test_carry_holds_the_object_whose_id_is_in_the_key() -> None:
-    memo: Generations[int, str] = Generations()
-    held = object()
-    memo.put(id(held), "x", held)
+def test_an_entry_used_in_each_call_stays_and_one_left_alone_goes_after_two() -> None:
+    memo: Generations[tuple[str, int], str] = Generations()
+    memo.put(("signed", 1), "x")
+    memo.put(("signed", 2), "y")
     memo.advance()
-    assert memo.carry(id(held), held) == "x"
+    assert memo.carry(("signed", 1)) == "x"
     memo.advance()
-    # Carried into the last call, so held by it: still there for this one.
-    assert memo.get(id(held), held) == "x"
+    # Carried into the last call: still there for this one; the other was used by neither.
+    assert memo.get(("signed", 1)) == "x"
+    assert memo.get(("signed", 2)) is None

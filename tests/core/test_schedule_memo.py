@@ -1,18 +1,21 @@
 """A memo kept across `schedule` calls saves time and changes nothing.
 
-The hub controller will keep one `ScheduleMemo` for its whole life and call `schedule` every
-step on a fleet that changes a little at a time, handing out the same Deployment and Replica
-objects while their manifests are unchanged. So the property is checked on histories: a
-sequence of snapshots, each a small change of the one before that reuses the objects it does
-not change (deployments added, removed, scaled, redefined or rebuilt equal; replicas created,
-re-stamped, deleted or re-observed; clusters relabelled, tainted, re-observed, re-classed;
-time passing), and every call with the kept memo must equal a call with a fresh one.
+The hub controller keeps one `ScheduleMemo` for its whole life and calls `schedule` on a fleet
+that changes a little at a time, declaring each Deployment, Replica and Pool's signature
+(uid and generation or resourceVersion): reuse across calls is keyed by those, never by
+identity. So the property is checked on histories: a sequence of snapshots, each a small
+change of the one before that keeps the objects it does not change (deployments added,
+removed, scaled, redefined or rebuilt equal; replicas created, re-stamped, deleted or
+re-observed; clusters relabelled, tainted, re-observed, re-classed; time passing), signed as
+the controller signs them (a new signature for every new object: `Signer`), and every call
+with the kept memo must equal a call with a fresh one.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,6 +39,38 @@ from gpufleet.core.model import (
 from gpufleet.core.schedule import ScheduleMemo, SnapshotError, plan, schedule
 
 GPU = DriverName("gpu.nvidia.com")
+
+
+class Signer:
+    """Signs a snapshot as the controller does: each version of an object gets a signature
+    of its own (here: a counter per object; the test holds the objects it signed, so an
+    object is recognised, which the core itself never does)."""
+
+    def __init__(self) -> None:
+        self._signed: dict[int, tuple[object, object]] = {}
+        self._next = 0
+
+    def _sign(self, obj: Any) -> Any:
+        found = self._signed.get(id(obj))
+        if found is not None and found[0] is obj:
+            return found[1]
+        self._next += 1
+        signed = replace(obj, signature=("v", self._next))
+        self._signed[id(obj)] = (obj, signed)
+        return signed
+
+    def __call__(self, snap: Snapshot) -> Snapshot:
+        clusters = tuple(
+            replace(c, pools=tuple(self._sign(p) for p in c.pools)) for c in snap.clusters
+        )
+        return replace(
+            snap,
+            deployments=tuple(self._sign(d) for d in snap.deployments),
+            replicas=tuple(self._sign(r) for r in snap.replicas),
+            clusters=clusters,
+        )
+
+
 EXAMPLES = int(__import__("os").environ.get("GPUFLEET_EXAMPLES", "60"))
 SETTINGS = settings(
     max_examples=EXAMPLES,
@@ -253,9 +288,11 @@ def test_a_kept_memo_decides_as_a_fresh_one_over_a_history(data: st.DataObject) 
     now = NOW
     steps = st.tuples(st.sampled_from(SETTLES), st.sampled_from(CHANGES))
     history = data.draw(st.lists(steps, min_size=1, max_size=10))
+    sign = Signer()
     for step, (how, kind) in enumerate([("none", "nothing"), *history]):
         decision = schedule(snap, now)
-        assert schedule(snap, now, memo=memo) == decision, f"step {step}: after {how}, {kind}"
+        signed = sign(snap)
+        assert schedule(signed, now, memo=memo) == decision, f"step {step}: after {how}, {kind}"
         if how != "none":
             snap = settle(snap, decision, report=how == "reported")
         if kind == "later":
@@ -263,14 +300,15 @@ def test_a_kept_memo_decides_as_a_fresh_one_over_a_history(data: st.DataObject) 
         snap = change(data.draw, kind, snap, step)
     keys = frozenset(d.key for d in snap.deployments)
     fresh = plan(snap, now, record=True, explain=keys)
-    assert plan(snap, now, record=True, explain=keys, memo=memo) == fresh
+    assert plan(sign(snap), now, record=True, explain=keys, memo=memo) == fresh
 
 
 @SETTINGS
 @given(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=2, max_size=12))
 def test_a_memo_never_answers_for_another_object_with_a_reused_id(sizes: list[int]) -> None:
     # Each call gets a new, different deployment with the same key, and the previous one is
-    # freed: CPython hands its memory (its id) to the next. The memo holds what it keys by id.
+    # freed: CPython hands its memory (its id) to the next. The memo keys by signature (none
+    # declared here: nothing is reused across calls), never by id.
     fleet = (cluster("a").pool("p0", nodes=2, gpus=8).pool("p1", nodes=2, gpus=4).build(),)
     memo = ScheduleMemo()
     for gpus in sizes:
@@ -285,12 +323,13 @@ def test_a_memo_never_answers_for_another_object_with_a_reused_id(sizes: list[in
 def test_a_memo_keeps_only_what_the_last_two_calls_used() -> None:
     fleet = (cluster("a").pool("p0", nodes=4, gpus=8).build(),)
     memo = ScheduleMemo()
+    sign = Signer()
     for i in range(30):
         deps = tuple(
             deployment(f"ml/d{i}-{j}").replicas(1).engine(gpus=1 + j % 2).build() for j in range(5)
         )
-        schedule(Snapshot(deployments=deps, clusters=fleet), NOW, memo=memo)
-    last = Snapshot(deployments=(deployment("ml/z").engine(gpus=2).build(),), clusters=fleet)
+        schedule(sign(Snapshot(deployments=deps, clusters=fleet)), NOW, memo=memo)
+    last = sign(Snapshot(deployments=(deployment("ml/z").engine(gpus=2).build(),), clusters=fleet))
     schedule(last, NOW, memo=memo)
     schedule(last, NOW, memo=memo)
     once = ScheduleMemo()
@@ -300,11 +339,17 @@ def test_a_memo_keeps_only_what_the_last_two_calls_used() -> None:
 
 
 def test_a_kept_memo_rebuilds_pool_ledgers_when_the_config_changes() -> None:
-    # The same pool objects on every call: the memo copies their ledgers, which read the
+    # The same pool signatures on every call: the memo copies their ledgers, which read the
     # config (a histogram over the bucket cap falls back to whole-node accounting).
-    fleet = (
-        cluster("a").pool("p0", nodes=3, gpus=8, observation=observed({8: 1, 4: 1, 2: 1})).build(),
-    )
+    fleet = Signer()(
+        Snapshot(
+            clusters=(
+                cluster("a")
+                .pool("p0", nodes=3, gpus=8, observation=observed({8: 1, 4: 1, 2: 1}))
+                .build(),
+            )
+        )
+    ).clusters
     deps = (deployment("ml/x").replicas(2).engine(gpus=2).build(),)
     memo = ScheduleMemo()
     decisions = []
@@ -317,8 +362,9 @@ def test_a_kept_memo_rebuilds_pool_ledgers_when_the_config_changes() -> None:
 
 
 def test_a_kept_memo_tells_apart_clusters_that_share_a_pool_object() -> None:
-    # A ledger is kept per Pool object; the same object under two names is two ledgers.
+    # A ledger is kept per Pool signature; the same pool under two names is two ledgers.
     first = cluster("a").pool("p0", nodes=2, gpus=8, observation=observed({8: 2})).build()
+    first = Signer()(Snapshot(clusters=(first,))).clusters[0]
     second = replace(first, name="b")
     deps = (deployment("ml/x").replicas(3).engine(gpus=8).build(),)
     memo = ScheduleMemo()
@@ -328,11 +374,11 @@ def test_a_kept_memo_tells_apart_clusters_that_share_a_pool_object() -> None:
 
 
 def test_a_kept_memo_still_refuses_deployments_that_share_a_key() -> None:
-    # The memo reuses the key order of the same deployment objects; the same object twice,
-    # or an equal one beside it, still shares a key.
+    # The memo reuses the key order of the same deployment signatures; the same deployment
+    # twice, or an equal one beside it, still shares a key.
     fleet = (cluster("a").pool("p0", nodes=2, gpus=8).build(),)
-    d = deployment("ml/x").replicas(1).engine(gpus=1).build()
-    e = deployment("ml/y").replicas(1).engine(gpus=1).build()
+    d = replace(deployment("ml/x").replicas(1).engine(gpus=1).build(), signature=("d",))
+    e = replace(deployment("ml/y").replicas(1).engine(gpus=1).build(), signature=("e",))
     memo = ScheduleMemo()
     for deployments in ((d, d), (d, replace(d)), (e, replace(d, key=e.key))):
         schedule(Snapshot(deployments=(d, e), clusters=fleet), NOW, memo=memo)

@@ -1,7 +1,8 @@
-"""What the hub controller keeps between steps to make a step cost what changed (parse and
-settled caches, the core's ScheduleMemo, per-cluster trusts, applied decisions, quiet steps)
-changes nothing it does: the same fleet run with a controller that forgets all of it before
-every step ends with the same stores, the same log and the same refusals.
+"""What the hub controller keeps between steps to make a step cost what changed (its index of
+the hub and the dirty keys, per-cluster trusts and reports, the last decision and what was
+applied of it, the core's memo) changes nothing it does: the same fleet run with a controller
+that starts every step with a fresh index, so that every key is dirty, ends with the same
+stores, the same log, the same refusals and the same errors.
 
 Only what a controller must remember to be correct survives a step in the forgetful one: its
 assume ledger, the lease epochs it accepted and which events it already recorded.
@@ -24,8 +25,9 @@ _REMEMBERED = {"hub", "config", "identity", "timer", "ledger", "recorder", "epoc
 
 
 class ForgetfulController(Controller):
-    """A controller that starts every step with fresh caches: what a restart after every
-    step would do, but for the state that correctness needs."""
+    """A controller for which everything is dirty on every step: a fresh index (which lists
+    the hub) and nothing remembered from the last step, as after a restart, but for the state
+    that correctness needs."""
 
     def step(self, now: datetime) -> StepResult:
         fresh = Controller(self.hub, self.config, self.identity, timer=self.timer)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from itertools import compress
 from typing import Any, Final
@@ -361,6 +361,24 @@ def states_at(
 ) -> tuple[str, ...]:
     """The freshness state at `now` of each of `times` ("" for None), for `cluster_states`."""
     return tuple("" if t is None else freshness(t, now, config)[1] for t in times)
+
+
+def next_state_change(
+    times: Iterable[datetime | None], states: Iterable[str], config: ControllerConfig
+) -> datetime | None:
+    """The earliest time after which one of `times` (in `states`, `states_at` them at some
+    `now`) may be in another freshness state: up to and at it, every state is the same (a
+    state moves once the age is *over* its limit). None when every time is Expired or None."""
+    limits = {
+        Freshness.FRESH.value: timedelta(seconds=config.stale_after_s),
+        Freshness.STALE.value: timedelta(seconds=config.expire_after_s),
+    }
+    due: datetime | None = None
+    for t, state in zip(times, states, strict=True):
+        limit = limits.get(state)
+        if t is not None and limit is not None and (due is None or t + limit < due):
+            due = t + limit
+    return due
 
 
 def cluster_times(cluster: ReadObj, trust: Trust) -> tuple[datetime | None, ...]:

@@ -19,7 +19,8 @@ refused although an assignment exists (may refuse a fit, never over-accepts).
 
 Matching is pure but costs CEL evaluations, so `Matcher` memoises it per (member, device
 list): pools of the same class share one entry. A `Matcher` may serve many `schedule` calls
-(memo.py): a class keeps its id while it is in use, and a member's entries hold the member.
+(memo.py): a class keeps its id while it is in use, and a member is named by its
+deployment's declared signature (`Deployment.signature`) and its place, never by identity.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
     ClaimMode,
     Cluster,
+    Deployment,
     Device,
     Member,
     ResolvedRequest,
@@ -139,20 +141,30 @@ class Matcher:
     """Memoised `match_member`, for one `schedule` call or, kept by the caller, for many.
 
     Classes get ids by value (a class id is never given to another class); members are
-    identified by object, and each entry holds its member so its id cannot be reused.
+    named by `ref`: their deployment's declared signature (or, when it declares none, its key
+    within this call only) and their place in it, never by identity.
     `advance` starts a call (see memo.py): what the last two calls did not use is dropped.
     """
 
-    __slots__ = ("_class_ids", "_matches", "_next_class_id")
+    __slots__ = ("_call", "_class_ids", "_matches", "_next_class_id")
 
     def __init__(self) -> None:
         self._class_ids: Generations[ClassKey, int] = Generations()
         self._next_class_id = 0
-        self._matches: Generations[tuple[int, int], MemberMatch] = Generations()
+        self._matches: Generations[tuple[object, int], MemberMatch] = Generations()
+        self._call = 0
 
     def advance(self) -> None:
         self._class_ids.advance()
         self._matches.advance()
+        self._call += 1
+
+    def ref(self, deployment: Deployment) -> tuple[object, ...]:
+        """How memos name a deployment: its declared signature, reused across calls; else
+        its key, which names it within this call only (keys are unique in a snapshot)."""
+        if deployment.signature:
+            return ("signed", deployment.signature)
+        return ("call", self._call, deployment.key.namespace, deployment.key.name)
 
     def size(self) -> int:
         """Entries held (class ids and matches)."""
@@ -175,9 +187,13 @@ class Matcher:
         keep it so for this call: for a caller that remembers a class instead of asking again."""
         return self._class_ids.get(key) == class_id
 
-    def match(self, member: Member, devices: Sequence[Device], class_id: int) -> MemberMatch:
-        memo_key = (id(member), class_id)
-        found = self._matches.get(memo_key, member)
+    def match(
+        self, member: Member, devices: Sequence[Device], class_id: int, ref: tuple[object, ...]
+    ) -> MemberMatch:
+        """`match_member`; `ref` names the member (its deployment's `ref`, engine and member
+        indices)."""
+        memo_key = (ref, class_id)
+        found = self._matches.get(memo_key)
         if found is None:
-            return self._matches.put(memo_key, match_member(member, devices), member)
+            return self._matches.put(memo_key, match_member(member, devices))
         return found

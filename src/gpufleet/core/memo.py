@@ -1,14 +1,16 @@
 """Memos that may outlive one `schedule` call, bounded by what the last two calls used.
 
-Why. The hub controller calls `schedule` every 10 s on a fleet that mostly does not change, and
-its parse cache hands out the same Deployment and Replica objects step after step while their
-manifests are unchanged. What the core derives from such objects alone (matching a member
-against a class of pool, re-stamping a retained replica) need not be derived again.
+Why. The hub controller calls `schedule` whenever a scheduling input changed, on a fleet that
+mostly does not change, and declares what identifies each input's content (its signature:
+uid and generation or resourceVersion). What the core derives from an input alone (matching
+a member against a class of pool, re-stamping a retained replica) need not be derived again
+while its signature is the same.
 
 Model.
-- An entry is keyed by value (small tuples of ints and names) and by the identity (`id`) of
-  the object it was computed from, and the memo *holds* that object, so no other object can
-  take its id while the entry lives: an identity key never answers for a different object.
+- An entry is keyed by value: small tuples of ints and names, and the *signature* an input
+  declares (`Deployment.signature`: e.g. an object's uid and generation, given by the caller;
+  or, for an input that declares none, a key that names it within one call only). Never by
+  identity.
 - Two generations: `advance` (once per call, before it reads anything) makes the current
   generation the previous one. A lookup that finds an entry in the previous generation moves
   it to the current one; anything else is dropped at the next `advance`. So a memo holds at
@@ -34,30 +36,23 @@ V = TypeVar("V")
 class Generations(Generic[K, V]):
     """A dictionary that keeps only what the current or the previous call used."""
 
-    __slots__ = ("_current", "_held", "_held_before", "_previous")
+    __slots__ = ("_current", "_previous")
 
     def __init__(self) -> None:
         self._current: dict[K, V] = {}
         self._previous: dict[K, V] = {}
-        #: The objects whose ids are in the keys, by id (one entry however many keys use it).
-        self._held: dict[int, object] = {}
-        self._held_before: dict[int, object] = {}
 
-    def get(self, key: K, held: object = None) -> V | None:
-        """The value stored for `key`, else None. `held` is the object whose id is in `key`
-        (None when the key has no id): the same object the entry was stored for, since the
-        memo held it, and held again if the entry moves to the current generation."""
+    def get(self, key: K) -> V | None:
+        """The value stored for `key`, else None (moved to the current generation)."""
         found = self._current.get(key)
         if found is None:
             found = self._previous.get(key)
             if found is None:
                 return None
             self._current[key] = found
-            if held is not None:
-                self._held[id(held)] = held
         return found
 
-    def carry(self, key: K, held: object = None) -> V | None:
+    def carry(self, key: K) -> V | None:
         """What the previous call used or stored for `key`, moved to this call as by `get`;
         None when this call has already used `key` (then `get` answers) or the previous
         call did not. For a caller whose entries the previous call checked: a carried entry
@@ -67,22 +62,16 @@ class Generations(Generic[K, V]):
         found = self._previous.get(key)
         if found is not None:
             self._current[key] = found
-            if held is not None:
-                self._held[id(held)] = held
         return found
 
-    def put(self, key: K, value: V, held: object = None) -> V:
-        """Store `value` (not None); `held` is kept alive with it (the object whose id is in
-        `key`, if any)."""
+    def put(self, key: K, value: V) -> V:
+        """Store `value` (not None)."""
         self._current[key] = value
-        if held is not None:
-            self._held[id(held)] = held
         return value
 
     def advance(self) -> None:
         """A new call starts: what neither it nor the previous call uses will be dropped."""
-        self._previous, self._held_before = self._current, self._held
-        self._current, self._held = {}, {}
+        self._previous, self._current = self._current, {}
 
     def __len__(self) -> int:
         return len(self._current.keys() | self._previous.keys())

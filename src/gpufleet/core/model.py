@@ -151,6 +151,9 @@ class Pool:
     max_node_count: int | None = None
     min_node_count: int = 0
     observation: PoolObservation | None = None
+    #: As `Deployment.signature` (e.g. its cluster object's uid and resourceVersion, the
+    #: classes it was converted with and its name).
+    signature: tuple[object, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def nodes(self) -> int:
@@ -242,6 +245,10 @@ class Deployment:
     serving_mode: ServingMode = ServingMode.UNIFIED
     #: False when a dependency (the model cache) is unresolved: retain only, never place.
     fill: bool = True
+    #: What the caller declares identifies this content across `schedule` calls (e.g. the
+    #: object's uid and generation); () when it declares none, and then nothing derived from
+    #: it is reused in a later call. Not part of the value (equality ignores it).
+    signature: tuple[object, ...] = field(default=(), compare=False, repr=False)
 
 
 # --- replicas ---------------------------------------------------------------------------
@@ -326,6 +333,8 @@ class Replica:
     engines: tuple[ReplicaEngine, ...]
     generation: int = 1
     status: ReplicaStatus = field(default_factory=ReplicaStatus)
+    #: As `Deployment.signature` (e.g. the object's uid and resourceVersion).
+    signature: tuple[object, ...] = field(default=(), compare=False, repr=False)
 
 
 # --- the snapshot -----------------------------------------------------------------------

@@ -162,13 +162,14 @@ class PlacementMemo:
     capacity aside; and, for a caller that keeps it, each pool's ledger as built.
 
     Shared by every cluster with pools of a class and, when the caller keeps it, by later
-    calls (memo.py): entries are keyed by the engine's or deployment's identity and hold it;
-    classes and shapes get ids by value, never given to another class or shape.
+    calls (memo.py): entries are keyed by the engine's or deployment's `Matcher.ref` (its
+    declared signature, or within one call its key), never by identity; classes and shapes
+    get ids by value, never given to another class or shape.
 
     Ledgers (`pool_ledger`, only when `keeps_ledgers`): a pool's ledger as built is a
     function of the pool, its cluster's name, its class and the config, so it is kept per
-    Pool object (held) with the class it was built for, and a later call that sees the same
-    object gets a copy instead of reading devices and buckets again. The config is compared
+    declared `Pool.signature` with the class it was built for, and a later call that sees a
+    pool of that signature gets a copy instead of reading devices and buckets again. The config is compared
     once per call (`use_config`): another config drops every kept ledger. The `PoolState` of
     a copy that nothing charged or placed on is the kept ledger's, per observation state.
     """
@@ -191,20 +192,20 @@ class PlacementMemo:
         self.matcher = Matcher()
         self._shape_ids: Generations[tuple[tuple[int, bool], ...], int] = Generations()
         self._next_shape_id = 0
-        self.engines: Generations[tuple[int, int, bool], _EngineOnClass] = Generations()
-        self.on_shapes: Generations[tuple[int, int], _EngineOnShape] = Generations()
-        self.hosts: Generations[tuple[int, int], bool] = Generations()
+        self.engines: Generations[tuple[object, int, bool], _EngineOnClass] = Generations()
+        self.on_shapes: Generations[tuple[object, int], _EngineOnShape] = Generations()
+        self.hosts: Generations[tuple[object, int], bool] = Generations()
         #: The reason, or () when there is none (a memo stores no None).
         self.mismatches: Generations[
-            tuple[int, PoolName, int, tuple[bool, ...]], tuple[Reason, ...]
+            tuple[object, PoolName, int, tuple[bool, ...]], tuple[Reason, ...]
         ] = Generations()
         #: False for a memo made for one call: it would keep ledgers no call reads.
         self.keeps_ledgers = keeps_ledgers
-        #: Per Pool object (by id): its ledger as built (never used by a call, only copied)
-        #: and the class key its class id is for.
-        self.ledgers: Generations[int, tuple[PoolLedger, ClassKey]] = Generations()
-        #: Per (kept ledger by id, observation state): its pool state.
-        self.states: Generations[tuple[int, ObservationState], PoolState] = Generations()
+        #: Per Pool signature (`Pool.signature`; a pool without one is not kept): its ledger
+        #: as built (never used by a call, only copied) and the class key its class id is for.
+        self.ledgers: Generations[tuple[object, ...], tuple[PoolLedger, ClassKey]] = Generations()
+        #: Per (kept ledger's pool signature, cluster, observation state): its pool state.
+        self.states: Generations[tuple[object, ...], PoolState] = Generations()
         self._config: SchedulingConfig | None = None
 
     def advance(self) -> None:
@@ -231,16 +232,17 @@ class PlacementMemo:
         """A ledger for `pool` of `cluster` as built from it with `config` (the one given to
         `use_config`): a copy of the kept one when there is one for this object."""
         matcher = self.matcher
-        found = self.ledgers.get(id(pool), pool)
+        signature = pool.signature
+        found = self.ledgers.get(signature) if signature else None
         if found is not None:
             kept, key = found
             if kept.cluster == cluster and matcher.has_class(key, kept.class_id):
                 return kept.copy(record=record)
         key, class_id = matcher.class_of(pool.devices)
-        if not self.keeps_ledgers:
+        if not self.keeps_ledgers or not signature:
             return PoolLedger(cluster, pool, class_id, config, record=record)
         kept = PoolLedger(cluster, pool, class_id, config)
-        self.ledgers.put(id(pool), (kept, key), pool)
+        self.ledgers.put(signature, (kept, key))
         return kept.copy(record=record)
 
     def pool_state(self, ledger: PoolLedger, observation: ObservationState) -> PoolState:
@@ -248,10 +250,10 @@ class PlacementMemo:
         origin = ledger.origin
         if origin is None or ledger.version != 0:
             return ledger.state(observation)
-        memo_key = (id(origin), observation)
-        found = self.states.get(memo_key, origin)
+        memo_key = (origin.pool.signature, origin.cluster, origin.class_id, observation)
+        found = self.states.get(memo_key)
         if found is None:
-            found = self.states.put(memo_key, ledger.state(observation), origin)
+            found = self.states.put(memo_key, ledger.state(observation))
         return found
 
     def shape_id(self, shape: tuple[tuple[int, bool], ...]) -> int:
@@ -275,13 +277,22 @@ class PlacementMemo:
         )
 
 
-def _on_class(engine: Engine, pool: PoolLedger, memo: PlacementMemo) -> _EngineOnClass:
-    memo_key = (id(engine), pool.class_id, pool.is_free_gpu)
-    found = memo.engines.get(memo_key, engine)
+#: How memos name an engine: its deployment's `Matcher.ref` and its index.
+EngineRef = tuple[tuple[object, ...], int]
+
+
+def _on_class(
+    engine: Engine, ref: EngineRef, pool: PoolLedger, memo: PlacementMemo
+) -> _EngineOnClass:
+    memo_key = (ref, pool.class_id, pool.is_free_gpu)
+    found = memo.engines.get(memo_key)
     if found is not None:
         return found
     matcher = memo.matcher
-    matches = tuple(matcher.match(m, pool.pool.devices, pool.class_id) for m in engine.members)
+    matches = tuple(
+        matcher.match(m, pool.pool.devices, pool.class_id, (*ref, i))
+        for i, m in enumerate(engine.members)
+    )
     stamp = _stamp(engine, matches, PoolName(""))
     shape = _EngineOnClass(
         matches,
@@ -290,16 +301,18 @@ def _on_class(engine: Engine, pool: PoolLedger, memo: PlacementMemo) -> _EngineO
         tuple(order_units(engine_units(stamp, PoolName(""), pool))) if pool.is_free_gpu else (),
         node_cost((stamp,), PoolName("")),
     )
-    return memo.engines.put(memo_key, shape, engine)
+    return memo.engines.put(memo_key, shape)
 
 
-def _on_shape(engine: Engine, ledger: ClusterLedger, memo: PlacementMemo) -> _EngineOnShape:
+def _on_shape(
+    engine: Engine, ref: EngineRef, ledger: ClusterLedger, memo: PlacementMemo
+) -> _EngineOnShape:
     """The engine against every pool of the cluster: shared by clusters of one shape."""
-    memo_key = (id(engine), ledger.shape)
-    found = memo.on_shapes.get(memo_key, engine)
+    memo_key = (ref, ledger.shape)
+    found = memo.on_shapes.get(memo_key)
     if found is not None:
         return found
-    shapes = tuple(_on_class(engine, pool, memo) for pool in ledger.pools)
+    shapes = tuple(_on_class(engine, ref, pool, memo) for pool in ledger.pools)
     claimable = tuple(
         any(shape.claiming[i] for shape in shapes) for i in range(len(engine.members))
     )
@@ -309,7 +322,7 @@ def _on_shape(engine: Engine, ledger: ClusterLedger, memo: PlacementMemo) -> _En
         for shape in shapes
     )
     on_shape = _EngineOnShape(shapes, usable, claimable, any(s.is_match for s in shapes))
-    return memo.on_shapes.put(memo_key, on_shape, engine)
+    return memo.on_shapes.put(memo_key, on_shape)
 
 
 def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> ReplicaEngine:
@@ -326,6 +339,7 @@ def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> 
 
 def _mismatch(
     engine: Engine,
+    ref: EngineRef,
     pool: PoolLedger,
     shape: _EngineOnClass,
     claimable: tuple[bool, ...],
@@ -333,11 +347,11 @@ def _mismatch(
 ) -> Reason | None:
     """Why the engine cannot use the pool at all; the same for every pool of that name and
     class, so explaining a thousand clusters builds each reason once."""
-    memo_key = (id(engine), pool.pool.name, pool.class_id, claimable)
-    found = memo.mismatches.get(memo_key, engine)
+    memo_key = (ref, pool.pool.name, pool.class_id, claimable)
+    found = memo.mismatches.get(memo_key)
     if found is None:
         reason = _first_mismatch(engine, pool, shape, claimable)
-        found = memo.mismatches.put(memo_key, (reason,) if reason else (), engine)
+        found = memo.mismatches.put(memo_key, (reason,) if reason else ())
     return found[0] if found else None
 
 
@@ -360,19 +374,141 @@ def can_ever_host(ledger: ClusterLedger, deployment: Deployment, memo: Placement
     Matching does not change within a round, so a cluster that fails this never needs another
     fill attempt for the deployment (it is still diagnosed in full).
     """
-    memo_key = (id(deployment), ledger.shape)
-    found = memo.hosts.get(memo_key, deployment)
+    ref = memo.matcher.ref(deployment)
+    memo_key = (ref, ledger.shape)
+    found = memo.hosts.get(memo_key)
     if found is not None:
         return found
-    return memo.hosts.put(memo_key, _can_host(ledger, deployment, memo), deployment)
+    return memo.hosts.put(memo_key, _can_host(ledger, deployment, ref, memo))
 
 
-def _can_host(ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo) -> bool:
-    for engine in deployment.engines:
-        on_shape = _on_shape(engine, ledger, memo)
+def _can_host(
+    ledger: ClusterLedger, deployment: Deployment, ref: tuple[object, ...], memo: PlacementMemo
+) -> bool:
+    for i, engine in enumerate(deployment.engines):
+        on_shape = _on_shape(engine, (ref, i), ledger, memo)
         if not any(on_shape.claimable) or not any(on_shape.usable):
             return False
     return True
+
+
+def _unusable_verdict(
+    engine: Engine,
+    ref: EngineRef,
+    pool: PoolLedger,
+    shape: _EngineOnClass,
+    claimable: tuple[bool, ...],
+    memo: PlacementMemo,
+) -> PoolVerdict:
+    mismatch = _mismatch(engine, ref, pool, shape, claimable, memo)
+    return PoolVerdict(
+        pool.pool.name,
+        engine.name,
+        pool.accounting,
+        False,
+        (*((mismatch,) if mismatch else ()), *pool.reasons),
+        pool.summary(),
+    )
+
+
+@dataclass(slots=True)
+class _Trial:
+    """What a replica's engines placed so far take, per pool: pods (free-GPU) or nodes."""
+
+    units: dict[PoolName, list[Unit]] = field(default_factory=dict)
+    nodes: dict[PoolName, int] = field(default_factory=dict)
+
+
+#: An engine tried on one pool: the fit (or nodes taken), the units fitted, the refusal.
+_Tried = tuple[FitResult | int, list[Unit], Reason | None]
+
+
+def _try_pool(
+    pool: PoolLedger,
+    shape: _EngineOnClass,
+    trial: _Trial,
+    policy: NodeChoicePolicy,
+    owner: str,
+    explain: bool,
+) -> _Tried | None:
+    """The engine on `pool` on top of the trial; None when it does not fit and the caller
+    does not explain (then the reason is not built)."""
+    name = pool.pool.name
+    if pool.is_free_gpu:
+        earlier = trial.units.get(name)
+        units = order_units([*earlier, *shape.units]) if earlier else list(shape.units)
+        fitted = _fit(pool, units, policy, owner)
+        if fitted.failure is None:
+            return fitted, units, None
+        if not explain:
+            return None
+        return fitted, units, _refusal(pool, units, fitted.failure, policy)
+    nodes = trial.nodes.get(name, 0) + shape.node_cost
+    if nodes <= pool.free_nodes:
+        return nodes, [], None
+    if not explain:
+        return None
+    return nodes, [], diagnosis.insufficient_nodes(pool, nodes)
+
+
+#: The pool an engine goes to: its ledger, its shape there, the units and the outcome.
+_Chosen = tuple[PoolLedger, _EngineOnClass, list[Unit], FitResult | int]
+
+
+def _place_engine(
+    ledger: ClusterLedger,
+    engine: Engine,
+    ref: EngineRef,
+    on_shape: _EngineOnShape,
+    trial: _Trial,
+    memo: PlacementMemo,
+    owner: str,
+    verdicts: list[PoolVerdict] | None,
+) -> _Chosen | ReplicaFit:
+    """The first pool (published order) that takes the engine, or the failed `ReplicaFit`.
+    With `verdicts` (explaining), every pool is tried and given a verdict."""
+    explain = verdicts is not None
+    chosen: _Chosen | None = None
+    capacity_reasons: list[Reason] = []
+    refused = False
+    for pool, shape, is_usable in zip(ledger.pools, on_shape.shapes, on_shape.usable, strict=True):
+        if not is_usable:
+            if verdicts is not None:
+                verdicts.append(
+                    _unusable_verdict(engine, ref, pool, shape, on_shape.claimable, memo)
+                )
+            continue
+        tried = _try_pool(pool, shape, trial, ledger.policy, owner, explain)
+        if tried is None:
+            refused = True
+            continue
+        outcome, units, refusal = tried
+        if refusal is None and chosen is None:
+            chosen = (pool, shape, units, outcome)
+        if refusal is not None:
+            capacity_reasons.append(refusal)
+        if verdicts is not None:
+            verdicts.append(
+                PoolVerdict(
+                    pool.pool.name,
+                    engine.name,
+                    pool.accounting,
+                    refusal is None,
+                    (*((refusal,) if refusal else ()), *pool.reasons),
+                    pool.summary(),
+                )
+            )
+        elif chosen is not None:
+            break
+    if chosen is not None:
+        return chosen
+    if refused:
+        # Not explaining: the caller only needs to know it does not fit.
+        return ReplicaFit(None)
+    reasons = _unique_codes(capacity_reasons) or (
+        diagnosis.no_matching_pool(engine.name, len(ledger.pools)),
+    )
+    return ReplicaFit(None, reasons=reasons, verdicts=tuple(verdicts or ()))
 
 
 def place_replica(
@@ -383,97 +519,34 @@ def place_replica(
     owner: str = "",
     explain: bool = False,
 ) -> ReplicaFit:
-    trial_units: dict[PoolName, list[Unit]] = {}
-    trial_nodes: dict[PoolName, int] = {}
+    trial = _Trial()
     commits: dict[PoolName, FitResult | int] = {}
     placed: list[PlacedEngine] = []
-    verdicts: list[PoolVerdict] = []
-    policy = ledger.policy
-    for engine in deployment.engines:
-        on_shape = _on_shape(engine, ledger, memo)
-        claimable = on_shape.claimable
-        if on_shape.is_matched and not any(claimable):
+    verdicts: list[PoolVerdict] | None = [] if explain else None
+    deployment_ref = memo.matcher.ref(deployment)
+    for i, engine in enumerate(deployment.engines):
+        ref = (deployment_ref, i)
+        on_shape = _on_shape(engine, ref, ledger, memo)
+        if on_shape.is_matched and not any(on_shape.claimable):
             reason = diagnosis.engine_cannot_claim(engine.name, len(ledger.pools))
-            if explain:
+            if verdicts is not None:
                 verdicts.extend(
                     PoolVerdict(p.pool.name, engine.name, p.accounting, False, (reason,))
                     for p in ledger.pools
                 )
-            return ReplicaFit(None, reasons=(reason,), verdicts=tuple(verdicts))
-        chosen: tuple[PoolLedger, _EngineOnClass, list[Unit], FitResult | int] | None = None
-        capacity_reasons: list[Reason] = []
-        refused = False
-        for pool, shape, is_usable in zip(
-            ledger.pools, on_shape.shapes, on_shape.usable, strict=True
-        ):
-            if not is_usable:
-                if explain:
-                    mismatch = _mismatch(engine, pool, shape, claimable, memo)
-                    verdicts.append(
-                        PoolVerdict(
-                            pool.pool.name,
-                            engine.name,
-                            pool.accounting,
-                            False,
-                            (*((mismatch,) if mismatch else ()), *pool.reasons),
-                            pool.summary(),
-                        )
-                    )
-                continue
-            name = pool.pool.name
-            refusal: Reason | None = None
-            units: list[Unit] = []
-            outcome: FitResult | int
-            if pool.is_free_gpu:
-                earlier = trial_units.get(name)
-                units = order_units([*earlier, *shape.units]) if earlier else list(shape.units)
-                outcome = _fit(pool, units, policy, owner)
-                if outcome.failure is not None:
-                    if not explain:
-                        refused = True
-                        continue
-                    refusal = _refusal(pool, units, outcome.failure, policy)
-            else:
-                outcome = trial_nodes.get(name, 0) + shape.node_cost
-                if outcome > pool.free_nodes:
-                    if not explain:
-                        refused = True
-                        continue
-                    refusal = diagnosis.insufficient_nodes(pool, outcome)
-            if refusal is None and chosen is None:
-                chosen = (pool, shape, units, outcome)
-            if refusal is not None:
-                capacity_reasons.append(refusal)
-            if explain:
-                verdicts.append(
-                    PoolVerdict(
-                        name,
-                        engine.name,
-                        pool.accounting,
-                        refusal is None,
-                        (*((refusal,) if refusal else ()), *pool.reasons),
-                        pool.summary(),
-                    )
-                )
-            elif chosen is not None:
-                break
-        if chosen is None and refused:
-            # Not explaining: the caller only needs to know it does not fit.
-            return ReplicaFit(None)
-        if chosen is None:
-            reasons = _unique_codes(capacity_reasons) or (
-                diagnosis.no_matching_pool(engine.name, len(ledger.pools)),
-            )
-            return ReplicaFit(None, reasons=reasons, verdicts=tuple(verdicts))
+            return ReplicaFit(None, reasons=(reason,), verdicts=tuple(verdicts or ()))
+        chosen = _place_engine(ledger, engine, ref, on_shape, trial, memo, owner, verdicts)
+        if isinstance(chosen, ReplicaFit):
+            return chosen
         pool, shape, units, outcome = chosen
         name = pool.pool.name
         if isinstance(outcome, int):
-            trial_nodes[name] = outcome
+            trial.nodes[name] = outcome
         else:
-            trial_units[name] = units
+            trial.units[name] = units
         commits[name] = outcome
         placed.append(_placed(_stamp(engine, shape.matches, name)))
-    return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts))
+    return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts or ()))
 
 
 def commit(ledger: ClusterLedger, fitted: ReplicaFit) -> None:

@@ -25,9 +25,11 @@ sorted before use, so permuting any snapshot tuple changes nothing); no two plac
 given the same free device; a deployment with shortfall > 0 has a non-empty diagnosis.
 
 Memo. A caller that schedules the same fleet again and again (the hub controller, every step)
-may pass one `ScheduleMemo` to every call: matching, the ledger of a pool object seen before,
-and steps 2 and 3 of a deployment whose objects, replicas and pools did not change, are then
-answered from what an earlier call derived. The memo is an argument, not a global, and
+may pass one `ScheduleMemo` to every call and declare each input's signature (uid and
+generation or resourceVersion; `Deployment.signature`): matching, the ledger of a pool seen
+before, and steps 2 and 3 of a deployment whose signature, replicas and pools did not change,
+are then answered from what an earlier call derived. Reuse is keyed by those signatures,
+never by identity. The memo is an argument, not a global, and
 changes no result: only the time a call takes (most of which, in a steady fleet, was steps 2
 and 3 and the matching behind them).
 
@@ -43,6 +45,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Final
 
 from gpufleet.core import diagnosis
 from gpufleet.core.accounting import demand_shape
@@ -154,12 +157,11 @@ class _Retained:
 @dataclass(frozen=True, slots=True)
 class _Remembered:
     """A deployment's memo entry: what its retain result was derived from besides the
-    deployment (the fleet's retain view id and its replicas in snapshot order, compared by
-    identity and held, so no other object can be taken for one of them), that result, and
-    its kept replicas' charges with the pool states they hold for."""
+    deployment (the fleet's retain view id and its replicas' declared signatures in snapshot
+    order), that result, and its kept replicas' charges with the pool states they hold for."""
 
     fleet: int
-    replicas: tuple[Replica, ...]
+    replicas: tuple[tuple[object, ...], ...]
     retained: _Retained
     charges: HeldCharges
 
@@ -168,20 +170,21 @@ class ScheduleMemo:
     """What `plan` derived from objects a later call may see again, for a caller that
     schedules a slowly changing fleet over and over (the hub controller, every step).
 
-    It holds, keyed by the identity of the snapshot's Deployment objects (an entry holds the
-    deployment and the replicas it compares by identity, so no id can answer for another
-    object while the entry lives) and by pool class: member matches and engine shapes per
-    class of pool, each Pool object's ledger as built (copied for a call, see
+    It holds, keyed by the signatures the snapshot's inputs declare (`Deployment.signature`,
+    `Replica.signature`, `Pool.signature`; never by identity: an input that declares none is
+    derived again on every call) and by pool class: member matches and engine shapes per
+    class of pool, each signed pool's ledger as built (copied for a call, see
     `PlacementMemo`), and per deployment its retain result (kept replicas re-stamped, dropped
     ones, its whole decision when nothing is pending) and its kept replicas' charges. A
-    retain result is recomputed when the deployment, its replicas or what retaining reads of
-    the clusters (names, labels, taints, gateways, pools by name and class) change; charges
-    when a pool they pin changes class or accounting, or its allocation time leaves the
-    window they hold for (charging.py).
+    retain result is recomputed when the deployment, its replicas' signatures or what
+    retaining reads of the clusters (names, labels, taints, gateways, pools by name and
+    class) change; charges when a pool they pin changes class or accounting, or its
+    allocation time leaves the window they hold for (charging.py). Mutable: only the memo
+    itself (and each call's ledgers); every input and every result is frozen.
 
     Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
-    about two snapshots' worth of derived values; besides, the previous call's deployments
-    in key order, reused while a call has the same Deployment objects. A memo made
+    about two snapshots' worth of derived values; besides, the previous call's key order of
+    its deployments, reused while a call has deployments of the same signatures. A memo made
     `for_one_call` (what `plan` makes when given none) keeps neither that nor ledgers: no
     later call could use them. Reusable across any sequence of snapshots: a call's result is the
     same as with a fresh memo. Not thread-safe: one caller at a time.
@@ -202,9 +205,9 @@ class ScheduleMemo:
         self.placement = PlacementMemo(keeps_ledgers=not for_one_call)
         self.for_one_call = for_one_call
         #: The last checked deployments, as given and in key order.
-        self.order: tuple[tuple[Deployment, ...], tuple[Deployment, ...]] | None = None
-        #: Per deployment (by id), its latest retain result and charges.
-        self.deployments: Generations[int, _Remembered] = Generations()
+        self.order: tuple[tuple[tuple[object, ...], ...], tuple[int, ...]] | None = None
+        #: Per deployment (by `Matcher.ref`), its latest retain result and charges.
+        self.deployments: Generations[tuple[object, ...], _Remembered] = Generations()
         self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
         self._pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         self._views = 0
@@ -313,28 +316,28 @@ def _check(snapshot: Snapshot, memo: ScheduleMemo) -> tuple[Deployment, ...]:
     """Raise for a key two deployments share, then for a name two clusters share; return
     the deployments in key order.
 
-    The same Deployment objects in the same order as the last call that got this far (the
-    memo holds them: compared by identity, in C) have the same keys: those were unique, and
-    their order is the one remembered."""
+    Deployments of the same declared signatures in the same order as the last call that got
+    this far have the same keys: those were unique, and their order is the one remembered."""
     deployments = snapshot.deployments
     known = memo.order
-    if (
-        known is not None
-        and len(known[0]) == len(deployments)
-        and all(map(operator.is_, known[0], deployments))
-    ):
-        ordered = known[1]
+    signatures = tuple(map(_SIGNATURE, deployments))
+    if known is not None and known[0] == signatures and all(signatures):
+        ordered = tuple(map(deployments.__getitem__, known[1]))
     else:
         if len({(d.key.namespace, d.key.name) for d in deployments}) < len(deployments):
             _check_keys(deployments)
-        ordered = tuple(sorted(deployments, key=_deployment_order))
+        positions = sorted(range(len(deployments)), key=lambda i: _deployment_order(deployments[i]))
+        ordered = tuple(map(deployments.__getitem__, positions))
         if not memo.for_one_call:
-            memo.order = (deployments, ordered)
+            memo.order = (signatures, tuple(positions))
     names = Counter(c.name for c in snapshot.clusters)
     for name, n in sorted(names.items()):
         if n > 1:
             raise SnapshotError(f"clusters[{name}]", f"{n} clusters share this name")
     return ordered
+
+
+_SIGNATURE: Final = operator.attrgetter("signature")
 
 
 def _check_keys(deployments: tuple[Deployment, ...]) -> None:
@@ -384,16 +387,17 @@ def _restamp(
             f"engines {sorted(stamped)} no longer match the deployment's {sorted(current)}"
         )
     engines: list[ReplicaEngine] = []
-    for engine in deployment.engines:
+    ref = matcher.ref(deployment)
+    for i, engine in enumerate(deployment.engines):
         old = stamped[engine.name]
         if [m.role for m in old.members] != [m.role for m in engine.members]:
             return diagnosis.shape_changed(f"engine {engine.name} members changed roles")
         members: list[ReplicaMember] = []
-        for member, pinned in zip(engine.members, old.members, strict=True):
+        for j, (member, pinned) in enumerate(zip(engine.members, old.members, strict=True)):
             pool = ledger.by_name.get(pinned.pool) if pinned.pool else None
             if pool is None:
                 return diagnosis.pool_missing(engine.name, member.role.value, pinned.pool)
-            match = matcher.match(member, pool.pool.devices, pool.class_id)
+            match = matcher.match(member, pool.pool.devices, pool.class_id, (ref, i, j))
             if not match.is_match:
                 return diagnosis.member_unmatched(
                     pinned.pool, member.role.value, match.unmatched_request
@@ -431,8 +435,8 @@ def _retain_and_charge(
     """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
     ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
 
-    Keyed by the deployment alone (an int key is cheap to hash) with its latest result: the
-    entry holds the replicas it compares by identity, so no other object is taken for one.
+    Keyed by the deployment's `Matcher.ref` with its latest result, which holds for replicas
+    of the same declared signatures: with a replica that declares none, nothing is reused.
 
     Every entry a call uses it checks (or replaces by one derived in the call), so an entry
     carried from the previous call held for that call's pool views: its charges still hold
@@ -442,15 +446,17 @@ def _retain_and_charge(
         # Nothing to retain or charge: cheaper to derive than to remember.
         return _retain(deployment, (), ledgers, memo.placement.matcher), ()
     entries = memo.deployments
-    found = entries.carry(id(deployment), deployment)
+    ref = memo.placement.matcher.ref(deployment)
+    found = entries.carry(ref)
     is_carried = found is not None
     if found is None:
-        found = entries.get(id(deployment), deployment)
+        found = entries.get(ref)
+    signatures = tuple(map(_SIGNATURE, replicas))
     is_same = (
         found is not None
         and found.fleet == fleet
-        and len(found.replicas) == len(replicas)
-        and all(map(operator.is_, found.replicas, replicas))
+        and found.replicas == signatures
+        and all(signatures)
     )
     known = found if is_same else None
     if known is not None and (
@@ -464,8 +470,8 @@ def _retain_and_charge(
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher)
     charges = held_charges(retained.kept, ledgers, views)
-    remembered = _Remembered(fleet, tuple(replicas), retained, charges)
-    entries.put(id(deployment), remembered, deployment)
+    remembered = _Remembered(fleet, signatures, retained, charges)
+    entries.put(ref, remembered)
     return retained, charges.charges
 
 
@@ -590,6 +596,20 @@ def _diagnose(
     return Diagnosis(tuple(verdicts), tuple(wide))
 
 
+def _gate_profile(ledger: ClusterLedger) -> tuple[object, ...]:
+    """Everything `is_selected` and whether `_gates` says anything read of a cluster, with
+    its shape: clusters of one profile take a deployment or not alike."""
+    cluster = ledger.cluster
+    return (
+        ledger.shape,
+        tuple(sorted(cluster.labels.items())),
+        cluster.taints,
+        cluster.is_ready,
+        bool(cluster.gateway_address),
+        ledger.freshness.state is ObservationState.EXPIRED,
+    )
+
+
 def _find_candidates(
     works: list[_Work],
     ledgers: Mapping[ClusterName, ClusterLedger],
@@ -601,8 +621,14 @@ def _find_candidates(
     Only deployments that still need replicas ask: in the steady state most have all they
     want, and asking costs a match of every engine against every class of pool. Which
     clusters may take a deployment depends only on its selector and tolerations (the gates)
-    and on which pool shapes it can match: deployments that share them share the scan.
+    and on which pool shapes it can match: deployments that share them share the scan, which
+    asks one cluster of each profile (`_gate_profile`) rather than every cluster.
     """
+    if not works:
+        return
+    profiles: dict[tuple[object, ...], tuple[ClusterLedger, list[ClusterName]]] = {}
+    for name, ledger in ledgers.items():
+        profiles.setdefault(_gate_profile(ledger), (ledger, []))[1].append(name)
     by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
     eligible: dict[object, tuple[ClusterName, ...]] = {}
     for work in works:
@@ -614,15 +640,21 @@ def _find_candidates(
         names = eligible.get((gate_key, hostable))
         if names is None:
             names = tuple(
-                name
-                for name, ledger in ledgers.items()
-                if ledger.shape in hostable
-                and is_selected(ledger.cluster, d.cluster_selector)
-                and not _gates(ledger, d, config.expire_after_s)
+                sorted(
+                    name
+                    for sample, members in profiles.values()
+                    if sample.shape in hostable
+                    and is_selected(sample.cluster, d.cluster_selector)
+                    and not _gates(sample, d, config.expire_after_s)
+                    for name in members
+                )
             )
             eligible[(gate_key, hostable)] = names
         work.candidates = {name: ledgers[name] for name in names}
-        work.order = sorted((work.counts[name], name) for name in names)
+        if work.counts:
+            work.order = sorted((work.counts[name], name) for name in names)
+        else:  # no replica anywhere yet: fill order is name order (names are sorted)
+            work.order = [(0, name) for name in names]
 
 
 def _fill_one(work: _Work, memo: PlacementMemo) -> bool:

@@ -16,18 +16,41 @@ Semantics follow the API server, so logic written against one behaves the same o
 - `patch_status` merges `status` (a JSON merge patch of the status field), optionally guarded
   by a resourceVersion.
 - `delete` removes the object; with finalizers it only sets `deletionTimestamp`.
-- The change feed returns every change after a cursor, in order, so a reader never misses one.
 
-Objects handed out are deep copies: mutating them never changes the store.
+Reading: the contract consumers rely on (and the only one: nothing else of an implementation).
+
+- `get` and `list` return the caller's own copies: mutating them never changes the store.
+- `view` returns the objects of one listing (sorted by namespace, then name) that may be
+  *shared* with the store: a reader must never mutate them (they are typed `Mapping`). A
+  stored object is never changed in place either: every write stores a new object, so an
+  object once handed out keeps its content for good. The same `resourceVersion` of the same
+  object (by uid) always means the same content; a reader may key what it derives from an
+  object by (uid, resourceVersion), or by (uid, generation) for what it derives from the spec
+  alone. Nothing is promised about the identity (`id`, `is`) of what `view` returns: two views
+  of an unchanged store may or may not hand out the same objects, so a reader never keys a
+  cache by identity. A view may lag the store's own writes (an informer cache does) but
+  never goes back to an older version of an object.
+- `changes(cursor, kinds)` returns every change of the given kinds (all kinds when None)
+  after `cursor`, oldest first, and the cursor to pass next time. Each `Change` holds the
+  object after the change (for DELETED, the last version before it); like `view`'s, it must
+  never be mutated. Applying the changes in order to what a view showed at `cursor` gives
+  what a view shows at the returned cursor: a reader never misses a change. Cursors only grow;
+  0 means "from the start". When the store no longer holds the changes after `cursor` (it
+  compacted them, or a watch was dropped) it raises `Expired`: the reader must list again
+  (`view`) and continue from a fresh cursor.
+- `changes(LATEST, kinds)` returns no change and the newest cursor: a reader that is about to
+  list takes its cursor first, so a change made while it lists is read again from the feed
+  (an object at a version the listing already showed is no change) rather than missed.
 """
 
 from __future__ import annotations
 
 import builtins
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 Obj = dict[str, Any]
 
@@ -43,6 +66,9 @@ class Kind:
     def __str__(self) -> str:
         return f"{self.kind}.{self.api_version}"
 
+
+#: A cursor past every change: `changes(LATEST)` returns none, and the newest cursor.
+LATEST: Final = sys.maxsize
 
 GROUP_VERSION = "gpufleet.io/v1alpha1"
 
@@ -165,7 +191,9 @@ class Store(Protocol):
         label_selector: str | Mapping[str, str] | None = None,
     ) -> Sequence[Mapping[str, Any]]:
         """`list` for readers that never change what they read: the objects may be shared
-        with the store (no copies), so a caller must treat them as read-only."""
+        with the store (no copies), so a caller must treat them as read-only. Their identity
+        means nothing (see the module docstring): key what is derived from them by (uid,
+        resourceVersion)."""
         ...
 
     def create(self, obj: Obj) -> Obj: ...
@@ -191,5 +219,7 @@ class Store(Protocol):
     def changes(
         self, cursor: int, kinds: Sequence[Kind] | None = None
     ) -> tuple[builtins.list[Change], int]:
-        """Changes after `cursor` (0 = from the start), and the cursor to pass next time."""
+        """Changes after `cursor` (0 = from the start), oldest first, and the cursor to pass
+        next time; `Expired` when the store no longer holds them (list again). See the module
+        docstring for what a reader may rely on."""
         ...

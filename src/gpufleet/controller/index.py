@@ -1,0 +1,440 @@
+"""`HubIndex`: the controller's copy of the hub, fed by the change feed (a client-go informer and
+lister in one), with every object parsed once.
+
+Model.
+- The index watches six kinds (`WATCHED`). The first `sync` (and any after `Expired`) takes
+  the feed's newest cursor, then lists every kind (`Store.view`): every key is new. Every
+  later `sync` reads `Store.changes(cursor, WATCHED)` and applies each change in order: the
+  index then mirrors what the store's view shows, and `sync` returns the keys that changed.
+- The assume ledger sits on top of the mirror (`overlay`): the controller's own writes the
+  feed does not show yet replace, add or hide objects in the *effective* tables the step reads.
+  The step also puts the objects its status patches return in place (`put_written`), so the
+  same version arriving later through the feed is no change.
+- Each effective object is parsed once per version into what the step needs of it (`Record`):
+  classes and clusters by (uid, resourceVersion); deployments by (uid, generation) and the
+  metadata the check reads (a status write does not check a deployment again); replicas by
+  (uid, resourceVersion); observations by (uid, resourceVersion), where a version that differs
+  from the last only in `status.observedAt` (a heartbeat) keeps the last report at the new time.
+
+Invariant (tests/controller/test_index.py): after any sequence of changes the effective tables
+and records equal those of an index built fresh from one listing of the same store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from gpufleet.api import (
+    FieldError,
+    ModelDeployment,
+    ModelReplica,
+    ValidationFailed,
+    deployment_from_manifest,
+    parse_object,
+    replica_from_manifest,
+    validate,
+)
+from gpufleet.cel import CelCompileError
+from gpufleet.controller.conditions import ReadObj
+from gpufleet.controller.config import OBSERVATION_NAMESPACE_PREFIX
+from gpufleet.controller.ledger import AssumeLedger, is_newer_or_same
+from gpufleet.controller.status import AgentReport, parse_report
+from gpufleet.core.model import Deployment, Replica
+from gpufleet.store import ChangeType, Expired, Kind, Store
+from gpufleet.store.port import (
+    INFERENCE_CLASS,
+    INFERENCE_CLUSTER,
+    LATEST,
+    MODEL_DEPLOYMENT,
+    MODEL_REPLICA,
+    POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
+)
+
+#: (namespace, "" for a cluster-scoped object; name)
+Key = tuple[str, str]
+
+WATCHED: Final = (
+    INFERENCE_CLASS,
+    INFERENCE_CLUSTER,
+    MODEL_DEPLOYMENT,
+    MODEL_REPLICA,
+    POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
+)
+#: The kinds the controller writes, which the assume ledger overlays.
+ASSUMED: Final = (INFERENCE_CLUSTER, MODEL_DEPLOYMENT, MODEL_REPLICA)
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = obj["metadata"]
+    return (meta.get("namespace") or "", str(meta["name"]))
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta.get('name')}" if namespace else str(meta.get("name"))
+
+
+def version_of(obj: Mapping[str, Any] | None) -> str | None:
+    return None if obj is None else (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def is_deleting(obj: Mapping[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+# --- what the step reads of each kind -----------------------------------------------------
+
+
+def check_deployment(obj: ReadObj) -> Deployment | list[FieldError]:
+    """The deployment as the core reads it, or every error that stops it being read.
+
+    Only the spec is validated: the status is the controller's own to rewrite.
+    """
+    body = {k: v for k, v in obj.items() if k != "status"}
+    try:
+        parsed = validate(body)
+    except ValidationFailed as e:
+        return list(e.errors)
+    if not isinstance(parsed, ModelDeployment):
+        return [FieldError("kind", "must be ModelDeployment")]
+    try:
+        return deployment_from_manifest(parsed)
+    except CelCompileError as e:
+        return [FieldError("spec.template.spec.engines.members.nodeSelector", e.message)]
+
+
+def read_replica(obj: ReadObj) -> tuple[Replica | None, str]:
+    """A replica object as scheduling reads it, and the error that keeps it from being read."""
+    try:
+        replica = parse_object(obj)
+        core = replica_from_manifest(replica) if isinstance(replica, ModelReplica) else None
+    except (ValidationFailed, ValueError, CelCompileError) as e:
+        return None, f"ModelReplica {name_of(obj)}: {e}"
+    return core, ""
+
+
+def read_object(obj: ReadObj) -> tuple[object, str]:
+    """A class or cluster, parsed (None with the error when it does not validate)."""
+    try:
+        return parse_object(obj), ""
+    except ValidationFailed as e:
+        return None, str(e)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """An observation object as trust reads it: the cluster it is about (None: not in an
+    observation namespace), its report (None without a status, or with an error) and the
+    error that keeps it from being read ("")."""
+
+    cluster: str | None
+    report: AgentReport | None
+    error: str
+    #: The replica a ReplicaObservation names, (namespace, name); None otherwise.
+    replica: Key | None
+
+
+def _is_heartbeat(old: ReadObj, new: ReadObj) -> bool:
+    """Whether `new` is `old` with nothing changed but `status.observedAt` (and the version)."""
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    old_status, new_status = old.get("status") or {}, new.get("status") or {}
+    return (
+        old.get("apiVersion") == new.get("apiVersion")
+        and old.get("spec") == new.get("spec")
+        and old_meta.get("labels") == new_meta.get("labels")
+        and old_meta.get("annotations") == new_meta.get("annotations")
+        and old_meta.get("deletionTimestamp") == new_meta.get("deletionTimestamp")
+        and old_status.keys() == new_status.keys()
+        and all(v == old_status[k] for k, v in new_status.items() if k != "observedAt")
+    )
+
+
+def _strict_time(value: object) -> datetime | None:
+    """An RFC 3339 time with its offset (as the API accepts it); None otherwise."""
+    if not isinstance(value, str) or len(value) < 20 or value[10] != "T":
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def read_observation(obj: ReadObj, last: tuple[ReadObj, Observation] | None) -> Observation:
+    """`obj` as trust reads it; `last` (the previous version and what was read of it) is
+    reused for a heartbeat: its report at the new time, without validating again."""
+    namespace = (obj.get("metadata") or {}).get("namespace") or ""
+    if not namespace.startswith(OBSERVATION_NAMESPACE_PREFIX):
+        return Observation(None, None, "", None)
+    cluster = namespace.removeprefix(OBSERVATION_NAMESPACE_PREFIX)
+    spec = obj.get("spec") or {}
+    replica: Key | None = None
+    if obj.get("kind") == REPLICA_OBSERVATION.kind:
+        ns, name = spec.get("replicaNamespace"), spec.get("replicaName")
+        if isinstance(ns, str) and isinstance(name, str):
+            replica = (ns, name)
+    if spec.get("clusterName") != cluster:
+        error = f"{obj['kind']} {name_of(obj)}: spec.clusterName is not {cluster}"
+        return Observation(cluster, None, error, replica)
+    if last is not None and last[1].report is not None and _is_heartbeat(last[0], obj):
+        at = _strict_time(obj["status"]["observedAt"])
+        if at is not None:
+            was = last[1].report
+            report = AgentReport(
+                was.kind, was.name, was.namespace, was.identity, was.lease_epoch, at, obj
+            )
+            return Observation(cluster, report, "", replica)
+    try:
+        return Observation(cluster, parse_report(obj), "", replica)
+    except ValueError as e:
+        return Observation(cluster, None, f"{obj['kind']} {name_of(obj)} is invalid: {e}", replica)
+
+
+def _deployment_signature(obj: ReadObj) -> tuple[object, ...]:
+    """What `check_deployment` reads besides the spec, whose changes move `generation`."""
+    meta = obj["metadata"]
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        obj.get("apiVersion"),
+        obj.get("kind"),
+        meta.get("labels"),
+        meta.get("annotations"),
+        meta.get("deletionTimestamp"),
+    )
+
+
+def _version_signature(obj: ReadObj) -> tuple[object, ...]:
+    meta = obj["metadata"]
+    return (meta.get("uid"), meta.get("resourceVersion"))
+
+
+class Record:
+    """An effective object and what was read of it (`parsed`, read on first use), for the
+    signature `signature`. Never changed once read."""
+
+    __slots__ = ("_last", "_parsed", "_read", "_reads", "obj", "signature")
+
+    def __init__(
+        self,
+        obj: ReadObj,
+        signature: tuple[object, ...],
+        read: Callable[[ReadObj, Record | None], object],
+        last: Record | None,
+        reads: list[int],
+    ) -> None:
+        self.obj = obj
+        self.signature = signature
+        self._read: Callable[[ReadObj, Record | None], object] | None = read
+        self._last = last
+        self._parsed: Any = None
+        self._reads = reads
+
+    @classmethod
+    def kept(cls, obj: ReadObj, last: Record) -> Record:
+        """`obj` at `last`'s signature: what was read of `last` holds for it."""
+        record = cls(obj, last.signature, _read_nothing, None, last._reads)
+        record._read, record._parsed = None, last.parsed
+        return record
+
+    @property
+    def parsed(self) -> Any:
+        read = self._read
+        if read is not None:
+            last = self._last
+            self._parsed = read(self.obj, last)
+            self._read = self._last = None
+            self._reads[0] += 1
+        return self._parsed
+
+
+def _read_nothing(obj: ReadObj, last: Record | None) -> object:
+    return None
+
+
+def _read_class_or_cluster(obj: ReadObj, last: Record | None) -> object:
+    return read_object(obj)
+
+
+def _frozen(value: object) -> object:
+    return tuple(sorted(value.items())) if isinstance(value, Mapping) else value
+
+
+def _read_deployment(obj: ReadObj, last: Record | None) -> object:
+    """`check_deployment`, the core's Deployment signed with what it was read from (uid,
+    generation and the metadata the check reads), for the core's reuse across calls."""
+    checked = check_deployment(obj)
+    if not isinstance(checked, Deployment):
+        return checked
+    signature = tuple(_frozen(v) for v in _deployment_signature(obj))
+    return dataclasses.replace(checked, signature=signature)
+
+
+def _read_replica(obj: ReadObj, last: Record | None) -> object:
+    """`read_replica`, the core's Replica signed with (uid, resourceVersion)."""
+    core, error = read_replica(obj)
+    if core is None:
+        return core, error
+    return dataclasses.replace(core, signature=_version_signature(obj)), error
+
+
+def _read_observation(obj: ReadObj, last: Record | None) -> object:
+    return read_observation(obj, (last.obj, last.parsed) if last is not None else None)
+
+
+#: Per kind: the signature a parse is kept by, and the parse (given the last record).
+_READERS: Final[
+    dict[
+        Kind,
+        tuple[Callable[[ReadObj], tuple[object, ...]], Callable[[ReadObj, Record | None], object]],
+    ]
+] = {
+    INFERENCE_CLASS: (_version_signature, _read_class_or_cluster),
+    INFERENCE_CLUSTER: (_version_signature, _read_class_or_cluster),
+    MODEL_DEPLOYMENT: (_deployment_signature, _read_deployment),
+    MODEL_REPLICA: (_version_signature, _read_replica),
+    POOL_OBSERVATION: (_version_signature, _read_observation),
+    REPLICA_OBSERVATION: (_version_signature, _read_observation),
+}
+
+
+class HubIndex:
+    """The hub as the controller last saw it (see the module docstring). Not thread-safe."""
+
+    def __init__(self) -> None:
+        #: The feed's cursor; None until the first listing.
+        self.cursor: int | None = None
+        #: Per kind, what the store's view shows, by key.
+        self.mirror: dict[Kind, dict[Key, ReadObj]] = {k: {} for k in WATCHED}
+        #: Per kind, the effective records (the mirror with the ledger's overlay).
+        self.records: dict[Kind, dict[Key, Record]] = {k: {} for k in WATCHED}
+        #: Per assumed kind, the keys the ledger overlaid at the last `overlay`.
+        self._overlaid: dict[Kind, set[Key]] = {k: set() for k in ASSUMED}
+        #: Objects read (parsed) so far, for tests and metrics (`reads`).
+        self._reads = [0]
+        #: Per kind, the records the last `overlay` replaced or removed, by key.
+        self.previous: dict[Kind, dict[Key, Record]] = {k: {} for k in WATCHED}
+
+    def sync(self, store: Store) -> dict[Kind, set[Key]]:
+        """Bring the mirror up to the store; the keys whose mirrored object changed, per kind
+        (every key after a listing)."""
+        if self.cursor is None:
+            return self.relist(store)
+        try:
+            found, cursor = store.changes(self.cursor, WATCHED)
+        except Expired:
+            return self.relist(store)
+        changed: dict[Kind, set[Key]] = {k: set() for k in WATCHED}
+        for change in found:
+            key = key_of(change.obj)
+            table = self.mirror[change.kind]
+            if change.type is ChangeType.DELETED:
+                table.pop(key, None)
+            else:
+                table[key] = change.obj
+            changed[change.kind].add(key)
+        self.cursor = cursor
+        return changed
+
+    def relist(self, store: Store) -> dict[Kind, set[Key]]:
+        """List every kind again: take the feed's newest cursor first, so a change made while
+        listing is read again from the feed rather than missed."""
+        _, cursor = store.changes(LATEST, WATCHED)
+        changed: dict[Kind, set[Key]] = {}
+        for kind in WATCHED:
+            table = {key_of(obj): obj for obj in store.view(kind)}
+            changed[kind] = set(table) | set(self.mirror[kind])
+            self.mirror[kind] = table
+        self.cursor = cursor
+        return changed
+
+    def overlay(
+        self, store: Store, ledger: AssumeLedger, changed: dict[Kind, set[Key]]
+    ) -> dict[Kind, set[Key]]:
+        """Make the effective records the mirror with the ledger's entries applied (an entry
+        the mirror has caught up with is forgotten; one for an object the store no longer has
+        is forgotten too), and re-read the records of the `changed` keys. Returns the keys
+        whose effective object changed (another version, or came or went), per kind."""
+        out: dict[Kind, set[Key]] = {}
+        self.previous = {k: {} for k in WATCHED}
+        for kind in WATCHED:
+            keys = set(changed.get(kind, ()))
+            if kind in ASSUMED:
+                shown = self.mirror[kind]
+                for key in ledger.missing(kind, shown):
+                    if store.get(kind, key[1], key[0] or None) is None:
+                        ledger.forget((kind, *key))
+                overrides = ledger.overrides(kind, shown)
+                keys |= self._overlaid[kind] | overrides.keys()
+                self._overlaid[kind] = set(overrides)
+            else:
+                overrides = {}
+            out[kind] = self._refresh(kind, keys, overrides)
+        return out
+
+    def _refresh(
+        self, kind: Kind, keys: Iterable[Key], overrides: Mapping[Key, ReadObj | None]
+    ) -> set[Key]:
+        shown, records = self.mirror[kind], self.records[kind]
+        previous = self.previous[kind]
+        moved: set[Key] = set()
+        for key in keys:
+            obj = overrides[key] if key in overrides else shown.get(key)
+            last = records.get(key)
+            if obj is None:
+                if last is not None:
+                    del records[key]
+                    previous[key] = last
+                    moved.add(key)
+                continue
+            if last is not None and version_of(last.obj) == version_of(obj):
+                continue
+            self.put(kind, key, obj)
+            if last is not None:
+                previous[key] = last
+            moved.add(key)
+        return moved
+
+    def put(self, kind: Kind, key: Key, obj: ReadObj, *, force: bool = False) -> Record:
+        """Make `obj` the effective object at `key`, read again unless its signature is the
+        last record's (`force`: read again anyway, for an object not as stored)."""
+        signature_of, read = _READERS[kind]
+        signature = signature_of(obj)
+        last = self.records[kind].get(key)
+        if not force and last is not None and last.signature == signature:
+            record = Record.kept(obj, last)
+        else:
+            # A heartbeat reads the last version's report: it is read now, not kept alive.
+            is_observation = kind in (POOL_OBSERVATION, REPLICA_OBSERVATION)
+            if last is not None and is_observation:
+                last.parsed  # noqa: B018
+            record = Record(obj, signature, read, last if is_observation else None, self._reads)
+        self.records[kind][key] = record
+        return record
+
+    @property
+    def reads(self) -> int:
+        """Objects read (parsed) so far: each version once, when first used."""
+        return self._reads[0]
+
+    def put_written(self, kind: Kind, obj: ReadObj) -> bool:
+        """An object as the controller's own status patch returned it: what the step works
+        from now, and no change when the feed shows that version. True when it was put."""
+        key = key_of(obj)
+        last = self.records[kind].get(key)
+        if last is None or not is_newer_or_same(version_of(last.obj), version_of(obj)):
+            self.put(kind, key, obj)
+            return True
+        return False
+
+
+def fresh_view(store: Store) -> dict[Kind, dict[Key, ReadObj]]:
+    """Every watched object as one listing shows it, by kind and key (the index's oracle)."""
+    return {kind: {key_of(o): o for o in store.view(kind)} for kind in WATCHED}

@@ -1,0 +1,185 @@
+"""`FleetReports`: the agents' reports by cluster and by replica, changed one observation at a
+time, from which each cluster's `Trust` is judged (status.py).
+
+What the index reads of an observation object (`Observation`: its cluster, report, error and
+the replica it names) is filed here under its kind and key; `put` replaces what the last
+version filed and says which clusters and replicas it touched, so the step marks exactly those
+dirty. A cluster's reports are judged again only when they, or the epoch the cluster is known
+to hold, changed (`judge`); a replica's report is looked up by (cluster, namespace, name)
+rather than by scanning the cluster's reports.
+
+Equivalence with judging every report of the listing (the plain computation, kept in
+`judge`): a cluster's reports are those of its observation namespace that parse, in (kind,
+name) order; a replica's report is the first accepted ReplicaObservation naming it, in that
+order, and it counts as rejected when any rejected one names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from dataclasses import dataclass, field
+
+from gpufleet.controller.index import Key, Observation
+from gpufleet.controller.status import AgentReport, Trust, judge
+
+#: An observation by (kind, namespace, name).
+ObservationKey = tuple[str, str, str]
+#: A replica's reports by (cluster, namespace, name).
+ReplicaKey = tuple[str, str, str]
+
+NO_TRUST = Trust(None, (), ())
+
+
+@dataclass(slots=True)
+class _Cluster:
+    """One cluster's parsed reports by (kind, name), and its last judgement."""
+
+    reports: dict[tuple[str, str], AgentReport] = field(default_factory=dict)
+    #: The Trust, and the known epoch it was judged with; None when reports came or went,
+    #: or changed epoch, since.
+    judged: tuple[Trust, int | None] | None = None
+    #: Whether reports were replaced since the judgement (by ones of the same kind, name and
+    #: lease epoch: a heartbeat or new content).
+    is_replaced: bool = False
+    #: The reports' keys in (kind, name) order; None when one came or went since.
+    order: list[tuple[str, str]] | None = None
+
+
+def _is_replacement(old: Observation, new: Observation) -> bool:
+    """Whether `new` only replaces `old`'s report: both read, of the same cluster, replica
+    and lease epoch."""
+    return (
+        old.report is not None
+        and new.report is not None
+        and old.cluster == new.cluster
+        and old.replica == new.replica
+        and old.report.lease_epoch == new.report.lease_epoch
+        and not old.error
+        and not new.error
+    )
+
+
+class FleetReports:
+    """Reports by cluster and replica (see the module docstring). Not thread-safe."""
+
+    def __init__(self) -> None:
+        self._clusters: dict[str, _Cluster] = {}
+        self._filed: dict[ObservationKey, Observation] = {}
+        #: Per replica (cluster, namespace, name): its ReplicaObservations' reports by name.
+        self._replicas: dict[ReplicaKey, dict[str, AgentReport]] = {}
+        #: Observations that cannot be read, by (kind order, namespace, name): (cluster, error).
+        self.errors: dict[tuple[int, str, str], tuple[str, str]] = {}
+
+    def put(
+        self, kind: str, key: Key, read: Observation | None
+    ) -> tuple[set[str], set[tuple[str, str]]]:
+        """File what was read of the observation at `key` (None: it is gone), in place of
+        what its last version filed; the clusters and replicas (namespace, name) touched."""
+        at = (kind, *key)
+        old = self._filed.get(at)
+        if old is not None and read is not None and _is_replacement(old, read):
+            self._replace(kind, key, old, read)
+            self._filed[at] = read
+            assert read.cluster is not None
+            return {read.cluster}, {read.replica} if read.replica is not None else set()
+        clusters: set[str] = set()
+        replicas: set[tuple[str, str]] = set()
+        for observation, is_added in ((self._filed.pop(at, None), False), (read, True)):
+            if observation is None or observation.cluster is None:
+                continue
+            self._file(kind, key, observation, is_added)
+            clusters.add(observation.cluster)
+            if observation.replica is not None:
+                replicas.add(observation.replica)
+        if read is not None:
+            self._filed[at] = read
+        return clusters, replicas
+
+    def _file(self, kind: str, key: Key, observation: Observation, is_added: bool) -> None:
+        cluster = observation.cluster
+        assert cluster is not None
+        order = (0 if kind == "PoolObservation" else 1, *key)
+        entry = self._clusters.setdefault(cluster, _Cluster())
+        entry.judged = None
+        entry.order = None
+        report = observation.report
+        if not is_added:
+            self.errors.pop(order, None)
+            entry.reports.pop((kind, key[1]), None)
+            if report is not None and observation.replica is not None:
+                self._unfile_replica(cluster, observation.replica, key[1])
+            return
+        if observation.error:
+            self.errors[order] = (cluster, observation.error)
+        if report is None:
+            return
+        entry.reports[(kind, key[1])] = report
+        if observation.replica is not None:
+            named = self._replicas.setdefault((cluster, *observation.replica), {})
+            named[key[1]] = report
+
+    def _unfile_replica(self, cluster: str, replica: tuple[str, str], name: str) -> None:
+        named = self._replicas.get((cluster, *replica))
+        if named is not None:
+            named.pop(name, None)
+            if not named:
+                del self._replicas[(cluster, *replica)]
+
+    def _replace(self, kind: str, key: Key, old: Observation, new: Observation) -> None:
+        """`new` in place of `old`: a report of the same cluster, kind, name, lease epoch
+        and replica (see `_is_replacement`)."""
+        assert new.cluster is not None and new.report is not None
+        entry = self._clusters.setdefault(new.cluster, _Cluster())
+        entry.reports[(kind, key[1])] = new.report
+        entry.is_replaced = True
+        if new.replica is not None:
+            self._replicas[(new.cluster, *new.replica)][key[1]] = new.report
+
+    def judge(self, cluster: str, known: int | None) -> Trust:
+        """The cluster's Trust (`status.judge` of its reports), judged again only when its
+        reports or `known` changed since the last call.
+
+        Reports only replaced since a judgement that accepted them all (each by one of the
+        same kind, name and lease epoch) are accepted all again at the same epoch, in the
+        same (kind, name) order: `judge` would find the same epochs."""
+        entry = self._clusters.setdefault(cluster, _Cluster())
+        last = entry.judged
+        if last is not None and last[1] == known:
+            if not entry.is_replaced:
+                return last[0]
+            if not last[0].rejected and len(last[0].accepted) == len(entry.reports):
+                if entry.order is None:
+                    entry.order = sorted(entry.reports)
+                trust = Trust(last[0].epoch, tuple(map(entry.reports.__getitem__, entry.order)), ())
+                entry.judged, entry.is_replaced = (trust, known), False
+                return trust
+        trust = judge(entry.reports.values(), known)
+        entry.judged, entry.is_replaced = (trust, known), False
+        return trust
+
+    def replica_reports(
+        self, cluster: str, namespace: str, name: str, trust: Trust | None
+    ) -> tuple[AgentReport | None, bool]:
+        """The replica's accepted ReplicaObservation (the first by name) and whether one
+        naming it was rejected; (None, False) when its cluster has no Trust."""
+        named = self._replicas.get((cluster, namespace, name))
+        if trust is None or not named or trust.epoch is None:
+            return None, False
+        epoch = trust.epoch
+        report: AgentReport | None = None
+        is_rejected = False
+        for obs_name in sorted(named):
+            found = named[obs_name]
+            if found.lease_epoch < epoch:
+                is_rejected = True
+            elif report is None:
+                report = found
+        return report, is_rejected
+
+    def cluster_errors(self, clusters: Container[tuple[str, str]]) -> list[str]:
+        """The errors of the observations about the clusters that exist (`clusters` holds
+        their keys, ("", name)), in listing order (PoolObservations, then
+        ReplicaObservations, each by namespace and name)."""
+        if not self.errors:
+            return []
+        return [error for _, (c, error) in sorted(self.errors.items()) if ("", c) in clusters]
