@@ -7,10 +7,13 @@ explore with fresh randomness. No deadline either way: a loaded 2-core machine m
 a slow example into a failure.
 """
 
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 _TESTS = str(Path(__file__).parent)
@@ -20,3 +23,18 @@ if _TESTS not in sys.path:
 settings.register_profile("dev", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """A command run in a test (the daemons, join) configures logging onto that test's
+    captured stream; left behind, the handler writes later tests' logs to a closed stream
+    ("--- Logging error ---" and a traceback on stderr). Each test leaves the root logger as
+    it found it."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    root.setLevel(level)

@@ -437,7 +437,10 @@ def test_the_agent_pushes_a_change_within_seconds_and_a_heartbeat_when_idle(
     )
     latency_s = (a.clock() - pushed_at).total_seconds()
     assert AGENT.min_push_interval_s <= latency_s <= AGENT.min_push_interval_s + 0.25  # + a tick
-    assert last_trigger(fleet.agents["agent-a"].loop) is Trigger.REQUESTED
+    # The held push goes out on the step the loop requested for that instant, unless a watch
+    # event (the claim's own status, arriving late on a loaded machine) wakes it first: either
+    # way at the end of the interval, which the latency above checks.
+    assert last_trigger(fleet.agents["agent-a"].loop) in (Trigger.REQUESTED, Trigger.CHANGE)
 
     observation = fleet.pool_observation()
     assert observation is not None

@@ -3,6 +3,7 @@ exporter's text over HTTP (read through a KubeStore of the emulated API server).
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -440,8 +441,14 @@ def test_only_the_leader_exports_the_fleet(make_store: Callable[..., KubeStore])
     assert "gpufleet_leader" in before  # the daemon's own metrics are there either way
     daemon.loop.tick()  # without an elector the first tick starts a term: it leads
     assert daemon.loop.is_leading()
+    # The metrics read the watch caches, which see the step's status write a moment later.
+    key = 'gpufleet_pool_max_nodes{cluster="a",pool="h100"}'
+    deadline = time.monotonic() + 10
     after = samples(render(daemon.registry).decode())
-    assert after['gpufleet_pool_max_nodes{cluster="a",pool="h100"}'] == 2
+    while key not in after and time.monotonic() < deadline:
+        time.sleep(0.02)
+        after = samples(render(daemon.registry).decode())
+    assert after[key] == 2
     assert after['gpufleet_replicas_placed{cluster="a"}'] == 0
 
 
