@@ -528,27 +528,33 @@ def test_a_report_made_from_the_observations_that_changed_is_the_whole_report() 
         replica["spec"]["engines"][0]["copies"] = copies
         w.hub.update(replica)
 
-    def run(is_whole: bool) -> list[tuple[Any, dict[str, bool], bool]]:
-        w = World()
-        w.add(node("n0"), slice_("n0"))
-        for name in ("r1", "r2", "r3"):
-            w.hub.create(model_replica(name))
-        agent = w.agent()
-        out = []
-        last: Mapping[str, Any] = {}
-        for t, event in enumerate(events):
-            event(w)
-            replicas = agent.read_replicas()
-            assert replicas is not None
-            if is_whole:
-                agent._observed_replicas = ((), {})  # every observation looked at
-            report = agent.observe(w.at(t), replicas)
-            kept = {name: last.get(name) is entry for name, entry in report.replicas.items()}
-            out.append((report.replicas, kept, report.replicas is last))
-            last = report.replicas
-        return out
-
-    assert run(is_whole=False) == run(is_whole=True)
+    w = World()
+    w.add(node("n0"), slice_("n0"))
+    for name in ("r1", "r2", "r3"):
+        w.hub.create(model_replica(name))
+    agent = w.agent()
+    last: Mapping[str, Any] = {}
+    for t, event in enumerate(events):
+        event(w)
+        replicas = agent.read_replicas()
+        assert replicas is not None
+        report = agent.observe(w.at(t), replicas)
+        whole = {
+            f"{r.namespace}.{r.name}": (
+                {
+                    "clusterName": agent.cluster_name,
+                    "replicaName": r.name,
+                    "replicaNamespace": r.namespace,
+                },
+                r.to_status(),
+            )
+            for r in report.result.replicas
+        }
+        assert report.replicas == whole, t
+        for name, entry in report.replicas.items():
+            assert (last.get(name) is entry) == (last.get(name) == entry), (t, name)
+        assert (report.replicas is last) == (report.replicas == last), t
+        last = report.replicas
 
 
 def owned(w: World) -> list[str]:

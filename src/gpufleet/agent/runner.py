@@ -32,11 +32,13 @@ Conflicts (`Conflict`: stale resourceVersion) are retried by re-reading, a bound
 times. A restarted agent is a new `Agent`: its allocation clock is empty (every allocated
 claim is stamped with the restart time, which errs toward charging) and it pushes at once.
 
-A step costs what changed since the last one, not every object: the Agent reads through
-`Store.view`, whose objects are replaced, never changed, when they change, so what it derived
-from an object is kept by the object's identity (`ObserveCache`, each replica's desired
-objects by its spec's, which a status write leaves as it is; the local objects known to agree
-with them). Materialize looks only at the replicas and local objects that came or went since
+A step costs what changed since the last one, not every object: the Agent observes through its
+`FreeDeviceTable`, fed by the cluster's change feed (`ClusterFeed`), which rebuilds only the pools
+and replicas a change touches and says which replica observations changed, so only their report
+entries are made again. It reads its other inputs through `Store.view`, whose objects are
+replaced, never changed, when they change, so each replica's desired objects are kept by its
+spec's identity (a status write leaves it as it is), and the local objects known to agree
+with them by theirs. Materialize looks only at the replicas and local objects that came or went since
 its last call (by identity) and at what it wrote last; and a push patches the observations it
 wrote last without reading them back (guarded by their resourceVersion).
 """
@@ -53,18 +55,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
+from gpufleet.agent.feed import ClusterFeed
 from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
-from gpufleet.agent.observe import (
+from gpufleet.agent.model import (
     AllocationClock,
-    ClusterObjects,
     ObservationResult,
-    ObserveCache,
     ObserveConfig,
     ObservedPool,
     ObservedReplica,
     format_time,
-    observe,
 )
+from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.core import labels
 from gpufleet.core.model import PoolName
 from gpufleet.store.merge import merge_patch
@@ -73,13 +74,9 @@ from gpufleet.store.port import (
     LEADER_WORKER_SET,
     MODEL_REPLICA,
     NAMESPACE,
-    NODE,
-    POD,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
-    RESOURCE_CLAIM,
     RESOURCE_CLAIM_TEMPLATE,
-    RESOURCE_SLICE,
     AlreadyExists,
     Conflict,
     Kind,
@@ -176,8 +173,9 @@ class Agent:
         #: The replicas the last `read_replicas` viewed (held), and those it kept (not deleting).
         self._replicas_read: tuple[tuple[Mapping[str, Any], ...], list[Mapping[str, Any]]]
         self._replicas_read = ((), [])
-        #: What observe read from each object it saw last step (by identity: views only).
-        self._observed = ObserveCache()
+        #: The cluster's free-device table, fed by its change feed.
+        self.table = FreeDeviceTable(self.config.observe)
+        self._feed = ClusterFeed(local, self.table)
         #: The last status body made from each pool's and replica's observation: an equal
         #: observation reuses it, so unchanged content is the same object step after step and
         #: compares (and diffs) by identity.
@@ -186,12 +184,7 @@ class Agent:
         #: The mappings of the last report made: an entry (and a mapping) whose content is
         #: unchanged is reused, so that it too compares by identity.
         self._last_report_pools: dict[str, Obj] = {}
-        self._last_report_replicas: dict[str, tuple[Obj, Obj]] = {}
-        #: The replica observations the last report was made from (held), by identity, with
-        #: their observations' names.
-        self._observed_replicas: tuple[
-            tuple[ObservedReplica, ...], dict[int, tuple[ObservedReplica, str]]
-        ] = ((), {})
+        self._last_report_replicas: Mapping[str, tuple[Obj, Obj]] = {}
         #: What the last desired set was made from, and what was made (`_desired_set`).
         self._desired_state: _DesiredState | None = None
         #: Per kind, what its last pass saw and found (`_materialize_kind`).
@@ -209,10 +202,6 @@ class Agent:
         #: and deleted none. An observation of the same entry found at the same version on
         #: the hub has nothing to write (`_write_replica_observations`).
         self._replicas_left: _ReplicasLeft | None = None
-        #: The ReplicaObservations the last push viewed on the hub (held) and their versions.
-        self._viewed_on_hub: tuple[
-            tuple[Mapping[str, Any], ...], dict[int, Mapping[str, Any]], dict[str, object]
-        ] = ((), {}, {})
 
     # --- the step -------------------------------------------------------------------------
 
@@ -247,39 +236,48 @@ class Agent:
 
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
-        # observe() only reads: views spare copying every object of the cluster each step.
-        objects = ClusterObjects(
-            nodes=tuple(self.local.view(NODE)),
-            slices=tuple(self.local.view(RESOURCE_SLICE)),
-            claims=tuple(self.local.view(RESOURCE_CLAIM)),
-            pods=tuple(self.local.view(POD)),
-            replicas=tuple(replicas),
-        )
-        result, self.clock = observe(objects, self.clock, self.config.observe, now, self._observed)
+        self._feed.sync()
+        snapshot = self.table.snapshot(replicas, now)
+        result, self.clock = snapshot.result, snapshot.clock
         pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
         for p in result.pools:
             pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
         self._pool_statuses = pool_statuses
         # Unchanged content is the same objects as last step, entry by entry, and then the
         # same mappings: a push compares them by identity (`is_push_due`, `push`).
-        reps = self._report_replicas_since(result.replicas)
-        if reps is None:
-            replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
-            names: dict[int, tuple[ObservedReplica, str]] = {}
-            reps = {}
-            for r in result.replicas:
-                name = replica_observation_name(r.namespace, r.name)
-                reps[name] = self._replica_entry(r, name, replica_statuses)
-                names[id(r)] = (r, name)
-            self._replica_statuses = replica_statuses
-            self._observed_replicas = (result.replicas, names)
-            if _is_same_entries(reps, self._last_report_replicas):
-                reps = self._last_report_replicas
+        reps = self._report_replicas(result, snapshot.changed_replicas)
         pools = {name: status for name, (_, status) in pool_statuses.items()}
         if _is_same_entries(pools, self._last_report_pools):
             pools = self._last_report_pools
         self._last_report_replicas, self._last_report_pools = reps, pools
         return Report(now, result, pools, reps)
+
+    def _report_replicas(
+        self, result: ObservationResult, changed: AbstractSet[tuple[str, str]] | None
+    ) -> Mapping[str, tuple[Obj, Obj]]:
+        """The report's replica entries: the last report's, with those of the replicas whose
+        observation the table says changed made again (every one, when it cannot say)."""
+        last = self._last_report_replicas
+        if changed is None:
+            statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
+            reps = {}
+            for r in result.replicas:
+                name = replica_observation_name(r.namespace, r.name)
+                reps[name] = self._replica_entry(r, name, statuses)
+            self._replica_statuses = statuses
+        elif not changed:
+            return last
+        else:
+            reps = dict(last)
+            for key in sorted(changed):
+                name = replica_observation_name(*key)
+                observed = self.table.observed_replica(key)
+                if observed is None:
+                    reps.pop(name, None)
+                    self._replica_statuses.pop(name, None)
+                else:
+                    reps[name] = self._replica_entry(observed, name, self._replica_statuses)
+        return last if _is_same_entries(reps, last) else reps
 
     def _replica_entry(
         self, r: ObservedReplica, name: str, statuses: dict[str, tuple[ObservedReplica, Obj]]
@@ -302,42 +300,6 @@ class Agent:
             }
             entry = (spec, status)
         return entry
-
-    def _report_replicas_since(
-        self, observed: tuple[ObservedReplica, ...]
-    ) -> dict[str, tuple[Obj, Obj]] | None:
-        """The report's replica entries from the last report's, patched with the observations
-        that came and went since (by identity: the observe cache hands out the very
-        observation while nothing it reads changed), since every other would give the entry
-        it gave. None when that cannot be told this way (then every observation is looked
-        at): many changed, or two observations share a name."""
-        (held, last), last_reps = self._observed_replicas, self._last_report_replicas
-        if observed is held:
-            return last_reps
-        if not (len(last) == len(self._replica_statuses) == len(last_reps)):
-            return None  # two shared one name
-        by_id = dict(zip(map(id, observed), observed, strict=True))
-        gone = last.keys() - by_id.keys()
-        came = by_id.keys() - last.keys()
-        if len(by_id) != len(observed) or len(gone) + len(came) > 8 + len(observed) // 4:
-            return None
-        statuses = dict(self._replica_statuses)
-        reps = dict(last_reps)
-        names = dict(last)
-        for i in gone:
-            name = names.pop(i)[1]
-            del statuses[name], reps[name]
-        is_changed = bool(gone)
-        # In the observations' order (by namespace and name), as a whole report is made.
-        for r in sorted((by_id[i] for i in came), key=_namespace_name):
-            name = replica_observation_name(r.namespace, r.name)
-            if name in statuses:
-                return None  # two observations of one name
-            entry = reps[name] = self._replica_entry(r, name, statuses)
-            names[id(r)] = (r, name)
-            is_changed = is_changed or entry is not last_reps.get(name)
-        self._replica_statuses, self._observed_replicas = statuses, (observed, names)
-        return reps if is_changed else last_reps
 
     def is_push_due(self, report: Report, now: datetime) -> bool:
         last = self._last_pushed_from
@@ -395,24 +357,8 @@ class Agent:
         return True
 
     def _versions_on_hub(self, viewed: Sequence[Mapping[str, Any]]) -> dict[str, object]:
-        """Name -> resourceVersion of the viewed observations; the same dict as last push when
-        the view holds the same objects (a view hands out an object until it changes), else
-        that dict patched with the objects that came and went (by identity) when the view
-        has one object per name (as a namespace's listing has)."""
-        listed, held, versions = self._viewed_on_hub
-        if _is_same(listed, viewed):
-            return versions
-        by_id = dict(zip(map(id, viewed), viewed, strict=True))
-        gone, came = held.keys() - by_id.keys(), by_id.keys() - held.keys()
-        if not gone and not came and len(by_id) == len(viewed):
-            return versions
-        patched = _patched_versions(held, versions, by_id, gone, came)
-        if patched is None or len(by_id) != len(viewed):
-            patched = {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
-        # Held only for a view of one object per name: the next is patched from it.
-        is_plain = len(patched) == len(by_id) == len(viewed)
-        self._viewed_on_hub = (tuple(viewed), by_id if is_plain else {}, patched)
-        return patched
+        """Name -> resourceVersion of the viewed observations."""
+        return {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
 
     def _write_replica_observations(
         self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
@@ -425,8 +371,8 @@ class Agent:
         kind = REPLICA_OBSERVATION.kind
         if (
             left is not None
-            and left[3] is on_hub
             and left[0] is report.replicas
+            and left[3] == on_hub
             and left[1] == stamp["agent"]
         ):
             # The very entries, and the very observations on the hub, that the last complete
@@ -881,33 +827,6 @@ _ReplicasLeft = tuple[
 ]
 
 _O = TypeVar("_O", ObservedPool, ObservedReplica)
-
-
-def _patched_versions(
-    held: Mapping[int, Mapping[str, Any]],
-    versions: Mapping[str, object],
-    by_id: Mapping[int, Mapping[str, Any]],
-    gone: Iterable[int],
-    came: Iterable[int],
-) -> dict[str, object] | None:
-    """`versions` (name -> resourceVersion of the objects `held`, one per name) changed to
-    those of `by_id`, which lacks the objects `gone` and adds those `came`; None when
-    `held` or `by_id` has two objects of one name."""
-    if len(versions) != len(held):
-        return None
-    patched = dict(versions)
-    for i in gone:
-        del patched[held[i]["metadata"]["name"]]
-    for i in came:
-        meta = by_id[i]["metadata"]
-        if meta["name"] in patched:
-            return None
-        patched[meta["name"]] = meta.get("resourceVersion")
-    return patched
-
-
-def _namespace_name(r: ObservedReplica) -> tuple[str, str]:
-    return r.namespace, r.name
 
 
 def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
