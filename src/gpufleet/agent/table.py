@@ -31,6 +31,7 @@ free devices per driver, as of the last snapshot (read-only).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -81,6 +82,7 @@ from gpufleet.store.port import NODE, POD, RESOURCE_CLAIM, RESOURCE_SLICE, Chang
 TABLE_KINDS: Final = (NODE, RESOURCE_SLICE, RESOURCE_CLAIM, POD)
 
 _Key = tuple[str, str]
+_NO_META: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 @dataclass(slots=True, eq=False)
@@ -177,6 +179,13 @@ class FreeDeviceTable:
         self._pools: dict[str, tuple[ObservedPool, tuple[ObservedNode, ...]]] = {}
         self._replica_results: dict[_Key, ObservedReplica] = {}
         self._last: TableSnapshot | None = None
+        #: The replicas' keys, sorted (None: to be sorted again).
+        self._replica_order: list[_Key] | None = None
+        #: Each pooled node's observation, and their names, sorted.
+        self._observed_nodes: dict[str, ObservedNode] = {}
+        self._node_order: list[str] = []
+        #: The replicas' keys and resourceVersions as last taken (`_apply_replicas`).
+        self._replica_versions: tuple[list[_Key], list[object]] = ([], [])
 
     # --- deltas ---------------------------------------------------------------------------
 
@@ -519,6 +528,16 @@ class FreeDeviceTable:
     def _apply_replicas(self, objects: Sequence[RawObject]) -> bool:
         """Take the replicas (diffed with the last ones by key and resourceVersion); whether
         the set of replicas or the pools they name changed."""
+        # Compared in C first: a step whose replicas kept their versions reads none of them.
+        try:
+            metas = list(map(_META, objects))
+            versions: list[object] = list(map(_VERSION, metas))
+            keys = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
+        except (AttributeError, TypeError):  # not mappings: never from a store
+            keys, versions = [], [None]
+        if (keys, versions) == self._replica_versions and None not in versions:
+            return False
+        self._replica_versions = (keys, versions)
         seen: dict[_Key, tuple[object, Replica]] = {}
         is_moved = False
         for obj in objects:
@@ -570,16 +589,12 @@ class FreeDeviceTable:
             self._pools[pool] = self._observe_pool(pool, problems.get(pool, ()))
         self._problems = problems
         changed = self._observe_replicas()
-        nodes = None
-        if self._last is not None and not rebuilt and not gone:
-            nodes = self._last.result.nodes
-        if nodes is None:
-            nodes = tuple(sorted((n for _, ns in self._pools.values() for n in ns), key=_node_name))
+        last = self._last.result if self._last is not None else None
         result = ObservationResult(
             pools=tuple(self._pools[p][0] for p in sorted(self._pools)),
-            replicas=tuple(self._replica_results[k] for k in sorted(self._replica_results)),
+            replicas=self._replicas_in_order(changed, last),
             problems=problems.get(None, ()),
-            nodes=nodes,
+            nodes=self._nodes_in_order(rebuilt, last),
         )
         if self._clock != self._clock_out.first_seen:
             self._clock_out = AllocationClock(MappingProxyType(dict(sorted(self._clock.items()))))
@@ -588,6 +603,34 @@ class FreeDeviceTable:
         self._times_moved.clear()
         self._is_found_moved = self._is_membership_moved = False
         return TableSnapshot(result, self._clock_out, changed)
+
+    def _replicas_in_order(
+        self, changed: frozenset[_Key], last: ObservationResult | None
+    ) -> tuple[ObservedReplica, ...]:
+        """Every replica's observation, sorted by key."""
+        if last is not None and not changed:
+            return last.replicas
+        results = self._replica_results
+        if self._replica_order is None:
+            self._replica_order = sorted(results)
+        return tuple(map(results.__getitem__, self._replica_order))
+
+    def _nodes_in_order(
+        self, rebuilt: set[str], last: ObservationResult | None
+    ) -> tuple[ObservedNode, ...]:
+        """Every pooled node's observation, sorted by name."""
+        if last is not None and not rebuilt and not self._is_membership_moved:
+            return last.nodes
+        observed = self._observed_nodes
+        if self._is_membership_moved:
+            observed.clear()
+            for _, nodes in self._pools.values():
+                observed.update((n.name, n) for n in nodes)
+            self._node_order = sorted(observed)
+        else:
+            for pool in rebuilt:
+                observed.update((n.name, n) for n in self._pools[pool][1])
+        return tuple(map(observed.__getitem__, self._node_order))
 
     def _collect_problems(self) -> dict[str | None, tuple[Problem, ...]]:
         if not self._is_found_moved and not self._is_membership_moved:
@@ -643,7 +686,7 @@ class FreeDeviceTable:
             max(entry.times) if entry.times else None,
         )
 
-    def _observe_replicas(self) -> frozenset[_Key] | None:
+    def _observe_replicas(self) -> frozenset[_Key]:
         """Observe the replicas to look at again; the keys whose observation changed."""
         dirty = self._dirty_replicas
         if self._is_membership_moved:
@@ -657,7 +700,10 @@ class FreeDeviceTable:
             if held is None:
                 if results.pop(key, None) is not None:
                     changed.add(key)
+                    self._replica_order = None
                 continue
+            if key not in results:
+                self._replica_order = None
             rep = held[1].fresh()
             pods = self._replica_pods.get(key, {}).values()
             count_pods(rep, pods, self._allocated, self._node_pool)
@@ -669,8 +715,10 @@ class FreeDeviceTable:
         return frozenset(changed)
 
 
-def _node_name(n: ObservedNode) -> str:
-    return n.name
+_META: Final = operator.methodcaller("get", "metadata", _NO_META)
+_NAMESPACE: Final = operator.methodcaller("get", "namespace")
+_NAME: Final = operator.methodcaller("get", "name")
+_VERSION: Final = operator.methodcaller("get", "resourceVersion")
 
 
 def _key_of(obj: RawObject) -> _Key:
