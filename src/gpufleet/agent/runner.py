@@ -207,6 +207,8 @@ class Agent:
                 outcome.is_hub_reachable = False
                 outcome.errors.append(f"list ModelReplicas: {e}")
             return None
+        if not any(map(_DELETING, map(_METADATA, found))):
+            return list(found)  # compared in C: almost always, none is being deleted
         return [r for r in found if not r["metadata"].get("deletionTimestamp")]
 
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
@@ -332,8 +334,9 @@ class Agent:
         return True
 
     def _versions_on_hub(self, viewed: Sequence[Mapping[str, Any]]) -> dict[str, object]:
-        """Name -> resourceVersion of the viewed observations."""
-        return {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
+        """Name -> resourceVersion of the viewed observations (read in C)."""
+        metas = list(map(_METADATA, viewed))
+        return dict(zip(map(_NAME, metas), map(_VERSION, metas), strict=True))
 
     def _write_replica_observations(
         self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
@@ -533,3 +536,7 @@ def _status_patch(
 
 
 _STAMP_KEYS: Final = frozenset({"agent", "observedAt"})
+_METADATA: Final = operator.itemgetter("metadata")
+_NAME: Final = operator.itemgetter("name")
+_VERSION: Final = operator.methodcaller("get", "resourceVersion")
+_DELETING: Final = operator.methodcaller("get", "deletionTimestamp")

@@ -184,8 +184,8 @@ class FreeDeviceTable:
         #: Each pooled node's observation, and their names, sorted.
         self._observed_nodes: dict[str, ObservedNode] = {}
         self._node_order: list[str] = []
-        #: The replicas' keys and resourceVersions as last taken (`_apply_replicas`).
-        self._replica_versions: tuple[list[_Key], list[object]] = ([], [])
+        #: The replicas' resourceVersions by key, as last taken (`_apply_replicas`).
+        self._versions: dict[_Key, object] = {}
 
     # --- deltas ---------------------------------------------------------------------------
 
@@ -526,44 +526,50 @@ class FreeDeviceTable:
                 del self._claimed_by[(ns, c)]
 
     def _apply_replicas(self, objects: Sequence[RawObject]) -> bool:
-        """Take the replicas (diffed with the last ones by key and resourceVersion); whether
-        the set of replicas or the pools they name changed."""
-        # Compared in C first: a step whose replicas kept their versions reads none of them.
+        """Take the replicas, diffed with the last ones by key and resourceVersion (compared in
+        C: a replica whose version is unchanged is not read); whether the set of replicas or
+        the pools they name changed."""
         try:
             metas = list(map(_META, objects))
-            versions: list[object] = list(map(_VERSION, metas))
-            keys = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
+            names = list(map(_NAME, metas))
+            namespaces = list(map(_NAMESPACE, metas))
+            now = dict(zip(zip(namespaces, names, strict=True), map(_VERSION, metas), strict=True))
         except (AttributeError, TypeError):  # not mappings: never from a store
-            keys, versions = [], [None]
-        if (keys, versions) == self._replica_versions and None not in versions:
+            return self._read_replicas_whole(objects)
+        if len(now) != len(objects) or None in names or "" in names or None in namespaces:
+            return self._read_replicas_whole(objects)  # never from a store either
+        if now == self._versions and None not in now.values():
             return False
-        self._replica_versions = (keys, versions)
-        seen: dict[_Key, tuple[object, Replica]] = {}
+        changed = {key for key, _ in now.items() ^ self._versions.items()}
+        changed.update(key for key, version in now.items() if version is None)
+        self._versions = now
+        by_key = dict(zip(now, objects, strict=True))
         is_moved = False
-        for obj in objects:
-            key = ns_name(obj)
-            if not key[1] or key in seen:
-                return self._read_replicas_whole(objects)
-            version = _meta_field(obj, "resourceVersion")
-            held = self._replicas.get(key)
-            if held is not None and version is not None and held[0] == version:
-                seen[key] = held
-                continue
-            rep = read_replica(obj)
-            if held is not None and held[1] == rep:
-                rep = held[1]
-            else:
-                self._dirty_replicas.add(key)
-                is_moved = is_moved or held is None or held[1].pools != rep.pools
-            seen[key] = (version, rep)
-        gone = self._replicas.keys() - seen.keys()
-        self._dirty_replicas.update(gone)
-        is_moved = is_moved or bool(gone)
-        self._replicas = seen
+        for key in changed:
+            is_moved = self._take_replica(key, by_key.get(key)) or is_moved
         self._set_found(("replicas", ""), ())
         if is_moved:
-            self._replica_pools = frozenset(p for _, rep in seen.values() for p in rep.pools)
+            reads = self._replicas.values()
+            self._replica_pools = frozenset(p for _, rep in reads for p in rep.pools)
         return is_moved
+
+    def _take_replica(self, key: _Key, obj: RawObject | None) -> bool:
+        """Take the replica's new version (None: gone); whether the replicas or their pools
+        changed. A version whose read is the same (a status write) changes nothing."""
+        held = self._replicas.get(key)
+        if obj is None:
+            if held is not None:
+                del self._replicas[key]
+                self._dirty_replicas.add(key)
+            return held is not None
+        rep = read_replica(obj)
+        version = _meta_field(obj, "resourceVersion")
+        if held is not None and held[1] == rep:
+            self._replicas[key] = (version, held[1])
+            return False
+        self._replicas[key] = (version, rep)
+        self._dirty_replicas.add(key)
+        return held is None or held[1].pools != rep.pools
 
     def _read_replicas_whole(self, objects: Sequence[RawObject]) -> bool:
         """Replicas with two of one key or without a name (never from a store): read as
@@ -572,6 +578,7 @@ class FreeDeviceTable:
         reads, pools = read_replicas(objects, problems)
         self._dirty_replicas.update(self._replicas.keys() | reads.keys())
         self._replicas = {key: (None, rep) for key, rep in reads.items()}
+        self._versions = dict.fromkeys(reads)  # no version: every one is read again next time
         self._replica_pools = pools
         self._set_found(("replicas", ""), tuple(problems.records()))
         return True

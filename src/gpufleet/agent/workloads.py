@@ -261,6 +261,8 @@ class _KindPass:
     agreeing: dict[_Key, tuple[object, object]]
     #: The keys the pass wrote (or failed to).
     acted: set[_Key]
+    #: The names and versions of the objects listed, in the listing's order.
+    listing: tuple[list[object], list[object]]
 
 
 class Workloads:
@@ -298,22 +300,35 @@ class Workloads:
         """Create or update each wanted object that the local one does not hold (sorted by
         key), then delete each listed object not wanted (sorted)."""
         metas = list(map(_META, listed))
-        keys = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
-        versions = dict(zip(keys, map(_VERSION, metas), strict=True))
+        listing = (list(map(_NAME, metas)), list(map(_VERSION, metas)))
+        last = self._passes.get(kind)
+        changed = wanted.changed.get(kind, set())
+        if (
+            last is not None
+            and not last.acted
+            and changed is not None
+            and not changed
+            and listing == last.listing
+        ):
+            return  # compared in C: the same local versions, nothing wanted changed or failed
+        keys = list(zip(map(_NAMESPACE, metas), listing[0], strict=True))
+        versions = dict(zip(keys, listing[1], strict=True))
         existing = dict(zip(keys, listed, strict=True))
-        last = self._passes.pop(kind, None)
+        self._passes.pop(kind, None)
         looked_at = self._keys_to_look_at(kind, wanted, versions, last)
         before = {} if last is None else last.agreeing
         if looked_at is None:
             agreeing, looked_at = {}, set(wanted.desired[kind]) | existing.keys()
         else:
             # Every pair held but for these keys is one of keys not looked at: it stays.
-            agreeing = {k: v for k, v in before.items() if k not in looked_at}
+            agreeing = dict(before)
+            for key in looked_at:
+                agreeing.pop(key, None)
         acted = self._write(
             kind, wanted, sorted(looked_at), existing, versions, (before, agreeing), outcome
         )
         if len(existing) == len(listed):
-            self._passes[kind] = _KindPass(versions, agreeing, acted)
+            self._passes[kind] = _KindPass(versions, agreeing, acted, listing)
 
     def _keys_to_look_at(
         self,
