@@ -11,7 +11,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from observe_builders import T0, claim, node, pod, replica, rslice
+from observe_builders import T0, claim, member, node, pod, replica, rslice
 from test_observe_properties import CONFIG, clusters
 
 from gpufleet.agent.feed import ClusterFeed
@@ -207,3 +207,37 @@ def test_free_devices_per_node_of_a_pool() -> None:
     assert table.free_devices("a")["n1"] == {"gpu.nvidia.com": 2}
     table.snapshot([objs[-1]], T0 + timedelta(seconds=1))
     assert table.free_devices("a")["n1"] == {"gpu.nvidia.com": 4}
+
+
+def test_a_snapshot_rebuilds_only_what_the_moved_generations_touch() -> None:
+    """A quiet snapshot keeps everything (and the generation); a claim on a node of pool a
+    moves that node's generation and rebuilds pool a and the replica whose pod names it,
+    never pool b or the other replica."""
+    table = FreeDeviceTable(CONFIG)
+    objs = [
+        node("n1", "a"),
+        node("n2", "b"),
+        rslice("n1", 4),
+        rslice("n2", 4),
+        pod("p1", "r1", claims=["c1"]),
+        pod("p2", "r2", claims=["c2"]),
+    ]
+    replicas = [replica("r1", member(pool="a")), replica("r2", member(pool="b"))]
+    for i, r in enumerate(replicas):
+        r["metadata"]["resourceVersion"] = str(i)
+    table.apply(Change(i, ChangeType.ADDED, kind_of(o), o) for i, o in enumerate(objs))
+    first = table.snapshot(replicas, T0)
+    quiet = table.snapshot(replicas, T0 + timedelta(seconds=1))
+    assert (quiet.result, quiet.generation, quiet.changed_replicas) == (
+        first.result,
+        first.generation,
+        frozenset(),
+    )
+    table.apply([Change(9, ChangeType.ADDED, RESOURCE_CLAIM, claim("c1", [("n1", "gpu-0")]))])
+    moved = table.snapshot(replicas, T0 + timedelta(seconds=2))
+    assert moved.generation > first.generation
+    assert moved.changed_replicas == {("ml", "r1")}
+    (a0, b0), (a1, b1) = first.result.pools, moved.result.pools
+    assert b1 is b0 and a1 != a0
+    assert moved.result.replicas[1] is first.result.replicas[1]
+    assert moved.result.replicas[0] != first.result.replicas[0]

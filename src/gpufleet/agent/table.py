@@ -112,6 +112,9 @@ class TableSnapshot:
     #: The (namespace, name) of each replica whose observation is new or gone since the last
     #: snapshot; None: any may have changed.
     changed_replicas: frozenset[tuple[str, str]] | None
+    #: The table's generation at this snapshot: every node entry's is at most this, and the
+    #: next snapshot rebuilds what the entries above it touch.
+    generation: int = 0
 
 
 @dataclass(slots=True)
@@ -133,7 +136,8 @@ class FreeDeviceTable:
         self._pending: dict[Kind, dict[_Key, RawObject | None]] = {k: {} for k in TABLE_KINDS}
         self._generation = 0
         self._entries: dict[str, _NodeEntry] = {}
-        #: Entries whose generation moved since the last snapshot.
+        #: The entries whose generation moved above the last snapshot's (kube-scheduler walks
+        #: its most-recently-updated list down to that generation; this is that list).
         self._moved: set[str] = set()
         #: Named pooled node -> pool, and pool -> its nodes.
         self._node_pool: dict[str, str] = {}
@@ -241,7 +245,7 @@ class FreeDeviceTable:
             and not self._dirty_replicas
             and not self._times_moved
         ):
-            self._last = TableSnapshot(last.result, last.clock, frozenset())
+            self._last = TableSnapshot(last.result, last.clock, frozenset(), self._generation)
             return self._last
         self._last = self._update_snapshot()
         return self._last
@@ -284,8 +288,7 @@ class FreeDeviceTable:
                 continue
             self._set_pool(name, info.pool if info is not None else None)
             entry.info = info
-            self._found[("node", name)] = info.found if info is not None else ()
-            self._is_found_moved = True
+            self._set_found(("node", name), info.found if info is not None else ())
             self._touch((name,))
         pending.clear()
 
@@ -605,11 +608,26 @@ class FreeDeviceTable:
         )
         if self._clock != self._clock_out.first_seen:
             self._clock_out = AllocationClock(MappingProxyType(dict(sorted(self._clock.items()))))
+        self._forget_empty(self._moved)
         self._moved.clear()
         self._moved_from.clear()
         self._times_moved.clear()
         self._is_found_moved = self._is_membership_moved = False
-        return TableSnapshot(result, self._clock_out, changed)
+        return TableSnapshot(result, self._clock_out, changed, self._generation)
+
+    def _forget_empty(self, names: Iterable[str]) -> None:
+        """Drop the entries of nodes nothing names any more (a node gone for good)."""
+        inv = self._inventory
+        for name in names:
+            e = self._entries.get(name)
+            if (
+                e is not None
+                and e.info is None
+                and not (e.taken or e.times or e.poison)
+                and name not in inv.published
+                and name not in inv.poisoned
+            ):
+                del self._entries[name]
 
     def _replicas_in_order(
         self, changed: frozenset[_Key], last: ObservationResult | None
