@@ -89,24 +89,26 @@ from gpufleet.agent.model import (
     format_time,
     parse_count_quantity,
 )
+from gpufleet.agent.pods import (
+    PodInfo,
+    Replica,
+    count_pods,
+    observed_replica,
+    read_pod,
+    read_replica,
+)
 from gpufleet.agent.reads import (
     ClaimInfo,
     DevKey,
     Inventory,
     NodeInfo,
     NodeState,
-    PodInfo,
-    Replica,
     claim_effect,
-    count_pods,
     group_slices,
     observe_pool,
-    observed_replica,
     read_claim,
     read_dra_pool,
     read_node,
-    read_pod,
-    read_replica,
     read_slice,
 )
 

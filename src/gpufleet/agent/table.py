@@ -52,6 +52,14 @@ from gpufleet.agent.model import (
     ns_name,
 )
 from gpufleet.agent.observe import read_replicas
+from gpufleet.agent.pods import (
+    PodInfo,
+    Replica,
+    count_pods,
+    observed_replica,
+    read_pod,
+    read_replica,
+)
 from gpufleet.agent.reads import (
     ClaimEffect,
     ClaimInfo,
@@ -59,20 +67,14 @@ from gpufleet.agent.reads import (
     Inventory,
     NodeInfo,
     NodeState,
-    PodInfo,
-    Replica,
     SliceInfo,
     claim_effect,
     claim_pools,
-    count_pods,
     keyless_slice_found,
     observe_pool,
-    observed_replica,
     read_claim,
     read_dra_pool,
     read_node,
-    read_pod,
-    read_replica,
     read_slice,
 )
 from gpufleet.core.model import DriverName
