@@ -9,9 +9,10 @@ codes, and the readers of untrusted dicts. Pure: standard library and `gpufleet.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -354,6 +355,20 @@ _MULTIPLIERS: Final = {
     "Pi": 2**50,
     "Ei": 2**60,
 }
+
+
+_METADATA: Final = operator.itemgetter("metadata")
+_RESOURCE_VERSION: Final = operator.itemgetter("resourceVersion")
+
+
+def versions_of(objects: Sequence[Mapping[str, Any]]) -> list[object] | None:
+    """Each object's resourceVersion, in order (read in C); None when one has none. Versions
+    are unique within a store (each write gets the next one), so two equal lists are the
+    same objects in the same order."""
+    try:
+        return list(map(_RESOURCE_VERSION, map(_METADATA, objects)))
+    except (KeyError, TypeError):
+        return None
 
 
 def parse_count_quantity(value: object) -> int | None:

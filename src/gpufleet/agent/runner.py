@@ -61,6 +61,7 @@ from gpufleet.agent.model import (
     ObservedPool,
     ObservedReplica,
     format_time,
+    versions_of,
 )
 from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
@@ -169,6 +170,8 @@ class Agent:
         #: unchanged is reused, so that it too compares by identity.
         self._last_report_pools: dict[str, Obj] = {}
         self._last_report_replicas: Mapping[str, tuple[Obj, Obj]] = {}
+        #: The versions of the ReplicaObservations the last push viewed, and by name.
+        self._hub_versions: tuple[list[object] | None, dict[str, object]] = (None, {})
         #: The materialize half of the step.
         self._workloads = Workloads(local, self._retry)
         #: Per observation (kind, name), the object as our last write left it, and the status
@@ -334,9 +337,15 @@ class Agent:
         return True
 
     def _versions_on_hub(self, viewed: Sequence[Mapping[str, Any]]) -> dict[str, object]:
-        """Name -> resourceVersion of the viewed observations (read in C)."""
+        """Name -> resourceVersion of the viewed observations (read in C; the last push's
+        mapping when the versions are the same)."""
+        versions = versions_of(viewed)
+        if versions is not None and versions == self._hub_versions[0]:
+            return self._hub_versions[1]
         metas = list(map(_METADATA, viewed))
-        return dict(zip(map(_NAME, metas), map(_VERSION, metas), strict=True))
+        found = dict(zip(map(_NAME, metas), map(_VERSION, metas), strict=True))
+        self._hub_versions = (versions, found)
+        return found
 
     def _write_replica_observations(
         self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]

@@ -50,6 +50,7 @@ from gpufleet.agent.model import (
     Problems,
     RawObject,
     ns_name,
+    versions_of,
 )
 from gpufleet.agent.observe import read_replicas
 from gpufleet.agent.pods import (
@@ -190,8 +191,9 @@ class FreeDeviceTable:
         #: Each pooled node's observation, and their names, sorted.
         self._observed_nodes: dict[str, ObservedNode] = {}
         self._node_order: list[str] = []
-        #: The replicas' resourceVersions by key, as last taken (`_apply_replicas`).
+        #: The replicas' resourceVersions by key, and in order, as last taken.
         self._versions: dict[_Key, object] = {}
+        self._version_list: list[object] | None = None
 
     # --- deltas ---------------------------------------------------------------------------
 
@@ -534,6 +536,10 @@ class FreeDeviceTable:
         """Take the replicas, diffed with the last ones by key and resourceVersion (compared in
         C: a replica whose version is unchanged is not read); whether the set of replicas or
         the pools they name changed."""
+        fast = versions_of(objects)
+        if fast is not None and fast == self._version_list and None not in fast:
+            return False  # the same replicas, at the same versions
+        self._version_list = fast
         try:
             metas = list(map(_META, objects))
             names = list(map(_NAME, metas))
@@ -581,6 +587,7 @@ class FreeDeviceTable:
         `observe` reads them, every one looked at again."""
         problems = Problems()
         reads, pools = read_replicas(objects, problems)
+        self._version_list = None
         self._dirty_replicas.update(self._replicas.keys() | reads.keys())
         self._replicas = {key: (None, rep) for key, rep in reads.items()}
         self._versions = dict.fromkeys(reads)  # no version: every one is read again next time

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
+from gpufleet.agent.model import versions_of
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -116,11 +117,12 @@ class DesiredState:
         self.patches = 0
 
     def update(self, replicas: Sequence[Mapping[str, Any]]) -> DesiredSet:
+        fast = versions_of(replicas)
+        if fast is not None and fast == self._versions and None not in fast:
+            return self._set({})  # the same replicas, at the same versions
         metas = [_META(r) or {} for r in replicas]
         keys: list[_ReplicaKey] = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
-        versions = list(map(_VERSION, metas))
-        if keys == self._keys and versions == self._versions and None not in versions:
-            return self._set({})
+        versions = fast if fast is not None else list(map(_VERSION, metas))
         changed = self._changed_replicas(keys, versions)
         self._keys, self._versions = keys, versions
         if changed is not None and self._owners is not None:
@@ -261,8 +263,8 @@ class _KindPass:
     agreeing: dict[_Key, tuple[object, object]]
     #: The keys the pass wrote (or failed to).
     acted: set[_Key]
-    #: The names and versions of the objects listed, in the listing's order.
-    listing: tuple[list[object], list[object]]
+    #: The versions of the objects listed, in the listing's order (None: not all had one).
+    listing: list[object] | None
 
 
 class Workloads:
@@ -299,8 +301,7 @@ class Workloads:
     ) -> None:
         """Create or update each wanted object that the local one does not hold (sorted by
         key), then delete each listed object not wanted (sorted)."""
-        metas = list(map(_META, listed))
-        listing = (list(map(_NAME, metas)), list(map(_VERSION, metas)))
+        listing = versions_of(listed)
         last = self._passes.get(kind)
         changed = wanted.changed.get(kind, set())
         if (
@@ -308,11 +309,13 @@ class Workloads:
             and not last.acted
             and changed is not None
             and not changed
+            and listing is not None
             and listing == last.listing
         ):
             return  # compared in C: the same local versions, nothing wanted changed or failed
-        keys = list(zip(map(_NAMESPACE, metas), listing[0], strict=True))
-        versions = dict(zip(keys, listing[1], strict=True))
+        metas = list(map(_META, listed))
+        keys = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
+        versions = dict(zip(keys, map(_VERSION, metas), strict=True))
         existing = dict(zip(keys, listed, strict=True))
         self._passes.pop(kind, None)
         looked_at = self._keys_to_look_at(kind, wanted, versions, last)
