@@ -5,7 +5,7 @@ what the pure `observe` gives on the same objects, with the clock the last snaps
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +17,7 @@ from test_observe_properties import CONFIG, clusters
 from gpufleet.agent.feed import ClusterFeed
 from gpufleet.agent.observe import AllocationClock, ClusterObjects, observe
 from gpufleet.agent.table import TABLE_KINDS, FreeDeviceTable
+from gpufleet.core.model import Bucket, DriverName
 from gpufleet.store import MemoryStore
 from gpufleet.store.port import (
     MODEL_REPLICA,
@@ -26,6 +27,7 @@ from gpufleet.store.port import (
     RESOURCE_SLICE,
     Change,
     ChangeType,
+    Expired,
     Kind,
     Obj,
     kind_of,
@@ -241,3 +243,27 @@ def test_a_snapshot_rebuilds_only_what_the_moved_generations_touch() -> None:
     assert b1 is b0 and a1 != a0
     assert moved.result.replicas[1] is first.result.replicas[1]
     assert moved.result.replicas[0] != first.result.replicas[0]
+
+
+class StrictFeedStore(MemoryStore):
+    """A store whose feed refuses a cursor beyond its newest, as the Kubernetes store's does."""
+
+    def changes(self, cursor: int, kinds: Sequence[Kind] | None = None) -> tuple[list[Change], int]:
+        if cursor > self.revision:
+            raise Expired(f"cursor {cursor} is beyond the newest ({self.revision})")
+        return super().changes(cursor, kinds)
+
+
+def test_a_feed_that_refuses_a_cursor_beyond_its_newest_still_relists() -> None:
+    store = StrictFeedStore(uid_seed="cluster")
+    for obj in (node("n1", "a"), rslice("n1", 4)):
+        store.create(obj)
+    table = FreeDeviceTable(CONFIG)
+    feed = ClusterFeed(store, table)
+    feed.sync()
+    store.create(claim("c1", [("n1", "gpu-0")]))
+    feed.sync()
+    assert feed.relists == 1
+    assert table.snapshot([], T0).result.pools[0].free_devices == (
+        Bucket({DriverName("gpu.nvidia.com"): 3}, 1),
+    )

@@ -7,9 +7,13 @@ store restarted), lists the four kinds instead and has the table hold exactly wh
 
 The cursor of a relist is taken *before* listing: the changes after it that the listing already
 shows are applied again on the next sync, which is harmless, since the table keeps each object's
-newest version by key and the feed's last change of a key is that key's newest version. The
-newest cursor is asked as the changes after a cursor no change reaches yet (none come back, and
-the cursor to pass next time does), so a relist never reads the feed's history.
+newest version by key and the feed's last change of a key is that key's newest version.
+
+The port has no call for the feed's newest cursor, so a relist asks for the changes after a
+cursor no change reaches yet (none come back, and the cursor to pass next time does); a store
+that refuses a cursor beyond its newest (`Expired`) is asked for the changes of no kind from
+the start instead, which it answers the same way. Either way a relist never reads the feed's
+history.
 """
 
 from __future__ import annotations
@@ -49,8 +53,14 @@ class ClusterFeed:
         self._relist()
 
     def _relist(self) -> None:
-        _, cursor = self.store.changes(_BEYOND_ANY, TABLE_KINDS)
+        cursor = self._newest_cursor()
         # Read-only: the table reads each object once and keeps only what it read.
         self.table.relist({kind: self.store.view(kind) for kind in TABLE_KINDS})
         self._cursor = cursor
         self.relists += 1
+
+    def _newest_cursor(self) -> int:
+        try:
+            return self.store.changes(_BEYOND_ANY, TABLE_KINDS)[1]
+        except Expired:
+            return self.store.changes(0, ())[1]
