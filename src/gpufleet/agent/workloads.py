@@ -344,7 +344,9 @@ class Workloads:
         changed = wanted.changed.get(kind, set())
         if last is None or changed is None:
             return None
-        moved = {k for k, _ in versions.items() ^ last.versions.items()}
+        # A set of the pairs that differ, without one of every pair (both compared in C).
+        moved = {k for k, _ in versions.items() - last.versions.items()}
+        moved.update(last.versions.keys() - versions.keys())
         return last.acted | changed | moved
 
     def _write(
