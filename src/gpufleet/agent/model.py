@@ -371,6 +371,23 @@ def versions_of(objects: Sequence[Mapping[str, Any]]) -> list[object] | None:
         return None
 
 
+_NAMESPACE: Final = operator.itemgetter("namespace")
+_NAME: Final = operator.itemgetter("name")
+
+
+def keys_and_versions(
+    objects: Sequence[Mapping[str, Any]],
+) -> tuple[list[tuple[str, str]], list[object]] | None:
+    """Each namespaced object's (namespace, name) and resourceVersion, in order (read in C);
+    None when one lacks any of them."""
+    try:
+        metas = list(map(_METADATA, objects))
+        keys = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
+        return keys, list(map(_RESOURCE_VERSION, metas))
+    except (KeyError, TypeError):
+        return None
+
+
 def parse_count_quantity(value: object) -> int | None:
     """A whole-number Kubernetes quantity (`8`, `2k`, `1Ki`) as an int; None if malformed.
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
-from gpufleet.agent.model import versions_of
+from gpufleet.agent.model import keys_and_versions, versions_of
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -120,9 +120,14 @@ class DesiredState:
         fast = versions_of(replicas)
         if fast is not None and fast == self._versions and None not in fast:
             return self._set({})  # the same replicas, at the same versions
-        metas = [_META(r) or {} for r in replicas]
-        keys: list[_ReplicaKey] = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
-        versions = fast if fast is not None else list(map(_VERSION, metas))
+        found = keys_and_versions(replicas)
+        if found is not None:
+            keys: list[_ReplicaKey] = list(found[0])
+            versions = found[1]
+        else:
+            metas = [_META(r) or {} for r in replicas]
+            keys = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
+            versions = list(map(_VERSION, metas))
         changed = self._changed_replicas(keys, versions)
         self._keys, self._versions = keys, versions
         if changed is not None and self._owners is not None:
@@ -313,9 +318,15 @@ class Workloads:
             and listing == last.listing
         ):
             return  # compared in C: the same local versions, nothing wanted changed or failed
-        metas = list(map(_META, listed))
-        keys = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
-        versions = dict(zip(keys, map(_VERSION, metas), strict=True))
+        found = keys_and_versions(listed)
+        if found is None:
+            metas = list(map(_META, listed))
+            found = (
+                list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True)),
+                list(map(_VERSION, metas)),
+            )
+        keys = found[0]
+        versions = dict(zip(keys, found[1], strict=True))
         existing = dict(zip(keys, listed, strict=True))
         self._passes.pop(kind, None)
         looked_at = self._keys_to_look_at(kind, wanted, versions, last)
