@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +14,6 @@ from gpufleet.agent.observe import (
     AllocationClock,
     ClusterObjects,
     ObservationResult,
-    ObserveCache,
     ObserveConfig,
     observe,
 )
@@ -172,45 +170,3 @@ def test_deterministic_and_idempotent(cluster: tuple[ClusterObjects, AllocationC
     assert run(objects, clock) == first
     # Observing again at the same instant with the clock it returned changes nothing.
     assert run(objects, first[1]) == first
-
-
-def _mixed(a: ClusterObjects, b: ClusterObjects, data: st.DataObject) -> ClusterObjects:
-    """Per kind, some objects of `a` and some of `b`, the same objects (not copies): what a
-    store view hands out after some objects changed, appeared or went away."""
-
-    def mix(xs: tuple[Any, ...], ys: tuple[Any, ...]) -> tuple[Any, ...]:
-        keep = data.draw(st.lists(st.booleans(), min_size=len(xs), max_size=len(xs)))
-        take = data.draw(st.lists(st.booleans(), min_size=len(ys), max_size=len(ys)))
-        return (
-            *(x for x, k in zip(xs, keep, strict=True) if k),
-            *(y for y, t in zip(ys, take, strict=True) if t),
-        )
-
-    return ClusterObjects(
-        mix(a.nodes, b.nodes),
-        mix(a.slices, b.slices),
-        mix(a.claims, b.claims),
-        mix(a.pods, b.pods),
-        mix(a.replicas, b.replicas),
-    )
-
-
-@settings(max_examples=200, deadline=None)
-@given(clusters(), clusters(), st.data())
-def test_a_cache_never_changes_the_result(
-    first: tuple[ClusterObjects, AllocationClock],
-    second: tuple[ClusterObjects, AllocationClock],
-    data: st.DataObject,
-) -> None:
-    """One cache through a sequence of clusters that share objects (by identity) answers as
-    observing each afresh: nothing read from an object that changed or left is kept."""
-    a, b = first[0], second[0]
-    cache = ObserveCache()
-    clock = first[1]
-    # Also the claims alone changing under the same pods and replicas: a replica is then
-    # observed again only when a claim its pods name changed (`observed_replicas`).
-    claims_only = dataclasses.replace(a, claims=_mixed(a, b, data).claims)
-    for objects in (a, _mixed(a, b, data), b, _mixed(b, a, data), a, claims_only, a):
-        want = observe(objects, clock, CONFIG, T0)
-        assert observe(objects, clock, CONFIG, T0, cache) == want
-        clock = want[1]

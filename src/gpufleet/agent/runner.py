@@ -11,10 +11,9 @@ A step has two halves, both through the `Store` port only:
    that are gone are deleted. A pool with a PoolObservation on the hub that the agent no longer
    sees (its nodes all gone, no replica pins it) is reported empty (no nodes, so the hub counts
    only growth) rather than left stale: a stale report of free devices errs toward "free".
-2. **Materialize.** Make the cluster's ResourceClaimTemplates, Deployments and
-   LeaderWorkerSets equal what `materialize` wants for the assigned replicas: create what is
-   missing, update what differs (templates are immutable in `resource.k8s.io/v1`, so a changed
-   template is deleted and recreated), delete what no replica wants.
+2. **Materialize** (`gpufleet.agent.workloads`). Make the cluster's ResourceClaimTemplates,
+   Deployments and LeaderWorkerSets equal what `materialize` wants for the assigned replicas:
+   create what is missing, update what differs, delete what no replica wants.
 
 Reports are pushed when their content (everything but `observedAt`) changed, or when a
 heartbeat interval passed since the last push, but never sooner than a minimum interval after
@@ -32,13 +31,14 @@ Conflicts (`Conflict`: stale resourceVersion) are retried by re-reading, a bound
 times. A restarted agent is a new `Agent`: its allocation clock is empty (every allocated
 claim is stamped with the restart time, which errs toward charging) and it pushes at once.
 
-A step costs what changed since the last one, not every object: the Agent reads through
-`Store.view`, whose objects are replaced, never changed, when they change, so what it derived
-from an object is kept by the object's identity (`ObserveCache`, each replica's desired
-objects by its spec's, which a status write leaves as it is; the local objects known to agree
-with them). Materialize looks only at the replicas and local objects that came or went since
-its last call (by identity) and at what it wrote last; and a push patches the observations it
-wrote last without reading them back (guarded by their resourceVersion).
+A step costs what changed since the last one, not every object: the Agent observes through its
+`FreeDeviceTable`, fed by the cluster's change feed (`ClusterFeed`), which rebuilds only the pools
+and replicas a change touches and says which replica observations changed, so only their report
+entries are made again. Materialize looks only at the replicas and local objects whose
+resourceVersion moved (or that came or went) since its last call and at what it wrote last
+(`Workloads`); and a push patches the observations it wrote last without reading them back
+(guarded by their resourceVersion), and leaves alone those the hub holds at the version its
+last push left.
 """
 
 from __future__ import annotations
@@ -53,34 +53,25 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
-from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
-from gpufleet.agent.observe import (
+from gpufleet.agent.feed import ClusterFeed
+from gpufleet.agent.model import (
     AllocationClock,
-    ClusterObjects,
     ObservationResult,
-    ObserveCache,
     ObserveConfig,
     ObservedPool,
     ObservedReplica,
     format_time,
-    observe,
+    versions_of,
 )
+from gpufleet.agent.table import FreeDeviceTable
+from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
 from gpufleet.core import labels
 from gpufleet.core.model import PoolName
 from gpufleet.store.merge import merge_patch
 from gpufleet.store.port import (
-    DEPLOYMENT,
-    LEADER_WORKER_SET,
     MODEL_REPLICA,
-    NAMESPACE,
-    NODE,
-    POD,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
-    RESOURCE_CLAIM,
-    RESOURCE_CLAIM_TEMPLATE,
-    RESOURCE_SLICE,
-    AlreadyExists,
     Conflict,
     Kind,
     NotFound,
@@ -91,9 +82,7 @@ from gpufleet.store.port import (
 
 log = logging.getLogger(__name__)
 
-#: The kinds the agent owns on the workload cluster, in the order it writes them (templates
-#: before the workloads whose pods reference them).
-OWNED_KINDS: Final = (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT, LEADER_WORKER_SET)
+__all__ = ["OWNED_KINDS", "Agent", "AgentConfig", "Report", "StepOutcome"]
 
 _T = TypeVar("_T")
 
@@ -135,15 +124,11 @@ class Report:
 
 
 @dataclass(slots=True)
-class StepOutcome:
+class StepOutcome(PassOutcome):
     """What a step did; for logs, the simulator and tests."""
 
     is_hub_reachable: bool = True
     is_pushed: bool = False
-    created: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
 
 
 class Agent:
@@ -173,11 +158,9 @@ class Agent:
         self._last_pushed_from: tuple[Mapping[str, Obj], Mapping[str, tuple[Obj, Obj]]] | None = (
             None
         )
-        #: The replicas the last `read_replicas` viewed (held), and those it kept (not deleting).
-        self._replicas_read: tuple[tuple[Mapping[str, Any], ...], list[Mapping[str, Any]]]
-        self._replicas_read = ((), [])
-        #: What observe read from each object it saw last step (by identity: views only).
-        self._observed = ObserveCache()
+        #: The cluster's free-device table, fed by its change feed.
+        self.table = FreeDeviceTable(self.config.observe)
+        self._feed = ClusterFeed(local, self.table)
         #: The last status body made from each pool's and replica's observation: an equal
         #: observation reuses it, so unchanged content is the same object step after step and
         #: compares (and diffs) by identity.
@@ -186,19 +169,11 @@ class Agent:
         #: The mappings of the last report made: an entry (and a mapping) whose content is
         #: unchanged is reused, so that it too compares by identity.
         self._last_report_pools: dict[str, Obj] = {}
-        self._last_report_replicas: dict[str, tuple[Obj, Obj]] = {}
-        #: The replica observations the last report was made from (held), by identity, with
-        #: their observations' names.
-        self._observed_replicas: tuple[
-            tuple[ObservedReplica, ...], dict[int, tuple[ObservedReplica, str]]
-        ] = ((), {})
-        #: What the last desired set was made from, and what was made (`_desired_set`).
-        self._desired_state: _DesiredState | None = None
-        #: Per kind, what its last pass saw and found (`_materialize_kind`).
-        self._passes: dict[Kind, _KindPass] = {}
-        #: Per kind, after a pass in which every local object agreed with what was wanted and
-        #: none was unwanted: the wanted mapping and the local objects listed (both held).
-        self._settled: dict[Kind, tuple[object, tuple[Mapping[str, Any], ...]]] = {}
+        self._last_report_replicas: Mapping[str, tuple[Obj, Obj]] = {}
+        #: The versions of the ReplicaObservations the last push viewed, and by name.
+        self._hub_versions: tuple[list[object] | None, dict[str, object]] = (None, {})
+        #: The materialize half of the step.
+        self._workloads = Workloads(local, self._retry)
         #: Per observation (kind, name), the object as our last write left it, and the status
         #: content (without agent/observedAt) written then. The next write patches it blind,
         #: guarded by its resourceVersion, instead of reading it again.
@@ -209,10 +184,6 @@ class Agent:
         #: and deleted none. An observation of the same entry found at the same version on
         #: the hub has nothing to write (`_write_replica_observations`).
         self._replicas_left: _ReplicasLeft | None = None
-        #: The ReplicaObservations the last push viewed on the hub (held) and their versions.
-        self._viewed_on_hub: tuple[
-            tuple[Mapping[str, Any], ...], dict[int, Mapping[str, Any]], dict[str, object]
-        ] = ((), {}, {})
 
     # --- the step -------------------------------------------------------------------------
 
@@ -239,47 +210,54 @@ class Agent:
                 outcome.is_hub_reachable = False
                 outcome.errors.append(f"list ModelReplicas: {e}")
             return None
-        held, kept = self._replicas_read
-        if not _is_same(held, found):
-            kept = [r for r in found if not r["metadata"].get("deletionTimestamp")]
-            self._replicas_read = (tuple(found), kept)
-        return list(kept)
+        if not any(map(_DELETING, map(_METADATA, found))):
+            return list(found)  # compared in C: almost always, none is being deleted
+        return [r for r in found if not r["metadata"].get("deletionTimestamp")]
 
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
-        # observe() only reads: views spare copying every object of the cluster each step.
-        objects = ClusterObjects(
-            nodes=tuple(self.local.view(NODE)),
-            slices=tuple(self.local.view(RESOURCE_SLICE)),
-            claims=tuple(self.local.view(RESOURCE_CLAIM)),
-            pods=tuple(self.local.view(POD)),
-            replicas=tuple(replicas),
-        )
-        result, self.clock = observe(objects, self.clock, self.config.observe, now, self._observed)
+        self._feed.sync()
+        snapshot = self.table.snapshot(replicas, now)
+        result, self.clock = snapshot.result, snapshot.clock
         pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
         for p in result.pools:
             pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
         self._pool_statuses = pool_statuses
         # Unchanged content is the same objects as last step, entry by entry, and then the
         # same mappings: a push compares them by identity (`is_push_due`, `push`).
-        reps = self._report_replicas_since(result.replicas)
-        if reps is None:
-            replica_statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
-            names: dict[int, tuple[ObservedReplica, str]] = {}
-            reps = {}
-            for r in result.replicas:
-                name = replica_observation_name(r.namespace, r.name)
-                reps[name] = self._replica_entry(r, name, replica_statuses)
-                names[id(r)] = (r, name)
-            self._replica_statuses = replica_statuses
-            self._observed_replicas = (result.replicas, names)
-            if _is_same_entries(reps, self._last_report_replicas):
-                reps = self._last_report_replicas
+        reps = self._report_replicas(result, snapshot.changed_replicas)
         pools = {name: status for name, (_, status) in pool_statuses.items()}
         if _is_same_entries(pools, self._last_report_pools):
             pools = self._last_report_pools
         self._last_report_replicas, self._last_report_pools = reps, pools
         return Report(now, result, pools, reps)
+
+    def _report_replicas(
+        self, result: ObservationResult, changed: AbstractSet[tuple[str, str]] | None
+    ) -> Mapping[str, tuple[Obj, Obj]]:
+        """The report's replica entries: the last report's, with those of the replicas whose
+        observation the table says changed made again (every one, when it cannot say)."""
+        last = self._last_report_replicas
+        if changed is None:
+            statuses: dict[str, tuple[ObservedReplica, Obj]] = {}
+            reps = {}
+            for r in result.replicas:
+                name = replica_observation_name(r.namespace, r.name)
+                reps[name] = self._replica_entry(r, name, statuses)
+            self._replica_statuses = statuses
+        elif not changed:
+            return last
+        else:
+            reps = dict(last)
+            for key in sorted(changed):
+                name = replica_observation_name(*key)
+                observed = self.table.observed_replica(key)
+                if observed is None:
+                    reps.pop(name, None)
+                    self._replica_statuses.pop(name, None)
+                else:
+                    reps[name] = self._replica_entry(observed, name, self._replica_statuses)
+        return last if _is_same_entries(reps, last) else reps
 
     def _replica_entry(
         self, r: ObservedReplica, name: str, statuses: dict[str, tuple[ObservedReplica, Obj]]
@@ -302,42 +280,6 @@ class Agent:
             }
             entry = (spec, status)
         return entry
-
-    def _report_replicas_since(
-        self, observed: tuple[ObservedReplica, ...]
-    ) -> dict[str, tuple[Obj, Obj]] | None:
-        """The report's replica entries from the last report's, patched with the observations
-        that came and went since (by identity: the observe cache hands out the very
-        observation while nothing it reads changed), since every other would give the entry
-        it gave. None when that cannot be told this way (then every observation is looked
-        at): many changed, or two observations share a name."""
-        (held, last), last_reps = self._observed_replicas, self._last_report_replicas
-        if observed is held:
-            return last_reps
-        if not (len(last) == len(self._replica_statuses) == len(last_reps)):
-            return None  # two shared one name
-        by_id = dict(zip(map(id, observed), observed, strict=True))
-        gone = last.keys() - by_id.keys()
-        came = by_id.keys() - last.keys()
-        if len(by_id) != len(observed) or len(gone) + len(came) > 8 + len(observed) // 4:
-            return None
-        statuses = dict(self._replica_statuses)
-        reps = dict(last_reps)
-        names = dict(last)
-        for i in gone:
-            name = names.pop(i)[1]
-            del statuses[name], reps[name]
-        is_changed = bool(gone)
-        # In the observations' order (by namespace and name), as a whole report is made.
-        for r in sorted((by_id[i] for i in came), key=_namespace_name):
-            name = replica_observation_name(r.namespace, r.name)
-            if name in statuses:
-                return None  # two observations of one name
-            entry = reps[name] = self._replica_entry(r, name, statuses)
-            names[id(r)] = (r, name)
-            is_changed = is_changed or entry is not last_reps.get(name)
-        self._replica_statuses, self._observed_replicas = statuses, (observed, names)
-        return reps if is_changed else last_reps
 
     def is_push_due(self, report: Report, now: datetime) -> bool:
         last = self._last_pushed_from
@@ -395,24 +337,15 @@ class Agent:
         return True
 
     def _versions_on_hub(self, viewed: Sequence[Mapping[str, Any]]) -> dict[str, object]:
-        """Name -> resourceVersion of the viewed observations; the same dict as last push when
-        the view holds the same objects (a view hands out an object until it changes), else
-        that dict patched with the objects that came and went (by identity) when the view
-        has one object per name (as a namespace's listing has)."""
-        listed, held, versions = self._viewed_on_hub
-        if _is_same(listed, viewed):
-            return versions
-        by_id = dict(zip(map(id, viewed), viewed, strict=True))
-        gone, came = held.keys() - by_id.keys(), by_id.keys() - held.keys()
-        if not gone and not came and len(by_id) == len(viewed):
-            return versions
-        patched = _patched_versions(held, versions, by_id, gone, came)
-        if patched is None or len(by_id) != len(viewed):
-            patched = {o["metadata"]["name"]: o["metadata"].get("resourceVersion") for o in viewed}
-        # Held only for a view of one object per name: the next is patched from it.
-        is_plain = len(patched) == len(by_id) == len(viewed)
-        self._viewed_on_hub = (tuple(viewed), by_id if is_plain else {}, patched)
-        return patched
+        """Name -> resourceVersion of the viewed observations (read in C; the last push's
+        mapping when the versions are the same)."""
+        versions = versions_of(viewed)
+        if versions is not None and versions == self._hub_versions[0]:
+            return self._hub_versions[1]
+        metas = list(map(_METADATA, viewed))
+        found = dict(zip(map(_NAME, metas), map(_VERSION, metas), strict=True))
+        self._hub_versions = (versions, found)
+        return found
 
     def _write_replica_observations(
         self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
@@ -425,8 +358,8 @@ class Agent:
         kind = REPLICA_OBSERVATION.kind
         if (
             left is not None
-            and left[3] is on_hub
             and left[0] is report.replicas
+            and left[3] == on_hub
             and left[1] == stamp["agent"]
         ):
             # The very entries, and the very observations on the hub, that the last complete
@@ -554,314 +487,8 @@ class Agent:
     def materialize(
         self, replicas: Sequence[Mapping[str, Any]], outcome: StepOutcome | None = None
     ) -> None:
-        """Make the local workloads equal the desired set for `replicas`."""
-        outcome = outcome if outcome is not None else StepOutcome()
-        desired, namespaces, errors, changes = self._desired_set(replicas)
-        outcome.errors.extend(errors)
-        for ns in namespaces:
-            self._ensure_namespace(ns, outcome)
-        for kind in OWNED_KINDS:
-            try:
-                # Read-only here: an update re-reads the object it changes.
-                listed = self.local.view(kind, None, OWNED_SELECTOR)
-            except NotFound:
-                # The kind is not served (LeaderWorkerSet without its CRD): nothing of it exists;
-                # a replica that needs it fails on create and says so, the others go on.
-                listed = []
-            wanted = desired[kind]
-            settled = self._settled.pop(kind, None)
-            if settled is not None and settled[0] is wanted and _is_same(settled[1], listed):
-                # The same wanted objects and the same local ones as a pass in which every
-                # one agreed and none was unwanted: this pass would find the same.
-                self._settled[kind] = settled
-                continue
-            self._materialize_kind(kind, wanted, listed, outcome, changes.get(kind))
-
-    def _materialize_kind(
-        self,
-        kind: Kind,
-        wanted: Mapping[tuple[str, str], Obj],
-        listed: Sequence[Mapping[str, Any]],
-        outcome: StepOutcome,
-        since: _WantedChange | None = None,
-    ) -> None:
-        """Create or update each wanted object that the local one does not hold (sorted by
-        key), then delete each listed object not wanted (sorted).
-
-        A pass costs what changed since the last one: a wanted object whose local object
-        was found to hold it, both the same objects since, is not looked at again (objects
-        are replaced, never changed, so the same pair agrees again). When the wanted
-        mapping is the last pass's, or `since` names the keys in which it differs from it,
-        only those keys, the keys of the local objects that came or went (by identity) and
-        the keys the last pass acted on are looked at: every other key is a pair that agreed
-        and is the same pair."""
-        last = self._passes.pop(kind, None)
-        by_id = dict(zip(map(id, listed), listed, strict=True))
-        existing: dict[tuple[str, str], Mapping[str, Any]] | None = None
-        keys: set[tuple[str, str]] | None = None
-        if last is not None and len(by_id) == len(listed):
-            changed: AbstractSet[tuple[str, str]] | None = None
-            if last.wanted is wanted:
-                changed = frozenset()
-            elif since is not None and since[0] is last.wanted:
-                changed = since[1]
-            if changed is not None:
-                found = _listing_since(last, by_id)
-                if found is not None:
-                    existing, touched = found
-                    keys = last.acted | changed | touched
-        if existing is None:
-            existing = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in listed}
-        before = last.agreeing if last is not None else {}
-        agreeing: dict[tuple[str, str], tuple[Mapping[str, Any], Obj]]
-        if keys is None:
-            agreeing, looked_at = {}, sorted(wanted)
-        else:
-            # Every pair held but for these keys is one of keys not looked at: it stays.
-            agreeing = dict(before)
-            for key in keys:
-                agreeing.pop(key, None)
-            looked_at = sorted(k for k in keys if k in wanted)
-        acted: set[tuple[str, str]] = set()
-        for key in looked_at:
-            want, current = wanted[key], existing.get(key)
-            held = before.get(key)
-            if current is not None and held is not None and held[0] is current and held[1] is want:
-                # Neither changed since they were found to agree (both are held there,
-                # so the identities are still theirs).
-                agreeing[key] = held
-                continue
-            if self._apply(kind, want, current, outcome):
-                assert current is not None
-                agreeing[key] = (current, want)
-            else:
-                acted.add(key)
-        unwanted = sorted(k for k in (existing if keys is None else keys) if k not in wanted)
-        for key in unwanted:
-            if key in existing:
-                acted.add(key)
-                self._delete_local(kind, key[1], key[0], outcome)
-        if not acted:
-            self._settled[kind] = (wanted, tuple(listed))
-        if len(existing) == len(listed):
-            # One object per key: what came and went next pass can be told by identity.
-            self._passes[kind] = _KindPass(wanted, by_id, existing, agreeing, acted)
-
-    def _desired_set(self, replicas: Sequence[Mapping[str, Any]]) -> _DesiredSet:
-        """Every replica's desired objects by kind and (namespace, name), their namespaces
-        (sorted), the errors of invalid replicas, and per kind whose mapping is not last
-        call's, that mapping and the keys in which the two differ, when they are known.
-
-        The same mappings as last call when each replica's desired objects are, so that a
-        kind's pass can tell by identity that nothing it wants changed. A replica's desired
-        objects are the very objects of the last call when what `materialize` reads of it is
-        unchanged: the spec, which a status write leaves the same object (objects are
-        replaced, their unchanged subtrees shared), and the name, namespace, generation and
-        labels. So a replica whose status alone changed changes nothing here."""
-        state = self._desired_state
-        if state is not None and state.counts is not None:
-            found = self._desired_set_since(state, replicas)
-            if found is not None:
-                return found
-        return self._desired_set_whole(replicas)
-
-    def _desired_set_since(
-        self, state: _DesiredState, replicas: Sequence[Mapping[str, Any]]
-    ) -> _DesiredSet | None:
-        """`_desired_set` from the last call's, by the replicas that came or went since (by
-        identity); None when it cannot be told that way (then it is made whole).
-
-        For a plain last set only (`_DesiredState.counts`): every replica with a key and an
-        identity of its own, none invalid, no object wanted by two. Then the set does not
-        depend on the replicas' order, and changes by what the replicas that came or went
-        want, as long as no two replicas come to want one object."""
-        by_id = dict(zip(map(id, replicas), replicas, strict=True))
-        if len(by_id) != len(replicas):
-            return None
-        seen = state.seen
-        gone = seen.keys() - by_id.keys()
-        came = by_id.keys() - seen.keys()
-        if not gone and not came:
-            return state.desired, state.namespaces, state.errors, {}
-        last = state.by_key
-        made: dict[tuple[object, object], tuple[int, _DesiredOf]] = {}
-        for i in came:
-            replica = by_id[i]
-            meta = replica.get("metadata") or {}
-            key = (meta.get("namespace"), meta.get("name"))
-            if key in made:
-                return None
-            spec = replica.get("spec")
-            reads = (meta.get("generation", 1), meta.get("labels"))
-            held = last.get(key)
-            if held is None or held[0] is not spec or held[1] != reads:
-                held = (spec, reads, _desired_of(replica))
-            made[key] = (i, held)
-        new_seen = dict(seen)
-        by_key = dict(last)
-        removed: dict[tuple[object, object], tuple[_Desired, ...] | ReplicaInvalid] = {}
-        for i in gone:
-            _, key, held = new_seen.pop(i)
-            removed[key] = held[2]
-            del by_key[key]
-        for key, (i, held) in made.items():
-            if key in by_key:
-                return None  # a replica that stays has this key too
-            by_key[key] = held
-            new_seen[i] = (by_id[i], key, held)
-        olds: list[tuple[_Desired, ...]] = []
-        news: list[tuple[_Desired, ...]] = []
-        for key in removed.keys() | made.keys():
-            old = removed.get(key, ())
-            new = made[key][1][2] if key in made else ()
-            if old is new:
-                continue
-            if isinstance(old, ReplicaInvalid) or isinstance(new, ReplicaInvalid):
-                return None
-            olds.append(old)
-            news.append(new)
-        desired, namespaces, counts = state.desired, state.namespaces, state.counts
-        changes: dict[Kind, _WantedChange] = {}
-        if olds or news:
-            assert counts is not None
-            counts = dict(counts)
-            copies: dict[Kind, dict[tuple[str, str], Obj]] = {}
-            keys: dict[Kind, set[tuple[str, str]]] = {}
-            # What the replicas wanted first, then what they want (an object may move).
-            for objs, by in ((olds, -1), (news, 1)):
-                for kind, key, obj in (d for o in objs for d in o):
-                    copy = copies.get(kind)
-                    if copy is None:
-                        copy = copies[kind] = dict(desired[kind])
-                        keys[kind] = set()
-                    if by < 0:
-                        del copy[key]
-                    elif key in copy:
-                        return None  # two replicas want it
-                    else:
-                        copy[key] = obj
-                    counts[key[0]] = counts.get(key[0], 0) + by
-                    keys[kind].add(key)
-            for ns in [ns for ns, n in counts.items() if not n]:
-                del counts[ns]
-            if counts.keys() != set(namespaces):
-                namespaces = sorted(counts)
-            changes = {kind: (desired[kind], keys[kind]) for kind in copies}
-            desired = {**desired, **copies}
-        self._desired_state = _DesiredState(
-            new_seen, by_key, None, desired, namespaces, state.errors, counts
-        )
-        return desired, namespaces, state.errors, changes
-
-    def _desired_set_whole(self, replicas: Sequence[Mapping[str, Any]]) -> _DesiredSet:
-        """`_desired_set`, replica by replica (what it reuses is by identity or key)."""
-        state = self._desired_state
-        last_seen = state.seen if state is not None else {}
-        last = state.by_key if state is not None else {}
-        seen: dict[int, tuple[Mapping[str, Any], tuple[object, object], _DesiredOf]] = {}
-        by_key: dict[tuple[object, object], _DesiredOf] = {}
-        made: list[tuple[_Desired, ...] | ReplicaInvalid] = []
-        for replica in replicas:
-            hit = last_seen.get(id(replica))
-            if hit is not None and hit[0] is replica:
-                # The very object of the last call: nothing to look up in it.
-                key, held = hit[1], hit[2]
-            else:
-                meta = replica.get("metadata") or {}
-                key = (meta.get("namespace"), meta.get("name"))
-                spec = replica.get("spec")
-                reads = (meta.get("generation", 1), meta.get("labels"))
-                found = last.get(key)
-                if found is None or found[0] is not spec or found[1] != reads:
-                    found = (spec, reads, _desired_of(replica))
-                held = found
-            by_key[key] = held
-            seen[id(replica)] = (replica, key, held)
-            made.append(held[2])
-        is_unique = len(seen) == len(by_key) == len(replicas)
-        if state is not None and state.made is not None and _is_same(state.made, made):
-            desired, namespaces, errors = state.desired, state.namespaces, state.errors
-            counts = state.counts if is_unique else None
-        else:
-            desired_by: dict[Kind, dict[tuple[str, str], Obj]] = {k: {} for k in OWNED_KINDS}
-            errors = []
-            counts = {} if is_unique else None
-            for replica, objs in zip(replicas, made, strict=True):
-                if isinstance(objs, ReplicaInvalid):
-                    meta = replica.get("metadata") or {}
-                    errors.append(f"replica {meta.get('namespace')}/{meta.get('name')}: {objs}")
-                    counts = None
-                    continue
-                for kind, key, obj in objs:
-                    if counts is not None:
-                        if key in desired_by[kind]:
-                            counts = None  # wanted twice: the last replica's wins
-                        else:
-                            counts[key[0]] = counts.get(key[0], 0) + 1
-                    desired_by[kind][key] = obj
-            desired = desired_by
-            namespaces = sorted({ns for by in desired_by.values() for (ns, _) in by})
-        self._desired_state = _DesiredState(
-            seen, by_key, tuple(made), desired, namespaces, errors, counts
-        )
-        return desired, namespaces, errors, {}
-
-    def _apply(
-        self, kind: Kind, want: Obj, current: Mapping[str, Any] | None, outcome: StepOutcome
-    ) -> bool:
-        """Create or update the local object to hold `want`; True when it already did."""
-        ref = _ref(kind, want["metadata"]["namespace"], want["metadata"]["name"])
-        try:
-            if current is None:
-                self.local.create(want)
-                outcome.created.append(ref)
-                return False
-            if _contains(current, {"metadata": {"labels": want["metadata"]["labels"]}}) and (
-                _contains(current.get("spec"), want["spec"])
-            ):
-                return True
-            if kind == RESOURCE_CLAIM_TEMPLATE:
-                # Immutable spec: replace it. Pods already running keep the claims they have.
-                self.local.delete(kind, want["metadata"]["name"], want["metadata"]["namespace"])
-                self.local.create(want)
-                outcome.updated.append(ref)
-                return False
-
-            def update() -> None:
-                latest = self.local.get(
-                    kind, want["metadata"]["name"], want["metadata"]["namespace"]
-                )
-                if latest is None:
-                    self.local.create(want)
-                    return
-                latest["metadata"]["labels"] = dict(want["metadata"]["labels"])
-                latest["spec"] = want["spec"]
-                self.local.update(latest)
-
-            self._retry(update)
-            outcome.updated.append(ref)
-        except StoreError as e:
-            outcome.errors.append(f"apply {ref}: {e}")
-        return False
-
-    def _delete_local(self, kind: Kind, name: str, ns: str, outcome: StepOutcome) -> None:
-        try:
-            self.local.delete(kind, name, ns)
-            outcome.deleted.append(_ref(kind, ns, name))
-        except NotFound:
-            pass
-        except StoreError as e:
-            outcome.errors.append(f"delete {_ref(kind, ns, name)}: {e}")
-
-    def _ensure_namespace(self, ns: str, outcome: StepOutcome) -> None:
-        try:
-            if self.local.get(NAMESPACE, ns) is None:
-                body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-                self.local.create(body)
-        except AlreadyExists:
-            pass
-        except StoreError as e:
-            outcome.errors.append(f"namespace {ns}: {e}")
+        """Make the local workloads equal the desired set for `replicas` (`Workloads`)."""
+        self._workloads.materialize(replicas, outcome if outcome is not None else StepOutcome())
 
     def _retry(self, fn: Callable[[], _T]) -> _T:
         attempts = max(1, self.config.max_conflict_retries)
@@ -883,44 +510,12 @@ _ReplicasLeft = tuple[
 _O = TypeVar("_O", ObservedPool, ObservedReplica)
 
 
-def _patched_versions(
-    held: Mapping[int, Mapping[str, Any]],
-    versions: Mapping[str, object],
-    by_id: Mapping[int, Mapping[str, Any]],
-    gone: Iterable[int],
-    came: Iterable[int],
-) -> dict[str, object] | None:
-    """`versions` (name -> resourceVersion of the objects `held`, one per name) changed to
-    those of `by_id`, which lacks the objects `gone` and adds those `came`; None when
-    `held` or `by_id` has two objects of one name."""
-    if len(versions) != len(held):
-        return None
-    patched = dict(versions)
-    for i in gone:
-        del patched[held[i]["metadata"]["name"]]
-    for i in came:
-        meta = by_id[i]["metadata"]
-        if meta["name"] in patched:
-            return None
-        patched[meta["name"]] = meta.get("resourceVersion")
-    return patched
-
-
-def _namespace_name(r: ObservedReplica) -> tuple[str, str]:
-    return r.namespace, r.name
-
-
 def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
     """The status body of `observed`: the last one made, when the observation is equal."""
     # The observe cache hands out the very observation while its inputs are unchanged.
     if last is not None and (last[0] is observed or last[0] == observed):
         return last
     return observed, observed.to_status()
-
-
-def _is_same(held: Sequence[object], objects: Sequence[object]) -> bool:
-    """Whether two sequences hold the same objects, in order (identity; compared in C)."""
-    return len(held) == len(objects) and all(map(operator.is_, held, objects))
 
 
 def _is_same_entries(new: Mapping[str, object], old: Mapping[str, object]) -> bool:
@@ -950,119 +545,7 @@ def _status_patch(
 
 
 _STAMP_KEYS: Final = frozenset({"agent", "observedAt"})
-
-
-#: One desired local object: its kind, (namespace, name) and body (shared: never changed).
-_Desired = tuple[Kind, tuple[str, str], Obj]
-#: A kind's wanted mapping as it was, and the keys in which the one now differs from it.
-_WantedChange = tuple[Mapping[tuple[str, str], Obj], AbstractSet[tuple[str, str]]]
-#: What `Agent._desired_set` returns: the desired objects by kind and (namespace, name),
-#: their namespaces, the errors of invalid replicas, and the kinds' changes when known.
-_DesiredSet = tuple[
-    Mapping[Kind, Mapping[tuple[str, str], Obj]], list[str], list[str], Mapping[Kind, _WantedChange]
-]
-#: A replica's spec (held: its identity stays its own), its generation and labels, and the
-#: desired objects made from them (`Agent._desired_of_all`).
-_DesiredOf = tuple[object, tuple[object, object], tuple[_Desired, ...] | ReplicaInvalid]
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _DesiredState:
-    """One `Agent._desired_set` call: what it was made from and what it made. Never changed
-    once made (a call makes a new one), so the mappings it holds keep their content."""
-
-    #: Each replica (held: its identity stays its own) by identity, with its (namespace,
-    #: name) and its desired objects and what they were made from.
-    seen: dict[int, tuple[Mapping[str, Any], tuple[object, object], _DesiredOf]]
-    #: The same desired objects by the replica's (namespace, name).
-    by_key: dict[tuple[object, object], _DesiredOf]
-    #: Each replica's desired objects in the replicas' order (held); None when the set was
-    #: made from a change (`_desired_set_since`), which does not keep an order.
-    made: tuple[tuple[_Desired, ...] | ReplicaInvalid, ...] | None
-    desired: Mapping[Kind, Mapping[tuple[str, str], Obj]]
-    namespaces: list[str]
-    errors: list[str]
-    #: How many desired objects each namespace has, for a plain set: every replica with a
-    #: key and an identity of its own, none invalid, no object wanted by two. None otherwise
-    #: (then the next set is made whole).
-    counts: dict[str, int] | None
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class _KindPass:
-    """What one kind's last pass saw and found (`Agent._materialize_kind`), for a listing
-    with one object per key. Never changed once made."""
-
-    #: The wanted mapping (held: its identity stays its own).
-    wanted: Mapping[tuple[str, str], Obj]
-    #: The local objects listed (held), by identity.
-    listed: dict[int, Mapping[str, Any]]
-    #: The same, by (namespace, name).
-    existing: dict[tuple[str, str], Mapping[str, Any]]
-    #: Each wanted key whose local object holds what is wanted: the pair (held).
-    agreeing: dict[tuple[str, str], tuple[Mapping[str, Any], Obj]]
-    #: The keys the pass wrote (or failed to): wanted ones whose local object did not hold
-    #: what is wanted, and listed ones not wanted.
-    acted: set[tuple[str, str]]
-
-
-def _listing_since(
-    last: _KindPass, by_id: Mapping[int, Mapping[str, Any]]
-) -> tuple[dict[tuple[str, str], Mapping[str, Any]], set[tuple[str, str]]] | None:
-    """The listing `by_id` by (namespace, name), from the last pass's, and the keys of the
-    objects that came or went since (by identity: a changed object is one gone, one come);
-    None when it has two objects of one key."""
-    gone = last.listed.keys() - by_id.keys()
-    came = by_id.keys() - last.listed.keys()
-    if not gone and not came:
-        return last.existing, set()
-    existing = dict(last.existing)
-    touched: set[tuple[str, str]] = set()
-    for i in gone:
-        meta = last.listed[i]["metadata"]
-        key = (meta["namespace"], meta["name"])
-        del existing[key]
-        touched.add(key)
-    for i in came:
-        meta = by_id[i]["metadata"]
-        key = (meta["namespace"], meta["name"])
-        if key in existing:
-            return None
-        existing[key] = by_id[i]
-        touched.add(key)
-    return existing, touched
-
-
-def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInvalid:
-    """`materialize(replica)` keyed for the diff; the error when the replica is invalid."""
-    try:
-        objs = materialize(replica)
-    except ReplicaInvalid as e:
-        return e
-    return tuple((_kind(o), (o["metadata"]["namespace"], o["metadata"]["name"]), o) for o in objs)
-
-
-def _contains(current: object, want: object) -> bool:
-    """Whether `current` holds every field of `want` (the API server may add defaults)."""
-    if isinstance(want, Mapping):
-        return isinstance(current, Mapping) and all(
-            k in current and _contains(current[k], v) for k, v in want.items()
-        )
-    if isinstance(want, list):
-        return (
-            isinstance(current, list)
-            and len(current) == len(want)
-            and all(_contains(c, w) for c, w in zip(current, want, strict=True))
-        )
-    return current == want
-
-
-def _kind(obj: Mapping[str, Any]) -> Kind:
-    for kind in OWNED_KINDS:
-        if kind.api_version == obj["apiVersion"] and kind.kind == obj["kind"]:
-            return kind
-    raise ValueError(f"not an owned kind: {obj['apiVersion']} {obj['kind']}")
-
-
-def _ref(kind: Kind, ns: str, name: str) -> str:
-    return f"{kind.kind} {ns}/{name}"
+_METADATA: Final = operator.itemgetter("metadata")
+_NAME: Final = operator.itemgetter("name")
+_VERSION: Final = operator.methodcaller("get", "resourceVersion")
+_DELETING: Final = operator.methodcaller("get", "deletionTimestamp")

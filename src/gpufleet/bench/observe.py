@@ -6,6 +6,11 @@ claim, one device per claim, 90% of claims allocated; pods belong to replicas of
 copies pinned to one of 10 pools. Inputs are built and garbage-collected beforehand; times are
 the first and the best of R runs of `observe`; peak memory is tracemalloc's peak during one
 more run (what observe allocates, not the input objects). Target: < 1 s at 5,000 nodes.
+
+The last three columns are what the agent runs instead (`FreeDeviceTable`): its first snapshot
+after a full listing (an agent's start, or a change feed that expired), a quiet snapshot (no
+change), and a snapshot after one step's worth of changes (a claim released and its pod
+finished, or both back). The last two cost what changed, not the cluster's size.
 """
 
 from __future__ import annotations
@@ -13,12 +18,15 @@ from __future__ import annotations
 import functools
 import gc
 import random
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 from gpufleet.agent.observe import AllocationClock, ClusterObjects, ObserveConfig, observe
+from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.bench.common import Figure, Section, Table, count, max_rss_mib, measure, seconds
 from gpufleet.bench.svg import line_plot
+from gpufleet.store.port import NODE, POD, RESOURCE_CLAIM, RESOURCE_SLICE, Change, ChangeType
 
 GPUS_PER_NODE = 8
 POOLS = 10
@@ -83,7 +91,13 @@ def build(n_nodes: int, seed: int = 0) -> ClusterObjects:
         pool = f"pool-{r % POOLS}"
         replicas.append(
             {
-                "metadata": {"name": f"rep-{r:05d}", "namespace": NS, "generation": 1},
+                "metadata": {
+                    "name": f"rep-{r:05d}",
+                    "namespace": NS,
+                    "uid": f"uid-rep-{r}",
+                    "generation": 1,
+                    "resourceVersion": "1",
+                },
                 "spec": {
                     "engines": [
                         {
@@ -169,6 +183,44 @@ def _observe_once(
     return observe(objects, AllocationClock(), config, now)
 
 
+def _table_steps(
+    objects: ClusterObjects, config: ObserveConfig, now: datetime, repeats: int
+) -> tuple[float, float, float]:
+    """Seconds of the table's first snapshot after a listing, of a quiet one (best of
+    `repeats`), and of one after one step's changes (best of `repeats`)."""
+    table = FreeDeviceTable(config)
+    listed = {
+        NODE: objects.nodes,
+        RESOURCE_SLICE: objects.slices,
+        RESOURCE_CLAIM: objects.claims,
+        POD: objects.pods,
+    }
+    started = time.perf_counter()
+    table.relist(listed)
+    table.snapshot(objects.replicas, now)
+    first_s = time.perf_counter() - started
+    quiet_s = changed_s = float("inf")
+    claim, pod = dict(objects.claims[0]), dict(objects.pods[0])
+    released = {**claim, "status": {}}
+    finished = {**pod, "status": {**pod["status"], "phase": "Succeeded"}}
+    for i in range(repeats):
+        started = time.perf_counter()
+        table.snapshot(objects.replicas, now)
+        quiet_s = min(quiet_s, time.perf_counter() - started)
+        # One step: the claim released and its pod finished, or both back as they were.
+        step = [(released, finished), (claim, pod)][i % 2]
+        table.apply(
+            [
+                Change(2 * i + 1, ChangeType.MODIFIED, RESOURCE_CLAIM, step[0]),
+                Change(2 * i + 2, ChangeType.MODIFIED, POD, step[1]),
+            ]
+        )
+        started = time.perf_counter()
+        table.snapshot(objects.replicas, now)
+        changed_s = min(changed_s, time.perf_counter() - started)
+    return first_s, quiet_s, changed_s
+
+
 def run(quick: bool = False) -> Section:
     sizes = (50, 100, 200) if quick else (1250, 2500, 5000, 10_000)
     repeats = 1 if quick else 3
@@ -200,6 +252,14 @@ def run(quick: bool = False) -> Section:
         )
         points.append((float(n), m.best_s))
         numbers[f"{n}/seconds"] = m.best_s
+        first_s, quiet_s, changed_s = _table_steps(objects, config, now, max(3, repeats))
+        rows[-1] = (
+            *rows[-1],
+            seconds(first_s),
+            f"{quiet_s * 1e3:,.3f}",
+            f"{changed_s * 1e3:,.3f}",
+        )
+        numbers[f"{n}/table_step_seconds"] = changed_s
         del objects, result
         gc.collect()
     table = Table(
@@ -214,6 +274,9 @@ def run(quick: bool = False) -> Section:
             "us/node",
             "peak MiB",
             "maxRSS MiB",
+            "table first s",
+            "table quiet ms",
+            "table 1-change ms",
         ),
         tuple(rows),
     )

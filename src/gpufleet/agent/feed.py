@@ -1,0 +1,66 @@
+"""The workload cluster's change feed into the agent's free-device table (an informer's loop).
+
+`ClusterFeed.sync()` reads the changes of Nodes, ResourceSlices, ResourceClaims and Pods since its
+cursor (`Store.changes(cursor, kinds)`) into the `FreeDeviceTable`. The first sync, and any sync
+whose cursor the feed no longer holds (`Expired`, 410 Gone: the feed was compacted, or the
+store restarted), lists the four kinds instead and has the table hold exactly what was listed.
+
+The cursor of a relist is taken *before* listing: the changes after it that the listing already
+shows are applied again on the next sync, which is harmless, since the table keeps each object's
+newest version by key and the feed's last change of a key is that key's newest version.
+
+The port has no call for the feed's newest cursor, so a relist asks for the changes after a
+cursor no change reaches yet (none come back, and the cursor to pass next time does); a store
+that refuses a cursor beyond its newest (`Expired`) is asked for the changes of no kind from
+the start instead, which it answers the same way. Either way a relist never reads the feed's
+history.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Final
+
+from gpufleet.agent.table import TABLE_KINDS, FreeDeviceTable
+from gpufleet.store.port import Expired, Store
+
+#: A cursor no change reaches: the changes after it are none.
+_BEYOND_ANY: Final = sys.maxsize
+
+
+class ClusterFeed:
+    """Keeps a `FreeDeviceTable` up to date with one store's changes."""
+
+    def __init__(self, store: Store, table: FreeDeviceTable) -> None:
+        self.store = store
+        self.table = table
+        #: The cursor to read the changes after; None: list first.
+        self._cursor: int | None = None
+        #: How many times the feed was listed (the first sync included); for tests.
+        self.relists = 0
+
+    def sync(self) -> None:
+        """Bring the table up to the store's changes (raises what the store raises)."""
+        if self._cursor is not None:
+            try:
+                changes, cursor = self.store.changes(self._cursor, TABLE_KINDS)
+            except Expired:
+                self._cursor = None
+            else:
+                self.table.apply(changes)
+                self._cursor = cursor
+                return
+        self._relist()
+
+    def _relist(self) -> None:
+        cursor = self._newest_cursor()
+        # Read-only: the table reads each object once and keeps only what it read.
+        self.table.relist({kind: self.store.view(kind) for kind in TABLE_KINDS})
+        self._cursor = cursor
+        self.relists += 1
+
+    def _newest_cursor(self) -> int:
+        try:
+            return self.store.changes(_BEYOND_ANY, TABLE_KINDS)[1]
+        except Expired:
+            return self.store.changes(0, ())[1]

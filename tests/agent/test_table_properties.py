@@ -1,0 +1,269 @@
+"""The free-device table against its specification: after any sequence of deltas (objects added,
+changed and deleted in any order, the feed restarted), `FreeDeviceTable.snapshot` gives exactly
+what the pure `observe` gives on the same objects, with the clock the last snapshot returned."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from observe_builders import T0, claim, member, node, pod, replica, rslice
+from test_observe_properties import CONFIG, clusters
+
+from gpufleet.agent.feed import ClusterFeed
+from gpufleet.agent.observe import AllocationClock, ClusterObjects, observe
+from gpufleet.agent.table import TABLE_KINDS, FreeDeviceTable
+from gpufleet.core.model import Bucket, DriverName
+from gpufleet.store import MemoryStore
+from gpufleet.store.port import (
+    MODEL_REPLICA,
+    NODE,
+    POD,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
+    Change,
+    ChangeType,
+    Expired,
+    Kind,
+    Obj,
+    kind_of,
+)
+
+_KINDS: dict[str, Kind] = {
+    "nodes": NODE,
+    "slices": RESOURCE_SLICE,
+    "claims": RESOURCE_CLAIM,
+    "pods": POD,
+    "replicas": MODEL_REPLICA,
+}
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[Kind, str, str]:
+    meta = obj["metadata"]
+    return kind_of(obj), meta.get("namespace") or "", meta["name"]
+
+
+def _objects(held: Mapping[tuple[Kind, str, str], Obj]) -> ClusterObjects:
+    by_kind: dict[Kind, list[Obj]] = {kind: [] for kind in _KINDS.values()}
+    for (kind, _, _), obj in held.items():
+        by_kind[kind].append(obj)
+    return ClusterObjects(*(tuple(by_kind[k]) for k in _KINDS.values()))
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[list[Obj], list[tuple[str, int, bool]]]:
+    """Objects of two generated clusters (so keys recur with other content), and a sequence of
+    operations on them: put (add or change), delete, restart (relist), snapshot."""
+    objects: list[Obj] = []
+    for cluster, _ in (draw(clusters()), draw(clusters())):
+        for field in _KINDS:
+            objects.extend(getattr(cluster, field))
+    # Claims the table cannot index by DRA pool (results unreadable), and one pinned by a
+    # node selector to a device no slice publishes.
+    unreadable = claim("c1", node_selector="n1")
+    unreadable["status"]["allocation"]["devices"]["results"] = "unreadable"
+    objects += [unreadable, claim("c2", [("n9", "gpu-0")], node_selector="n2")]
+    ops = st.tuples(
+        st.sampled_from(["put", "put", "put", "delete", "restart", "snapshot"]),
+        st.integers(0, max(0, len(objects) - 1)),
+        st.booleans(),
+    )
+    return objects, draw(st.lists(ops, max_size=40))
+
+
+def _check(
+    table: FreeDeviceTable,
+    held: Mapping[tuple[Kind, str, str], Obj],
+    clock: AllocationClock,
+    step: int,
+) -> AllocationClock:
+    now = T0 + timedelta(minutes=step // 2)  # two snapshots at one instant now and then
+    objects = _objects(held)
+    want = observe(objects, clock, CONFIG, now)
+    got = table.snapshot(list(objects.replicas), now)
+    assert got.result.pools == want[0].pools, (got.result.pools, want[0].pools)
+    assert got.result.nodes == want[0].nodes
+    assert (got.result, got.clock) == want
+    return want[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_the_table_gives_what_observe_gives_after_any_deltas(
+    history: tuple[list[Obj], list[tuple[str, int, bool]]],
+) -> None:
+    objects, ops = history
+    table = FreeDeviceTable(CONFIG)
+    held: dict[tuple[Kind, str, str], Obj] = {}
+    clock = AllocationClock()
+    changes: list[Change] = []
+    version = 0
+    for step, (op, at, flag) in enumerate(ops):
+        if op == "snapshot":
+            table.apply(changes)
+            changes = []
+            clock = _check(table, held, clock, step)
+            continue
+        if op == "restart":
+            # The feed expired: what was not read yet is lost, and the table relists.
+            changes = []
+            table.relist(
+                {kind: [o for (k, _, _), o in held.items() if k == kind] for kind in TABLE_KINDS}
+            )
+            continue
+        if not objects:
+            continue
+        obj = copy.deepcopy(objects[at])
+        key = _key(obj)
+        version += 1
+        if op == "delete":
+            gone = held.pop(key, None)
+            if gone is not None and key[0] in TABLE_KINDS:
+                changes.append(Change(version, ChangeType.DELETED, key[0], gone))
+            continue
+        obj["metadata"]["resourceVersion"] = str(version)
+        if flag and key[0] == RESOURCE_CLAIM:
+            del obj["metadata"]["uid"]  # a claim without a uid: its time is always now
+        kind = ChangeType.MODIFIED if key in held else ChangeType.ADDED
+        held[key] = obj
+        if key[0] in TABLE_KINDS:
+            changes.append(Change(version, kind, key[0], obj))
+    table.apply(changes)
+    _check(table, held, clock, len(ops))
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories())
+def test_the_table_fed_by_a_store_gives_what_observe_gives(
+    history: tuple[list[Obj], list[tuple[str, int, bool]]],
+) -> None:
+    """The same through a `MemoryStore`'s change feed (`ClusterFeed`), a restart being a
+    compaction of the feed (`Expired`)."""
+    objects, ops = history
+    store = MemoryStore(uid_seed="cluster")
+    table = FreeDeviceTable(CONFIG)
+    feed = ClusterFeed(store, table)
+    clock = AllocationClock()
+    for step, (op, at, _) in enumerate(ops):
+        if op == "snapshot":
+            feed.sync()
+            held = {_key(o): o for kind in _KINDS.values() for o in store.list(kind)}
+            clock = _check(table, held, clock, step)
+            continue
+        if op == "restart":
+            store.compact(store.revision)
+            continue
+        if not objects:
+            continue
+        obj = copy.deepcopy(objects[at])
+        obj["metadata"].pop("deletionTimestamp", None)  # a store's objects are deleted at once
+        kind, ns, name = _key(obj)
+        current = store.get(kind, name, ns or None)
+        if op == "delete":
+            if current is not None:
+                store.delete(kind, name, ns or None)
+        elif current is None:
+            store.create(obj)
+        else:
+            obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            store.update(obj)
+            if "status" in obj:
+                store.patch_status(kind, name, ns or None, obj["status"])
+    feed.sync()
+    held = {_key(o): o for kind in _KINDS.values() for o in store.list(kind)}
+    _check(table, held, clock, len(ops))
+    assert feed.relists >= 1
+
+
+def test_free_devices_per_node_of_a_pool() -> None:
+    """What issue 14's steering asks: each node of a pool and its exact free devices."""
+    table = FreeDeviceTable(CONFIG)
+    objs = [
+        node("n1", "a"),
+        node("n2", "a", cordoned=True),
+        node("n3", "b"),
+        rslice("n1", 4),
+        rslice("n2", 4),
+        rslice("n3", 2),
+        claim("c1", [("n1", "gpu-0"), ("n1", "gpu-1")]),
+        claim("c2", [("n3", "gpu-0")]),
+        pod("p1", "r1", claims=["c1"]),
+        replica("r1"),
+    ]
+    table.apply(
+        Change(i, ChangeType.ADDED, kind_of(o), o)
+        for i, o in enumerate(objs)
+        if kind_of(o) in TABLE_KINDS
+    )
+    table.snapshot([objs[-1]], T0)
+    assert table.free_devices("a") == {"n1": {"gpu.nvidia.com": 2}, "n2": {"gpu.nvidia.com": 0}}
+    assert table.free_devices("b") == {"n3": {"gpu.nvidia.com": 1}}
+    assert table.free_devices("h100") == {}  # the replica's pool: no nodes yet
+    assert table.free_devices("none") == {}
+    # A claim released frees its devices at the next snapshot, not before.
+    table.apply([Change(99, ChangeType.DELETED, RESOURCE_CLAIM, objs[6])])
+    assert table.free_devices("a")["n1"] == {"gpu.nvidia.com": 2}
+    table.snapshot([objs[-1]], T0 + timedelta(seconds=1))
+    assert table.free_devices("a")["n1"] == {"gpu.nvidia.com": 4}
+
+
+def test_a_snapshot_rebuilds_only_what_the_moved_generations_touch() -> None:
+    """A quiet snapshot keeps everything (and the generation); a claim on a node of pool a
+    moves that node's generation and rebuilds pool a and the replica whose pod names it,
+    never pool b or the other replica."""
+    table = FreeDeviceTable(CONFIG)
+    objs = [
+        node("n1", "a"),
+        node("n2", "b"),
+        rslice("n1", 4),
+        rslice("n2", 4),
+        pod("p1", "r1", claims=["c1"]),
+        pod("p2", "r2", claims=["c2"]),
+    ]
+    replicas = [replica("r1", member(pool="a")), replica("r2", member(pool="b"))]
+    for i, r in enumerate(replicas):
+        r["metadata"]["resourceVersion"] = str(i)
+    table.apply(Change(i, ChangeType.ADDED, kind_of(o), o) for i, o in enumerate(objs))
+    first = table.snapshot(replicas, T0)
+    quiet = table.snapshot(replicas, T0 + timedelta(seconds=1))
+    assert (quiet.result, quiet.generation, quiet.changed_replicas) == (
+        first.result,
+        first.generation,
+        frozenset(),
+    )
+    table.apply([Change(9, ChangeType.ADDED, RESOURCE_CLAIM, claim("c1", [("n1", "gpu-0")]))])
+    moved = table.snapshot(replicas, T0 + timedelta(seconds=2))
+    assert moved.generation > first.generation
+    assert moved.changed_replicas == {("ml", "r1")}
+    (a0, b0), (a1, b1) = first.result.pools, moved.result.pools
+    assert b1 is b0 and a1 != a0
+    assert moved.result.replicas[1] is first.result.replicas[1]
+    assert moved.result.replicas[0] != first.result.replicas[0]
+
+
+class StrictFeedStore(MemoryStore):
+    """A store whose feed refuses a cursor beyond its newest, as the Kubernetes store's does."""
+
+    def changes(self, cursor: int, kinds: Sequence[Kind] | None = None) -> tuple[list[Change], int]:
+        if cursor > self.revision:
+            raise Expired(f"cursor {cursor} is beyond the newest ({self.revision})")
+        return super().changes(cursor, kinds)
+
+
+def test_a_feed_that_refuses_a_cursor_beyond_its_newest_still_relists() -> None:
+    store = StrictFeedStore(uid_seed="cluster")
+    for obj in (node("n1", "a"), rslice("n1", 4)):
+        store.create(obj)
+    table = FreeDeviceTable(CONFIG)
+    feed = ClusterFeed(store, table)
+    feed.sync()
+    store.create(claim("c1", [("n1", "gpu-0")]))
+    feed.sync()
+    assert feed.relists == 1
+    assert table.snapshot([], T0).result.pools[0].free_devices == (
+        Bucket({DriverName("gpu.nvidia.com"): 3}, 1),
+    )
