@@ -20,6 +20,7 @@ from gpufleet.agent.table import TABLE_KINDS, FreeDeviceTable
 from gpufleet.core.model import Bucket, DriverName
 from gpufleet.store import MemoryStore
 from gpufleet.store.port import (
+    LATEST,
     MODEL_REPLICA,
     NODE,
     POD,
@@ -246,10 +247,11 @@ def test_a_snapshot_rebuilds_only_what_the_moved_generations_touch() -> None:
 
 
 class StrictFeedStore(MemoryStore):
-    """A store whose feed refuses a cursor beyond its newest, as the Kubernetes store's does."""
+    """A store whose feed refuses a cursor beyond its newest but for the port's `LATEST`, as
+    the Kubernetes store's does."""
 
     def changes(self, cursor: int, kinds: Sequence[Kind] | None = None) -> tuple[list[Change], int]:
-        if cursor > self.revision:
+        if self.revision < cursor < LATEST:
             raise Expired(f"cursor {cursor} is beyond the newest ({self.revision})")
         return super().changes(cursor, kinds)
 

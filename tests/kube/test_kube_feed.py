@@ -14,7 +14,17 @@ from kmockplus import Served
 from kube_helpers import FAST
 
 from gpufleet.kube.store import ChangeFeed, KubeStore
-from gpufleet.store.port import MODEL_REPLICA, NODE, POD, Change, ChangeType, Expired, Kind, Obj
+from gpufleet.store.port import (
+    LATEST,
+    MODEL_REPLICA,
+    NODE,
+    POD,
+    Change,
+    ChangeType,
+    Expired,
+    Kind,
+    Obj,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -213,6 +223,9 @@ def test_the_feed_is_kept_per_kind_and_read_in_cursor_order(
     assert cursor == 7 and store.changes(7, [POD, MODEL_REPLICA]) == ([], 7)
     with pytest.raises(Expired):
         store.changes(8, [POD])  # a cursor this store never handed out
+    # The port's LATEST asks for no change and the newest cursor (what a reader takes before
+    # it lists), whatever the feed dropped.
+    assert store.changes(LATEST, [POD, MODEL_REPLICA]) == ([], 7)
 
 
 def test_wake_on_change_sets_the_event_of_every_waiter(store: KubeStore) -> None:

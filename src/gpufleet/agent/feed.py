@@ -18,14 +18,8 @@ history.
 
 from __future__ import annotations
 
-import sys
-from typing import Final
-
 from gpufleet.agent.table import TABLE_KINDS, FreeDeviceTable
-from gpufleet.store.port import Expired, Store
-
-#: A cursor no change reaches: the changes after it are none.
-_BEYOND_ANY: Final = sys.maxsize
+from gpufleet.store.port import LATEST, Expired, Store
 
 
 class ClusterFeed:
@@ -60,7 +54,4 @@ class ClusterFeed:
         self.relists += 1
 
     def _newest_cursor(self) -> int:
-        try:
-            return self.store.changes(_BEYOND_ANY, TABLE_KINDS)[1]
-        except Expired:
-            return self.store.changes(0, ())[1]
+        return self.store.changes(LATEST, TABLE_KINDS)[1]

@@ -62,6 +62,7 @@ from lightkube.types import PatchType
 from gpufleet.kube.resources import resource_class, to_obj
 from gpufleet.store.labels import Op, matches, parse_selector
 from gpufleet.store.port import (
+    LATEST,
     AlreadyExists,
     Change,
     ChangeType,
@@ -488,7 +489,10 @@ class ChangeFeed:
 
     def read(self, cursor: int, kinds: Iterable[Kind] | None = None) -> builtins.list[Change]:
         """The changes after `cursor` of `kinds` (None: all), oldest first. Raises `Expired`
-        when one of them was dropped, or `cursor` is beyond the newest change."""
+        when one of them was dropped, or `cursor` is beyond the newest change (but for the
+        port's `LATEST`, which asks for no change and the newest cursor)."""
+        if cursor == LATEST:
+            return []
         if cursor > self.cursor:
             raise Expired(f"cursor {cursor} is beyond this feed's newest ({self.cursor})")
         wanted = set(self._by_kind if kinds is None else kinds)
