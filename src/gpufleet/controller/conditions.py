@@ -31,13 +31,20 @@ def find_condition(conditions: Sequence[Mapping[str, Any]], type_: str) -> Obj |
 
 
 def set_condition(
-    conditions: Sequence[Mapping[str, Any]], new: Mapping[str, Any], now: datetime
+    conditions: Sequence[Mapping[str, Any]],
+    new: Mapping[str, Any],
+    now: datetime,
+    generation: int | None = None,
 ) -> list[Obj]:
     """`conditions` with `new` in place of the condition of its type (appended when absent).
 
     `lastTransitionTime` is kept when the status did not change, else set to `now`; the other
-    conditions are kept as they are, in their order.
+    conditions are kept as they are, in their order. `generation` (the object's
+    `metadata.generation` the condition was computed from) is written as the condition's
+    `observedGeneration`, as metav1.Condition has it.
     """
+    if generation is not None:
+        new = {**new, "observedGeneration": generation}
     out: list[Obj] = []
     found = False
     for c in conditions:

@@ -173,11 +173,13 @@ def deployment_status(
     replica generation has its devices allocated; it says nothing about the model serving).
     """
     current: Obj = deployment.get("status") or {}
+    generation = deployment["metadata"].get("generation")
     desired: Obj = {
         "replicas": {"total": total, "ready": ready},
-        "conditions": set_condition(list(current.get("conditions") or []), scheduled, now),
+        "conditions": set_condition(
+            list(current.get("conditions") or []), scheduled, now, generation
+        ),
     }
-    generation = deployment["metadata"].get("generation")
     if generation is not None:
         desired["observedGeneration"] = generation
     return desired

@@ -335,14 +335,15 @@ def cluster_status(
         desired["gateway"] = {"address": config.default_gateway_address.format(cluster=name)}
 
     conditions: list[Obj] = list(current.get("conditions") or [])
+    generation = cluster["metadata"].get("generation")
     ready = _ready(conditions, trust, desired.get("agent"), now, config)
     if ready is not None:
-        conditions = set_condition(conditions, ready, now)
+        conditions = set_condition(conditions, ready, now, generation)
     if missing:
         pools_condition = condition(POOLS_PUBLISHED, "False", "ClassNotFound", "; ".join(missing))
     else:
         pools_condition = condition(POOLS_PUBLISHED, "True", "AllPoolsPublished")
-    desired["conditions"] = set_condition(conditions, pools_condition, now)
+    desired["conditions"] = set_condition(conditions, pools_condition, now, generation)
     return desired
 
 
@@ -493,7 +494,7 @@ def replica_status(
             PodsReason.NOT_OBSERVED,
             f"no report about this replica from cluster {cluster}'s agent",
         )
-        desired["conditions"] = set_condition(conditions, not_observed, now)
+        desired["conditions"] = set_condition(conditions, not_observed, now, generation)
         return desired
     status = report.body["status"]
     observed_generation = status.get("observedGeneration")
@@ -524,7 +525,7 @@ def replica_status(
             PodsReason.ALL_PODS_ALLOCATED,
             f"all pods of generation {generation} have their devices allocated",
         )
-    desired["conditions"] = set_condition(conditions, pods, now)
+    desired["conditions"] = set_condition(conditions, pods, now, generation)
     return desired
 
 
