@@ -219,6 +219,15 @@ def namespace_labels(policy: ClusterPolicy) -> dict[str, str]:
     return out
 
 
+def namespace_body(name: str, policy: ClusterPolicy) -> dict[str, Any]:
+    """The Namespace the agent creates for a replica: labelled for Pod Security Admission."""
+    meta: dict[str, Any] = {"name": name}
+    found = namespace_labels(policy)
+    if found:
+        meta["labels"] = found
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
 def _namespace_violation(namespace: object, policy: ClusterPolicy) -> Violation:
     if not isinstance(namespace, str):
         return Violation("metadata.namespace", ViolationCode.MALFORMED_FIELD, "not a string")

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
+from gpufleet.agent.admission import PolicyGate
 from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
 from gpufleet.agent.observe import (
     AllocationClock,
@@ -65,6 +66,7 @@ from gpufleet.agent.observe import (
     format_time,
     observe,
 )
+from gpufleet.agent.policy import ClusterPolicy, namespace_body
 from gpufleet.core import labels
 from gpufleet.core.model import PoolName
 from gpufleet.store.merge import merge_patch
@@ -121,6 +123,8 @@ class AgentConfig:
     #: How often a write that hit a stale resourceVersion is re-read and retried.
     max_conflict_retries: int = 5
     observe: ObserveConfig = field(default_factory=ObserveConfig)
+    #: What tenant pod templates may do here (docs/agent.md, "Cluster policy").
+    policy: ClusterPolicy = field(default_factory=ClusterPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +170,7 @@ class Agent:
         self.lease_epoch = lease_epoch
         self.clock = AllocationClock()
         self.namespace = observation_namespace(cluster_name)
+        self._policy_gate = PolicyGate(self.config.policy)
         self._last_push_at: datetime | None = None
         #: The mappings of the last report pushed (held: their identities stay theirs).
         #: Mappings are never changed, so the same ones have the same content, and content
@@ -256,6 +261,7 @@ class Agent:
             replicas=tuple(replicas),
         )
         result, self.clock = observe(objects, self.clock, self.config.observe, now, self._observed)
+        result = self._policy_gate.annotate(result, replicas)
         pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
         for p in result.pools:
             pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
@@ -695,7 +701,7 @@ class Agent:
             reads = (meta.get("generation", 1), meta.get("labels"))
             held = last.get(key)
             if held is None or held[0] is not spec or held[1] != reads:
-                held = (spec, reads, _desired_of(replica))
+                held = (spec, reads, _desired_of(replica, self.config.policy))
             made[key] = (i, held)
         new_seen = dict(seen)
         by_key = dict(last)
@@ -773,7 +779,7 @@ class Agent:
                 reads = (meta.get("generation", 1), meta.get("labels"))
                 found = last.get(key)
                 if found is None or found[0] is not spec or found[1] != reads:
-                    found = (spec, reads, _desired_of(replica))
+                    found = (spec, reads, _desired_of(replica, self.config.policy))
                 held = found
             by_key[key] = held
             seen[id(replica)] = (replica, key, held)
@@ -856,8 +862,7 @@ class Agent:
     def _ensure_namespace(self, ns: str, outcome: StepOutcome) -> None:
         try:
             if self.local.get(NAMESPACE, ns) is None:
-                body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-                self.local.create(body)
+                self.local.create(namespace_body(ns, self.config.policy))
         except AlreadyExists:
             pass
         except StoreError as e:
@@ -1033,10 +1038,13 @@ def _listing_since(
     return existing, touched
 
 
-def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInvalid:
-    """`materialize(replica)` keyed for the diff; the error when the replica is invalid."""
+def _desired_of(
+    replica: Mapping[str, Any], policy: ClusterPolicy
+) -> tuple[_Desired, ...] | ReplicaInvalid:
+    """`materialize(replica, policy)` keyed for the diff; the error when the replica is invalid
+    or refused."""
     try:
-        objs = materialize(replica)
+        objs = materialize(replica, policy)
     except ReplicaInvalid as e:
         return e
     return tuple((_kind(o), (o["metadata"]["namespace"], o["metadata"]["name"]), o) for o in objs)
