@@ -725,11 +725,15 @@ class ReplicaObservationStatus(ApiModel):
     observed_generation: NonNegativeInt | None = None
     pods_scheduled: StrictBool = False
     pools: list[ReplicaPoolPodsStatus] = Field(default_factory=list)
+    #: What the agent could not take at face value (MalformedReplica) and its policy's
+    #: refusal (PolicyAllowed=False, reason PolicyDenied); absent when there is none.
+    conditions: list[Condition] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _unique(self) -> Self:
         rules = _Rules("ReplicaObservationStatus")
         rules.unique("pools", (p.name for p in self.pools))
+        _unique_conditions(rules, self.conditions)
         rules.raise_if_any()
         return self
 
