@@ -456,3 +456,17 @@ def test_check_never_raises_on_json_like_templates(
         "spec": {"engines": [{"members": [{"template": template}]}]},
     }
     assert len(check_replica(wrapped, policy)) == len(found)
+
+
+def test_the_policy_file_in_the_docs_parses() -> None:
+    """docs/agent.md's example policy file is a valid policy (the docs stay true)."""
+    from pathlib import Path
+
+    import yaml
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "agent.md").read_text()
+    block = text.split("**The policy file**", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    policy = parse_policy(yaml.safe_load(block))
+    assert policy.namespaces == ("ml-team", "search")
+    assert "NET_RAW" in policy.allowed_capabilities
+    assert policy.pod_security.enforce == "privileged"

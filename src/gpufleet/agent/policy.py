@@ -524,7 +524,8 @@ def parse_policy(data: object) -> ClusterPolicy:
           hostPath: false                   # hostPorts: booleans, default false
           capabilities: [NET_ADMIN]         # added to Pod Security's baseline set
           serviceAccounts: [default, vllm]  # the whole list ("*": any); default [default]
-        podSecurity: {enforce: baseline, warn: restricted, audit: restricted, version: latest}
+        podSecurity: {enforce: privileged, warn: restricted, audit: restricted, version: latest}
+                                            # (beyond baseline: enforce must be privileged)
     """
     if data is None:
         return ClusterPolicy()
