@@ -390,6 +390,26 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def _against_optimum(
+    results: Sequence[StaticResult], optima: Sequence[StaticOptimum]
+) -> tuple[list[float], str]:
+    """Each seed's share of the optimum at the first refusal, and the mean share of all offered."""
+    pairs = list(zip(results, optima, strict=True))
+    ratios = [
+        r.at_first_refusal / o.at_first_refusal if o.at_first_refusal else 1.0 for r, o in pairs
+    ]
+    every = [r.all_offered / o.all_offered if o.all_offered else 1.0 for r, o in pairs]
+    return ratios, percent(_mean(every))
+
+
+def _beats(results: Sequence[StaticResult], optima: Sequence[StaticOptimum]) -> bool:
+    """A policy placed more than the optimum on some seed: a bug of the benchmark."""
+    return any(
+        r.at_first_refusal > o.at_first_refusal or r.all_offered > o.all_offered
+        for r, o in zip(results, optima, strict=True)
+    )
+
+
 def run(quick: bool = False, with_optimum: bool | None = None) -> Section:
     sizes = Sizes(8, 1, 120) if quick else Sizes(64, 5, 3000)
     solve = optimum.is_available() if with_optimum is None else with_optimum
@@ -430,24 +450,12 @@ def run(quick: bool = False, with_optimum: bool | None = None) -> Section:
             every = _mean([r.all_offered for r in results])
             ratio_first = ratio_all = worst = "-"
             if optima:
-                ratios = [
-                    r.at_first_refusal / o.at_first_refusal if o.at_first_refusal else 1.0
-                    for r, o in zip(results, optima, strict=True)
-                ]
+                ratios, ratio_all = _against_optimum(results, optima)
                 ratio_first = percent(_mean(ratios))
                 worst = percent(min(ratios))
                 pct_first[policy].append(100 * _mean(ratios))
-                ratio_all = percent(
-                    _mean(
-                        [
-                            r.all_offered / o.all_offered if o.all_offered else 1.0
-                            for r, o in zip(results, optima, strict=True)
-                        ]
-                    )
-                )
-                for r, o in zip(results, optima, strict=True):
-                    if r.at_first_refusal > o.at_first_refusal or r.all_offered > o.all_offered:
-                        notes.append(f"BUG: {policy} beats the optimum on {label}")
+                if _beats(results, optima):
+                    notes.append(f"BUG: {policy} beats the optimum on {label}")
             static_rows.append(
                 (
                     label,
