@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpufleet.agent.materialize import ReplicaInvalid, dns_name, materialize
+from gpufleet.agent.materialize import PolicyDenied, ReplicaInvalid, dns_name, materialize
+from gpufleet.agent.policy import ClusterPolicy, ViolationCode
 
 Obj = dict[str, Any]
 
@@ -294,3 +295,48 @@ def test_invalid_replica_names_the_field(case: BadCase) -> None:
     with pytest.raises(ReplicaInvalid) as e:
         materialize(case.replica)
     assert str(e.value) == case.message
+
+
+# --- the cluster policy ------------------------------------------------------------------------
+
+
+def test_policy_allows_ordinary_templates() -> None:
+    """With the default policy an ordinary replica gives exactly what it gives without one."""
+    ordinary = replica([STANDALONE])
+    assert materialize(ordinary, ClusterPolicy()) == materialize(ordinary)
+
+
+def test_policy_refuses_the_whole_replica_naming_every_violation() -> None:
+    gang = [
+        {**STANDALONE, "role": "Leader", "template": {"spec": {"hostNetwork": True}}},
+        {
+            "role": "Worker",
+            "worker": {"nodes": 1},
+            "nodePoolName": "l4",
+            "deviceRequests": [REQUEST],
+            "template": {
+                "spec": {
+                    "containers": [{**CONTAINER, "securityContext": {"privileged": True}}],
+                    "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+                }
+            },
+        },
+    ]
+    with pytest.raises(PolicyDenied) as e:
+        materialize(replica(gang), ClusterPolicy())
+    assert [(v.path, v.code) for v in e.value.violations] == [
+        ("spec.engines[0].members[0].template.spec.hostNetwork", ViolationCode.HOST_NAMESPACE),
+        (
+            "spec.engines[0].members[1].template.spec.containers[0].securityContext.privileged",
+            ViolationCode.PRIVILEGED,
+        ),
+        ("spec.engines[0].members[1].template.spec.volumes[0].hostPath", ViolationCode.HOST_PATH),
+    ]
+    assert isinstance(e.value, ReplicaInvalid)  # the agent skips it as it skips invalid ones
+    assert str(e.value).startswith("refused: 3 violations of the cluster policy: ")
+
+
+def test_policy_refuses_a_namespace_not_served() -> None:
+    with pytest.raises(PolicyDenied) as e:
+        materialize(replica([STANDALONE]), ClusterPolicy(namespaces=("search",)))
+    assert [v.code for v in e.value.violations] == [ViolationCode.NAMESPACE_NOT_SERVED]

@@ -22,6 +22,10 @@ Workloads and templates carry deployment/replica/engine labels, so the agent fin
 Names are deterministic: `<replica>-<engine>` for workloads, `<replica>-<engine>-<role>` for
 templates, cut to a DNS label (63) with a 5-hex hash of the full name when too long. No
 CPU/memory requests are set (a known limitation carried over from Modelplane).
+
+Given the cluster's policy (`gpufleet.agent.policy`), a replica whose namespace or pod
+templates break it is refused whole before anything is made (`PolicyDenied`): no claim
+template, no workload, so nothing is half-applied.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
 
+from gpufleet.agent.policy import ClusterPolicy, Violation, check_replica, summary
 from gpufleet.core import labels
 from gpufleet.store.port import (
     DEPLOYMENT,
@@ -58,6 +63,14 @@ class ReplicaInvalid(ValueError):
     """The replica dict lacks a field the materializer needs; the message names the field."""
 
 
+class PolicyDenied(ReplicaInvalid):
+    """The replica breaks the cluster's policy; `violations` name every field and rule."""
+
+    def __init__(self, violations: list[Violation]) -> None:
+        super().__init__(f"refused: {summary(violations)}")
+        self.violations = violations
+
+
 def dns_name(*parts: str) -> str:
     """`parts` joined by `-`, lowercased; cut to 63 chars with a hash suffix when longer."""
     full = "-".join(p for p in parts if p).lower()
@@ -76,12 +89,17 @@ def claim_template_name(replica_name: str, engine: str, role: str) -> str:
     return dns_name(replica_name, engine, role)
 
 
-def materialize(replica: Mapping[str, Any]) -> list[Obj]:
+def materialize(replica: Mapping[str, Any], policy: ClusterPolicy | None = None) -> list[Obj]:
     """The desired local objects for one ModelReplica, sorted by (kind, name).
 
     Raises `ReplicaInvalid` when a required field is missing (the hub's validation should
-    make that impossible; the agent skips such a replica and says so).
+    make that impossible; the agent skips such a replica and says so), and `PolicyDenied`
+    (before making anything) when `policy` is given and the replica breaks it.
     """
+    if policy is not None:
+        violations = check_replica(replica, policy)
+        if violations:
+            raise PolicyDenied(violations)
     meta = replica.get("metadata") or {}
     name = _required(meta, "name", "metadata.name")
     namespace = _required(meta, "namespace", "metadata.namespace")

@@ -256,6 +256,9 @@ class ObservedReplica:
     pods_scheduled: bool
     pools: tuple[ReplicaPoolStatus, ...]
     problems: tuple[Problem, ...] = ()
+    #: Conditions set by the agent beyond observing (the policy's refusal: `agent.admission`),
+    #: after those of the problems.
+    conditions: tuple[Condition, ...] = ()
 
     def to_status(self) -> dict[str, Any]:
         """The ReplicaObservation `status` body, minus agent/observedAt."""
@@ -279,8 +282,11 @@ class ObservedReplica:
             status["observedGeneration"] = self.observed_generation
         status["podsScheduled"] = self.pods_scheduled
         status["pools"] = pools
-        if self.problems:
-            status["conditions"] = [_condition_body(_problem_condition(p)) for p in self.problems]
+        if self.problems or self.conditions:
+            status["conditions"] = [
+                *(_condition_body(_problem_condition(p)) for p in self.problems),
+                *(_condition_body(c) for c in self.conditions),
+            ]
         return status
 
 

@@ -39,6 +39,11 @@ resourceVersion moved (or that came or went) since its last call and at what it 
 (`Workloads`); and a push patches the observations it wrote last without reading them back
 (guarded by their resourceVersion), and leaves alone those the hub holds at the version its
 last push left.
+
+The cluster's policy for tenant pod templates (`AgentConfig.policy`, `gpufleet.agent.policy`)
+is enforced in both halves: a replica that breaks it is not materialized, and its observation
+says why (`PolicyGate`: `podsScheduled: false`, condition `PolicyAllowed=False`). Its verdict
+is kept while the replica's (uid, resourceVersion, generation) are unchanged.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
+from gpufleet.agent.admission import PolicyGate
 from gpufleet.agent.feed import ClusterFeed
 from gpufleet.agent.model import (
     AllocationClock,
@@ -63,6 +69,7 @@ from gpufleet.agent.model import (
     format_time,
     versions_of,
 )
+from gpufleet.agent.policy import ClusterPolicy
 from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
 from gpufleet.core import labels
@@ -110,6 +117,8 @@ class AgentConfig:
     #: How often a write that hit a stale resourceVersion is re-read and retried.
     max_conflict_retries: int = 5
     observe: ObserveConfig = field(default_factory=ObserveConfig)
+    #: What tenant pod templates may do here (docs/agent.md, "Cluster policy").
+    policy: ClusterPolicy = field(default_factory=ClusterPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +160,7 @@ class Agent:
         self.lease_epoch = lease_epoch
         self.clock = AllocationClock()
         self.namespace = observation_namespace(cluster_name)
+        self._policy_gate = PolicyGate(self.config.policy)
         self._last_push_at: datetime | None = None
         #: The mappings of the last report pushed (held: their identities stay theirs).
         #: Mappings are never changed, so the same ones have the same content, and content
@@ -173,7 +183,7 @@ class Agent:
         #: The versions of the ReplicaObservations the last push viewed, and by name.
         self._hub_versions: tuple[list[object] | None, dict[str, object]] = (None, {})
         #: The materialize half of the step.
-        self._workloads = Workloads(local, self._retry)
+        self._workloads = Workloads(local, self._retry, self.config.policy)
         #: Per observation (kind, name), the object as our last write left it, and the status
         #: content (without agent/observedAt) written then. The next write patches it blind,
         #: guarded by its resourceVersion, instead of reading it again.
@@ -218,14 +228,20 @@ class Agent:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
         self._feed.sync()
         snapshot = self.table.snapshot(replicas, now)
-        result, self.clock = snapshot.result, snapshot.clock
+        self.clock = snapshot.clock
+        # The policy's refusals are said on the observations; a replica whose verdict moved is
+        # reported again even when the table's observation of it did not change.
+        result = self._policy_gate.annotate(snapshot.result, replicas)
+        changed = snapshot.changed_replicas
+        if changed is not None and self._policy_gate.moved:
+            changed = changed | self._policy_gate.moved
         pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
         for p in result.pools:
             pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
         self._pool_statuses = pool_statuses
         # Unchanged content is the same objects as last step, entry by entry, and then the
         # same mappings: a push compares them by identity (`is_push_due`, `push`).
-        reps = self._report_replicas(result, snapshot.changed_replicas)
+        reps = self._report_replicas(result, changed)
         pools = {name: status for name, (_, status) in pool_statuses.items()}
         if _is_same_entries(pools, self._last_report_pools):
             pools = self._last_report_pools
@@ -251,7 +267,7 @@ class Agent:
             reps = dict(last)
             for key in sorted(changed):
                 name = replica_observation_name(*key)
-                observed = self.table.observed_replica(key)
+                observed = self._policy_gate.annotated(self.table.observed_replica(key))
                 if observed is None:
                     reps.pop(name, None)
                     self._replica_statuses.pop(name, None)

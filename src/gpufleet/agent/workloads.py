@@ -19,6 +19,12 @@ A pass costs what changed, told by versions, never by object identity:
   object was made from stay the same. With the changed keys known, only those, the keys of the
   local objects whose version moved (or came or went) and the keys the last pass wrote are
   looked at; none of those is a pass with nothing to do.
+
+Given the cluster's policy (`gpufleet.agent.policy`; one per agent, so it is not part of a
+signature), `materialize` refuses a replica that breaks it (`PolicyDenied`, a `ReplicaInvalid`):
+nothing of it is made, and the pass says so as it does for an invalid replica. A namespace the
+agent creates carries the policy's Pod Security Admission labels (`namespace_body`); one that
+exists is left as it is.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any, Final, TypeVar
 
 from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
 from gpufleet.agent.model import keys_and_versions, versions_of
+from gpufleet.agent.policy import ClusterPolicy, namespace_body
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -102,7 +109,8 @@ class DesiredSet:
 class DesiredState:
     """The desired set, kept between calls by replica key and version (see the module)."""
 
-    def __init__(self) -> None:
+    def __init__(self, policy: ClusterPolicy | None = None) -> None:
+        self.policy = policy or ClusterPolicy()
         self._keys: list[_ReplicaKey] = []
         self._versions: list[object] = []
         self._wants: dict[_ReplicaKey, _Wants] = {}
@@ -159,7 +167,7 @@ class DesiredState:
         held = self._wants.get(key)
         if held is not None and signature is not None and held.signature == signature:
             return held
-        return _Wants(signature, _desired_of(replica))
+        return _Wants(signature, _desired_of(replica, self.policy))
 
     def _patched(
         self, changed: set[_ReplicaKey], by_key: Mapping[_ReplicaKey, Mapping[str, Any]]
@@ -248,10 +256,13 @@ class DesiredState:
         )
 
 
-def _desired_of(replica: Mapping[str, Any]) -> tuple[_Desired, ...] | ReplicaInvalid:
-    """`materialize(replica)` keyed for the diff; the error when the replica is invalid."""
+def _desired_of(
+    replica: Mapping[str, Any], policy: ClusterPolicy
+) -> tuple[_Desired, ...] | ReplicaInvalid:
+    """`materialize(replica, policy)` keyed for the diff; the error when the replica is invalid
+    or refused."""
     try:
-        objs = materialize(replica)
+        objs = materialize(replica, policy)
     except ReplicaInvalid as e:
         return e
     return tuple((_kind(o), (o["metadata"]["namespace"], o["metadata"]["name"]), o) for o in objs)
@@ -275,10 +286,16 @@ class _KindPass:
 class Workloads:
     """The materialize half of an agent's step (see the module docstring)."""
 
-    def __init__(self, local: Store, retry: Callable[[Callable[[], Any]], Any]) -> None:
+    def __init__(
+        self,
+        local: Store,
+        retry: Callable[[Callable[[], Any]], Any],
+        policy: ClusterPolicy | None = None,
+    ) -> None:
         self.local = local
         self._retry = retry
-        self.desired = DesiredState()
+        self.policy = policy or ClusterPolicy()
+        self.desired = DesiredState(self.policy)
         self._passes: dict[Kind, _KindPass] = {}
 
     def materialize(self, replicas: Sequence[Mapping[str, Any]], outcome: PassOutcome) -> None:
@@ -443,8 +460,7 @@ class Workloads:
     def _ensure_namespace(self, ns: str, outcome: PassOutcome) -> None:
         try:
             if self.local.get(NAMESPACE, ns) is None:
-                body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-                self.local.create(body)
+                self.local.create(namespace_body(ns, self.policy))
         except AlreadyExists:
             pass
         except StoreError as e:

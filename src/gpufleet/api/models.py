@@ -829,9 +829,12 @@ class ReplicaObservationStatus(ApiModel):
     """Whether every pod of the replica is scheduled."""
     pools: list[ReplicaPoolPodsStatus] = Field(default_factory=list)
     """The replica's pods per pool, unique by name."""
+    conditions: list[Condition] = Field(default_factory=list)
+    """What the agent found wrong (MalformedReplica) and its policy's refusal (PolicyAllowed)."""
 
     def check(self, rules: Rules) -> None:
         rules.unique("pools", self.pools, lambda p: p.name)
+        _unique_conditions(rules, self.conditions)
 
 
 # --- the kinds ----------------------------------------------------------------------------

@@ -9,6 +9,8 @@ It composes the generic daemon pieces of `gpufleet.kube` with the `Agent`:
   labelled `gpufleet.io/cluster=<name>` and watches of its observations scoped to its namespace
   `gpufleet-cluster-<name>` (its RBAC allows nothing wider). Changes of the observations do not
   trigger a step (they are the agent's own writes); the watch proves the credentials work;
+- the cluster's policy for tenant pod templates from `--policy FILE` (YAML; default: the secure
+  default of `gpufleet.agent.policy`), read and checked before anything connects;
 - leader election on a Lease in the *local* cluster: each term gets a fresh `Agent` stamping
   the term's epoch (`leaseTransitions`) on its reports, so the hub can reject an older leader;
 - a step on every change (debounced), again after the Agent's minimum push interval when a
@@ -29,9 +31,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from prometheus_client import CollectorRegistry
 
 from gpufleet.agent.materialize import OWNED_SELECTOR
+from gpufleet.agent.policy import ClusterPolicy, PolicyInvalid, parse_policy
 from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, observation_namespace
 from gpufleet.api.names import is_dns_label
 from gpufleet.cli.controller import (
@@ -86,6 +90,36 @@ from gpufleet.store.port import (
 )
 
 log = logging.getLogger(__name__)
+
+#: A policy file larger than this is refused unread (a policy is a few lines).
+MAX_POLICY_FILE_BYTES = 64 * 1024
+
+
+def load_policy(path: Path | None) -> ClusterPolicy:
+    """The cluster policy in the YAML file `path` (None: the default policy). A file that is
+    missing, too large, not YAML or not a valid policy is a usage error (exit 2) naming the
+    field and the rule."""
+    if path is None:
+        return ClusterPolicy()
+
+    def bad(problem: str) -> typer.BadParameter:
+        return typer.BadParameter(f"{path}: {problem}", param_hint="'--policy'")
+
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_POLICY_FILE_BYTES + 1)
+    except OSError as e:
+        raise bad(e.strerror or type(e).__name__) from None
+    if len(raw) > MAX_POLICY_FILE_BYTES:
+        raise bad(f"larger than {MAX_POLICY_FILE_BYTES} bytes")
+    try:
+        doc = yaml.safe_load(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError):
+        raise bad("not YAML (UTF-8)") from None
+    try:
+        return parse_policy(doc)
+    except PolicyInvalid as e:
+        raise bad(str(e)) from None
 
 
 def report_result(outcome: StepOutcome) -> str:
@@ -262,6 +296,15 @@ def command(
         float,
         typer.Option("--min-push-interval", help="Never push sooner than this after a push."),
     ] = 0.5,
+    policy_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy",
+            help="YAML file of what tenant pod templates may do on this cluster (docs/agent.md, "
+            "'Cluster policy'); default: Pod Security baseline, service account 'default' "
+            "only, every namespace but kube-* and gpufleet-system.",
+        ),
+    ] = None,
     log_format: LogFormatOption = LogFormat.JSON,
     log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
@@ -273,6 +316,7 @@ def command(
         )
     check_address(metrics_address, "--metrics-address")
     check_address(health_address, "--health-address")
+    policy = load_policy(policy_file)
     local_config = kube_config(kubeconfig)
     hub_config = kube_config(hub_kubeconfig, "--hub-kubeconfig") if hub_kubeconfig else local_config
     logs.configure(log_level.value, log_format.value)
@@ -296,7 +340,9 @@ def command(
         leader=leader,
         loop_config=LoopConfig(debounce_s=debounce, resync_period_s=resync_period),
         config=AgentConfig(
-            heartbeat_interval_s=heartbeat_interval, min_push_interval_s=min_push_interval
+            heartbeat_interval_s=heartbeat_interval,
+            min_push_interval_s=min_push_interval,
+            policy=policy,
         ),
     )
     log.info(

@@ -174,6 +174,7 @@ LIST_MAPS: dict[tuple[str, str], tuple[str, ...]] = {
     ("ModelReplicaStatus", "pools"): _BY_NAME,
     ("ModelReplicaStatus", "conditions"): _BY_TYPE,
     ("ReplicaObservationStatus", "pools"): _BY_NAME,
+    ("ReplicaObservationStatus", "conditions"): _BY_TYPE,
 }
 
 _META = {
