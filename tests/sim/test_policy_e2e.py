@@ -78,4 +78,6 @@ def test_a_refused_deployment_never_reaches_the_cluster() -> None:
         if o["metadata"]["name"].startswith(refused)
     ]
     [scheduled] = [c for c in replica["status"]["conditions"] if c["type"] == "ModelPodsScheduled"]
-    assert (scheduled["status"], scheduled["reason"]) == ("False", "PodsPending")
+    # ... and the controller says why on the ModelReplica: the agent's refusal, with its fields.
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "PolicyDenied")
+    assert "spec.engines[0].members[0].template.spec.hostNetwork" in scheduled["message"]

@@ -65,6 +65,9 @@ class PodsReason(StrEnum):
     GENERATION_MISMATCH = "GenerationMismatch"
     #: No accepted report for the replica (not yet materialized, or the agent is silent).
     NOT_OBSERVED = "NotObserved"
+    #: The cluster's agent refused the replica's pod templates under its cluster policy
+    #: (its report's `PolicyAllowed=False` condition): it made nothing, and never will.
+    POLICY_DENIED = "PolicyDenied"
 
 
 class Freshness(StrEnum):
@@ -502,7 +505,15 @@ def replica_status(
     if observed_generation is not None:
         desired["observedGeneration"] = observed_generation
     desired["pools"] = pools
-    if observed_generation != generation:
+    denied = find_condition(status.get("conditions") or [], "PolicyAllowed")
+    if denied is not None and denied.get("status") == "False":
+        pods = condition(
+            MODEL_PODS_SCHEDULED,
+            "False",
+            PodsReason.POLICY_DENIED,
+            f"cluster {cluster}'s agent refused it: {denied.get('message', '')}",
+        )
+    elif observed_generation != generation:
         counted = (
             f"generation {observed_generation}"
             if observed_generation is not None
