@@ -44,6 +44,8 @@ class EventReason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     #: A cluster's observation came from an agent with an older lease epoch and was ignored.
     STALE_AGENT_REPORT = "StaleAgentReport"
+    #: A pool report's numbers cannot be true of the declared pool and class: refused.
+    IMPLAUSIBLE_REPORT = "ImplausibleReport"
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,6 +80,7 @@ from gpufleet.controller.status import (
     cluster_inputs,
     cluster_status,
     cluster_times,
+    implausible_pools,
     is_pods_scheduled,
     is_refresh_due,
     known_epoch,
@@ -490,6 +491,29 @@ class Controller(HubWriter):
 
     # --- published status -----------------------------------------------------------------
 
+    def _report_implausible(
+        self,
+        cluster: ReadObj,
+        classes: Mapping[str, ReadObj],
+        trust: Trust,
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        """A Warning event per pool whose report is refused as implausible (once per
+        message); a pool whose report is plausible again is forgotten."""
+        name = cluster["metadata"]["name"]
+        refused = implausible_pools(cluster, classes, trust)
+        for pool in (cluster.get("spec") or {}).get("nodePools") or []:
+            pool_name = str(pool.get("name"))
+            subject = ("implausible", name, pool_name)
+            message = refused.get(pool_name)
+            if message is None:
+                self.recorder.forget(subject)
+                continue
+            message = f"PoolObservation {pool_name} refused: {message}"
+            event = Event(cluster, EventType.WARNING, EventReason.IMPLAUSIBLE_REPORT, message)
+            self._record_once(subject, event, now, result)
+
     def _clusters_to_publish(self, now: datetime) -> list[str]:
         """The dirty clusters and those due by `now`, in listing order."""
         names, self._dirty.clusters = self._dirty.clusters, set()
@@ -523,6 +547,7 @@ class Controller(HubWriter):
             heapq.heappush(self._dues, (state.due, name))
         if settled == state.settled:
             return
+        self._report_implausible(cluster, classes, trust, now, result)
 
         def desire(current: ReadObj) -> Obj:
             return cluster_status(current, classes, trust, now, self.config)

@@ -31,6 +31,7 @@ from gpufleet.api import parse_object
 from gpufleet.api.models import PoolObservation, ReplicaObservation
 from gpufleet.controller.conditions import Obj, ReadObj, condition, find_condition, set_condition
 from gpufleet.controller.config import ControllerConfig
+from gpufleet.controller.plausible import IMPLAUSIBLE_REPORT, check_pool_report, pool_ceiling
 from gpufleet.core.capacity import as_utc
 from gpufleet.store import copy_json, copy_obj, format_time
 
@@ -203,14 +204,29 @@ def freshness(observed_at: datetime, now: datetime, config: ControllerConfig) ->
 # --- cluster status -----------------------------------------------------------------------
 
 
-def published_observation(report: AgentReport, now: datetime, config: ControllerConfig) -> Obj:
+def published_observation(
+    report: AgentReport,
+    now: datetime,
+    config: ControllerConfig,
+    pool: ReadObj | None = None,
+    klass: ReadObj | None = None,
+) -> Obj:
     """A pool report as `status.gpuPools[].observation` (shapes.md), in one piece.
 
     Histogram and `lastAllocationTime` come from the same report, so they describe one
     instant. An absent `lastAllocationTime` stays absent (a value published before is cleared).
     A histogram over the bucket cap is left out and says so in `HistogramAvailable`, so the
     pool falls back to whole-node accounting alone, instead of failing the whole status.
+
+    With the declared `pool` and its `klass`, a report whose numbers cannot be true of them
+    (`plausible.check_pool_report`) is refused the same way: no histogram, no excluded nodes or
+    extended resources, `observedNodes` at most the pool's ceiling, and
+    `HistogramAvailable=False` / `ImplausibleReport` with the rule and the numbers.
     """
+    if pool is not None and klass is not None:
+        implausible = check_pool_report(report.body["status"], pool, klass)
+        if implausible is not None:
+            return _refused(report, now, config, pool_ceiling(pool), implausible.message)
     status = report.body["status"]
     age_s, state = freshness(report.observed_at, now, config)
     conditions: list[Obj] = copy_json(list(status.get("conditions") or []))
@@ -237,6 +253,26 @@ def published_observation(report: AgentReport, now: datetime, config: Controller
     observation["extendedResources"] = dict(status.get("extendedResources") or {})
     observation["conditions"] = conditions
     return observation
+
+
+def _refused(
+    report: AgentReport, now: datetime, config: ControllerConfig, ceiling: int, message: str
+) -> Obj:
+    """An implausible pool report published as unobserved: whole-node accounting."""
+    status = report.body["status"]
+    age_s, state = freshness(report.observed_at, now, config)
+    observed = status.get("observedNodes")
+    in_range = isinstance(observed, int) and 0 <= observed <= ceiling
+    refused = condition(HISTOGRAM_AVAILABLE, "False", IMPLAUSIBLE_REPORT, message)
+    return {
+        "observedAt": status["observedAt"],
+        "ageSeconds": age_s,
+        "state": state,
+        "observedNodes": observed if in_range else ceiling,
+        "excludedNodes": {},
+        "extendedResources": {},
+        "conditions": [refused],
+    }
 
 
 def _aged(observation: ReadObj, now: datetime, config: ControllerConfig) -> Obj:
@@ -316,7 +352,7 @@ def cluster_status(
         report = pool_reports.get(pool_name)
         previous = (published.get(pool_name) or {}).get("observation")
         if report is not None:
-            entry["observation"] = published_observation(report, now, config)
+            entry["observation"] = published_observation(report, now, config, pool, klass)
         elif pool_name in rejected_pools and previous is not None:
             entry["observation"] = _aged(previous, now, config)
         gpu_pools.append(entry)
@@ -348,6 +384,23 @@ def cluster_status(
         pools_condition = condition(POOLS_PUBLISHED, "True", "AllPoolsPublished")
     desired["conditions"] = set_condition(conditions, pools_condition, now, generation)
     return desired
+
+
+def implausible_pools(
+    cluster: ReadObj, classes: Mapping[str, ReadObj], trust: Trust
+) -> dict[str, str]:
+    """Pool name -> why its accepted report was refused (`plausible`), for events."""
+    reports = {r.name: r for r in trust.accepted if r.kind == "PoolObservation"}
+    refused: dict[str, str] = {}
+    for pool in (cluster.get("spec") or {}).get("nodePools") or []:
+        report = reports.get(pool["name"])
+        klass = classes.get(pool["className"])
+        if report is None or klass is None:
+            continue
+        implausible = check_pool_report(report.body["status"], pool, klass)
+        if implausible is not None:
+            refused[pool["name"]] = implausible.message
+    return refused
 
 
 def cluster_states(
