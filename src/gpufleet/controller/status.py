@@ -8,6 +8,10 @@ controller keeps the highest lease epoch it has accepted (persisted in the clust
 from an agent that no longer holds the cluster's Lease: it is *ignored* (what was published
 from earlier accepted reports stays, ageing toward Expired) and named in `rejected`, for an
 event. A report of a higher epoch is accepted and its epoch becomes the cluster's.
+A report stamped more than `max_clock_skew_s` ahead of the controller's clock is set aside
+first (`Trust.future`): it counts for no epoch and is not accepted (fails closed). An accepted
+pool report whose numbers cannot be true of its pool and class (`plausible`) publishes its
+pool as unobserved (whole-node accounting).
 
 Freshness. A pool's published observation is `Fresh` until `stale_after_s`, then `Stale` (still
 used by the scheduler: errs toward full for fleet pods), then `Expired` after `expire_after_s`
@@ -40,6 +44,11 @@ POOLS_PUBLISHED: Final = "PoolsPublished"
 MODEL_PODS_SCHEDULED: Final = "ModelPodsScheduled"
 HISTOGRAM_AVAILABLE: Final = "HistogramAvailable"
 TOO_MANY_BUCKETS: Final = "TooManyBuckets"
+#: A cluster condition, present only while some report is stamped beyond the clock-skew
+#: tolerance: False, reason `FutureTimestamp`.
+REPORT_TIMES: Final = "ReportTimesValid"
+FUTURE_TIMESTAMP: Final = "FutureTimestamp"
+POOL: Final = "PoolObservation"
 
 #: The status keys of an InferenceCluster the controller writes (others are left alone).
 CLUSTER_OWNED: Final = ("conditions", "gateway", "agent", "gpuPools")
@@ -122,6 +131,9 @@ class Trust:
     accepted: tuple[AgentReport, ...]
     #: Reports of an epoch lower than `epoch`: ignored.
     rejected: tuple[AgentReport, ...]
+    #: Reports stamped beyond the clock-skew tolerance (`judge`'s `horizon`): not accepted,
+    #: as if never sent; they count for no epoch.
+    future: tuple[AgentReport, ...] = ()
     #: The newest accepted report, found once (a step asks for it many times).
     newest: AgentReport | None = field(init=False, default=None, compare=False, repr=False)
 
@@ -153,9 +165,23 @@ _ORDER: Final = operator.attrgetter("kind", "name")
 _EPOCH: Final = operator.attrgetter("lease_epoch")
 
 
-def judge(reports: Iterable[AgentReport], known_epoch: int | None) -> Trust:
-    """Accept the reports of the highest epoch seen (or remembered); reject older ones."""
+def judge(
+    reports: Iterable[AgentReport], known_epoch: int | None, horizon: datetime | None = None
+) -> Trust:
+    """Accept the reports of the highest epoch seen (or remembered); reject older ones.
+
+    Reports stamped after `horizon` (now plus the clock-skew tolerance) are set aside first:
+    they are not accepted and count for no epoch (fail closed). One of an epoch lower than the
+    cluster's is rejected as any older report is; the others are `future`."""
     reports = sorted(reports, key=_ORDER)
+    if horizon is not None and reports and max(map(_AT, reports)) > horizon:
+        judged = judge([r for r in reports if r.observed_at <= horizon], known_epoch)
+        ahead = [r for r in reports if r.observed_at > horizon]
+        epoch = judged.epoch
+        old = [r for r in ahead if epoch is not None and r.lease_epoch < epoch]
+        future = tuple(r for r in ahead if epoch is None or r.lease_epoch >= epoch)
+        rejected = tuple(sorted([*judged.rejected, *old], key=_ORDER))
+        return Trust(epoch, judged.accepted, rejected, future)
     epochs = list(map(_EPOCH, reports))
     if known_epoch is not None:
         epochs.append(known_epoch)
@@ -334,7 +360,7 @@ def cluster_status(
     current: Obj = cluster.get("status") or {}
     published = {p.get("name"): p for p in current.get("gpuPools") or []}
     pool_reports = {r.name: r for r in trust.accepted if r.kind == "PoolObservation"}
-    rejected_pools = {r.name for r in trust.rejected if r.kind == "PoolObservation"}
+    rejected_pools = {r.name for r in (*trust.rejected, *trust.future) if r.kind == POOL}
     gpu_pools: list[Obj] = []
     missing: list[str] = []
     for pool in (cluster.get("spec") or {}).get("nodePools") or []:
@@ -382,8 +408,38 @@ def cluster_status(
         pools_condition = condition(POOLS_PUBLISHED, "False", "ClassNotFound", "; ".join(missing))
     else:
         pools_condition = condition(POOLS_PUBLISHED, "True", "AllPoolsPublished")
-    desired["conditions"] = set_condition(conditions, pools_condition, now, generation)
+    conditions = set_condition(conditions, pools_condition, now, generation)
+    desired["conditions"] = _report_times(conditions, trust, now, generation, config)
     return desired
+
+
+def future_message(trust: Trust, config: ControllerConfig) -> str:
+    """Why the cluster's future-stamped reports are not accepted ("" when none is)."""
+    if not trust.future:
+        return ""
+    names = ", ".join(f"{r.kind} {r.name}" for r in trust.future)
+    return (
+        f"{len(trust.future)} report(s) stamped more than {config.max_clock_skew_s:g}s ahead "
+        f"of the controller's clock are not accepted (check the agent's clock): {names}"
+    )
+
+
+def _report_times(
+    conditions: list[Obj],
+    trust: Trust,
+    now: datetime,
+    generation: int | None,
+    config: ControllerConfig,
+) -> list[Obj]:
+    """`ReportTimesValid=False/FutureTimestamp` while a report is stamped in the future;
+    no such condition otherwise."""
+    message = future_message(trust, config)
+    if not message:
+        if find_condition(conditions, REPORT_TIMES) is None:
+            return conditions
+        return [c for c in conditions if c.get("type") != REPORT_TIMES]
+    future = condition(REPORT_TIMES, "False", FUTURE_TIMESTAMP, message)
+    return set_condition(conditions, future, now, generation)
 
 
 def implausible_pools(
@@ -465,8 +521,9 @@ def cluster_inputs(trust: Trust, is_refresh_due: bool) -> tuple[object, ...]:
         if r.kind == "PoolObservation"
     )
     rejected = tuple(r.name for r in trust.rejected if r.kind == "PoolObservation")
+    future = tuple((r.kind, r.name) for r in trust.future)
     when = trust.observed_at if is_refresh_due else None
-    return (trust.epoch, trust.identity, pools, rejected, is_refresh_due, when)
+    return (trust.epoch, trust.identity, pools, rejected, future, is_refresh_due, when)
 
 
 def _untimed(body: ReadObj) -> dict[str, Any]:
