@@ -41,7 +41,7 @@ class PoolCase:
     want_pool: Obj
     want_ready: tuple[str, str]
     config: ControllerConfig = SIM
-    pools: tuple[Obj, ...] = ({"name": "l4", "className": "l4-4x", "nodeCount": 1},)
+    pools: tuple[Obj, ...] = ({"name": "l4", "className": "l4-4x", "nodeCount": 2},)
 
 
 def _observation(age_s: int, state: str, **extra: object) -> Obj:
@@ -72,7 +72,7 @@ POOL_CASES = [
         at(10),
         {
             "name": "l4",
-            "nodes": 1,
+            "nodes": 2,
             "devices": CLASS_DEVICES,
             "observation": _observation(10, "Fresh"),
         },
@@ -84,7 +84,7 @@ POOL_CASES = [
         at(61),
         {
             "name": "l4",
-            "nodes": 1,
+            "nodes": 2,
             "devices": CLASS_DEVICES,
             "observation": _observation(61, "Stale"),
         },
@@ -96,7 +96,7 @@ POOL_CASES = [
         at(301),
         {
             "name": "l4",
-            "nodes": 1,
+            "nodes": 2,
             "devices": CLASS_DEVICES,
             "observation": _observation(301, "Expired"),
         },
@@ -121,7 +121,7 @@ POOL_CASES = [
         at(0),
         {
             "name": "l4",
-            "nodes": 1,
+            "nodes": 2,
             "devices": CLASS_DEVICES,
             "observation": {k: v for k, v in _observation(0, "Fresh").items() if k != "freeDevices"}
             | {
@@ -145,7 +145,7 @@ POOL_CASES = [
         "no-observation-whole-node",
         None,
         at(0),
-        {"name": "l4", "nodes": 1, "devices": CLASS_DEVICES},
+        {"name": "l4", "nodes": 2, "devices": CLASS_DEVICES},
         ("False", "AgentNotReporting"),
     ),
 ]

@@ -46,6 +46,9 @@ class ControllerConfig:
     #: How long an assumed write (the controller's own, not yet visible in its view of the
     #: store) is kept in force before it is forgotten.
     assume_ttl_s: float = 300.0
+    #: A report stamped more than this ahead of the controller's clock is not accepted (fails
+    #: closed: its cluster ages toward Expired as if its agent were silent).
+    max_clock_skew_s: float = 30.0
     #: Histograms with more buckets than this are published without them (whole-node fallback).
     max_histogram_buckets: int = MAX_HISTOGRAM_BUCKETS
     #: Per cluster, how its own scheduler picks nodes (default Spread).

@@ -44,6 +44,10 @@ class EventReason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     #: A cluster's observation came from an agent with an older lease epoch and was ignored.
     STALE_AGENT_REPORT = "StaleAgentReport"
+    #: A pool report's numbers cannot be true of the declared pool and class: refused.
+    IMPLAUSIBLE_REPORT = "ImplausibleReport"
+    #: A cluster's observation is stamped beyond the clock-skew tolerance: not accepted.
+    FUTURE_AGENT_REPORT = "FutureAgentReport"
 
 
 @dataclass(frozen=True, slots=True)

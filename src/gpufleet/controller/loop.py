@@ -80,6 +80,8 @@ from gpufleet.controller.status import (
     cluster_inputs,
     cluster_status,
     cluster_times,
+    future_message,
+    implausible_pools,
     is_pods_scheduled,
     is_refresh_due,
     known_epoch,
@@ -198,6 +200,12 @@ def _reported(cluster: Cluster, trust: Trust | None) -> Cluster:
     if trust is None or not trust.accepted or cluster.agent_observed_at == trust.observed_at:
         return cluster
     return dataclasses.replace(cluster, agent_observed_at=trust.observed_at)
+
+
+def _standing(trust: Trust) -> tuple[object, ...]:
+    """What of a Trust a replica's status reads besides its own report."""
+    future = tuple((r.kind, r.name) for r in trust.future)
+    return (trust.epoch, trust.rejected, future)
 
 
 @dataclass(slots=True)
@@ -445,13 +453,17 @@ class Controller(HubWriter):
         for error in self.reports.cluster_errors(records):
             self._error(result, error)
         judged, self._dirty.trusts = self._dirty.trusts, set()
-        for cluster in judged:
+        # Which reports are in the future moves with the clock: judge those clusters again.
+        judged |= {name for name, trust in self.trusts.items() if trust.future}
+        horizon = now + timedelta(seconds=self.config.max_clock_skew_s)
+        for cluster in sorted(judged):
             record = records.get(("", cluster))
             if record is None:
                 self.trusts.pop(cluster, None)
                 self._rejecting.discard(cluster)
                 continue
-            self._judge_cluster(cluster, record.obj)
+            self._judge_cluster(cluster, record.obj, horizon)
+        self._report_future(now, result)
         alive: set[tuple[str, ...]] = set()
         for cluster in sorted(self._rejecting):
             trust = self.trusts[cluster]
@@ -469,16 +481,32 @@ class Controller(HubWriter):
                 self._record_once(subject, event, now, result)
         self._forget("stale", alive)
 
-    def _judge_cluster(self, cluster: str, obj: ReadObj) -> None:
+    def _report_future(self, now: datetime, result: StepResult) -> None:
+        """A Warning event per cluster with reports stamped in the future (once per message)."""
+        alive: set[tuple[str, ...]] = set()
+        records = self.index.records[INFERENCE_CLUSTER]
+        for cluster, trust in sorted(self.trusts.items()):
+            message = future_message(trust, self.config)
+            if not message or ("", cluster) not in records:
+                continue
+            result.rejected_reports.append(f"cluster {cluster}: {message}")
+            subject = ("future", cluster)
+            alive.add(subject)
+            obj = records[("", cluster)].obj
+            event = Event(obj, EventType.WARNING, EventReason.FUTURE_AGENT_REPORT, message)
+            self._record_once(subject, event, now, result)
+        self._forget("future", alive)
+
+    def _judge_cluster(self, cluster: str, obj: ReadObj, horizon: datetime) -> None:
         remembered = (known_epoch(obj), self.epochs.get(cluster))
         epochs = [e for e in remembered if e is not None]
-        trust = self.reports.judge(cluster, max(epochs, default=None))
+        trust = self.reports.judge(cluster, max(epochs, default=None), horizon)
         last = self.trusts.get(cluster)
         if last is not trust:
             self._dirty.clusters.add(cluster)
             self._dirty.cores.add(cluster)
             # (A cluster judged for the first time is new, or every replica is dirty.)
-            if last is not None and (last.epoch, last.rejected) != (trust.epoch, trust.rejected):
+            if last is not None and _standing(last) != _standing(trust):
                 self._replicas_on(cluster)
         self.trusts[cluster] = trust
         if trust.epoch is not None:
@@ -489,6 +517,29 @@ class Controller(HubWriter):
             self._rejecting.discard(cluster)
 
     # --- published status -----------------------------------------------------------------
+
+    def _report_implausible(
+        self,
+        cluster: ReadObj,
+        classes: Mapping[str, ReadObj],
+        trust: Trust,
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        """A Warning event per pool whose report is refused as implausible (once per
+        message); a pool whose report is plausible again is forgotten."""
+        name = cluster["metadata"]["name"]
+        refused = implausible_pools(cluster, classes, trust)
+        for pool in (cluster.get("spec") or {}).get("nodePools") or []:
+            pool_name = str(pool.get("name"))
+            subject = ("implausible", name, pool_name)
+            message = refused.get(pool_name)
+            if message is None:
+                self.recorder.forget(subject)
+                continue
+            message = f"PoolObservation {pool_name} refused: {message}"
+            event = Event(cluster, EventType.WARNING, EventReason.IMPLAUSIBLE_REPORT, message)
+            self._record_once(subject, event, now, result)
 
     def _clusters_to_publish(self, now: datetime) -> list[str]:
         """The dirty clusters and those due by `now`, in listing order."""
@@ -523,6 +574,7 @@ class Controller(HubWriter):
             heapq.heappush(self._dues, (state.due, name))
         if settled == state.settled:
             return
+        self._report_implausible(cluster, classes, trust, now, result)
 
         def desire(current: ReadObj) -> Obj:
             return cluster_status(current, classes, trust, now, self.config)

@@ -11,13 +11,17 @@ rather than by scanning the cluster's reports.
 Equivalence with judging every report of the listing (the plain computation, kept in
 `judge`): a cluster's reports are those of its observation namespace that parse, in (kind,
 name) order; a replica's report is the first accepted ReplicaObservation naming it, in that
-order, and it counts as rejected when any rejected one names it.
+order, and it counts as rejected when any rejected one names it. A report stamped beyond the
+clock-skew tolerance is set aside (`Trust.future`) and counts as rejected for its replica: what
+was published stays, as if its agent were silent.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Container
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from gpufleet.controller.index import Key, Observation
 from gpufleet.controller.status import AgentReport, Trust, judge
@@ -28,6 +32,7 @@ ObservationKey = tuple[str, str, str]
 ReplicaKey = tuple[str, str, str]
 
 NO_TRUST = Trust(None, (), ())
+_AT = operator.attrgetter("observed_at")
 
 
 @dataclass(slots=True)
@@ -135,15 +140,26 @@ class FleetReports:
         if new.replica is not None:
             self._replicas[(new.cluster, *new.replica)][key[1]] = new.report
 
-    def judge(self, cluster: str, known: int | None) -> Trust:
+    def judge(self, cluster: str, known: int | None, horizon: datetime | None = None) -> Trust:
         """The cluster's Trust (`status.judge` of its reports), judged again only when its
         reports or `known` changed since the last call.
 
         Reports only replaced since a judgement that accepted them all (each by one of the
         same kind, name and lease epoch) are accepted all again at the same epoch, in the
-        same (kind, name) order: `judge` would find the same epochs."""
+        same (kind, name) order: `judge` would find the same epochs.
+
+        With `horizon` (now plus the clock-skew tolerance), a cluster with a report stamped
+        after it, or whose last judgement set one aside, is judged again in full (`judge`):
+        which reports are in the future moves with the clock."""
         entry = self._clusters.setdefault(cluster, _Cluster())
         last = entry.judged
+        if horizon is not None and (
+            (last is not None and last[0].future)
+            or (entry.reports and max(map(_AT, entry.reports.values())) > horizon)
+        ):
+            trust = judge(entry.reports.values(), known, horizon)
+            entry.judged, entry.is_replaced = (trust, known), False
+            return trust
         if last is not None and last[1] == known:
             if not entry.is_replaced:
                 return last[0]
@@ -166,11 +182,12 @@ class FleetReports:
         if trust is None or not named or trust.epoch is None:
             return None, False
         epoch = trust.epoch
+        future = {r.name for r in trust.future if r.kind == "ReplicaObservation"}
         report: AgentReport | None = None
         is_rejected = False
         for obs_name in sorted(named):
             found = named[obs_name]
-            if found.lease_epoch < epoch:
+            if found.lease_epoch < epoch or obs_name in future:
                 is_rejected = True
             elif report is None:
                 report = found

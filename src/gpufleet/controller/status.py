@@ -8,6 +8,10 @@ controller keeps the highest lease epoch it has accepted (persisted in the clust
 from an agent that no longer holds the cluster's Lease: it is *ignored* (what was published
 from earlier accepted reports stays, ageing toward Expired) and named in `rejected`, for an
 event. A report of a higher epoch is accepted and its epoch becomes the cluster's.
+A report stamped more than `max_clock_skew_s` ahead of the controller's clock is set aside
+first (`Trust.future`): it counts for no epoch and is not accepted (fails closed). An accepted
+pool report whose numbers cannot be true of its pool and class (`plausible`) publishes its
+pool as unobserved (whole-node accounting).
 
 Freshness. A pool's published observation is `Fresh` until `stale_after_s`, then `Stale` (still
 used by the scheduler: errs toward full for fleet pods), then `Expired` after `expire_after_s`
@@ -31,6 +35,7 @@ from gpufleet.api import parse_object
 from gpufleet.api.models import PoolObservation, ReplicaObservation
 from gpufleet.controller.conditions import Obj, ReadObj, condition, find_condition, set_condition
 from gpufleet.controller.config import ControllerConfig
+from gpufleet.controller.plausible import IMPLAUSIBLE_REPORT, check_pool_report, pool_ceiling
 from gpufleet.core.capacity import as_utc
 from gpufleet.store import copy_json, copy_obj, format_time
 
@@ -39,6 +44,11 @@ POOLS_PUBLISHED: Final = "PoolsPublished"
 MODEL_PODS_SCHEDULED: Final = "ModelPodsScheduled"
 HISTOGRAM_AVAILABLE: Final = "HistogramAvailable"
 TOO_MANY_BUCKETS: Final = "TooManyBuckets"
+#: A cluster condition, present only while some report is stamped beyond the clock-skew
+#: tolerance: False, reason `FutureTimestamp`.
+REPORT_TIMES: Final = "ReportTimesValid"
+FUTURE_TIMESTAMP: Final = "FutureTimestamp"
+POOL: Final = "PoolObservation"
 
 #: The status keys of an InferenceCluster the controller writes (others are left alone).
 CLUSTER_OWNED: Final = ("conditions", "gateway", "agent", "gpuPools")
@@ -121,6 +131,9 @@ class Trust:
     accepted: tuple[AgentReport, ...]
     #: Reports of an epoch lower than `epoch`: ignored.
     rejected: tuple[AgentReport, ...]
+    #: Reports stamped beyond the clock-skew tolerance (`judge`'s `horizon`): not accepted,
+    #: as if never sent; they count for no epoch.
+    future: tuple[AgentReport, ...] = ()
     #: The newest accepted report, found once (a step asks for it many times).
     newest: AgentReport | None = field(init=False, default=None, compare=False, repr=False)
 
@@ -152,9 +165,23 @@ _ORDER: Final = operator.attrgetter("kind", "name")
 _EPOCH: Final = operator.attrgetter("lease_epoch")
 
 
-def judge(reports: Iterable[AgentReport], known_epoch: int | None) -> Trust:
-    """Accept the reports of the highest epoch seen (or remembered); reject older ones."""
+def judge(
+    reports: Iterable[AgentReport], known_epoch: int | None, horizon: datetime | None = None
+) -> Trust:
+    """Accept the reports of the highest epoch seen (or remembered); reject older ones.
+
+    Reports stamped after `horizon` (now plus the clock-skew tolerance) are set aside first:
+    they are not accepted and count for no epoch (fail closed). One of an epoch lower than the
+    cluster's is rejected as any older report is; the others are `future`."""
     reports = sorted(reports, key=_ORDER)
+    if horizon is not None and reports and max(map(_AT, reports)) > horizon:
+        judged = judge([r for r in reports if r.observed_at <= horizon], known_epoch)
+        ahead = [r for r in reports if r.observed_at > horizon]
+        epoch = judged.epoch
+        old = [r for r in ahead if epoch is not None and r.lease_epoch < epoch]
+        future = tuple(r for r in ahead if epoch is None or r.lease_epoch >= epoch)
+        rejected = tuple(sorted([*judged.rejected, *old], key=_ORDER))
+        return Trust(epoch, judged.accepted, rejected, future)
     epochs = list(map(_EPOCH, reports))
     if known_epoch is not None:
         epochs.append(known_epoch)
@@ -203,14 +230,29 @@ def freshness(observed_at: datetime, now: datetime, config: ControllerConfig) ->
 # --- cluster status -----------------------------------------------------------------------
 
 
-def published_observation(report: AgentReport, now: datetime, config: ControllerConfig) -> Obj:
+def published_observation(
+    report: AgentReport,
+    now: datetime,
+    config: ControllerConfig,
+    pool: ReadObj | None = None,
+    klass: ReadObj | None = None,
+) -> Obj:
     """A pool report as `status.gpuPools[].observation` (shapes.md), in one piece.
 
     Histogram and `lastAllocationTime` come from the same report, so they describe one
     instant. An absent `lastAllocationTime` stays absent (a value published before is cleared).
     A histogram over the bucket cap is left out and says so in `HistogramAvailable`, so the
     pool falls back to whole-node accounting alone, instead of failing the whole status.
+
+    With the declared `pool` and its `klass`, a report whose numbers cannot be true of them
+    (`plausible.check_pool_report`) is refused the same way: no histogram, no excluded nodes or
+    extended resources, `observedNodes` at most the pool's ceiling, and
+    `HistogramAvailable=False` / `ImplausibleReport` with the rule and the numbers.
     """
+    if pool is not None and klass is not None:
+        implausible = check_pool_report(report.body["status"], pool, klass)
+        if implausible is not None:
+            return _refused(report, now, config, pool_ceiling(pool), implausible.message)
     status = report.body["status"]
     age_s, state = freshness(report.observed_at, now, config)
     conditions: list[Obj] = copy_json(list(status.get("conditions") or []))
@@ -237,6 +279,26 @@ def published_observation(report: AgentReport, now: datetime, config: Controller
     observation["extendedResources"] = dict(status.get("extendedResources") or {})
     observation["conditions"] = conditions
     return observation
+
+
+def _refused(
+    report: AgentReport, now: datetime, config: ControllerConfig, ceiling: int, message: str
+) -> Obj:
+    """An implausible pool report published as unobserved: whole-node accounting."""
+    status = report.body["status"]
+    age_s, state = freshness(report.observed_at, now, config)
+    observed = status.get("observedNodes")
+    in_range = isinstance(observed, int) and 0 <= observed <= ceiling
+    refused = condition(HISTOGRAM_AVAILABLE, "False", IMPLAUSIBLE_REPORT, message)
+    return {
+        "observedAt": status["observedAt"],
+        "ageSeconds": age_s,
+        "state": state,
+        "observedNodes": observed if in_range else ceiling,
+        "excludedNodes": {},
+        "extendedResources": {},
+        "conditions": [refused],
+    }
 
 
 def _aged(observation: ReadObj, now: datetime, config: ControllerConfig) -> Obj:
@@ -298,7 +360,7 @@ def cluster_status(
     current: Obj = cluster.get("status") or {}
     published = {p.get("name"): p for p in current.get("gpuPools") or []}
     pool_reports = {r.name: r for r in trust.accepted if r.kind == "PoolObservation"}
-    rejected_pools = {r.name for r in trust.rejected if r.kind == "PoolObservation"}
+    rejected_pools = {r.name for r in (*trust.rejected, *trust.future) if r.kind == POOL}
     gpu_pools: list[Obj] = []
     missing: list[str] = []
     for pool in (cluster.get("spec") or {}).get("nodePools") or []:
@@ -316,7 +378,7 @@ def cluster_status(
         report = pool_reports.get(pool_name)
         previous = (published.get(pool_name) or {}).get("observation")
         if report is not None:
-            entry["observation"] = published_observation(report, now, config)
+            entry["observation"] = published_observation(report, now, config, pool, klass)
         elif pool_name in rejected_pools and previous is not None:
             entry["observation"] = _aged(previous, now, config)
         gpu_pools.append(entry)
@@ -346,8 +408,55 @@ def cluster_status(
         pools_condition = condition(POOLS_PUBLISHED, "False", "ClassNotFound", "; ".join(missing))
     else:
         pools_condition = condition(POOLS_PUBLISHED, "True", "AllPoolsPublished")
-    desired["conditions"] = set_condition(conditions, pools_condition, now, generation)
+    conditions = set_condition(conditions, pools_condition, now, generation)
+    desired["conditions"] = _report_times(conditions, trust, now, generation, config)
     return desired
+
+
+def future_message(trust: Trust, config: ControllerConfig) -> str:
+    """Why the cluster's future-stamped reports are not accepted ("" when none is)."""
+    if not trust.future:
+        return ""
+    names = ", ".join(f"{r.kind} {r.name}" for r in trust.future)
+    return (
+        f"{len(trust.future)} report(s) stamped more than {config.max_clock_skew_s:g}s ahead "
+        f"of the controller's clock are not accepted (check the agent's clock): {names}"
+    )
+
+
+def _report_times(
+    conditions: list[Obj],
+    trust: Trust,
+    now: datetime,
+    generation: int | None,
+    config: ControllerConfig,
+) -> list[Obj]:
+    """`ReportTimesValid=False/FutureTimestamp` while a report is stamped in the future;
+    no such condition otherwise."""
+    message = future_message(trust, config)
+    if not message:
+        if find_condition(conditions, REPORT_TIMES) is None:
+            return conditions
+        return [c for c in conditions if c.get("type") != REPORT_TIMES]
+    future = condition(REPORT_TIMES, "False", FUTURE_TIMESTAMP, message)
+    return set_condition(conditions, future, now, generation)
+
+
+def implausible_pools(
+    cluster: ReadObj, classes: Mapping[str, ReadObj], trust: Trust
+) -> dict[str, str]:
+    """Pool name -> why its accepted report was refused (`plausible`), for events."""
+    reports = {r.name: r for r in trust.accepted if r.kind == "PoolObservation"}
+    refused: dict[str, str] = {}
+    for pool in (cluster.get("spec") or {}).get("nodePools") or []:
+        report = reports.get(pool["name"])
+        klass = classes.get(pool["className"])
+        if report is None or klass is None:
+            continue
+        implausible = check_pool_report(report.body["status"], pool, klass)
+        if implausible is not None:
+            refused[pool["name"]] = implausible.message
+    return refused
 
 
 def cluster_states(
@@ -412,8 +521,9 @@ def cluster_inputs(trust: Trust, is_refresh_due: bool) -> tuple[object, ...]:
         if r.kind == "PoolObservation"
     )
     rejected = tuple(r.name for r in trust.rejected if r.kind == "PoolObservation")
+    future = tuple((r.kind, r.name) for r in trust.future)
     when = trust.observed_at if is_refresh_due else None
-    return (trust.epoch, trust.identity, pools, rejected, is_refresh_due, when)
+    return (trust.epoch, trust.identity, pools, rejected, future, is_refresh_due, when)
 
 
 def _untimed(body: ReadObj) -> dict[str, Any]:
