@@ -3,9 +3,10 @@
 A step has two halves, both through the `Store` port only:
 
 1. **Observe and report.** List the cluster's Nodes, ResourceSlices, ResourceClaims and Pods
-   and the ModelReplicas assigned to the cluster on the hub (label `gpufleet.io/cluster`, all
-   namespaces); run the pure observe core (`gpufleet.agent.observe`) with the allocation clock
-   the Agent keeps between steps; write one PoolObservation per pool and one ReplicaObservation
+   and the ModelReplicas assigned to the cluster on the hub (from its hub namespace
+   `gpufleet-cluster-<cluster>`, the only one it may read: `gpufleet.agent.hub`); run the
+   pure observe core (`gpufleet.agent.observe`) with the allocation clock the Agent keeps
+   between steps; write one PoolObservation per pool and one ReplicaObservation
    per replica to the hub namespace `gpufleet-cluster-<cluster>`, stamped with
    `status.agent: {identity, leaseEpoch}` and `status.observedAt`. Observations of replicas
    that are gone are deleted. A pool with a PoolObservation on the hub that the agent no longer
@@ -60,6 +61,7 @@ from typing import Any, Final, TypeVar
 
 from gpufleet.agent.admission import PolicyGate
 from gpufleet.agent.feed import ClusterFeed
+from gpufleet.agent.hub import HubReplicas
 from gpufleet.agent.model import (
     AllocationClock,
     ObservationResult,
@@ -72,11 +74,11 @@ from gpufleet.agent.model import (
 from gpufleet.agent.policy import ClusterPolicy
 from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
+from gpufleet.api.names import cluster_namespace, replica_object_name
 from gpufleet.core import labels
 from gpufleet.core.model import PoolName
 from gpufleet.store.merge import merge_patch
 from gpufleet.store.port import (
-    MODEL_REPLICA,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     Conflict,
@@ -98,14 +100,14 @@ _EMPTY_POOL_STATUS: Final = ObservedPool(PoolName(""), 0, (), None, {}, {}, 0).t
 
 
 def replica_observation_name(namespace: str, name: str) -> str:
-    """`<namespace>.<name>`: replicas of equal names in two namespaces share one hub namespace
-    for their observations, so the name carries the namespace (a DNS subdomain either way)."""
-    return f"{namespace}.{name}"
+    """`<namespace>.<name>`: the name of the replica's object on the hub, where replicas of
+    equal names from two tenant namespaces share their cluster's namespace (`HubReplicas`)."""
+    return replica_object_name(namespace, name)
 
 
 def observation_namespace(cluster_name: str) -> str:
-    """The hub namespace that holds one cluster's observations."""
-    return f"gpufleet-cluster-{cluster_name}"
+    """The hub namespace that holds one cluster's observations and replicas."""
+    return cluster_namespace(cluster_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +162,8 @@ class Agent:
         self.lease_epoch = lease_epoch
         self.clock = AllocationClock()
         self.namespace = observation_namespace(cluster_name)
+        #: Its ModelReplicas, read from its hub namespace only, as their deployments see them.
+        self._hub_replicas = HubReplicas(hub, cluster_name)
         self._policy_gate = PolicyGate(self.config.policy)
         self._last_push_at: datetime | None = None
         #: The mappings of the last report pushed (held: their identities stay theirs).
@@ -214,7 +218,7 @@ class Agent:
         try:
             # Only read (observe and materialize copy what they keep), and a view hands out
             # the same object until it changes, so what was derived from it can be reused.
-            found = self.hub.view(MODEL_REPLICA, None, {labels.CLUSTER: self.cluster_name})
+            found = self._hub_replicas.read()
         except StoreError as e:
             if outcome is not None:
                 outcome.is_hub_reachable = False
@@ -283,16 +287,17 @@ class Agent:
         statuses[name] = _status_of(r, self._replica_statuses.get(name))
         status = statuses[name][1]
         entry = self._last_report_replicas.get(name)
+        # The replica it observes is the hub's object: the same name, in the same namespace.
         if not (
             entry is not None
             and entry[1] is status
-            and entry[0]["replicaName"] == r.name
-            and entry[0]["replicaNamespace"] == r.namespace
+            and entry[0]["replicaName"] == name
+            and entry[0]["replicaNamespace"] == self.namespace
         ):
             spec = {
                 "clusterName": self.cluster_name,
-                "replicaName": r.name,
-                "replicaNamespace": r.namespace,
+                "replicaName": name,
+                "replicaNamespace": self.namespace,
             }
             entry = (spec, status)
         return entry

@@ -41,8 +41,9 @@ from gpufleet.api.models import (
     ReplicaPoolPodsStatus,
     is_condition_true,
 )
+from gpufleet.api.names import replica_origin
 from gpufleet.cel import compile_selector
-from gpufleet.core.labels import REPLICA_INDEX
+from gpufleet.core.labels import DEPLOYMENT_NAMESPACE, REPLICA_INDEX
 from gpufleet.core.model import (
     Attribute,
     AttributeKind,
@@ -251,11 +252,14 @@ def _pool_status(pool: ReplicaPoolPodsStatus) -> ReplicaPoolStatus:
 
 def replica_from_manifest(replica: ModelReplica) -> Replica:
     status = replica.status
+    meta = replica.metadata
+    # It lives in its cluster's hub namespace; scheduling knows it by its deployment's.
+    namespace, name = replica_origin(
+        meta.namespace or DEFAULT_NAMESPACE, meta.name, meta.labels.get(DEPLOYMENT_NAMESPACE)
+    )
     return Replica(
-        name=replica.metadata.name,
-        deployment=DeploymentKey(
-            replica.metadata.namespace or DEFAULT_NAMESPACE, replica.spec.deployment_name
-        ),
+        name=name,
+        deployment=DeploymentKey(namespace, replica.spec.deployment_name),
         cluster=ClusterName(replica.spec.cluster_name),
         index=replica_index(replica.metadata.labels),
         engines=tuple(

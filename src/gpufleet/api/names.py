@@ -1,6 +1,10 @@
 """Kubernetes name formats: DNS labels (RFC 1123), DNS subdomains, label keys and values."""
 
 import re
+from collections.abc import Mapping
+from typing import Any
+
+from gpufleet.core.labels import DEPLOYMENT_NAMESPACE
 
 DNS_LABEL_MAX_CHARS = 63
 DNS_SUBDOMAIN_MAX_CHARS = 253
@@ -51,3 +55,69 @@ def is_label_value(value: str) -> bool:
     return value == "" or (
         len(value) <= LABEL_VALUE_MAX_CHARS and _QUALIFIED_NAME.fullmatch(value) is not None
     )
+
+
+# --- the hub's per-cluster namespaces -------------------------------------------------------
+
+#: A cluster's hub namespace is this prefix + the cluster name (docs/operations.md, "Security
+#: model"): its ModelReplicas and observations live there, and its agent may touch nothing else.
+CLUSTER_NAMESPACE_PREFIX = "gpufleet-cluster-"
+#: Longest cluster name whose hub namespace is still a DNS label (namespaces are).
+CLUSTER_NAME_MAX_CHARS = DNS_LABEL_MAX_CHARS - len(CLUSTER_NAMESPACE_PREFIX)
+CLUSTER_NAME_RULE = (
+    f"must be a DNS label of at most {CLUSTER_NAME_MAX_CHARS} characters "
+    f"(it names the hub namespace {CLUSTER_NAMESPACE_PREFIX}<cluster>)"
+)
+
+
+class ClusterNameError(ValueError):
+    """A cluster name that cannot name a hub namespace (`CLUSTER_NAME_RULE`)."""
+
+
+def is_cluster_name(cluster: str) -> bool:
+    """Whether `cluster` can name a hub namespace (`CLUSTER_NAME_RULE`)."""
+    return is_dns_label(cluster, CLUSTER_NAME_MAX_CHARS)
+
+
+def cluster_namespace(cluster: str) -> str:
+    """The hub namespace of cluster `cluster`: `gpufleet-cluster-<cluster>`, the one place this
+    name is made. Raises `ClusterNameError` (naming the rule) when it would not be a DNS label."""
+    if not is_cluster_name(cluster):
+        raise ClusterNameError(f"cluster name {cluster!r} {CLUSTER_NAME_RULE}")
+    return CLUSTER_NAMESPACE_PREFIX + cluster
+
+
+def cluster_of_namespace(namespace: str) -> str | None:
+    """The cluster whose hub namespace `namespace` is; None when it is no cluster's."""
+    if not namespace.startswith(CLUSTER_NAMESPACE_PREFIX):
+        return None
+    cluster = namespace.removeprefix(CLUSTER_NAMESPACE_PREFIX)
+    return cluster if is_cluster_name(cluster) else None
+
+
+def replica_object_name(deployment_namespace: str, replica: str) -> str:
+    """The hub name of replica `replica` of a deployment in `deployment_namespace`:
+    `<namespace>.<replica>`. Replicas of equal names from two tenant namespaces share their
+    cluster's hub namespace, so the name carries the tenant namespace; a namespace is a DNS
+    label (no '.'), so the first '.' splits it off again (`replica_origin`). At most
+    63 + 1 + 63 characters, a DNS subdomain (as every object name must be)."""
+    return f"{deployment_namespace}.{replica}"
+
+
+def replica_origin(
+    namespace: str | None, name: str, deployment_namespace: str | None
+) -> tuple[str, str]:
+    """(the deployment's namespace, the replica's name as scheduling knows it) of a
+    ModelReplica at hub `namespace`/`name` labelled with `deployment_namespace`
+    (`gpufleet.io/deployment-namespace`). A replica without that label, or whose name does not
+    carry it, was written in its deployment's namespace (before per-cluster namespaces): it is
+    read as it stands."""
+    if deployment_namespace and name.startswith(deployment_namespace + "."):
+        return deployment_namespace, name[len(deployment_namespace) + 1 :]
+    return namespace or "default", name
+
+
+def replica_origin_of(metadata: Mapping[str, Any]) -> tuple[str, str]:
+    """`replica_origin` of a ModelReplica's `metadata`."""
+    deployment_namespace = (metadata.get("labels") or {}).get(DEPLOYMENT_NAMESPACE)
+    return replica_origin(metadata.get("namespace"), str(metadata["name"]), deployment_namespace)

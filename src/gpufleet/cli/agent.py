@@ -5,9 +5,9 @@ It composes the generic daemon pieces of `gpufleet.kube` with the `Agent`:
 - a local `KubeStore` (in-cluster config or `--kubeconfig`) with informers on Nodes,
   ResourceSlices, ResourceClaims, Pods and the workloads the agent owns (labelled
   `gpufleet.io/replica`; LeaderWorkerSets optional, the CRD may be absent);
-- a hub `KubeStore` from `--hub-kubeconfig` with a cluster-wide watch of the ModelReplicas
-  labelled `gpufleet.io/cluster=<name>` and watches of its observations scoped to its namespace
-  `gpufleet-cluster-<name>` (its RBAC allows nothing wider). Changes of the observations do not
+- a hub `KubeStore` from `--hub-kubeconfig` with watches scoped to its hub namespace
+  `gpufleet-cluster-<name>` (its RBAC allows nothing wider): its ModelReplicas (labelled
+  `gpufleet.io/cluster=<name>`) and its observations. Changes of the observations do not
   trigger a step (they are the agent's own writes); the watch proves the credentials work;
 - the cluster's policy for tenant pod templates from `--policy FILE` (YAML; default: the secure
   default of `gpufleet.agent.policy`), read and checked before anything connects;
@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry
 from gpufleet.agent.materialize import OWNED_SELECTOR
 from gpufleet.agent.policy import ClusterPolicy, PolicyInvalid, parse_policy
 from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, observation_namespace
-from gpufleet.api.names import is_dns_label
+from gpufleet.api.names import CLUSTER_NAME_MAX_CHARS, is_cluster_name
 from gpufleet.cli.controller import (
     DebounceOption,
     HealthAddressOption,
@@ -71,7 +71,7 @@ from gpufleet.kube.daemon import (
     endpoints,
     run_until_signalled,
 )
-from gpufleet.kube.install import AGENT, CLUSTER_NAME_MAX_CHARS, HEALTH_PORT, METRICS_PORT
+from gpufleet.kube.install import AGENT, HEALTH_PORT, METRICS_PORT
 from gpufleet.kube.install import SYSTEM_NAMESPACE as LEASE_NAMESPACE
 from gpufleet.kube.leader import LeaderConfig, LeaderElector
 from gpufleet.kube.metrics import CONTENT_TYPE_LATEST, AgentMetrics, disable_created_series, render
@@ -164,7 +164,12 @@ class AgentDaemon:
             Watch(local, RESOURCE_CLAIM_TEMPLATE, label_selector=OWNED_SELECTOR),
             Watch(local, DEPLOYMENT, label_selector=OWNED_SELECTOR),
             Watch(local, LEADER_WORKER_SET, label_selector=OWNED_SELECTOR, required=False),
-            Watch(hub, MODEL_REPLICA, label_selector=f"{labels.CLUSTER}={cluster}"),
+            Watch(
+                hub,
+                MODEL_REPLICA,
+                namespace=namespace,
+                label_selector=f"{labels.CLUSTER}={cluster}",
+            ),
             Watch(hub, POOL_OBSERVATION, namespace=namespace, triggers=False),
             Watch(hub, REPLICA_OBSERVATION, namespace=namespace, triggers=False),
         ]
@@ -309,7 +314,7 @@ def command(
     log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
     """Run a workload cluster's agent: report free GPUs to the hub, materialize replicas."""
-    if not is_dns_label(cluster, CLUSTER_NAME_MAX_CHARS):
+    if not is_cluster_name(cluster):
         raise typer.BadParameter(
             f"must be a DNS label of at most {CLUSTER_NAME_MAX_CHARS} characters",
             param_hint="'--cluster'",

@@ -6,19 +6,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from gpufleet.api.names import CLUSTER_NAMESPACE_PREFIX, cluster_namespace
 from gpufleet.core.model import MAX_HISTOGRAM_BUCKETS, NodeChoice, SchedulingConfig
 
-#: The hub namespace that holds one cluster's observations is this prefix + the cluster name
-#: (docs/design/shapes.md, "PoolObservation and ReplicaObservation").
-OBSERVATION_NAMESPACE_PREFIX: Final = "gpufleet-cluster-"
+#: The hub namespace that holds one cluster's observations and replicas is this prefix + the
+#: cluster name (`gpufleet.api.names.cluster_namespace`).
+OBSERVATION_NAMESPACE_PREFIX: Final = CLUSTER_NAMESPACE_PREFIX
 
 #: The namespace of Events about cluster-scoped objects, as the API server's recorders use.
 CLUSTER_EVENT_NAMESPACE: Final = "default"
 
 
 def observation_namespace(cluster_name: str) -> str:
-    """The hub namespace holding the observations of cluster `cluster_name`."""
-    return f"{OBSERVATION_NAMESPACE_PREFIX}{cluster_name}"
+    """The hub namespace holding the observations and replicas of cluster `cluster_name`."""
+    return cluster_namespace(cluster_name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -224,6 +224,8 @@ class _Dirty:
     deployments: set[Key] = field(default_factory=set)
     #: Whether a scheduling input changed.
     schedule: bool = False
+    #: Whether a deployment or replica moved: look for replicas to collect (`_collect`).
+    orphans: bool = False
 
 
 @dataclass(slots=True)
@@ -326,6 +328,7 @@ class Controller(HubWriter):
         for name in self._clusters_to_publish(now):
             self._publish_cluster(name, classes, now, result)
         self._publish_replicas(now, result)
+        self._collect(now, result)
         if is_complete:
             self._schedule(classes, now, result)
         else:
@@ -357,6 +360,7 @@ class Controller(HubWriter):
             dirty.cores.add(key[1])
             if not is_first:  # then every replica is dirty anyway
                 self._replicas_on(key[1])
+        dirty.orphans = dirty.orphans or bool(moved[MODEL_DEPLOYMENT] or moved[MODEL_REPLICA])
         for key in moved[MODEL_DEPLOYMENT]:
             dirty.deployments.add(key)
             record, last = (
@@ -374,8 +378,7 @@ class Controller(HubWriter):
                 index.previous[MODEL_REPLICA].get(key),
             ):
                 if record is not None:
-                    owner = (record.obj.get("spec") or {}).get("deploymentName")
-                    dirty.deployments.add((key[0], str(owner)))
+                    dirty.deployments.add(replica_docs.deployment_of(record.obj))
             self._track(MODEL_REPLICA, key)
         for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION):
             records = index.records[kind]
@@ -429,6 +432,7 @@ class Controller(HubWriter):
         dirty.replicas.update(records[MODEL_REPLICA])
         dirty.deployments.update(records[MODEL_DEPLOYMENT])
         dirty.schedule = True
+        dirty.orphans = True
         self._applied = {}
         self._clusters = {}
 
@@ -629,7 +633,7 @@ class Controller(HubWriter):
             written = self._write_status(MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result)
             if written is not replica:
                 self._dirty.schedule = True
-                self._dirty.deployments.add((key[0], str(replica["spec"].get("deploymentName"))))
+                self._dirty.deployments.add(replica_docs.deployment_of(replica))
 
     # --- scheduling -----------------------------------------------------------------------
 
@@ -834,8 +838,8 @@ class Controller(HubWriter):
         namespace, name = key_of(obj)
         mine = [
             r
-            for k, r in self._replica_objs.items()
-            if k[0] == namespace and (r.get("spec") or {}).get("deploymentName") == name
+            for r in self._replica_objs.values()
+            if replica_docs.deployment_of(r) == (namespace, name)
         ]
         ready = sum(1 for r in mine if is_pods_scheduled(r.get("status") or {}))
 
@@ -848,14 +852,39 @@ class Controller(HubWriter):
         event = Event(obj, EventType.WARNING, EventReason.INVALID_SPEC, scheduled["message"])
         self._record_once(("invalid", namespace, name), event, now, result)
 
+    def _replica_of(self, cluster: str, namespace: str, name: str) -> ReadObj | None:
+        """The replica `name` of a deployment in `namespace` on `cluster`, as the step reads it."""
+        key = replica_docs.replica_key(cluster, namespace, name)
+        return None if key is None else self._replica_objs.get(key)
+
+    def _collect(self, now: datetime, result: StepResult) -> None:
+        """Delete the replicas whose deployment is gone and those outside their cluster's hub
+        namespace (`replicas.orphaned`), once a deployment or replica moved. What an owner
+        reference would have the garbage collector do, had the replica been allowed one."""
+        if not self._dirty.orphans:
+            return
+        self._dirty.orphans = False
+        existing = {k: obj for k, (obj, _) in self._deployments.items()}
+        existing.update((k, obj) for k, (obj, _) in self._invalid.items())
+        for key, obj in sorted(self._replica_objs.items()):
+            why = replica_docs.orphaned(obj, existing)
+            if why is None:
+                continue
+            delete = functools.partial(self._delete, MODEL_REPLICA, obj, now, result)
+            if not self._guard(result, f"delete ModelReplica {name_of(obj)} ({why})", delete):
+                continue
+            log.info("deleted ModelReplica %s: %s", name_of(obj), why.value)
+            for table in (self._replica_objs, self._replica_cores, self._replica_errors):
+                table.pop(key, None)  # gone for this step's decision too
+            self._dirty.schedule = True
+
     def _apply(
         self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult
     ) -> None:
-        replicas = self._replica_objs
         namespace = decided.key.namespace
         is_applied = self._drop(deployment, decided, now, result)
         for placement in decided.retained:
-            current = replicas.get((namespace, placement.name))
+            current = self._replica_of(placement.cluster, namespace, placement.name)
             if current is None or replica_docs.restamped(current, placement, deployment) is None:
                 continue
             restamp = functools.partial(
@@ -880,7 +909,9 @@ class Controller(HubWriter):
         ready = sum(
             1
             for p in decided.retained
-            if is_pods_scheduled((replicas.get((namespace, p.name)) or {}).get("status") or {})
+            if is_pods_scheduled(
+                (self._replica_of(p.cluster, namespace, p.name) or {}).get("status") or {}
+            )
         )
         scheduled = replica_docs.decision_condition(decided.condition)
 
@@ -895,11 +926,10 @@ class Controller(HubWriter):
         self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult
     ) -> bool:
         """Delete the dropped replicas; False when a delete failed."""
-        replicas = self._replica_objs
         namespace = decided.key.namespace
         is_applied = True
         for dropped in decided.dropped:
-            current = replicas.get((namespace, dropped.name))
+            current = self._replica_of(dropped.cluster, namespace, dropped.name)
             if current is None:
                 continue
             delete = functools.partial(self._delete, MODEL_REPLICA, current, now, result)
@@ -924,11 +954,12 @@ class Controller(HubWriter):
         created = 0
         is_applied = True
         for placement in decided.created:
-            body = replica_docs.replica_body(placement, deployment)
             restamp = functools.partial(
                 replica_docs.restamped, placement=placement, deployment=deployment
             )
-            create = functools.partial(self._create, MODEL_REPLICA, body, restamp, now, result)
+            create = functools.partial(
+                self._create_replica, placement, deployment, restamp, now, result
+            )
             if not self._guard(result, f"create ModelReplica {namespace}/{placement.name}", create):
                 is_applied = False
                 continue

@@ -3,7 +3,13 @@
 Pure functions. A replica body is a function of its `Placement` and its deployment's manifest
 (docs/design/shapes.md, "ModelReplica"): the pinned cluster and pools and the resolved device
 requests come from the placement, the pod templates are copied from the deployment's members
-(matched by engine name and role), and the replica is owned by its deployment.
+(matched by engine name and role). The replica lives in its cluster's hub namespace
+(`cluster_namespace`, the only namespace that cluster's agent may read), named
+`<deployment namespace>.<replica>` (`replica_object_name`). An owner reference cannot point
+to another namespace (the garbage collector would take the owner as absent and delete the
+replica), so labels tie it to its deployment: `gpufleet.io/deployment-namespace`,
+`gpufleet.io/deployment` and `gpufleet.io/deployment-uid`; the controller deletes the replicas
+of a deployment that is gone (`orphaned`, docs/controller.md "Replica garbage collection").
 """
 
 from __future__ import annotations
@@ -14,6 +20,12 @@ from enum import StrEnum
 from typing import Any, Final
 
 from gpufleet.api import FieldError
+from gpufleet.api.names import (
+    cluster_namespace,
+    is_cluster_name,
+    replica_object_name,
+    replica_origin_of,
+)
 from gpufleet.controller.conditions import Obj, ReadObj, condition, set_condition
 from gpufleet.core import labels
 from gpufleet.core.decision import Condition, Placement
@@ -36,23 +48,65 @@ class InvalidReason(StrEnum):
 
 
 def replica_labels(placement: Placement) -> dict[str, str]:
+    """The labels that say which deployment, cluster and index a replica is (its deployment's
+    uid aside: `uid_label`)."""
     return {
+        labels.DEPLOYMENT_NAMESPACE: placement.deployment.namespace,
         labels.DEPLOYMENT: placement.deployment.name,
         labels.CLUSTER: placement.cluster,
         labels.REPLICA_INDEX: str(placement.index),
     }
 
 
-def owner_reference(deployment: ReadObj) -> Obj:
-    meta = deployment["metadata"]
-    return {
-        "apiVersion": deployment["apiVersion"],
-        "kind": deployment["kind"],
-        "name": meta["name"],
-        "uid": meta.get("uid", ""),
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+def uid_label(deployment: ReadObj) -> dict[str, str]:
+    """`gpufleet.io/deployment-uid` of the replicas the controller creates for `deployment`."""
+    uid = deployment["metadata"].get("uid")
+    return {labels.DEPLOYMENT_UID: str(uid)} if uid else {}
+
+
+def replica_key(cluster: str, deployment_namespace: str, replica: str) -> tuple[str, str] | None:
+    """The hub (namespace, name) of replica `replica` of a deployment in
+    `deployment_namespace`, placed on cluster `cluster`; None when the cluster's name names no
+    hub namespace (`CLUSTER_NAME_RULE`)."""
+    if not is_cluster_name(cluster):
+        return None
+    return (cluster_namespace(cluster), replica_object_name(deployment_namespace, replica))
+
+
+def deployment_of(replica: ReadObj) -> tuple[str, str]:
+    """The (namespace, name) of the deployment `replica` belongs to."""
+    namespace, _ = replica_origin_of(replica["metadata"])
+    return namespace, str((replica.get("spec") or {}).get("deploymentName"))
+
+
+class Orphaned(StrEnum):
+    """Why the controller deletes a replica no decision names (`orphaned`)."""
+
+    #: Its deployment is gone, being deleted, or was re-created (another uid).
+    DEPLOYMENT_DELETED = "DeploymentDeleted"
+    #: It is not in its cluster's hub namespace (written by hand, or before per-cluster
+    #: namespaces): its cluster's agent cannot read it; scheduling places it again there.
+    MISPLACED = "Misplaced"
+
+
+def orphaned(replica: ReadObj, deployments: Mapping[tuple[str, str], ReadObj]) -> Orphaned | None:
+    """Why `replica` is to be deleted, given the deployments that exist (not being deleted) by
+    (namespace, name); None when it stays. A replica in its cluster's namespace without the
+    `gpufleet.io/deployment-namespace` label was not written by the controller: it stays."""
+    meta = replica["metadata"]
+    cluster = str((replica.get("spec") or {}).get("clusterName", ""))
+    if not is_cluster_name(cluster) or meta.get("namespace") != cluster_namespace(cluster):
+        return Orphaned.MISPLACED
+    have: Mapping[str, str] = meta.get("labels") or {}
+    if not have.get(labels.DEPLOYMENT_NAMESPACE):
+        return None
+    deployment = deployments.get(deployment_of(replica))
+    if deployment is None:
+        return Orphaned.DEPLOYMENT_DELETED
+    uid = have.get(labels.DEPLOYMENT_UID)
+    if uid and deployment["metadata"].get("uid") and uid != deployment["metadata"]["uid"]:
+        return Orphaned.DEPLOYMENT_DELETED
+    return None
 
 
 def _templates(deployment: ReadObj) -> dict[tuple[str, str], Any]:
@@ -103,40 +157,38 @@ def replica_spec(placement: Placement, deployment: ReadObj) -> Obj:
 
 
 def replica_body(placement: Placement, deployment: ReadObj) -> Obj:
-    """A new ModelReplica for `placement`, owned by `deployment`."""
+    """A new ModelReplica for `placement`, in its cluster's hub namespace, labelled with
+    `deployment` (raises `ClusterNameError` for a cluster name that names no namespace)."""
+    namespace = cluster_namespace(placement.cluster)
+    name = replica_object_name(placement.deployment.namespace, placement.name)
     return {
         "apiVersion": deployment["apiVersion"],
         "kind": "ModelReplica",
         "metadata": {
-            "name": placement.name,
-            "namespace": placement.deployment.namespace,
-            "labels": replica_labels(placement),
-            "ownerReferences": [owner_reference(deployment)],
+            "name": name,
+            "namespace": namespace,
+            "labels": {**replica_labels(placement), **uid_label(deployment)},
         },
         "spec": replica_spec(placement, deployment),
     }
 
 
 def restamped(current: ReadObj, placement: Placement, deployment: ReadObj) -> Obj | None:
-    """`current` with the spec, labels and owner the placement wants; None when it has them.
+    """`current` with the spec and labels the placement wants; None when it has them.
 
-    Labels and owner references other writers added are kept.
+    Labels other writers added are kept, and so is the deployment uid it was created with
+    (a replica of another uid is deleted, not adopted: `orphaned`).
     """
     want_spec = replica_spec(placement, deployment)
     meta = current.get("metadata") or {}
     have_labels: Mapping[str, str] = meta.get("labels") or {}
     want_labels = replica_labels(placement)
-    owner = owner_reference(deployment)
-    owners: list[Obj] = list(meta.get("ownerReferences") or [])
-    has_owner = any(o.get("uid") == owner["uid"] and o.get("kind") == owner["kind"] for o in owners)
     is_labelled = all(have_labels.get(k) == v for k, v in want_labels.items())
-    if current.get("spec") == want_spec and is_labelled and has_owner:
+    if current.get("spec") == want_spec and is_labelled:
         return None
     updated = copy_obj(current)
     updated["spec"] = want_spec
     updated["metadata"]["labels"] = {**have_labels, **want_labels}
-    if not has_owner:
-        updated["metadata"]["ownerReferences"] = [*owners, owner]
     return updated
 
 

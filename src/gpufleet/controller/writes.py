@@ -16,14 +16,17 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from gpufleet.api.names import ClusterNameError
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal, owned_patch
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import Event, Recorder, event_body, repeated
 from gpufleet.controller.index import HubIndex, Key, is_deleting, key_of, name_of
 from gpufleet.controller.ledger import AssumeLedger
+from gpufleet.controller.replicas import replica_body
 from gpufleet.controller.status import REPLICA_OWNED, replica_status
 from gpufleet.core import labels
-from gpufleet.store import AlreadyExists, Conflict, Kind, NotFound, Store, StoreError
+from gpufleet.core.decision import Placement
+from gpufleet.store import AlreadyExists, Conflict, Invalid, Kind, NotFound, Store, StoreError
 from gpufleet.store.port import EVENT, MODEL_REPLICA
 
 log = logging.getLogger("gpufleet.controller.loop")
@@ -170,9 +173,11 @@ class HubWriter:
             written = self.hub.create(body)
         except AlreadyExists:
             existing = self._reread(kind, body)
-            want = body["metadata"].get("labels", {}).get(labels.DEPLOYMENT)
-            have = (existing["metadata"].get("labels") or {}).get(labels.DEPLOYMENT)
-            if want != have or is_deleting(existing):
+            wanted = body["metadata"].get("labels", {})
+            found = existing["metadata"].get("labels") or {}
+            want, have = wanted.get(labels.DEPLOYMENT), found.get(labels.DEPLOYMENT)
+            uids = (wanted.get(labels.DEPLOYMENT_UID), found.get(labels.DEPLOYMENT_UID))
+            if want != have or is_deleting(existing) or (all(uids) and uids[0] != uids[1]):
                 raise
             self.ledger.assume_written(kind, existing, now)
             self._update(kind, existing, change, now, result)
@@ -186,6 +191,23 @@ class HubWriter:
                 return replica_status(current, None, False, now)
 
             self._write_status(kind, written, desire, REPLICA_OWNED, now, result)
+
+    def _create_replica(
+        self,
+        placement: Placement,
+        deployment: ReadObj,
+        change: Callable[[ReadObj], Obj | None],
+        now: datetime,
+        result: StepErrors,
+    ) -> None:
+        """Create the replica of `placement` in its cluster's hub namespace (`_create`). A
+        cluster whose name names no namespace is an error of the write, as the API server's
+        refusal would be."""
+        try:
+            body = replica_body(placement, deployment)
+        except ClusterNameError as e:
+            raise Invalid(str(e)) from None
+        self._create(MODEL_REPLICA, body, change, now, result)
 
     def _delete(self, kind: Kind, obj: ReadObj, now: datetime, result: StepErrors) -> None:
         meta = obj["metadata"]

@@ -13,6 +13,12 @@ RESERVED_LABEL_PREFIX: Final = "gpufleet.io/"
 POOL: Final = "gpufleet.io/pool"
 #: On ModelReplicas, pods and workloads: the ModelDeployment name.
 DEPLOYMENT: Final = "gpufleet.io/deployment"
+#: On ModelReplicas: the ModelDeployment's namespace and uid. A replica lives in its cluster's
+#: hub namespace, not its deployment's, so no owner reference can tie it to its deployment
+#: (they cannot cross namespaces): these labels do, and the controller deletes the replicas
+#: of a deployment that is gone (docs/controller.md, "Replica garbage collection").
+DEPLOYMENT_NAMESPACE: Final = "gpufleet.io/deployment-namespace"
+DEPLOYMENT_UID: Final = "gpufleet.io/deployment-uid"
 #: On ModelReplicas: the InferenceCluster name.
 CLUSTER: Final = "gpufleet.io/cluster"
 #: On ModelReplicas: the identity index, decimal.

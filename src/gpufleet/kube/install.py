@@ -10,9 +10,12 @@
   Secret `gpufleet-hub` it mounts (its hub kubeconfig) is written by `gpufleet join`
   (`gpufleet.kube.join`), never by hand.
 - `agent_hub_access(cluster)`: for the *hub*: the cluster's namespace
-  `gpufleet-cluster-<cluster>`, a ServiceAccount the agent authenticates as, a Role there to
-  write Pool/ReplicaObservations (and their status) and a ClusterRole to read ModelReplicas.
-  `gpufleet join` creates these objects and a token from the TokenRequest API.
+  `gpufleet-cluster-<cluster>` (`gpufleet.api.names.cluster_namespace`), a ServiceAccount the
+  agent authenticates as, and a Role there (nothing cluster-wide) to write Pool/
+  ReplicaObservations (and their status) and watch the ModelReplicas the controller writes
+  there. `gpufleet join` creates these objects and a token from the TokenRequest API; the
+  namespace is made by `join` (or applied from `agent_hub_yaml`), never by the controller,
+  which may not create namespaces.
 - `pod_disruption_budget()`, `service_monitor()`, `prometheus_rule()`: what the Kustomize base
   adds for production (deploy/, `make deploy`).
 
@@ -21,8 +24,9 @@ each request the controller and the agent make and checks it against these rules
 as the numeric user `RUN_AS_USER`, which the Dockerfile's `USER` matches (a test checks it).
 
 The agent pushes to and pulls from the hub, so the hub never holds workload-cluster
-credentials. RBAC cannot scope by label: the agent may read every ModelReplica on the hub and
-filters by `gpufleet.io/cluster=<cluster>` itself (docs/operations.md, "Security model").
+credentials, and each agent reads and writes only its cluster's hub namespace, as Karmada's
+execution namespaces and Open Cluster Management's cluster namespaces do: the controller writes
+a cluster's ModelReplicas there (docs/operations.md, "Security model").
 """
 
 from __future__ import annotations
@@ -31,7 +35,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from gpufleet.api.names import is_dns_label
+from gpufleet.api.names import (
+    CLUSTER_NAME_RULE,
+    cluster_namespace,
+    is_cluster_name,
+)
 from gpufleet.kube.crds import GROUP, crds_yaml, to_yaml
 
 
@@ -57,8 +65,6 @@ HUB_KUBECONFIG_KEY = "kubeconfig"
 HUB_KUBECONFIG_DIR = "/etc/gpufleet/hub"
 METRICS_PORT = 8080
 HEALTH_PORT = 8081
-#: Longest cluster name: `gpufleet-cluster-` + name must be a DNS label.
-CLUSTER_NAME_MAX_CHARS = 63 - len("gpufleet-cluster-")
 #: The defaults the alerts are written against (`gpufleet controller` flags).
 LEASE_DURATION_S = 15
 EXPIRE_AFTER_S = 300
@@ -70,11 +76,6 @@ _READ = ["get", "list", "watch"]
 _WATCH = ["list", "watch"]
 _MANAGE = ["get", "list", "watch", "create", "update", "delete"]
 _LEASE = ["get", "create", "update"]
-
-
-def cluster_namespace(cluster: str) -> str:
-    """The hub namespace of a cluster's observations."""
-    return f"gpufleet-cluster-{cluster}"
 
 
 def _labels(component: str) -> dict[str, str]:
@@ -302,11 +303,8 @@ def hub_yaml(image: str = DEFAULT_IMAGE, replicas: int = 2) -> str:
 
 
 def _check_cluster(cluster: str) -> None:
-    if not is_dns_label(cluster, CLUSTER_NAME_MAX_CHARS):
-        raise ValueError(
-            f"cluster name {cluster!r} must be a DNS label of at most "
-            f"{CLUSTER_NAME_MAX_CHARS} characters (it names namespace gpufleet-cluster-<name>)"
-        )
+    if not is_cluster_name(cluster):
+        raise ValueError(f"cluster name {cluster!r} {CLUSTER_NAME_RULE}")
 
 
 def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
@@ -377,19 +375,20 @@ def agent_hub_access(cluster: str) -> list[Manifest]:
     component = "agent"
     ns = cluster_namespace(cluster)
     name = agent_identity(cluster)
-    observation_rules = [
+    # Everything it does on the hub, in its cluster's namespace only: it writes its
+    # observations (and their status) and watches the ModelReplicas the controller writes
+    # there for it. Nothing cluster-scoped: it reads no InferenceCluster and no InferenceClass
+    # (its pools and devices come from its own cluster), nor any other cluster's namespace.
+    rules = [
         _rule([GROUP], _OBSERVATIONS, _MANAGE),
         _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["update", "patch"]),
+        _rule([GROUP], ["modelreplicas"], _WATCH),
     ]
-    # It watches the ModelReplicas labelled with its cluster, in every namespace.
-    read_rules = [_rule([GROUP], ["modelreplicas"], _WATCH)]
     return [
         _namespace(ns, component),
         _service_account(name, ns, component),
-        _role("Role", name, component, observation_rules, ns),
+        _role("Role", name, component, rules, ns),
         _binding("RoleBinding", name, component, "Role", name, ns, ns),
-        _role("ClusterRole", name, component, read_rules, None),
-        _binding("ClusterRoleBinding", name, component, "ClusterRole", name, ns, None),
     ]
 
 

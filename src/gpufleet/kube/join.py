@@ -6,8 +6,10 @@ as `karmadactl register` and `clusteradm join` do.
 1. on the hub, the cluster's InferenceCluster if it is missing (from the pools given; marked
    `gpufleet.io/joined-by` so that `unjoin` knows it made it), then the agent's identity
    (`install.agent_hub_access`: the namespace `gpufleet-cluster-<cluster>`, the ServiceAccount
-   `gpufleet-agent-<cluster>`, its Role there and its read-only ClusterRole, and their bindings),
-   created when missing and brought back to the installed rules when changed;
+   `gpufleet-agent-<cluster>`, its Role there and its binding: nothing cluster-wide), created
+   when missing and brought back to the installed rules when changed; the cluster-wide
+   ClusterRole and ClusterRoleBinding an older version gave the agent (to read every cluster's
+   ModelReplicas) are deleted;
 2. a token for that ServiceAccount from the TokenRequest API (`POST .../serviceaccounts/NAME/
    token`) with an expiry (`token_ttl_s`; the API server may shorten it: the expiry it returns
    is the one reported);
@@ -20,9 +22,9 @@ Running it again issues a new token and replaces the Secret: that is how the tok
 A token from the TokenRequest API cannot be revoked by itself: an older one stays valid until its
 expiry, or until the ServiceAccount is deleted (`unjoin`, which a later `join` undoes).
 
-`unjoin(hub, member, cluster)` deletes the member's Secret and, on the hub, the agent's
-ClusterRole and ClusterRoleBinding and the cluster's namespace (with its ServiceAccount, Role,
-binding and observations); the InferenceCluster only if `join` created it (`keep_cluster` keeps
+`unjoin(hub, member, cluster)` deletes the member's Secret and, on the hub, the cluster's
+namespace (with its ServiceAccount, Role, binding, observations and ModelReplicas; and an older
+version's ClusterRole and ClusterRoleBinding); the InferenceCluster only if `join` created it (`keep_cluster` keeps
 it). Missing objects are skipped, so both are safe to re-run. Every API error becomes a
 `JoinError` that says which side, which object and what the API server answered.
 """
@@ -44,6 +46,7 @@ from lightkube.generic_resource import Generic
 from lightkube.types import PatchType
 
 from gpufleet.api.errors import ValidationFailed
+from gpufleet.api.names import cluster_namespace
 from gpufleet.api.validation import validate
 from gpufleet.kube import install
 from gpufleet.kube.crds import GROUP
@@ -280,7 +283,7 @@ def hub_kubeconfig(cluster: str, endpoint: HubEndpoint, token: str) -> str:
                 "context": {
                     "cluster": "hub",
                     "user": user,
-                    "namespace": install.cluster_namespace(cluster),
+                    "namespace": cluster_namespace(cluster),
                 },
             }
         ],
@@ -296,6 +299,13 @@ def _check(cluster: str, token_ttl_s: int) -> None:
             f"token lifetime {token_ttl_s} s must be between {MIN_TOKEN_TTL_S} and "
             f"{MAX_TOKEN_TTL_S} s"
         )
+
+
+def _remove_cluster_wide(hub_side: _Side, cluster: str, report: Report) -> None:
+    """Delete the cluster-wide read of ModelReplicas an older version gave the agent."""
+    name = install.agent_identity(cluster)
+    hub_side.delete(_KINDS["ClusterRoleBinding"], name, None, report)
+    hub_side.delete(_KINDS["ClusterRole"], name, None, report)
 
 
 def join(
@@ -324,7 +334,8 @@ def join(
         report.add(f"hub: InferenceCluster {cluster} exists (left as it is)")
     for obj in install.agent_hub_access(cluster):
         hub_side.ensure(obj, report)
-    ns, account = install.cluster_namespace(cluster), install.agent_identity(cluster)
+    _remove_cluster_wide(hub_side, cluster, report)
+    ns, account = cluster_namespace(cluster), install.agent_identity(cluster)
     token, expires = hub_side.token(ns, account, token_ttl_s)
     report.token_expires_at = expires
     report.add(f"hub: issued a token for ServiceAccount {ns}/{account}, expires {expires}")
@@ -358,10 +369,8 @@ def unjoin(hub: Client, member: Client, cluster: str, *, keep_cluster: bool = Fa
     report = Report()
     hub_side, member_side = _Side(hub, "hub"), _Side(member, "member")
     member_side.delete(SECRET, install.HUB_SECRET, install.SYSTEM_NAMESPACE, report)
-    name = install.agent_identity(cluster)
-    hub_side.delete(_KINDS["ClusterRoleBinding"], name, None, report)
-    hub_side.delete(_KINDS["ClusterRole"], name, None, report)
-    hub_side.delete(NAMESPACE, install.cluster_namespace(cluster), None, report)
+    _remove_cluster_wide(hub_side, cluster, report)
+    hub_side.delete(NAMESPACE, cluster_namespace(cluster), None, report)
     existing = hub_side.get(INFERENCE_CLUSTER, cluster)
     if existing is not None:
         annotations = existing["metadata"].get("annotations") or {}

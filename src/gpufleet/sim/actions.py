@@ -6,7 +6,6 @@ ModelReplicas it owns at once, as the API server's garbage collector would short
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -20,7 +19,6 @@ from gpufleet.sim.scenario import (
 from gpufleet.store.port import (
     INFERENCE_CLUSTER,
     MODEL_DEPLOYMENT,
-    MODEL_REPLICA,
     NODE,
     RESOURCE_CLAIM,
     NotFound,
@@ -42,27 +40,13 @@ def apply_deployment(hub: Store, manifest: Obj) -> None:
 
 
 def delete_deployment(hub: Store, key: str) -> bool:
-    """Delete a deployment and (as the garbage collector would) the replicas it owns; False
-    when it does not exist."""
+    """Delete a deployment; False when it does not exist. Its replicas live in their clusters'
+    hub namespaces, where no owner reference can reach them: the controller deletes them (as
+    on a real hub), not the garbage collector."""
     namespace, _, name = key.partition("/")
-    current = hub.get(MODEL_DEPLOYMENT, name, namespace)
-    if current is None:
+    if hub.get(MODEL_DEPLOYMENT, name, namespace) is None:
         return False
     hub.delete(MODEL_DEPLOYMENT, name, namespace)
-    uid = current["metadata"].get("uid")
-    owned: list[str] = []
-    for r in hub.view(MODEL_REPLICA, namespace):  # read-only: nothing copied to be deleted
-        meta = r["metadata"]
-        refs = meta.get("ownerReferences")
-        if refs:
-            is_owned = any(o.get("uid") == uid for o in refs)
-        else:
-            is_owned = (r.get("spec") or {}).get("deploymentName") == name
-        if is_owned:
-            owned.append(meta["name"])
-    for replica in owned:
-        with contextlib.suppress(NotFound):
-            hub.delete(MODEL_REPLICA, replica, namespace)
     return True
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+from gpufleet.api.names import replica_origin_of
 from gpufleet.core import labels
 from gpufleet.core.decision import Accounting as DecisionAccounting
 from gpufleet.sim.engine import EPOCH
@@ -165,10 +166,7 @@ class InvariantWatch:
             for p in state.decision.pools
             if p.accounting is DecisionAccounting.FREE_GPU
         }
-        replicas = {
-            (r["metadata"].get("namespace") or "", r["metadata"]["name"]): r
-            for r in self.fleet.hub.view(MODEL_REPLICA)
-        }
+        replicas = {replica_origin_of(r["metadata"]): r for r in self.fleet.hub.view(MODEL_REPLICA)}
         out: list[CheckFailure] = []
         for name, cluster in sorted(self.fleet.clusters.items()):
             grace = self.report_lag_s(name) + cluster.behaviour.autoscaler_scan_s

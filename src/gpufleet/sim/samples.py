@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.api.names import cluster_namespace, replica_origin_of
 from gpufleet.core import labels
 from gpufleet.sim.fleet import Fleet
 from gpufleet.store.port import INFERENCE_CLUSTER, MODEL_REPLICA, POD, POOL_OBSERVATION
@@ -95,7 +96,7 @@ class Samples:
         known = [s for s in states if s in FRESHNESS]
         worst = max(known, key=FRESHNESS.index) if known else NO_OBSERVATION
         self.observation.setdefault(name, []).append(worst)
-        namespace = f"gpufleet-cluster-{name}"
+        namespace = cluster_namespace(name)
         reports = {o["metadata"]["name"]: o for o in hub.view(POOL_OBSERVATION, namespace)}
         for pool in sorted(fleet.clusters[name].pools):
             free, nodes = _reported(reports.get(pool))
@@ -116,10 +117,11 @@ class Samples:
             if meta.get("deletionTimestamp"):
                 continue
             spec = replica.get("spec") or {}
-            key = f"{meta.get('namespace') or 'default'}/{spec.get('deploymentName', '')}"
+            namespace, name = replica_origin_of(meta)
+            key = f"{namespace}/{spec.get('deploymentName', '')}"
             out.setdefault(key, 0)
             expected = expected_pods(spec)
-            if expected and pods[meta["name"]] >= expected:
+            if expected and pods[name] >= expected:
                 out[key] += 1
         return out
 

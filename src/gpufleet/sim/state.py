@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.api.names import cluster_namespace, replica_origin_of
 from gpufleet.core import labels
 from gpufleet.core.decision import Accounting as DecisionAccounting
 from gpufleet.core.decision import Decision, PoolState
@@ -62,7 +63,7 @@ def pool_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
 
 def observed_histogram(hub: Store, cluster: str, pool: str) -> dict[int, int] | None:
     """{free devices: nodes} of the agent's last PoolObservation; None when there is none."""
-    obj = hub.get(POOL_OBSERVATION, pool, f"gpufleet-cluster-{cluster}")
+    obj = hub.get(POOL_OBSERVATION, pool, cluster_namespace(cluster))
     status = (obj or {}).get("status")
     if not status:
         return None
@@ -81,7 +82,7 @@ def _replicas_by_deployment(hub: Store) -> dict[str, Counter[str]]:
     for r in hub.view(MODEL_REPLICA):
         if r["metadata"].get("deletionTimestamp"):
             continue
-        ns = r["metadata"].get("namespace") or "default"
+        ns, _ = replica_origin_of(r["metadata"])
         dep = (r.get("spec") or {}).get("deploymentName") or r["metadata"]["labels"].get(
             labels.DEPLOYMENT, ""
         )
@@ -206,13 +207,17 @@ class FleetState:
         """The condition `type_` of each replica of deployment `key` on the hub, by name."""
         namespace, _, name = key.partition("/")
         found: list[tuple[str, Obj | None]] = []
-        for r in self.fleet.hub.view(MODEL_REPLICA, namespace):
+        for r in self.fleet.hub.view(MODEL_REPLICA):
             meta = r["metadata"]
-            if meta.get("deletionTimestamp") or _replica_deployment(r) != name:
+            origin = replica_origin_of(meta)
+            if meta.get("deletionTimestamp") or (origin[0], _replica_deployment(r)) != (
+                namespace,
+                name,
+            ):
                 continue
             conditions = (r.get("status") or {}).get("conditions") or []
             match = next((dict(c) for c in conditions if c.get("type") == type_), None)
-            found.append((meta["name"], match))
+            found.append((origin[1], match))
         return [c for _, c in sorted(found, key=lambda f: f[0])]
 
     def ready_replicas(self, key: str) -> int:
