@@ -108,7 +108,7 @@ def pool_obs(
 
 def replica_obs(
     replica: str,
-    namespace: str = "ml",
+    namespace: str | None = None,
     cluster_name: str = "a",
     generation: int | None = 1,
     pods_scheduled: bool = True,
@@ -144,7 +144,8 @@ def replica_obs(
         "spec": {
             "clusterName": cluster_name,
             "replicaName": replica,
-            "replicaNamespace": namespace,
+            # The replica it observes: the hub's object, in the cluster's namespace.
+            "replicaNamespace": namespace or observation_namespace(cluster_name),
         },
         "status": status,
     }

@@ -57,22 +57,18 @@ def test_a_new_deployment_gets_a_replica_a_status_and_an_event() -> None:
     (replica,) = _replicas(store)
     owner = store.get(MODEL_DEPLOYMENT, "llama", "ml")
     assert owner is not None
-    assert replica["metadata"]["name"] == name
+    # In cluster a's hub namespace, named with the deployment's namespace; tied to its
+    # deployment by labels (an owner reference cannot cross namespaces).
+    assert replica["metadata"]["namespace"] == "gpufleet-cluster-a"
+    assert replica["metadata"]["name"] == f"ml.{name}"
     assert replica["metadata"]["labels"] == {
+        "gpufleet.io/deployment-namespace": "ml",
         "gpufleet.io/deployment": "llama",
+        "gpufleet.io/deployment-uid": owner["metadata"]["uid"],
         "gpufleet.io/cluster": "a",
         "gpufleet.io/replica-index": "0",
     }
-    assert replica["metadata"]["ownerReferences"] == [
-        {
-            "apiVersion": "gpufleet.io/v1alpha1",
-            "kind": "ModelDeployment",
-            "name": "llama",
-            "uid": owner["metadata"]["uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
+    assert "ownerReferences" not in replica["metadata"]
     assert replica["spec"] == {
         "deploymentName": "llama",
         "clusterName": "a",
@@ -210,7 +206,7 @@ def test_objects_deleted_after_the_controller_wrote_them_are_not_brought_back() 
     controller.step(at(1))
     (replica,) = _replicas(store)
     store.delete(MODEL_DEPLOYMENT, "zulu", "ml")
-    store.delete(MODEL_REPLICA, replica["metadata"]["name"], "ml")
+    store.delete(MODEL_REPLICA, replica["metadata"]["name"], replica["metadata"]["namespace"])
     store.create(deployment("alpha"))
 
     result = controller.step(at(2))
@@ -234,7 +230,7 @@ def test_scale_down_deletes_the_highest_index_and_says_why() -> None:
     store = _fleet(deployment(replicas=3), free=((4, 1),))
     controller = Controller(store, SIM, "ctl")
     controller.step(at(1))
-    names = {replica_name("llama", "a", i) for i in range(3)}
+    names = {f"ml.{replica_name('llama', 'a', i)}" for i in range(3)}
     assert {r["metadata"]["name"] for r in _replicas(store)} == names
 
     current = store.get(MODEL_DEPLOYMENT, "llama", "ml")
@@ -243,7 +239,7 @@ def test_scale_down_deletes_the_highest_index_and_says_why() -> None:
     result = controller.step(at(2))
 
     assert {r["metadata"]["name"] for r in _replicas(store)} == names - {
-        replica_name("llama", "a", 2)
+        f"ml.{replica_name('llama', 'a', 2)}"
     }
     assert (result.drops, result.count("ModelReplica", "delete")) == (1, 1)
     (dropped,) = _events(store, "Dropped")

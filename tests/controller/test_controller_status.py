@@ -285,7 +285,9 @@ def _replica(generation_bumps: int = 0) -> Obj:
         "kind": "ModelReplica",
         "metadata": {
             "name": "orphan-0",
-            "namespace": "ml",
+            # In its cluster's namespace, without the deployment labels the controller
+            # writes: a replica the controller did not write, which it leaves alone.
+            "namespace": "gpufleet-cluster-a",
             "labels": {
                 "gpufleet.io/deployment": "gone",
                 "gpufleet.io/cluster": "a",
@@ -374,11 +376,11 @@ REPLICA_CASES = [
 def test_replica_status_from_its_observation(case: ReplicaCase) -> None:
     store = hub(gpu_class(), cluster(), _replica(), *case.observations, *case.extra)
     for bump in range(case.edits):
-        current = store.get(MODEL_REPLICA, "orphan-0", "ml")
+        current = store.get(MODEL_REPLICA, "orphan-0", "gpufleet-cluster-a")
         current["spec"] = _replica(bump + 1)["spec"]  # type: ignore[index]
         store.update(current)  # type: ignore[arg-type]
     Controller(store, SIM, "ctl").step(at(1))
-    got = store.get(MODEL_REPLICA, "orphan-0", "ml")
+    got = store.get(MODEL_REPLICA, "orphan-0", "gpufleet-cluster-a")
     assert brief(condition_of(got, "ModelPodsScheduled")) == case.want
     status = got["status"]  # type: ignore[index]
     assert status.get("observedGeneration") == case.want_observed_generation
@@ -450,7 +452,7 @@ def test_replica_status_follows_its_report_across_steps_and_skips_heartbeats() -
         store.patch_status(REPLICA_OBSERVATION, "orphan-0", namespace, fresh["status"], None)
 
     def pods() -> tuple[str, str] | None:
-        return brief(condition_of(store.get(MODEL_REPLICA, "orphan-0", "ml"), "ModelPodsScheduled"))
+        return brief(condition_of(store.get(MODEL_REPLICA, "orphan-0", "gpufleet-cluster-a"), "ModelPodsScheduled"))
 
     controller.step(at(1))
     assert pods() == ("False", "PodsPending")

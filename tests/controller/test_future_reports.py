@@ -108,7 +108,7 @@ def test_a_future_replica_report_leaves_the_published_replica_status() -> None:
     store.create(replica_obs(name, observed_at=at(HOUR), pods_scheduled=False))
     controller.step(at(2))
     controller.step(at(3))
-    current = store.get(MODEL_REPLICA, name, "ml")
+    current = store.get(MODEL_REPLICA, name, replica["metadata"]["namespace"])
     assert brief(condition_of(current, "ModelPodsScheduled")) == ("False", "NotObserved")
 
 
