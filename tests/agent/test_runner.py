@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from observe_builders import pod as opod
 
+from gpufleet.agent.hub import as_deployed
 from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, _status_patch
 from gpufleet.store import Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
 from gpufleet.store.forwarding import ForwardingStore
@@ -95,10 +96,16 @@ def model_replica(name: str = "llama-0", cluster: str = "a", copies: int = 1) ->
     return {
         "apiVersion": "gpufleet.io/v1alpha1",
         "kind": "ModelReplica",
+        # As the controller writes it: in the cluster's hub namespace, named and labelled
+        # with its deployment's namespace ("ml"), where the agent reads it (agent/hub.py).
         "metadata": {
-            "name": name,
-            "namespace": "ml",
-            "labels": {"gpufleet.io/deployment": "llama", "gpufleet.io/cluster": cluster},
+            "name": f"ml.{name}",
+            "namespace": f"gpufleet-cluster-{cluster}",
+            "labels": {
+                "gpufleet.io/deployment-namespace": "ml",
+                "gpufleet.io/deployment": "llama",
+                "gpufleet.io/cluster": cluster,
+            },
         },
         "spec": {
             "deploymentName": "llama",
@@ -250,7 +257,8 @@ def test_observation_objects_carry_spec_and_labels() -> None:
         {"clusterName": "a", "poolName": "l4"},
         {"gpufleet.io/cluster": "a"},
     )
-    assert rep["spec"] == {"clusterName": "a", "replicaName": "llama-0", "replicaNamespace": "ml"}
+    # It names the replica's object on the hub: in the same namespace, of the same name.
+    assert rep["spec"] == {"clusterName": "a", "replicaName": "ml.llama-0", "replicaNamespace": NS}
     assert rep["status"]["podsScheduled"] is False
 
 
@@ -306,7 +314,7 @@ def test_replica_observation_deleted_with_its_replica() -> None:
         "ml.r1",
         "ml.r2",
     ]
-    w.hub.delete(MODEL_REPLICA, "r1", "ml")
+    w.hub.delete(MODEL_REPLICA, "ml.r1", NS)
     agent.step(w.at(1))
     assert [o["metadata"]["name"] for o in w.hub.list(REPLICA_OBSERVATION, NS)] == ["ml.r2"]
 
@@ -385,7 +393,7 @@ def test_a_heartbeat_writes_each_pool_observation_once_and_no_replica_observatio
     assert replica is not None
     assert replica["status"]["observedAt"] == "2026-11-29T10:00:00Z"  # its content's time
 
-    w.hub.delete(MODEL_REPLICA, "r2", "ml")  # a change: r2's observation goes, r1's stays
+    w.hub.delete(MODEL_REPLICA, "ml.r2", NS)  # a change: r2's observation goes, r1's stays
     before = w.hub.revision
     assert agent.step(w.at(3)).is_pushed
     changes, _ = w.hub.changes(before)
@@ -481,7 +489,7 @@ def test_observing_unchanged_content_reuses_the_report_mappings() -> None:
     again = agent.observe(w.at(1), replicas)
     assert (again.pools is first.pools, again.replicas is first.replicas) == (True, True)
     w.add(node("n1"), slice_("n1"))
-    r2 = w.hub.get(MODEL_REPLICA, "r2", "ml")
+    r2 = w.hub.get(MODEL_REPLICA, "ml.r2", NS)
     assert r2 is not None
     r2["spec"]["engines"][0]["copies"] = 2  # a new generation
     w.hub.update(r2)
@@ -512,18 +520,18 @@ def test_a_report_made_from_the_observations_that_changed_is_the_whole_report() 
         lambda w: None,
         lambda w: w.add(copy.deepcopy(pods["p1"])),
         lambda w: w.add(copy.deepcopy(pods["p3"])),
-        lambda w: w.hub.patch_status(MODEL_REPLICA, "r2", "ml", {"phase": "Placed"}),
+        lambda w: w.hub.patch_status(MODEL_REPLICA, "ml.r2", NS, {"phase": "Placed"}),
         lambda w: respec(w, "r2", 2),
         lambda w: w.local.delete(POD, "p1", "ml"),
         lambda w: w.hub.create(model_replica("r4")),
         lambda w: w.local.delete(POD, "p3", "ml"),
-        lambda w: w.hub.delete(MODEL_REPLICA, "r1", "ml"),
+        lambda w: w.hub.delete(MODEL_REPLICA, "ml.r1", NS),
         lambda w: w.add(copy.deepcopy(pods["p3"])),
         lambda w: None,
     ]
 
     def respec(w: World, name: str, copies: int) -> None:
-        replica = w.hub.get(MODEL_REPLICA, name, "ml")
+        replica = w.hub.get(MODEL_REPLICA, f"ml.{name}", NS)
         assert replica is not None
         replica["spec"]["engines"][0]["copies"] = copies
         w.hub.update(replica)
@@ -543,8 +551,8 @@ def test_a_report_made_from_the_observations_that_changed_is_the_whole_report() 
             f"{r.namespace}.{r.name}": (
                 {
                     "clusterName": agent.cluster_name,
-                    "replicaName": r.name,
-                    "replicaNamespace": r.namespace,
+                    "replicaName": f"{r.namespace}.{r.name}",
+                    "replicaNamespace": NS,
                 },
                 r.to_status(),
             )
@@ -584,11 +592,11 @@ def test_materialize_creates_updates_and_deletes() -> None:
     agent.step(w.at(1))
     assert w.local.revision == before
     # r1 grows to 3 copies, r2 is gone.
-    r1 = w.hub.get(MODEL_REPLICA, "r1", "ml")
+    r1 = w.hub.get(MODEL_REPLICA, "ml.r1", NS)
     assert r1 is not None
     r1["spec"]["engines"][0]["copies"] = 3
     w.hub.update(r1)
-    w.hub.delete(MODEL_REPLICA, "r2", "ml")
+    w.hub.delete(MODEL_REPLICA, "ml.r2", NS)
     out = agent.step(w.at(2))
     assert owned(w) == [
         "ResourceClaimTemplate r1-main-standalone replicas=-",
@@ -609,7 +617,7 @@ def test_what_a_replica_wants_is_made_again_when_anything_materialize_reads_chan
     object and its generation and labels are equal (a status write changes neither). Replicas
     sharing one spec object but differing in what else materialize reads are materialized
     as an agent that keeps nothing would."""
-    base = model_replica("r1")
+    base = dict(as_deployed(model_replica("r1")))  # as `read_replicas` hands it over
     del base["spec"]["deploymentName"]  # the deployment label names it instead
     spec = base["spec"]
 
@@ -684,8 +692,8 @@ def test_materializing_what_was_settled_skips_nothing_that_changed() -> None:
             relabel,
             lambda: w.local.delete(RESOURCE_CLAIM_TEMPLATE, "r2-main-standalone", "ml"),
             stray,
-            lambda: w.hub.patch_status(MODEL_REPLICA, "r1", "ml", {"phase": "Placed"}),
-            lambda: w.hub.delete(MODEL_REPLICA, "r2", "ml"),
+            lambda: w.hub.patch_status(MODEL_REPLICA, "ml.r1", NS, {"phase": "Placed"}),
+            lambda: w.hub.delete(MODEL_REPLICA, "ml.r2", NS),
             lambda: None,
         ]
         out = []
@@ -718,11 +726,12 @@ def test_materializing_what_changed_does_what_a_whole_pass_does() -> None:
 
         def add(name: str, namespace: str = "ml", copies: int = 1) -> None:
             replica = model_replica(name, copies=copies)
-            replica["metadata"]["namespace"] = namespace
+            replica["metadata"]["name"] = f"{namespace}.{name}"
+            replica["metadata"]["labels"]["gpufleet.io/deployment-namespace"] = namespace
             w.hub.create(replica)
 
         def respec(name: str, copies: int) -> None:
-            replica = w.hub.get(MODEL_REPLICA, name, "ml")
+            replica = w.hub.get(MODEL_REPLICA, f"ml.{name}", NS)
             assert replica is not None
             replica["spec"]["engines"][0]["copies"] = copies
             w.hub.update(replica)
@@ -739,7 +748,7 @@ def test_materializing_what_changed_does_what_a_whole_pass_does() -> None:
             w.local.update(dep)
 
         def relabel(name: str) -> None:
-            replica = w.hub.get(MODEL_REPLICA, name, "ml")
+            replica = w.hub.get(MODEL_REPLICA, f"ml.{name}", NS)
             assert replica is not None
             replica["metadata"]["labels"]["gpufleet.io/deployment"] = "mistral"
             w.hub.update(replica)
@@ -748,9 +757,9 @@ def test_materializing_what_changed_does_what_a_whole_pass_does() -> None:
             lambda: [add(f"r{i}") for i in range(1, 6)],
             lambda: None,
             lambda: add("r6"),
-            lambda: w.hub.patch_status(MODEL_REPLICA, "r2", "ml", {"phase": "Placed"}),
+            lambda: w.hub.patch_status(MODEL_REPLICA, "ml.r2", NS, {"phase": "Placed"}),
             lambda: respec("r3", 2),
-            lambda: w.hub.delete(MODEL_REPLICA, "r4", "ml"),
+            lambda: w.hub.delete(MODEL_REPLICA, "ml.r4", NS),
             lambda: add("r7", namespace="ml2"),
             lambda: edit_deployment("r1-main"),
             lambda: w.local.delete(RESOURCE_CLAIM_TEMPLATE, "r5-main-standalone", "ml"),
@@ -758,9 +767,9 @@ def test_materializing_what_changed_does_what_a_whole_pass_does() -> None:
             lambda: relabel("r2"),
             invalid,
             lambda: add("r8"),
-            lambda: w.hub.delete(MODEL_REPLICA, "bad", "ml"),
-            lambda: w.hub.delete(MODEL_REPLICA, "r7", "ml2"),
-            lambda: [respec("r1", 3), w.hub.delete(MODEL_REPLICA, "r5", "ml")],
+            lambda: w.hub.delete(MODEL_REPLICA, "ml.bad", NS),
+            lambda: w.hub.delete(MODEL_REPLICA, "ml2.r7", NS),
+            lambda: [respec("r1", 3), w.hub.delete(MODEL_REPLICA, "ml.r5", NS)],
             lambda: None,
         ]
         out = []
@@ -939,7 +948,7 @@ def test_conflicting_update_is_retried_after_rereading() -> None:
     agent = w.agent()
     w.hub.create(model_replica("r1"))
     agent.step(w.at(0))
-    r1 = w.hub.get(MODEL_REPLICA, "r1", "ml")
+    r1 = w.hub.get(MODEL_REPLICA, "ml.r1", NS)
     assert r1 is not None
     r1["spec"]["engines"][0]["copies"] = 2
     w.hub.update(r1)
@@ -1035,5 +1044,5 @@ def test_replicas_read_again_are_the_replicas_not_being_deleted() -> None:
         return found
 
     assert [names(), names()] == [["r1", "r2"], ["r1", "r2"]]
-    w.hub.delete(MODEL_REPLICA, "r1", "ml")
+    w.hub.delete(MODEL_REPLICA, "ml.r1", NS)
     assert [names(), names()] == [["r2"], ["r2"]]

@@ -38,10 +38,16 @@ def model_replica(name: str, namespace: str = "ml", **container: Any) -> Obj:
     return {
         "apiVersion": "gpufleet.io/v1alpha1",
         "kind": "ModelReplica",
+        # As the controller writes it: in the cluster's hub namespace, labelled with the
+        # deployment's namespace `namespace`.
         "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"gpufleet.io/deployment": "llama", "gpufleet.io/cluster": "a"},
+            "name": f"{namespace}.{name}",
+            "namespace": HUB_NS,
+            "labels": {
+                "gpufleet.io/deployment-namespace": namespace,
+                "gpufleet.io/deployment": "llama",
+                "gpufleet.io/cluster": "a",
+            },
         },
         "spec": {
             "deploymentName": "llama",
@@ -130,7 +136,7 @@ def test_a_refused_replica_is_not_materialized_and_its_observation_says_why() ->
     assert (w.hub.revision, w.local.revision) == before
 
     # The tenant fixes the template: it is materialized and the refusal is gone.
-    bad = w.hub.get(MODEL_REPLICA, "bad", "ml")
+    bad = w.hub.get(MODEL_REPLICA, "ml.bad", HUB_NS)
     assert bad is not None
     bad["spec"]["engines"][0]["members"][0]["template"] = {"spec": {"containers": [{"name": "e"}]}}
     w.hub.update(bad)
