@@ -15,6 +15,7 @@ from typing import Any
 from gpufleet.core import labels
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
 from gpufleet.sim.fleet import Fleet, FleetSpec
+from gpufleet.api.names import cluster_namespace
 from gpufleet.store.port import MODEL_REPLICA, POOL_OBSERVATION, Obj, Store
 
 Obj_ = dict[str, Any]
@@ -124,10 +125,13 @@ def model_replica(
     return {
         "apiVersion": MODEL_REPLICA.api_version,
         "kind": MODEL_REPLICA.kind,
+        # As the controller writes it: in the cluster's hub namespace, named and labelled with
+        # its deployment's namespace.
         "metadata": {
-            "name": name,
-            "namespace": namespace,
+            "name": f"{namespace}.{name}",
+            "namespace": cluster_namespace(cluster),
             "labels": {
+                labels.DEPLOYMENT_NAMESPACE: namespace,
                 labels.DEPLOYMENT: deployment,
                 labels.CLUSTER: cluster,
                 labels.REPLICA_INDEX: "0",
@@ -153,8 +157,9 @@ class ReplicaWriter:
     def create(self, replica: Obj) -> None:
         self.queued.append(("create", replica))
 
-    def delete(self, name: str, namespace: str = "ml") -> None:
-        self.queued.append(("delete", {"metadata": {"name": name, "namespace": namespace}}))
+    def delete(self, name: str, namespace: str = "ml", cluster: str = "a") -> None:
+        hub_name, hub_namespace = f"{namespace}.{name}", cluster_namespace(cluster)
+        self.queued.append(("delete", {"metadata": {"name": hub_name, "namespace": hub_namespace}}))
 
     def step(self, now: datetime) -> None:
         assert self.hub is not None

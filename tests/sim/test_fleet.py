@@ -382,19 +382,24 @@ def test_a_replica_change_wakes_its_own_clusters_agent_only(for_cluster: str) ->
 
 def test_a_replica_relabelled_to_another_cluster_wakes_the_agent_it_left() -> None:
     """The agent of the cluster a replica's label moved away from is woken too, and removes
-    the workload it made (the change itself names only the new cluster)."""
+    the workload it made (the change itself names only the new cluster). The other cluster's
+    agent never sees it: it reads only its own hub namespace, where the replica is not."""
     f, _ = fleet(cluster("a"), cluster("b"))
     f.run_for(60)
     f.hub.create(model_replica("r", cluster="a"))
     f.run_for(20)
     assert [d["metadata"]["name"] for d in f.clusters["a"].store.peek(DEPLOYMENT)] == ["r-main"]
-    moved = f.hub.get(MODEL_REPLICA, "r", "ml")
+    moved = f.hub.get(MODEL_REPLICA, "ml.r", "gpufleet-cluster-a")
     assert moved is not None
     moved["metadata"]["labels"][labels.CLUSTER] = "b"
     moved["spec"]["clusterName"] = "b"
     f.hub.update(moved)
     f.run_for(20)
     assert f.clusters["a"].store.peek(DEPLOYMENT) == []
+    assert f.clusters["b"].store.peek(DEPLOYMENT) == []
+    # Written in b's namespace (as the controller writes a replica of b), b makes it.
+    f.hub.create(model_replica("r", cluster="b"))
+    f.run_for(20)
     assert [d["metadata"]["name"] for d in f.clusters["b"].store.peek(DEPLOYMENT)] == ["r-main"]
 
 
@@ -406,10 +411,10 @@ def test_a_replica_status_write_leaves_the_agent_quiet_and_a_spec_change_does_no
     f.run_for(60)
     ticks = round(10 / f.clusters["a"].behaviour.report_interval_s)
     quiet = f.agents["a"].quiet_steps
-    f.hub.patch_status(MODEL_REPLICA, "r", "ml", {"observedGeneration": 1})
+    f.hub.patch_status(MODEL_REPLICA, "ml.r", "gpufleet-cluster-a", {"observedGeneration": 1})
     f.run_for(10)
     assert f.agents["a"].quiet_steps == quiet + ticks  # every tick quiet
-    changed = f.hub.get(MODEL_REPLICA, "r", "ml")
+    changed = f.hub.get(MODEL_REPLICA, "ml.r", "gpufleet-cluster-a")
     assert changed is not None
     changed["spec"]["engines"][0]["copies"] = 2  # a new generation of the same replica
     f.hub.update(changed)
@@ -461,7 +466,7 @@ def test_agent_ticks_that_skip_unchanged_work_change_no_outcome() -> None:
         f.hub.delete(POOL_OBSERVATION, "l4", "gpufleet-cluster-b")
         f.run_for(60)
         # The controller's kind of write: a replica's status alone.
-        f.hub.patch_status(MODEL_REPLICA, "r-b", "ml", {"observedGeneration": 1})
+        f.hub.patch_status(MODEL_REPLICA, "ml.r-b", "gpufleet-cluster-b", {"observedGeneration": 1})
         f.run_for(20)
         local = f.clusters["b"].store
         for template in local.list(RESOURCE_CLAIM_TEMPLATE):  # someone else deletes them
@@ -552,7 +557,7 @@ def test_replica_change_rolls_pods_to_the_new_generation() -> None:
     f, w = fleet(cluster("a", pool(nodes=2, gpus=4)))
     w.create(model_replica(gpus=1, copies=2))
     f.run_for(20)
-    replica = f.hub.get(MODEL_REPLICA, "llama-0", "ml")
+    replica = f.hub.get(MODEL_REPLICA, "ml.llama-0", "gpufleet-cluster-a")
     assert replica is not None
     replica["spec"]["engines"][0]["members"][0]["deviceRequests"][0]["count"] = 2
     f.hub.update(replica)

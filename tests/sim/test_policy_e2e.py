@@ -57,7 +57,7 @@ def test_a_refused_deployment_never_reaches_the_cluster() -> None:
     [observation] = [
         o
         for o in snap["hub/ReplicaObservation.gpufleet.io/v1alpha1"]
-        if o["spec"]["replicaName"].startswith(refused)
+        if o["spec"]["replicaName"].partition(".")[2].startswith(refused)  # <namespace>.<name>
     ]
     status = observation["status"]
     assert status["podsScheduled"] is False
