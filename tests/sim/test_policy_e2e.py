@@ -75,7 +75,7 @@ def test_a_refused_deployment_never_reaches_the_cluster() -> None:
     [replica] = [
         o
         for o in snap["hub/ModelReplica.gpufleet.io/v1alpha1"]
-        if o["metadata"]["name"].startswith(refused)
+        if o["metadata"]["name"].startswith(f"ml-team.{refused}")
     ]
     [scheduled] = [c for c in replica["status"]["conditions"] if c["type"] == "ModelPodsScheduled"]
     # ... and the controller says why on the ModelReplica: the agent's refusal, with its fields.
