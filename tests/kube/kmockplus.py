@@ -25,7 +25,9 @@ itself:
 
 Every request is recorded as a `Request` (who by bearer token, verb, group, resource,
 subresource, namespace, name) in `requests_seen`, so a test can check what a component sent
-against the RBAC it is installed with (tests/kube/rbac.py).
+against the RBAC it is installed with (tests/kube/rbac.py). With `authorize` set (e.g.
+`Rbac.authorizer`), a request it refuses is answered 403 Forbidden, as the API server's
+authorizer answers, and nothing is served.
 
 Fault injection, callable from the test thread: `kill_watches()` drops every watch
 connection, `expire_watches()` compacts the history and ends every watch with a 410 ERROR
@@ -45,7 +47,7 @@ import re
 import secrets
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -190,6 +192,9 @@ class KMockPlus(kmock.KubernetesScaffold):
     requests_seen: dict[Request, int] = attrs.field(factory=dict, init=False)
     #: Every token the TokenRequest subresource issued -> (namespace, ServiceAccount name).
     tokens: dict[str, tuple[str, str]] = attrs.field(factory=dict, init=False)
+    #: Whether a request may be served (None: every one); a refused one is 403 Forbidden.
+    #: May be set from the test thread while serving.
+    authorize: Callable[[Request], bool] | None = attrs.field(default=None)
 
     _objects_by_key: dict[ObjKey, Obj] = attrs.field(factory=dict, init=False)
     _history: list[_Change] = attrs.field(factory=list, init=False)
@@ -309,7 +314,14 @@ class KMockPlus(kmock.KubernetesScaffold):
         if self._changed is None:
             self._changed = asyncio.Condition()
         rkey, ns, name, sub, method = call.rkey, call.ns, call.name, call.sub, call.method
-        self._record(call)
+        seen = self._record(call)
+        if self.authorize is not None and not self.authorize(seen):
+            where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+            message = (
+                f'{seen.user or "anonymous"} cannot {seen.verb} resource "{rkey[2]}" in API '
+                f'group "{rkey[0]}"{where}'
+            )
+            return _json(_status(403, "Forbidden", message), 403)
         try:
             if call.is_watch:
                 return await self._watch(call)
@@ -338,13 +350,14 @@ class KMockPlus(kmock.KubernetesScaffold):
         except _ApiError as e:
             return _json(_status(e.code, e.reason, e.message), e.code)
 
-    def _record(self, call: _Call) -> None:
+    def _record(self, call: _Call) -> Request:
         auth = call.headers.get("Authorization", "")
         user = auth.removeprefix("Bearer ").strip() if auth.startswith("Bearer ") else ""
         seen = Request(
             user, call.verb, call.rkey[0], call.rkey[2], call.sub or "", call.ns, call.name or ""
         )
         self.requests_seen[seen] = self.requests_seen.get(seen, 0) + 1
+        return seen
 
     def _token_request(self, ns: str, name: str, body: Any) -> Obj:
         """A TokenRequest for ServiceAccount `ns/name`: a new random token, valid for

@@ -26,6 +26,7 @@ from kube_helpers import FAST
 from rbac import Rbac, ServiceAccount
 
 from gpufleet.agent.runner import AgentConfig
+from gpufleet.api.names import replica_origin_of
 from gpufleet.cli.agent import AgentDaemon
 from gpufleet.cli.controller import ControllerDaemon
 from gpufleet.kube import install
@@ -66,6 +67,9 @@ HUB_SUBJECTS = {
     AGENT_HUB_TOKEN: ServiceAccount(OBS_NS, f"gpufleet-agent-{CLUSTER}"),
 }
 WORKLOAD_SUBJECTS = {AGENT_TOKEN: ServiceAccount(LEASE_NS, "gpufleet-agent")}
+#: What `gpufleet install` (and `gpufleet join`, for the agent's hub side) grant.
+HUB_RBAC = Rbac([*install.hub(), *install.agent_hub_access(CLUSTER)])
+WORKLOAD_RBAC = Rbac(install.agent(CLUSTER))
 
 
 class Clock:
@@ -238,7 +242,7 @@ class Fleet:
             time.sleep(0.02)  # let the informers deliver
 
     def replicas(self) -> list[Obj]:
-        return self.hub.list(MODEL_REPLICA, "ml")
+        return self.hub.list(MODEL_REPLICA, OBS_NS)
 
     def pool_observation(self) -> Obj | None:
         return self.hub.get(POOL_OBSERVATION, "l4", OBS_NS)
@@ -289,6 +293,9 @@ def fleet() -> Iterator[Fleet]:
                 create(workload, namespace(ns))
             create(hub, gpu_class())
             create(hub, *inference_cluster())
+            # Both servers enforce the installed RBAC on the components' tokens (403).
+            hub_api.api.authorize = HUB_RBAC.authorizer(HUB_SUBJECTS)
+            workload_api.api.authorize = WORKLOAD_RBAC.authorizer(WORKLOAD_SUBJECTS)
             clock = Clock()
             controller = ControllerDaemon(
                 store(hub_api, CONTROLLER_TOKEN),
@@ -330,11 +337,9 @@ def fleet() -> Iterator[Fleet]:
 
 def check_rbac(hub_api: Served, workload_api: Served) -> None:
     """Every request a component sent is one its installed RBAC allows."""
-    hub_rbac = Rbac([*install.hub(), *install.agent_hub_access(CLUSTER)])
-    workload_rbac = Rbac(install.agent(CLUSTER))
     for served, rbac, subjects in [
-        (hub_api, hub_rbac, HUB_SUBJECTS),
-        (workload_api, workload_rbac, WORKLOAD_SUBJECTS),
+        (hub_api, HUB_RBAC, HUB_SUBJECTS),
+        (workload_api, WORKLOAD_RBAC, WORKLOAD_SUBJECTS),
     ]:
         seen = list(served.api.requests_seen)
         assert {r.user for r in seen} & set(subjects), "no component sent anything"
@@ -376,8 +381,13 @@ def test_agent_reports_controller_places_agent_materializes(fleet: Fleet) -> Non
     pool = cluster["status"]["gpuPools"][0]
     assert pool["observation"]["freeDevices"] == observation["status"]["freeDevices"]
 
-    # The agent sees the replica through its label-scoped watch of the hub and materializes it.
-    name = replica["metadata"]["name"]
+    # In the cluster's hub namespace, tied to its deployment by labels (no owner reference).
+    assert replica["metadata"]["namespace"] == OBS_NS
+    assert replica["metadata"]["labels"]["gpufleet.io/deployment-namespace"] == "ml"
+    # The agent sees the replica through its watch of its hub namespace and materializes it
+    # in the deployment's namespace, under the replica's own name.
+    tenant, name = replica_origin_of(replica["metadata"])
+    assert (tenant, f"{tenant}.{name}") == ("ml", replica["metadata"]["name"])
 
     def materialized() -> bool:
         selector = {"gpufleet.io/replica": name}

@@ -137,10 +137,12 @@ def test_agent_hub_access_is_scoped_to_the_clusters_namespace() -> None:
     assert role["metadata"]["namespace"] == "gpufleet-cluster-gke-us-central"
     assert rules_allow(role, "gpufleet.io", "poolobservations", "create")
     assert rules_allow(role, "gpufleet.io", "replicaobservations/status", "patch")
-    reader = objs[("ClusterRole", name)]
-    assert rules_allow(reader, "gpufleet.io", "modelreplicas", "watch")
-    assert not rules_allow(reader, "gpufleet.io", "modelreplicas", "update")
-    assert not rules_allow(reader, "gpufleet.io", "poolobservations", "create")
+    # Its ModelReplicas are in that namespace too: read there, never written.
+    assert rules_allow(role, "gpufleet.io", "modelreplicas", "watch")
+    assert not rules_allow(role, "gpufleet.io", "modelreplicas", "update")
+    assert not rules_allow(role, "gpufleet.io", "modelreplicas/status", "patch")
+    # Nothing cluster-wide: no ClusterRole, no ClusterRoleBinding.
+    assert [key for key in objs if key[0].startswith("Cluster")] == []
     # No long-lived token Secret: `gpufleet join` asks the TokenRequest API for one that expires.
     assert not [key for key in objs if key[0] == "Secret"]
 

@@ -22,6 +22,7 @@ from gpufleet.cli.main import app
 from gpufleet.kube import install
 from gpufleet.kube import join as joining
 from gpufleet.kube.store import KubeStore
+from gpufleet.store import StoreError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -141,6 +142,17 @@ def test_the_agent_reports_with_the_joined_kubeconfig_within_its_rbac(
     assert run(*join_args(pair, "--pool", "l4=l4-4x:1"))[0] == 0
     path = tmp_path / "agent-kubeconfig"
     path.write_text(yaml.safe_dump(pair.agent_kubeconfig()))
+    token = pair.agent_kubeconfig()["users"][0]["user"]["token"]
+    # What the hub holds now (not what install prints) allows what the agent does, and only
+    # it: the hub enforces it from here on (403 Forbidden).
+    stored = [
+        *pair.stored(pair.hub, "rbac.authorization.k8s.io/v1", "roles"),
+        *pair.stored(pair.hub, "rbac.authorization.k8s.io/v1", "rolebindings"),
+        *pair.stored(pair.hub, "rbac.authorization.k8s.io/v1", "clusterroles"),
+        *pair.stored(pair.hub, "rbac.authorization.k8s.io/v1", "clusterrolebindings"),
+    ]
+    pair.hub.api.authorize = Rbac(stored).authorizer({token: ServiceAccount(OBS_NS, ACCOUNT)})
+    replicas = install_kind("ModelReplica")
     with KubeStore(KubeConfig.from_file(path), FAST) as agent_hub:
         agent_hub.create(
             {
@@ -149,21 +161,24 @@ def test_the_agent_reports_with_the_joined_kubeconfig_within_its_rbac(
                 "metadata": {"name": "l4", "namespace": OBS_NS},
             }
         )
-        assert agent_hub.list(install_kind("ModelReplica")) == []
-    token = pair.agent_kubeconfig()["users"][0]["user"]["token"]
-    # What the hub holds now (not what install prints) allows what the agent did, and only it.
-    stored = [
-        *pair.stored(pair.hub, "rbac.authorization.k8s.io/v1", "roles"),
-        *pair.stored(pair.hub, "rbac.authorization.k8s.io/v1", "rolebindings"),
-        *pair.stored(pair.hub, "rbac.authorization.k8s.io/v1", "clusterroles"),
-        *pair.stored(pair.hub, "rbac.authorization.k8s.io/v1", "clusterrolebindings"),
-    ]
+        assert agent_hub.list(replicas, OBS_NS) == []
+        # Not every cluster's replicas, nor another cluster's, nor the clusters themselves.
+        for namespace in (None, "gpufleet-cluster-other"):
+            with pytest.raises(StoreError, match="403|Forbidden|forbidden"):
+                agent_hub.list(replicas, namespace)
+        with pytest.raises(StoreError, match="403|Forbidden|forbidden"):
+            agent_hub.get(install_kind("InferenceCluster"), CLUSTER)
     seen = list(pair.hub.api.requests_seen)
-    assert {(r.verb, r.resource) for r in seen if r.user == token} == {
+    assert {(r.verb, r.resource) for r in seen if r.user == token and r.namespace == OBS_NS} == {
         ("create", "poolobservations"),
         ("list", "modelreplicas"),
     }
-    assert Rbac(stored).denied(seen, {token: ServiceAccount(OBS_NS, ACCOUNT)}) == []
+    # Refused: exactly the three requests made to be refused.
+    assert Rbac(stored).denied(seen, {token: ServiceAccount(OBS_NS, ACCOUNT)}) == [
+        f"{OBS_NS}/{ACCOUNT} may not get gpufleet.io/inferenceclusters in (cluster) name {CLUSTER}",
+        f"{OBS_NS}/{ACCOUNT} may not list gpufleet.io/modelreplicas in (cluster)",
+        f"{OBS_NS}/{ACCOUNT} may not list gpufleet.io/modelreplicas in gpufleet-cluster-other",
+    ]
 
 
 def install_kind(kind: str) -> Any:

@@ -145,10 +145,30 @@ def test_the_controller_manages_replicas_and_the_status_it_publishes() -> None:
     assert not rbac.allows(CONTROLLER, req("get", "", "secrets", "ml", "x"))
 
 
-def test_an_agent_writes_observations_only_in_its_own_clusters_namespace() -> None:
-    rbac = Rbac([*install.agent_hub_access("a"), *install.agent_hub_access("b")])
+def test_an_agent_reads_and_writes_only_its_own_clusters_namespace() -> None:
+    rbac = Rbac([*install.hub(), *install.agent_hub_access("a"), *install.agent_hub_access("b")])
     own, other = "gpufleet-cluster-a", "gpufleet-cluster-b"
     assert rbac.allows(HUB_AGENT, req("create", "gpufleet.io", "poolobservations", own))
     assert not rbac.allows(HUB_AGENT, req("create", "gpufleet.io", "poolobservations", other))
-    assert rbac.allows(HUB_AGENT, req("watch", "gpufleet.io", "modelreplicas"))
-    assert not rbac.allows(HUB_AGENT, req("update", "gpufleet.io", "modelreplicas", "ml", "r"))
+    assert rbac.allows(HUB_AGENT, req("watch", "gpufleet.io", "modelreplicas", own))
+    assert rbac.allows(HUB_AGENT, req("list", "gpufleet.io", "modelreplicas", own))
+    # Not another cluster's replicas, not a tenant's namespace, not cluster-wide.
+    for where in (other, "ml", ""):
+        assert not rbac.allows(HUB_AGENT, req("list", "gpufleet.io", "modelreplicas", where))
+        assert not rbac.allows(HUB_AGENT, req("watch", "gpufleet.io", "modelreplicas", where))
+    assert not rbac.allows(HUB_AGENT, req("update", "gpufleet.io", "modelreplicas", own, "r"))
+    assert not rbac.allows(HUB_AGENT, req("delete", "gpufleet.io", "modelreplicas", own, "r"))
+    # Nothing cluster-scoped: it needs neither clusters nor classes (docs/operations.md).
+    for resource in ("inferenceclusters", "inferenceclasses", "modeldeployments"):
+        assert not rbac.allows(HUB_AGENT, req("get", "gpufleet.io", resource, "", "a"))
+        assert not rbac.allows(HUB_AGENT, req("list", "gpufleet.io", resource))
+    assert not rbac.allows(HUB_AGENT, req("get", "", "secrets", own, "x"))
+
+
+def test_the_controller_writes_replicas_in_any_clusters_namespace_but_makes_none() -> None:
+    rbac = Rbac(install.hub())
+    for ns in ("gpufleet-cluster-a", "gpufleet-cluster-b"):
+        assert rbac.allows(CONTROLLER, req("create", "gpufleet.io", "modelreplicas", ns))
+        assert rbac.allows(CONTROLLER, req("delete", "gpufleet.io", "modelreplicas", ns, "r"))
+    # `gpufleet join` makes a cluster's namespace, with an admin's credentials.
+    assert not rbac.allows(CONTROLLER, req("create", "", "namespaces"))
