@@ -16,9 +16,7 @@ from gpufleet.store.port import MODEL_REPLICA
 T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 
-def replica(
-    name: str, tenant: str = "ml", cluster: str = "a", namespace: str | None = None
-) -> Obj:
+def replica(name: str, tenant: str = "ml", cluster: str = "a", namespace: str | None = None) -> Obj:
     return {
         "apiVersion": "gpufleet.io/v1alpha1",
         "kind": "ModelReplica",

@@ -452,7 +452,11 @@ def test_replica_status_follows_its_report_across_steps_and_skips_heartbeats() -
         store.patch_status(REPLICA_OBSERVATION, "orphan-0", namespace, fresh["status"], None)
 
     def pods() -> tuple[str, str] | None:
-        return brief(condition_of(store.get(MODEL_REPLICA, "orphan-0", "gpufleet-cluster-a"), "ModelPodsScheduled"))
+        return brief(
+            condition_of(
+                store.get(MODEL_REPLICA, "orphan-0", "gpufleet-cluster-a"), "ModelPodsScheduled"
+            )
+        )
 
     controller.step(at(1))
     assert pods() == ("False", "PodsPending")

@@ -34,9 +34,11 @@ from gpufleet.kube.daemon import DaemonLoop, LoopConfig, Trigger
 from gpufleet.kube.leader import LeaderConfig
 from gpufleet.kube.metrics import render
 from gpufleet.kube.store import KubeStore
+from gpufleet.store import StoreError
 from gpufleet.store.port import (
     DEPLOYMENT,
     EVENT,
+    INFERENCE_CLASS,
     INFERENCE_CLUSTER,
     LEASE,
     MODEL_DEPLOYMENT,
@@ -67,8 +69,14 @@ HUB_SUBJECTS = {
     AGENT_HUB_TOKEN: ServiceAccount(OBS_NS, f"gpufleet-agent-{CLUSTER}"),
 }
 WORKLOAD_SUBJECTS = {AGENT_TOKEN: ServiceAccount(LEASE_NS, "gpufleet-agent")}
-#: What `gpufleet install` (and `gpufleet join`, for the agent's hub side) grant.
-HUB_RBAC = Rbac([*install.hub(), *install.agent_hub_access(CLUSTER)])
+#: Another cluster's agent on the hub: enforced, never checked at the end (it is refused on
+#: purpose, `test_another_clusters_agent_is_refused_this_clusters_namespace`).
+OTHER_AGENT_TOKEN, OTHER_CLUSTER = "other-agent-on-hub", "b"
+OTHER_AGENT = ServiceAccount(f"gpufleet-cluster-{OTHER_CLUSTER}", f"gpufleet-agent-{OTHER_CLUSTER}")
+#: What `gpufleet install` (and `gpufleet join`, for the agents' hub side) grant.
+HUB_RBAC = Rbac(
+    [*install.hub(), *install.agent_hub_access(CLUSTER), *install.agent_hub_access(OTHER_CLUSTER)]
+)
 WORKLOAD_RBAC = Rbac(install.agent(CLUSTER))
 
 
@@ -294,7 +302,9 @@ def fleet() -> Iterator[Fleet]:
             create(hub, gpu_class())
             create(hub, *inference_cluster())
             # Both servers enforce the installed RBAC on the components' tokens (403).
-            hub_api.api.authorize = HUB_RBAC.authorizer(HUB_SUBJECTS)
+            hub_api.api.authorize = HUB_RBAC.authorizer(
+                {**HUB_SUBJECTS, OTHER_AGENT_TOKEN: OTHER_AGENT}
+            )
             workload_api.api.authorize = WORKLOAD_RBAC.authorizer(WORKLOAD_SUBJECTS)
             clock = Clock()
             controller = ControllerDaemon(
@@ -538,3 +548,50 @@ def test_the_controller_loop_still_reacts_after_its_watches_are_killed(fleet: Fl
     )
     assert fleet.controller.loop.steps > steps
     assert fleet.controller.loop.last_trigger is Trigger.CHANGE  # not a resync: it is an hour
+
+
+def test_another_clusters_agent_is_refused_this_clusters_namespace(fleet: Fleet) -> None:
+    """With the RBAC `gpufleet join` gives it, cluster b's agent reads its own namespace and
+    is refused cluster a's replicas and observations, every namespace at once, and the
+    cluster-scoped InferenceClusters and InferenceClasses (403 from the hub)."""
+    start_reporting(fleet)
+    create(fleet.hub, model_deployment(replicas=1))
+    fleet.run_until(lambda: len(fleet.replicas()) == 1, "controller", what="a placement on a")
+    other = KubeStore.from_url(fleet.hub_api.url, FAST, token=OTHER_AGENT_TOKEN)
+    try:
+        assert other.list(MODEL_REPLICA, OTHER_AGENT.namespace) == []
+        refused = [
+            lambda: other.list(MODEL_REPLICA, OBS_NS),
+            lambda: other.list(MODEL_REPLICA),
+            lambda: other.get(POOL_OBSERVATION, "l4", OBS_NS),
+            lambda: other.list(INFERENCE_CLUSTER),
+            lambda: other.get(INFERENCE_CLUSTER, CLUSTER),
+            lambda: other.list(INFERENCE_CLASS),
+        ]
+        for read in refused:
+            with pytest.raises(StoreError, match="403|[Ff]orbidden"):
+                read()
+    finally:
+        other.close()
+
+
+def test_the_controller_deletes_the_replicas_of_a_deleted_deployment(fleet: Fleet) -> None:
+    """No owner reference can reach a replica in its cluster's namespace: the controller
+    deletes it when its deployment goes (within its RBAC), and the agent its workloads."""
+    start_reporting(fleet)
+    create(fleet.hub, model_deployment(replicas=1))
+    fleet.run_until(lambda: len(fleet.replicas()) == 1, "controller", what="a placement")
+    fleet.run_until(
+        lambda: bool(fleet.workload.list(DEPLOYMENT, "ml")),
+        "agent-a",
+        what="the agent materializes it",
+    )
+    fleet.hub.delete(MODEL_DEPLOYMENT, "llama", "ml")
+    fleet.run_until(
+        lambda: fleet.replicas() == [], "controller", what="the controller deletes the replica"
+    )
+    fleet.run_until(
+        lambda: fleet.workload.list(DEPLOYMENT, "ml") == [],
+        "agent-a",
+        what="the agent deletes its workloads",
+    )
