@@ -569,7 +569,7 @@ def test_another_clusters_agent_is_refused_this_clusters_namespace(fleet: Fleet)
             lambda: other.list(INFERENCE_CLASS),
         ]
         for read in refused:
-            with pytest.raises(StoreError, match="403|[Ff]orbidden"):
+            with pytest.raises(StoreError, match=r"403|[Ff]orbidden"):
                 read()
     finally:
         other.close()

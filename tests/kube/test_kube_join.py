@@ -164,9 +164,9 @@ def test_the_agent_reports_with_the_joined_kubeconfig_within_its_rbac(
         assert agent_hub.list(replicas, OBS_NS) == []
         # Not every cluster's replicas, nor another cluster's, nor the clusters themselves.
         for namespace in (None, "gpufleet-cluster-other"):
-            with pytest.raises(StoreError, match="403|Forbidden|forbidden"):
+            with pytest.raises(StoreError, match=r"403|Forbidden|forbidden"):
                 agent_hub.list(replicas, namespace)
-        with pytest.raises(StoreError, match="403|Forbidden|forbidden"):
+        with pytest.raises(StoreError, match=r"403|Forbidden|forbidden"):
             agent_hub.get(install_kind("InferenceCluster"), CLUSTER)
     seen = list(pair.hub.api.requests_seen)
     assert {(r.verb, r.resource) for r in seen if r.user == token and r.namespace == OBS_NS} == {

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from gpufleet.api.names import cluster_namespace
 from gpufleet.core import labels
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
 from gpufleet.sim.fleet import Fleet, FleetSpec
-from gpufleet.api.names import cluster_namespace
 from gpufleet.store.port import MODEL_REPLICA, POOL_OBSERVATION, Obj, Store
 
 Obj_ = dict[str, Any]
