@@ -328,7 +328,9 @@ class Controller(HubWriter):
         for name in self._clusters_to_publish(now):
             self._publish_cluster(name, classes, now, result)
         self._publish_replicas(now, result)
-        self._collect(now, result)
+        if self._dirty.orphans:
+            self._dirty.orphans = False
+            self._dirty.schedule = self._collect(now, result) or self._dirty.schedule
         if is_complete:
             self._schedule(classes, now, result)
         else:
@@ -851,32 +853,6 @@ class Controller(HubWriter):
         )
         event = Event(obj, EventType.WARNING, EventReason.INVALID_SPEC, scheduled["message"])
         self._record_once(("invalid", namespace, name), event, now, result)
-
-    def _replica_of(self, cluster: str, namespace: str, name: str) -> ReadObj | None:
-        """The replica `name` of a deployment in `namespace` on `cluster`, as the step reads it."""
-        key = replica_docs.replica_key(cluster, namespace, name)
-        return None if key is None else self._replica_objs.get(key)
-
-    def _collect(self, now: datetime, result: StepResult) -> None:
-        """Delete the replicas whose deployment is gone and those outside their cluster's hub
-        namespace (`replicas.orphaned`), once a deployment or replica moved. What an owner
-        reference would have the garbage collector do, had the replica been allowed one."""
-        if not self._dirty.orphans:
-            return
-        self._dirty.orphans = False
-        existing = {k: obj for k, (obj, _) in self._deployments.items()}
-        existing.update((k, obj) for k, (obj, _) in self._invalid.items())
-        for key, obj in sorted(self._replica_objs.items()):
-            why = replica_docs.orphaned(obj, existing)
-            if why is None:
-                continue
-            delete = functools.partial(self._delete, MODEL_REPLICA, obj, now, result)
-            if not self._guard(result, f"delete ModelReplica {name_of(obj)} ({why})", delete):
-                continue
-            log.info("deleted ModelReplica %s: %s", name_of(obj), why.value)
-            for table in (self._replica_objs, self._replica_cores, self._replica_errors):
-                table.pop(key, None)  # gone for this step's decision too
-            self._dirty.schedule = True
 
     def _apply(
         self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult

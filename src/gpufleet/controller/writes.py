@@ -10,6 +10,7 @@ store's version again.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +23,7 @@ from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import Event, Recorder, event_body, repeated
 from gpufleet.controller.index import HubIndex, Key, is_deleting, key_of, name_of
 from gpufleet.controller.ledger import AssumeLedger
-from gpufleet.controller.replicas import replica_body
+from gpufleet.controller.replicas import orphaned, replica_body, replica_key
 from gpufleet.controller.status import REPLICA_OWNED, replica_status
 from gpufleet.core import labels
 from gpufleet.core.decision import Placement
@@ -60,6 +61,12 @@ class HubWriter:
     recorder: Recorder
     index: HubIndex
     _unstored: set[tuple[Kind, Key]]
+    #: The step's tables (loop.py): deployments valid and not, replicas as read.
+    _deployments: dict[Key, tuple[ReadObj, Any]]
+    _invalid: dict[Key, tuple[ReadObj, Any]]
+    _replica_objs: dict[Key, ReadObj]
+    _replica_cores: dict[Key, Any]
+    _replica_errors: dict[Key, str]
 
     def _track(self, kind: Kind, key: Key) -> None:
         """Bring what the step derives from the index's record at `key` up to date."""
@@ -218,6 +225,34 @@ class HubWriter:
         else:
             result.writes[(kind.kind, "delete")] += 1
         self.ledger.assume_deleted(kind, obj, now)
+
+    # --- replicas in their clusters' namespaces --------------------------------------------
+
+    def _replica_of(self, cluster: str, namespace: str, name: str) -> ReadObj | None:
+        """The replica `name` of a deployment in `namespace` on `cluster`, as the step reads it."""
+        key = replica_key(cluster, namespace, name)
+        return None if key is None else self._replica_objs.get(key)
+
+    def _collect(self, now: datetime, result: StepErrors) -> bool:
+        """Delete the replicas whose deployment is gone and those outside their cluster's hub
+        namespace (`replicas.orphaned`); the step calls it once a deployment or replica
+        moved. What an owner reference would have the garbage collector do, had the replica
+        been allowed one. True when one was deleted (a scheduling input changed)."""
+        existing = {k: obj for k, (obj, _) in self._deployments.items()}
+        existing.update((k, obj) for k, (obj, _) in self._invalid.items())
+        is_collected = False
+        for key, obj in sorted(self._replica_objs.items()):
+            why = orphaned(obj, existing)
+            if why is None:
+                continue
+            delete = functools.partial(self._delete, MODEL_REPLICA, obj, now, result)
+            if not self._guard(result, f"delete ModelReplica {name_of(obj)} ({why})", delete):
+                continue
+            log.info("deleted ModelReplica %s: %s", name_of(obj), why.value)
+            for table in (self._replica_objs, self._replica_cores, self._replica_errors):
+                table.pop(key, None)  # gone for this step's decision too
+            is_collected = True
+        return is_collected
 
     # --- events ---------------------------------------------------------------------------
 
