@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from controller_builders import SIM, at, cluster, deployment, gpu_class, hub, pool_obs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.api.names import (
     CLUSTER_NAME_MAX_CHARS,
@@ -205,3 +207,53 @@ def test_a_placement_on_a_cluster_whose_name_names_no_namespace_is_a_step_error(
     result = Controller(store, ControllerConfig(), "ctl").step(at(1))
     assert _replicas(store) == []
     assert any("DNS label of at most 46" in e for e in result.errors), result.errors
+
+
+_actions = st.lists(
+    st.tuples(
+        st.sampled_from(["create", "delete", "recreate", "scale"]),
+        st.sampled_from(["llama", "gemma"]),
+        st.sampled_from(["ml", "search"]),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(_actions)
+def test_replicas_always_belong_to_a_live_deployment_in_their_clusters_namespace(
+    actions: list[tuple[str, str, str]],
+) -> None:
+    """Promise: through deployments created, deleted, re-created under their name and scaled,
+    once a step has run every replica is in its cluster's namespace, named with its
+    deployment's namespace, labelled with a deployment that exists with that uid, and no two
+    replicas of one deployment share (cluster, index)."""
+    store = _fleet(free=((4, 2),))
+    controller = Controller(store, SIM, "ctl")
+    for second, (action, name, tenant) in enumerate(actions, start=1):
+        current: Any = store.get(MODEL_DEPLOYMENT, name, tenant)
+        if action in ("delete", "recreate") and current is not None:
+            store.delete(MODEL_DEPLOYMENT, name, tenant)
+        if action in ("create", "recreate") and (current is None or action == "recreate"):
+            store.create(deployment(name, tenant, replicas=2))
+        if action == "scale" and current is not None:
+            current["spec"]["replicas"] = 3 - current["spec"]["replicas"]
+            store.update(current)
+        assert controller.step(at(second)).errors == []
+    controller.step(at(len(actions) + 1))  # deletions are seen one step later
+    live = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]): d["metadata"]["uid"]
+        for d in store.list(MODEL_DEPLOYMENT)
+    }
+    seen: set[tuple[str, str, str, str]] = set()
+    for replica in _replicas(store):
+        meta, spec = replica["metadata"], replica["spec"]
+        tenant = meta["labels"]["gpufleet.io/deployment-namespace"]
+        assert meta["namespace"] == cluster_namespace(spec["clusterName"])
+        assert meta["name"].startswith(f"{tenant}.")
+        key = (tenant, spec["deploymentName"])
+        assert live.get(key) == meta["labels"]["gpufleet.io/deployment-uid"], meta
+        identity = (*key, spec["clusterName"], meta["labels"]["gpufleet.io/replica-index"])
+        assert identity not in seen
+        seen.add(identity)

@@ -9,6 +9,11 @@ a list, a watch of a collection or a create). A ClusterRoleBinding grants its Cl
 every namespace and cluster-wide; a RoleBinding grants its Role or ClusterRole in its own
 namespace only. As the API server does, a request on a Namespace object counts as made in that
 namespace. Aggregated ClusterRoles and non-resource URLs are not modelled (none is installed).
+
+`authorizer(subjects)` makes the emulated API server enforce the same rules
+(`KMockPlus.authorize`): a component's request they refuse is answered 403 Forbidden, so a
+component that reaches outside its grant (an agent into another cluster's hub namespace) fails
+as it would on a real cluster, not only in the check after the test.
 """
 
 from __future__ import annotations
