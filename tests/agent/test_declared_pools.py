@@ -102,3 +102,20 @@ def test_declared_pools_are_read_as_untrusted(spec: object, want: set[str]) -> N
 
 def test_no_inference_cluster_declares_nothing() -> None:
     assert declared_pools(None) == frozenset()
+
+
+def test_declared_pools_are_read_again_once_per_heartbeat() -> None:
+    """The hub is asked at most once per heartbeat interval: a pool declared since is reported
+    from the first step a heartbeat after the last read."""
+    w = World()
+    w.hub.create(inference_cluster("a", "l4"))
+    agent = w.agent(AgentConfig(min_push_interval_s=0, heartbeat_interval_s=30))
+    agent.step(w.at(0))
+    obj = w.hub.get(INFERENCE_CLUSTER, "a")
+    assert obj is not None
+    obj["spec"]["nodePools"].append({"name": "zero", "className": "l4", "nodeCount": 0})
+    w.hub.update(obj)
+    agent.step(w.at(29))
+    assert [name for name, _, _ in reported(w)] == ["l4"]
+    agent.step(w.at(30))
+    assert [name for name, _, _ in reported(w)] == ["l4", "zero"]

@@ -5,8 +5,9 @@ A step has two halves, both through the `Store` port only:
 1. **Observe and report.** List the cluster's Nodes, ResourceSlices, ResourceClaims and Pods
    and the ModelReplicas assigned to the cluster on the hub (label `gpufleet.io/cluster`, all
    namespaces), and the cluster's own InferenceCluster on the hub for the pools it declares
-   (each is reported, at zero nodes when the agent sees none: a cluster whose pools are all
-   at zero nodes still reports, and its autoscaled pools can grow from zero); run the pure
+   (at most once per heartbeat interval; each is reported, at zero nodes when the agent sees
+   none: a cluster whose pools are all at zero nodes still reports, and its autoscaled pools
+   can grow from zero); run the pure
    observe core (`gpufleet.agent.observe`) with the allocation clock
    the Agent keeps between steps; write one PoolObservation per pool and one ReplicaObservation
    per replica to the hub namespace `gpufleet-cluster-<cluster>`, stamped with
@@ -199,8 +200,10 @@ class Agent:
         #: and deleted none. An observation of the same entry found at the same version on
         #: the hub has nothing to write (`_write_replica_observations`).
         self._replicas_left: _ReplicasLeft | None = None
-        #: The pools the hub declared for this cluster when last read (`read_declared_pools`).
+        #: The pools the hub declared for this cluster when last read (`read_declared_pools`),
+        #: and when that read succeeded (None: never).
         self._declared_pools: frozenset[str] = frozenset()
+        self._declared_read_at: datetime | None = None
 
     # --- the step -------------------------------------------------------------------------
 
@@ -231,22 +234,35 @@ class Agent:
             return list(found)  # compared in C: almost always, none is being deleted
         return [r for r in found if not r["metadata"].get("deletionTimestamp")]
 
-    def read_declared_pools(self) -> frozenset[str]:
+    def read_declared_pools(self, now: datetime | None = None) -> frozenset[str]:
         """The pools the hub declares for this cluster (its InferenceCluster's `nodePools`;
         none when it has no InferenceCluster), or those last read when the hub cannot be read
-        (a partition must not look like "every pool was removed")."""
+        (a partition must not look like "every pool was removed").
+
+        With `now`, the hub is asked at most once per heartbeat interval (one GET; pools are
+        declared rarely, and a newly declared pool has no nodes yet, so reporting it up to a
+        heartbeat later only delays its growth by as much)."""
+        last = self._declared_read_at
+        if (
+            now is not None
+            and last is not None
+            and last <= now
+            and (now - last).total_seconds() < self.config.heartbeat_interval_s
+        ):
+            return self._declared_pools
         try:
             found = self.hub.get(INFERENCE_CLUSTER, self.cluster_name)
         except StoreError as e:
             log.debug("get InferenceCluster %s: %s", self.cluster_name, e)
             return self._declared_pools
         self._declared_pools = declared_pools(found)
+        self._declared_read_at = now if now is not None else last
         return self._declared_pools
 
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
         self._feed.sync()
-        snapshot = self.table.snapshot(replicas, now, self.read_declared_pools())
+        snapshot = self.table.snapshot(replicas, now, self.read_declared_pools(now))
         self.clock = snapshot.clock
         # The policy's refusals are said on the observations; a replica whose verdict moved is
         # reported again even when the table's observation of it did not change.
