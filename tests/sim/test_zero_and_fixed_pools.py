@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import functools
 
-from gpufleet.sim.run import RunResult, run_scenario
+from gpufleet.sim.run import RunResult, build_fleet, run_scenario, timeline_runner
 from gpufleet.sim.scenario import Accounting, load_scenario
+from gpufleet.store.port import EVENT, INFERENCE_CLUSTER
 
 
 @functools.cache
@@ -34,6 +35,19 @@ def test_a_pool_at_zero_nodes_counts_its_growth_and_grows_from_zero() -> None:
     assert (first.numbers["nodes"], first.numbers["free_devices"]) == (2, 0)
     assert summary(result) == [("ml/from-zero", 1, 1, 1)]
     assert [(p.key, p.nodes, p.gpus_allocated) for p in result.pools] == [("burst/a10g", 1, 4)]
+
+
+def test_the_zero_node_cluster_is_ready_and_its_pods_trigger_scale_up() -> None:
+    scenario = load_scenario("scale-from-zero")
+    fleet, _ = build_fleet(scenario, scenario.controller.accounting)
+    timeline_runner(fleet, scenario)(30)
+    hub_cluster = fleet.hub.get(INFERENCE_CLUSTER, "burst")
+    assert hub_cluster is not None
+    ready = next(c for c in hub_cluster["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("True", "AgentReporting")
+    events = fleet.clusters["burst"].store.list(EVENT)
+    # One per placed replica's pod: the emulated cluster-autoscaler grows the pool from zero.
+    assert sorted(e["reason"] for e in events) == ["TriggeredScaleUp", "TriggeredScaleUp"]
 
 
 def test_whole_node_accounting_places_on_the_zero_node_pool_too() -> None:
