@@ -7,10 +7,9 @@ A step has two halves, both through the `Store` port only:
    namespaces), and the cluster's own InferenceCluster on the hub for the pools it declares
    (at most once per heartbeat interval; each is reported, at zero nodes when the agent sees
    none: a cluster whose pools are all at zero nodes still reports, and its autoscaled pools
-   can grow from zero); run the pure
-   observe core (`gpufleet.agent.observe`) with the allocation clock
-   the Agent keeps between steps; write one PoolObservation per pool and one ReplicaObservation
-   per replica to the hub namespace `gpufleet-cluster-<cluster>`, stamped with
+   can grow from zero); run the pure observe core (`gpufleet.agent.observe`) with the
+   allocation clock the Agent keeps between steps; write one PoolObservation per pool and one
+   ReplicaObservation per replica to the hub namespace `gpufleet-cluster-<cluster>`, stamped with
    `status.agent: {identity, leaseEpoch}` and `status.observedAt`. Observations of replicas
    that are gone are deleted. A pool with a PoolObservation on the hub that the agent no longer
    sees (its nodes all gone, no replica pins it) is reported empty (no nodes, so the hub counts
