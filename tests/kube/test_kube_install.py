@@ -141,8 +141,16 @@ def test_agent_hub_access_is_scoped_to_the_clusters_namespace() -> None:
     assert rules_allow(role, "gpufleet.io", "modelreplicas", "watch")
     assert not rules_allow(role, "gpufleet.io", "modelreplicas", "update")
     assert not rules_allow(role, "gpufleet.io", "modelreplicas/status", "patch")
-    # Nothing cluster-wide: no ClusterRole, no ClusterRoleBinding.
-    assert [key for key in objs if key[0].startswith("Cluster")] == []
+    # One cluster-scoped rule: get its own InferenceCluster, by name.
+    reader = objs[("ClusterRole", name)]
+    assert reader["rules"] == [
+        {
+            "apiGroups": ["gpufleet.io"],
+            "resources": ["inferenceclusters"],
+            "verbs": ["get"],
+            "resourceNames": ["gke-us-central"],
+        }
+    ]
     # No long-lived token Secret: `gpufleet join` asks the TokenRequest API for one that expires.
     assert not [key for key in objs if key[0] == "Secret"]
 

@@ -162,12 +162,15 @@ def test_the_agent_reports_with_the_joined_kubeconfig_within_its_rbac(
             }
         )
         assert agent_hub.list(replicas, OBS_NS) == []
-        # Not every cluster's replicas, nor another cluster's, nor the clusters themselves.
+        # Its own InferenceCluster, by name; not another's, not every cluster's replicas, nor
+        # another cluster's.
+        clusters = install_kind("InferenceCluster")
+        assert agent_hub.get(clusters, CLUSTER) is not None
         for namespace in (None, "gpufleet-cluster-other"):
             with pytest.raises(StoreError, match=r"403|Forbidden|forbidden"):
                 agent_hub.list(replicas, namespace)
         with pytest.raises(StoreError, match=r"403|Forbidden|forbidden"):
-            agent_hub.get(install_kind("InferenceCluster"), CLUSTER)
+            agent_hub.get(clusters, "other")
     seen = list(pair.hub.api.requests_seen)
     assert {(r.verb, r.resource) for r in seen if r.user == token and r.namespace == OBS_NS} == {
         ("create", "poolobservations"),
@@ -175,7 +178,7 @@ def test_the_agent_reports_with_the_joined_kubeconfig_within_its_rbac(
     }
     # Refused: exactly the three requests made to be refused.
     assert Rbac(stored).denied(seen, {token: ServiceAccount(OBS_NS, ACCOUNT)}) == [
-        f"{OBS_NS}/{ACCOUNT} may not get gpufleet.io/inferenceclusters in (cluster) name {CLUSTER}",
+        f"{OBS_NS}/{ACCOUNT} may not get gpufleet.io/inferenceclusters in (cluster) name other",
         f"{OBS_NS}/{ACCOUNT} may not list gpufleet.io/modelreplicas in (cluster)",
         f"{OBS_NS}/{ACCOUNT} may not list gpufleet.io/modelreplicas in gpufleet-cluster-other",
     ]

@@ -158,10 +158,13 @@ def test_an_agent_reads_and_writes_only_its_own_clusters_namespace() -> None:
         assert not rbac.allows(HUB_AGENT, req("watch", "gpufleet.io", "modelreplicas", where))
     assert not rbac.allows(HUB_AGENT, req("update", "gpufleet.io", "modelreplicas", own, "r"))
     assert not rbac.allows(HUB_AGENT, req("delete", "gpufleet.io", "modelreplicas", own, "r"))
-    # Nothing cluster-scoped: it needs neither clusters nor classes (docs/operations.md).
+    # Cluster-scoped, only its own InferenceCluster, by name (docs/operations.md).
+    assert rbac.allows(HUB_AGENT, req("get", "gpufleet.io", "inferenceclusters", "", "a"))
+    assert not rbac.allows(HUB_AGENT, req("get", "gpufleet.io", "inferenceclusters", "", "b"))
+    assert not rbac.allows(HUB_AGENT, req("watch", "gpufleet.io", "inferenceclusters", "", "a"))
     for resource in ("inferenceclusters", "inferenceclasses", "modeldeployments"):
-        assert not rbac.allows(HUB_AGENT, req("get", "gpufleet.io", resource, "", "a"))
         assert not rbac.allows(HUB_AGENT, req("list", "gpufleet.io", resource))
+    assert not rbac.allows(HUB_AGENT, req("get", "gpufleet.io", "inferenceclasses", "", "l4"))
     assert not rbac.allows(HUB_AGENT, req("get", "", "secrets", own, "x"))
 
 

@@ -3,9 +3,9 @@
 Each cluster has one namespace on the hub, `gpufleet-cluster-<cluster>`
 (`gpufleet.api.names.cluster_namespace`), and its agent's credentials allow nothing wider
 (docs/operations.md, "Security model"): the controller writes the cluster's ModelReplicas
-there, the agent writes its observations there. It reads no InferenceCluster and no
-InferenceClass: its pools come from its Nodes' `gpufleet.io/pool` label and its devices from
-the cluster's ResourceSlices.
+there, the agent writes its observations there. Outside it, it only gets its own
+InferenceCluster by name (the pools it declares, `Agent.read_declared_pools`); it reads no
+InferenceClass: its devices come from the cluster's ResourceSlices.
 
 A replica on the hub is named `<deployment namespace>.<replica>` and labelled with its
 deployment's namespace (`gpufleet.io/deployment-namespace`). The rest of the agent reads each

@@ -4,9 +4,12 @@ A step has two halves, both through the `Store` port only:
 
 1. **Observe and report.** List the cluster's Nodes, ResourceSlices, ResourceClaims and Pods
    and the ModelReplicas assigned to the cluster on the hub (from its hub namespace
-   `gpufleet-cluster-<cluster>`, the only one it may read: `gpufleet.agent.hub`); run the
-   pure observe core (`gpufleet.agent.observe`) with the allocation clock the Agent keeps
-   between steps; write one PoolObservation per pool and one ReplicaObservation
+   `gpufleet-cluster-<cluster>`, the only one it may read: `gpufleet.agent.hub`), and the
+   cluster's own InferenceCluster on the hub for the pools it declares (by name, at most once
+   per heartbeat interval; each is reported, at zero nodes when the agent sees none: a cluster
+   whose pools are all at zero nodes still reports, and its autoscaled pools can grow from
+   zero); run the pure observe core (`gpufleet.agent.observe`) with the allocation clock the
+   Agent keeps between steps; write one PoolObservation per pool and one ReplicaObservation
    per replica to the hub namespace `gpufleet-cluster-<cluster>`, stamped with
    `status.agent: {identity, leaseEpoch}` and `status.observedAt`. Observations of replicas
    that are gone are deleted. A pool with a PoolObservation on the hub that the agent no longer
@@ -72,6 +75,7 @@ from gpufleet.agent.model import (
     versions_of,
 )
 from gpufleet.agent.policy import ClusterPolicy
+from gpufleet.agent.reads import declared_pools
 from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
 from gpufleet.api.names import cluster_namespace, replica_object_name
@@ -79,6 +83,7 @@ from gpufleet.core import labels
 from gpufleet.core.model import PoolName
 from gpufleet.store.merge import merge_patch
 from gpufleet.store.port import (
+    INFERENCE_CLUSTER,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     Conflict,
@@ -198,6 +203,10 @@ class Agent:
         #: and deleted none. An observation of the same entry found at the same version on
         #: the hub has nothing to write (`_write_replica_observations`).
         self._replicas_left: _ReplicasLeft | None = None
+        #: The pools the hub declared for this cluster when last read (`read_declared_pools`),
+        #: and when that read succeeded (None: never).
+        self._declared_pools: frozenset[str] = frozenset()
+        self._declared_read_at: datetime | None = None
 
     # --- the step -------------------------------------------------------------------------
 
@@ -228,10 +237,35 @@ class Agent:
             return list(found)  # compared in C: almost always, none is being deleted
         return [r for r in found if not r["metadata"].get("deletionTimestamp")]
 
+    def read_declared_pools(self, now: datetime | None = None) -> frozenset[str]:
+        """The pools the hub declares for this cluster (its InferenceCluster's `nodePools`;
+        none when it has no InferenceCluster), or those last read when the hub cannot be read
+        (a partition must not look like "every pool was removed").
+
+        With `now`, the hub is asked at most once per heartbeat interval (one GET; pools are
+        declared rarely, and a newly declared pool has no nodes yet, so reporting it up to a
+        heartbeat later only delays its growth by as much)."""
+        last = self._declared_read_at
+        if (
+            now is not None
+            and last is not None
+            and last <= now
+            and (now - last).total_seconds() < self.config.heartbeat_interval_s
+        ):
+            return self._declared_pools
+        try:
+            found = self.hub.get(INFERENCE_CLUSTER, self.cluster_name)
+        except StoreError as e:
+            log.debug("get InferenceCluster %s: %s", self.cluster_name, e)
+            return self._declared_pools
+        self._declared_pools = declared_pools(found)
+        self._declared_read_at = now if now is not None else last
+        return self._declared_pools
+
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
         self._feed.sync()
-        snapshot = self.table.snapshot(replicas, now)
+        snapshot = self.table.snapshot(replicas, now, self.read_declared_pools(now))
         self.clock = snapshot.clock
         # The policy's refusals are said on the observations; a replica whose verdict moved is
         # reported again even when the table's observation of it did not change.

@@ -11,9 +11,9 @@
   (`gpufleet.kube.join`), never by hand.
 - `agent_hub_access(cluster)`: for the *hub*: the cluster's namespace
   `gpufleet-cluster-<cluster>` (`gpufleet.api.names.cluster_namespace`), a ServiceAccount the
-  agent authenticates as, and a Role there (nothing cluster-wide) to write Pool/
-  ReplicaObservations (and their status) and watch the ModelReplicas the controller writes
-  there. `gpufleet join` creates these objects and a token from the TokenRequest API; the
+  agent authenticates as, a Role there to write Pool/ReplicaObservations (and their status)
+  and watch the ModelReplicas the controller writes there, and a ClusterRole that only gets its
+  own InferenceCluster (`resourceNames`). `gpufleet join` creates these objects and a token from the TokenRequest API; the
   namespace is made by `join` (or applied from `agent_hub_yaml`), never by the controller,
   which may not create namespaces.
 - `pod_disruption_budget()`, `service_monitor()`, `prometheus_rule()`: what the Kustomize base
@@ -375,20 +375,27 @@ def agent_hub_access(cluster: str) -> list[Manifest]:
     component = "agent"
     ns = cluster_namespace(cluster)
     name = agent_identity(cluster)
-    # Everything it does on the hub, in its cluster's namespace only: it writes its
-    # observations (and their status) and watches the ModelReplicas the controller writes
-    # there for it. Nothing cluster-scoped: it reads no InferenceCluster and no InferenceClass
-    # (its pools and devices come from its own cluster), nor any other cluster's namespace.
+    # Everything it does on the hub but one read, in its cluster's namespace only: it writes
+    # its observations (and their status) and watches the ModelReplicas the controller writes
+    # there for it; nor any other cluster's namespace.
     rules = [
         _rule([GROUP], _OBSERVATIONS, _MANAGE),
         _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["update", "patch"]),
         _rule([GROUP], ["modelreplicas"], _WATCH),
+    ]
+    # The one cluster-scoped read: its own InferenceCluster, by name (the pools it declares:
+    # each is reported, also at zero nodes). No other cluster, no list or watch, and no
+    # InferenceClass (its devices come from its own ResourceSlices).
+    cluster_rules = [
+        {**_rule([GROUP], ["inferenceclusters"], ["get"]), "resourceNames": [cluster]},
     ]
     return [
         _namespace(ns, component),
         _service_account(name, ns, component),
         _role("Role", name, component, rules, ns),
         _binding("RoleBinding", name, component, "Role", name, ns, ns),
+        _role("ClusterRole", name, component, cluster_rules, None),
+        _binding("ClusterRoleBinding", name, component, "ClusterRole", name, ns, None),
     ]
 
 

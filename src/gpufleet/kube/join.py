@@ -6,10 +6,10 @@ as `karmadactl register` and `clusteradm join` do.
 1. on the hub, the cluster's InferenceCluster if it is missing (from the pools given; marked
    `gpufleet.io/joined-by` so that `unjoin` knows it made it), then the agent's identity
    (`install.agent_hub_access`: the namespace `gpufleet-cluster-<cluster>`, the ServiceAccount
-   `gpufleet-agent-<cluster>`, its Role there and its binding: nothing cluster-wide), created
-   when missing and brought back to the installed rules when changed; the cluster-wide
-   ClusterRole and ClusterRoleBinding an older version gave the agent (to read every cluster's
-   ModelReplicas) are deleted;
+   `gpufleet-agent-<cluster>`, its Role there and its binding, and a ClusterRole that only gets
+   its own InferenceCluster, by name, and its binding), created when missing and brought back
+   to the installed rules when changed (so an older version's wider ClusterRole, which read
+   every cluster's ModelReplicas, loses that rule);
 2. a token for that ServiceAccount from the TokenRequest API (`POST .../serviceaccounts/NAME/
    token`) with an expiry (`token_ttl_s`; the API server may shorten it: the expiry it returns
    is the one reported);
@@ -22,10 +22,10 @@ Running it again issues a new token and replaces the Secret: that is how the tok
 A token from the TokenRequest API cannot be revoked by itself: an older one stays valid until its
 expiry, or until the ServiceAccount is deleted (`unjoin`, which a later `join` undoes).
 
-`unjoin(hub, member, cluster)` deletes the member's Secret and, on the hub, the cluster's
-namespace (with its ServiceAccount, Role, binding, observations and ModelReplicas; and an older
-version's ClusterRole and ClusterRoleBinding); the InferenceCluster only if `join` created it (`keep_cluster` keeps
-it). Missing objects are skipped, so both are safe to re-run. Every API error becomes a
+`unjoin(hub, member, cluster)` deletes the member's Secret and, on the hub, the agent's
+ClusterRole and ClusterRoleBinding and the cluster's namespace (with its ServiceAccount, Role,
+binding, observations and ModelReplicas); the InferenceCluster only if `join` created it
+(`keep_cluster` keeps it). Missing objects are skipped, so both are safe to re-run. Every API error becomes a
 `JoinError` that says which side, which object and what the API server answered.
 """
 
@@ -301,13 +301,6 @@ def _check(cluster: str, token_ttl_s: int) -> None:
         )
 
 
-def _remove_cluster_wide(hub_side: _Side, cluster: str, report: Report) -> None:
-    """Delete the cluster-wide read of ModelReplicas an older version gave the agent."""
-    name = install.agent_identity(cluster)
-    hub_side.delete(_KINDS["ClusterRoleBinding"], name, None, report)
-    hub_side.delete(_KINDS["ClusterRole"], name, None, report)
-
-
 def join(
     hub: Client,
     member: Client,
@@ -334,7 +327,6 @@ def join(
         report.add(f"hub: InferenceCluster {cluster} exists (left as it is)")
     for obj in install.agent_hub_access(cluster):
         hub_side.ensure(obj, report)
-    _remove_cluster_wide(hub_side, cluster, report)
     ns, account = cluster_namespace(cluster), install.agent_identity(cluster)
     token, expires = hub_side.token(ns, account, token_ttl_s)
     report.token_expires_at = expires
@@ -369,7 +361,9 @@ def unjoin(hub: Client, member: Client, cluster: str, *, keep_cluster: bool = Fa
     report = Report()
     hub_side, member_side = _Side(hub, "hub"), _Side(member, "member")
     member_side.delete(SECRET, install.HUB_SECRET, install.SYSTEM_NAMESPACE, report)
-    _remove_cluster_wide(hub_side, cluster, report)
+    name = install.agent_identity(cluster)
+    hub_side.delete(_KINDS["ClusterRoleBinding"], name, None, report)
+    hub_side.delete(_KINDS["ClusterRole"], name, None, report)
     hub_side.delete(NAMESPACE, cluster_namespace(cluster), None, report)
     existing = hub_side.get(INFERENCE_CLUSTER, cluster)
     if existing is not None:
