@@ -64,7 +64,7 @@ from gpufleet.controller.events import (
 from gpufleet.controller.index import (
     HubIndex,
     Key,
-    Observation,
+    Receipts,
     is_deleting,
     key_of,
     name_of,
@@ -261,6 +261,8 @@ class Controller(HubWriter):
         self.recorder = Recorder()
         #: The highest lease epoch accepted per cluster (also persisted in its status).
         self.epochs: dict[str, int] = {}
+        #: When each observation version was first seen (index.py): reports age from it.
+        self.receipts = Receipts()
         #: What the core derives from deployments and replicas, kept across steps.
         self.schedule_memo = ScheduleMemo()
         #: Steps that found nothing to schedule (metrics, tests).
@@ -316,7 +318,7 @@ class Controller(HubWriter):
         result = StepResult(now)
         self.ledger.expire(now)
         try:
-            self._sync()
+            self._sync(now)
         except StoreError as e:
             self._reset()  # list again next step
             self._error(result, f"read: {e}")
@@ -335,7 +337,7 @@ class Controller(HubWriter):
             self._everything_dirty()  # a failed write is retried from scratch
         return result
 
-    def _sync(self) -> None:
+    def _sync(self, now: datetime) -> None:
         """Read the change feed and mark what the changed keys make dirty."""
         index = self.index
         for kind, key in self._unstored:
@@ -379,9 +381,10 @@ class Controller(HubWriter):
             self._track(MODEL_REPLICA, key)
         for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION):
             records = index.records[kind]
+            if is_first:
+                self.receipts.keep(kind, records)
             for key in moved[kind]:
-                record = records.get(key)
-                read: Observation | None = record.parsed if record is not None else None
+                read = self.receipts.receive(kind, key, records.get(key), now)
                 clusters, replicas = self.reports.put(kind.kind, key, read)
                 dirty.clusters |= clusters
                 dirty.trusts |= clusters

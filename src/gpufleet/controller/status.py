@@ -23,6 +23,7 @@ change.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -95,8 +96,28 @@ class AgentReport:
     namespace: str
     identity: str
     lease_epoch: int
+    #: The report's own stamp (`status.observedAt`, the agent's clock).
     observed_at: datetime
     body: ReadObj
+    #: The agent's Lease incarnation (`status.agent.leaseUID`; "" when the agent sent none).
+    lease_uid: str = ""
+    #: When the controller first saw this version of the report, by its own clock (None:
+    #: not known; the stamp alone then ages it).
+    received_at: datetime | None = None
+    #: What the report's age is judged from: the earlier of its stamp and its receipt. A
+    #: report cannot be newer than its receipt, whatever the agent's clock says.
+    aged_from: datetime = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        received, stamped = self.received_at, self.observed_at
+        aged = received if received is not None and received < stamped else stamped
+        object.__setattr__(self, "aged_from", aged)
+
+    def received(self, at: datetime) -> AgentReport:
+        """This report, received at `at` (its age judged from at most then)."""
+        if at == self.received_at:
+            return self
+        return dataclasses.replace(self, received_at=at)
 
 
 def parse_report(obj: ReadObj) -> AgentReport | None:
@@ -119,6 +140,7 @@ def parse_report(obj: ReadObj) -> AgentReport | None:
         # a step (`Trust`, `freshness`), and times that share a tzinfo do so in C.
         observed_at=as_utc(parsed.status.observed_at),
         body=obj,
+        lease_uid=parsed.status.agent.lease_uid or "",
     )
 
 
@@ -136,17 +158,23 @@ class Trust:
     future: tuple[AgentReport, ...] = ()
     #: The newest accepted report, found once (a step asks for it many times).
     newest: AgentReport | None = field(init=False, default=None, compare=False, repr=False)
+    #: When the hub last heard from the agent: the latest `aged_from` of the accepted
+    #: reports (None without any).
+    heard_at: datetime | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # The newest by (observed_at, kind, name), the first of equals: found among the
         # reports of the latest time alone (picked at C speed: a cluster has ~90 reports).
         newest: AgentReport | None = None
+        heard: datetime | None = None
         if self.accepted:
             times = list(map(_AT, self.accepted))
             latest = max(times)
             tied = list(compress(self.accepted, map(latest.__eq__, times)))
             newest = tied[0] if len(tied) == 1 else max(tied, key=_NEWEST)
+            heard = max(map(_AGED, self.accepted))
         object.__setattr__(self, "newest", newest)
+        object.__setattr__(self, "heard_at", heard)
 
     @property
     def identity(self) -> str:
@@ -155,12 +183,15 @@ class Trust:
 
     @property
     def observed_at(self) -> datetime | None:
-        return self.newest.observed_at if self.newest is not None else None
+        """When the hub last heard from the agent (`heard_at`): what its freshness is judged
+        from, and what `status.agent.observedAt` publishes."""
+        return self.heard_at
 
 
 #: The sort keys of reports (attrgetters: a cluster is judged again on every heartbeat).
 _NEWEST: Final = operator.attrgetter("observed_at", "kind", "name")
 _AT: Final = operator.attrgetter("observed_at")
+_AGED: Final = operator.attrgetter("aged_from")
 _ORDER: Final = operator.attrgetter("kind", "name")
 _EPOCH: Final = operator.attrgetter("lease_epoch")
 
@@ -254,7 +285,7 @@ def published_observation(
         if implausible is not None:
             return _refused(report, now, config, pool_ceiling(pool), implausible.message)
     status = report.body["status"]
-    age_s, state = freshness(report.observed_at, now, config)
+    age_s, state = freshness(report.aged_from, now, config)
     conditions: list[Obj] = copy_json(list(status.get("conditions") or []))
     observation: Obj = {
         "observedAt": status["observedAt"],
@@ -286,7 +317,7 @@ def _refused(
 ) -> Obj:
     """An implausible pool report published as unobserved: whole-node accounting."""
     status = report.body["status"]
-    age_s, state = freshness(report.observed_at, now, config)
+    age_s, state = freshness(report.aged_from, now, config)
     observed = status.get("observedNodes")
     in_range = isinstance(observed, int) and 0 <= observed <= ceiling
     refused = condition(HISTOGRAM_AVAILABLE, "False", IMPLAUSIBLE_REPORT, message)
@@ -502,7 +533,7 @@ def cluster_times(cluster: ReadObj, trust: Trust) -> tuple[datetime | None, ...]
         trust.observed_at,
         parse_time((current.get("agent") or {}).get("observedAt")),
     ]
-    times += [r.observed_at for r in trust.accepted if r.kind == "PoolObservation"]
+    times += [r.aged_from for r in trust.accepted if r.kind == "PoolObservation"]
     times += [
         parse_time((pool.get("observation") or {}).get("observedAt"))
         for pool in current.get("gpuPools") or []
