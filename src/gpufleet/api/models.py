@@ -68,6 +68,8 @@ LEASE_EPOCH_MAX: Final = 2**31 - 1
 #: A Lease incarnation: a metadata.uid (a UUID) or `standalone`; at most 64 characters.
 LEASE_UID_MAX_CHARS: Final = 64
 LEASE_UID: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+#: The Lease incarnation an agent without leader election reports (`--no-leader-elect`).
+STANDALONE_LEASE: Final = "standalone"
 AGENT_IDENTITY_MAX_CHARS: Final = 253
 
 __all__ = ["RULE_ERROR_TYPE"]
@@ -403,9 +405,7 @@ class AgentStatus(ApiModel):
     """The agent's Lease transitions when it reported (fences stale leaders). A Lease's
     `leaseTransitions` is an int32: at most 2147483647."""
     lease_uid: (
-        Annotated[
-            StrictStr, Field(min_length=1, max_length=LEASE_UID_MAX_CHARS, pattern=LEASE_UID)
-        ]
+        Annotated[StrictStr, Field(min_length=1, max_length=LEASE_UID_MAX_CHARS, pattern=LEASE_UID)]
         | None
     ) = Field(default=None, alias="leaseUID")
     """The uid of the agent's Lease (its incarnation; `standalone` without leader election).

@@ -61,6 +61,7 @@ from gpufleet.controller.events import (
     EventType,
     Recorder,
 )
+from gpufleet.controller.fence import Fence, known_fence, rejection, remember
 from gpufleet.controller.index import (
     HubIndex,
     Key,
@@ -84,7 +85,6 @@ from gpufleet.controller.status import (
     implausible_pools,
     is_pods_scheduled,
     is_refresh_due,
-    known_epoch,
     next_state_change,
     parse_time,
     replica_status,
@@ -205,7 +205,7 @@ def _reported(cluster: Cluster, trust: Trust | None) -> Cluster:
 def _standing(trust: Trust) -> tuple[object, ...]:
     """What of a Trust a replica's status reads besides its own report."""
     future = tuple((r.kind, r.name) for r in trust.future)
-    return (trust.epoch, trust.rejected, future)
+    return (trust.fence, trust.rejected, future)
 
 
 @dataclass(slots=True)
@@ -259,8 +259,9 @@ class Controller(HubWriter):
         self.timer = timer
         self.ledger = AssumeLedger(self.config.assume_ttl_s)
         self.recorder = Recorder()
-        #: The highest lease epoch accepted per cluster (also persisted in its status).
-        self.epochs: dict[str, int] = {}
+        #: The fence (Lease incarnation, highest epoch accepted) per cluster, and when it was
+        #: last heard (also persisted in its status).
+        self.epochs: dict[str, tuple[Fence, datetime | None]] = {}
         #: When each observation version was first seen (index.py): reports age from it.
         self.receipts = Receipts()
         #: What the core derives from deployments and replicas, kept across steps.
@@ -457,24 +458,28 @@ class Controller(HubWriter):
             self._error(result, error)
         judged, self._dirty.trusts = self._dirty.trusts, set()
         # Which reports are in the future moves with the clock: judge those clusters again.
-        judged |= {name for name, trust in self.trusts.items() if trust.future}
-        horizon = now + timedelta(seconds=self.config.max_clock_skew_s)
+        # (So does whether a contested fence's incarnation has been silent long enough.)
+        judged |= {
+            name for name, trust in self.trusts.items() if trust.future or trust.is_contested
+        }
         for cluster in sorted(judged):
             record = records.get(("", cluster))
             if record is None:
                 self.trusts.pop(cluster, None)
                 self._rejecting.discard(cluster)
                 continue
-            self._judge_cluster(cluster, record.obj, horizon)
+            self._judge_cluster(cluster, record.obj, now)
         self._report_future(now, result)
         alive: set[tuple[str, ...]] = set()
         for cluster in sorted(self._rejecting):
             trust = self.trusts[cluster]
             for report in trust.rejected:
+                assert trust.fence is not None
+                reason, why = rejection(report, trust.fence, self.config.expire_after_s)
                 message = (
                     f"{report.kind} {report.namespace}/{report.name} from agent "
-                    f"{report.identity} with lease epoch {report.lease_epoch} ignored: cluster "
-                    f"{cluster}'s agent holds lease epoch {trust.epoch}"
+                    f"{report.identity} with lease epoch {report.lease_epoch} ignored "
+                    f"({reason}): {why}"
                 )
                 result.rejected_reports.append(message)
                 subject = ("stale", cluster, report.kind, report.name)
@@ -500,10 +505,12 @@ class Controller(HubWriter):
             self._record_once(subject, event, now, result)
         self._forget("future", alive)
 
-    def _judge_cluster(self, cluster: str, obj: ReadObj, horizon: datetime) -> None:
-        remembered = (known_epoch(obj), self.epochs.get(cluster))
-        epochs = [e for e in remembered if e is not None]
-        trust = self.reports.judge(cluster, max(epochs, default=None), horizon)
+    def _judge_cluster(self, cluster: str, obj: ReadObj, now: datetime) -> None:
+        known, heard = known_fence(obj, self.epochs.get(cluster))
+        horizon = now + timedelta(seconds=self.config.max_clock_skew_s)
+        trust = self.reports.judge(
+            cluster, known, horizon, now=now, heard_at=heard, silence_s=self.config.expire_after_s
+        )
         last = self.trusts.get(cluster)
         if last is not trust:
             self._dirty.clusters.add(cluster)
@@ -512,8 +519,8 @@ class Controller(HubWriter):
             if last is not None and _standing(last) != _standing(trust):
                 self._replicas_on(cluster)
         self.trusts[cluster] = trust
-        if trust.epoch is not None:
-            self.epochs[cluster] = trust.epoch
+        if trust.fence is not None:
+            self.epochs[cluster] = remember(known, heard, trust.fence, trust.heard_at)
         if trust.rejected:
             self._rejecting.add(cluster)
         else:
