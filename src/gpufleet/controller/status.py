@@ -566,7 +566,7 @@ def cluster_times(cluster: ReadObj, trust: Trust) -> tuple[datetime | None, ...]
 
 
 def cluster_inputs(trust: Trust, is_refresh_due: bool) -> tuple[object, ...]:
-    """What `cluster_status` reads of the judged reports, for `SettledCache`: the epoch and
+    """What `cluster_status` reads of the judged reports, for `SettledCache`: the fence and
     identity, and each pool report but for its time. The times enter through the freshness
     states (`cluster_states`), and themselves only when a refresh is due, so a heartbeat
     that changed nothing else leaves these inputs equal."""
@@ -578,7 +578,7 @@ def cluster_inputs(trust: Trust, is_refresh_due: bool) -> tuple[object, ...]:
     rejected = tuple(r.name for r in trust.rejected if r.kind == "PoolObservation")
     future = tuple((r.kind, r.name) for r in trust.future)
     when = trust.observed_at if is_refresh_due else None
-    return (trust.epoch, trust.identity, pools, rejected, future, is_refresh_due, when)
+    return (trust.fence, trust.identity, pools, rejected, future, is_refresh_due, when)
 
 
 def _untimed(body: ReadObj) -> dict[str, Any]:
