@@ -42,7 +42,7 @@ def test_a_cluster_with_every_pool_at_zero_nodes_reports_each_pool() -> None:
     w.agent().step(w.at(0))
     assert reported(w) == [("h100", 0, []), ("l4", 0, [])]
     status = pool_status(w, "h100")
-    assert status["agent"] == {"identity": "agent-1", "leaseEpoch": 1}
+    assert status["agent"] == {"identity": "agent-1", "leaseEpoch": 1, "leaseUID": "standalone"}
     assert status["observedAt"] == "2026-11-29T10:00:00Z"
 
 

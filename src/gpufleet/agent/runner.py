@@ -11,8 +11,8 @@ A step has two halves, both through the `Store` port only:
    zero); run the pure observe core (`gpufleet.agent.observe`) with the allocation clock the
    Agent keeps between steps; write one PoolObservation per pool and one ReplicaObservation
    per replica to the hub namespace `gpufleet-cluster-<cluster>`, stamped with
-   `status.agent: {identity, leaseEpoch}` and `status.observedAt`. Observations of replicas
-   that are gone are deleted. A pool with a PoolObservation on the hub that the agent no longer
+   `status.agent: {identity, leaseEpoch, leaseUID}` and `status.observedAt`. Observations of
+   replicas that are gone are deleted. A pool with a PoolObservation on the hub that the agent no longer
    sees (its nodes all gone, no replica pins it) is reported empty (no nodes, so the hub counts
    only growth) rather than left stale: a stale report of free devices errs toward "free".
 2. **Materialize** (`gpufleet.agent.workloads`). Make the cluster's ResourceClaimTemplates,
@@ -78,6 +78,7 @@ from gpufleet.agent.policy import ClusterPolicy
 from gpufleet.agent.reads import declared_pools
 from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
+from gpufleet.api.models import STANDALONE_LEASE
 from gpufleet.api.names import cluster_namespace, replica_object_name
 from gpufleet.core import labels
 from gpufleet.core.model import PoolName
@@ -158,6 +159,7 @@ class Agent:
         config: AgentConfig | None = None,
         identity: str = "agent",
         lease_epoch: int = 1,
+        lease_uid: str = STANDALONE_LEASE,
     ) -> None:
         self.cluster_name = cluster_name
         self.local = local
@@ -165,6 +167,8 @@ class Agent:
         self.config = config or AgentConfig()
         self.identity = identity
         self.lease_epoch = lease_epoch
+        #: The incarnation of the Lease the epoch counts in (its uid; `standalone` without one).
+        self.lease_uid = lease_uid
         self.clock = AllocationClock()
         self.namespace = observation_namespace(cluster_name)
         #: Its ModelReplicas, read from its hub namespace only, as their deployments see them.
@@ -362,7 +366,11 @@ class Agent:
         if not self.is_push_due(report, now):
             return False
         stamp = {
-            "agent": {"identity": self.identity, "leaseEpoch": self.lease_epoch},
+            "agent": {
+                "identity": self.identity,
+                "leaseEpoch": self.lease_epoch,
+                "leaseUID": self.lease_uid,
+            },
             "observedAt": format_time(report.observed_at),
         }
         is_complete = True
