@@ -71,6 +71,7 @@ from gpufleet.controller.index import (
     version_of,
 )
 from gpufleet.controller.ledger import AssumeLedger
+from gpufleet.controller.report_events import ReportEvents
 from gpufleet.controller.reports import NO_TRUST, FleetReports
 from gpufleet.controller.status import (
     CLUSTER_OWNED,
@@ -80,8 +81,6 @@ from gpufleet.controller.status import (
     cluster_inputs,
     cluster_status,
     cluster_times,
-    future_message,
-    implausible_pools,
     is_pods_scheduled,
     is_refresh_due,
     known_epoch,
@@ -92,7 +91,6 @@ from gpufleet.controller.status import (
     without_ages,
     without_times,
 )
-from gpufleet.controller.writes import HubWriter
 from gpufleet.core.capacity import cluster_freshness
 from gpufleet.core.decision import Decision, DeploymentDecision, ObservationState, ReasonCode
 from gpufleet.core.model import Cluster, Deployment, Replica, SchedulingConfig, Snapshot
@@ -238,7 +236,7 @@ class _ClusterState:
     due: datetime | None = None
 
 
-class Controller(HubWriter):
+class Controller(ReportEvents):
     """The hub controller. Not thread-safe: one loop calls `step`.
 
     `timer` (a monotonic clock in seconds, e.g. `time.perf_counter`) measures the decision
@@ -464,38 +462,7 @@ class Controller(HubWriter):
                 continue
             self._judge_cluster(cluster, record.obj, horizon)
         self._report_future(now, result)
-        alive: set[tuple[str, ...]] = set()
-        for cluster in sorted(self._rejecting):
-            trust = self.trusts[cluster]
-            for report in trust.rejected:
-                message = (
-                    f"{report.kind} {report.namespace}/{report.name} from agent "
-                    f"{report.identity} with lease epoch {report.lease_epoch} ignored: cluster "
-                    f"{cluster}'s agent holds lease epoch {trust.epoch}"
-                )
-                result.rejected_reports.append(message)
-                subject = ("stale", cluster, report.kind, report.name)
-                alive.add(subject)
-                obj = records[("", cluster)].obj
-                event = Event(obj, EventType.WARNING, EventReason.STALE_AGENT_REPORT, message)
-                self._record_once(subject, event, now, result)
-        self._forget("stale", alive)
-
-    def _report_future(self, now: datetime, result: StepResult) -> None:
-        """A Warning event per cluster with reports stamped in the future (once per message)."""
-        alive: set[tuple[str, ...]] = set()
-        records = self.index.records[INFERENCE_CLUSTER]
-        for cluster, trust in sorted(self.trusts.items()):
-            message = future_message(trust, self.config)
-            if not message or ("", cluster) not in records:
-                continue
-            result.rejected_reports.append(f"cluster {cluster}: {message}")
-            subject = ("future", cluster)
-            alive.add(subject)
-            obj = records[("", cluster)].obj
-            event = Event(obj, EventType.WARNING, EventReason.FUTURE_AGENT_REPORT, message)
-            self._record_once(subject, event, now, result)
-        self._forget("future", alive)
+        self._report_stale(now, result)
 
     def _judge_cluster(self, cluster: str, obj: ReadObj, horizon: datetime) -> None:
         remembered = (known_epoch(obj), self.epochs.get(cluster))
@@ -517,29 +484,6 @@ class Controller(HubWriter):
             self._rejecting.discard(cluster)
 
     # --- published status -----------------------------------------------------------------
-
-    def _report_implausible(
-        self,
-        cluster: ReadObj,
-        classes: Mapping[str, ReadObj],
-        trust: Trust,
-        now: datetime,
-        result: StepResult,
-    ) -> None:
-        """A Warning event per pool whose report is refused as implausible (once per
-        message); a pool whose report is plausible again is forgotten."""
-        name = cluster["metadata"]["name"]
-        refused = implausible_pools(cluster, classes, trust)
-        for pool in (cluster.get("spec") or {}).get("nodePools") or []:
-            pool_name = str(pool.get("name"))
-            subject = ("implausible", name, pool_name)
-            message = refused.get(pool_name)
-            if message is None:
-                self.recorder.forget(subject)
-                continue
-            message = f"PoolObservation {pool_name} refused: {message}"
-            event = Event(cluster, EventType.WARNING, EventReason.IMPLAUSIBLE_REPORT, message)
-            self._record_once(subject, event, now, result)
 
     def _clusters_to_publish(self, now: datetime) -> list[str]:
         """The dirty clusters and those due by `now`, in listing order."""
@@ -752,13 +696,6 @@ class Controller(HubWriter):
             self._numbers = (refusals, shortfall)
         result.refusals.update(self._numbers[0])
         result.shortfall += self._numbers[1]
-
-    def _forget(self, prefix: str, alive: set[tuple[str, ...]]) -> None:
-        """Forget the events of situations under `prefix` that cleared (`alive` are those
-        that stand), when that set moved since the last call."""
-        if self._alive.get(prefix) != alive:
-            self.recorder.forget_missing(prefix, alive)
-            self._alive[prefix] = alive
 
     def _check_invalid(self, now: datetime, result: StepResult) -> None:
         """Say why of each invalid deployment not being deleted (`_invalid_deployment`)."""
