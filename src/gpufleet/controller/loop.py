@@ -52,13 +52,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from gpufleet.api import FieldError, InferenceClass, InferenceCluster, cluster_from_manifest
-from gpufleet.controller import replicas as replica_docs
+from gpufleet.controller.apply import DecisionWriter
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import (
-    Event,
-    EventReason,
-    EventType,
     Recorder,
 )
 from gpufleet.controller.index import (
@@ -66,12 +63,11 @@ from gpufleet.controller.index import (
     Key,
     Observation,
     is_deleting,
-    key_of,
     name_of,
     version_of,
 )
 from gpufleet.controller.ledger import AssumeLedger
-from gpufleet.controller.report_events import ReportEvents
+from gpufleet.controller.replace import Replacer, is_waiting
 from gpufleet.controller.reports import NO_TRUST, FleetReports
 from gpufleet.controller.status import (
     CLUSTER_OWNED,
@@ -81,7 +77,6 @@ from gpufleet.controller.status import (
     cluster_inputs,
     cluster_status,
     cluster_times,
-    is_pods_scheduled,
     is_refresh_due,
     known_epoch,
     next_state_change,
@@ -92,7 +87,7 @@ from gpufleet.controller.status import (
     without_times,
 )
 from gpufleet.core.capacity import cluster_freshness
-from gpufleet.core.decision import Decision, DeploymentDecision, ObservationState, ReasonCode
+from gpufleet.core.decision import Decision, DeploymentDecision, ObservationState
 from gpufleet.core.model import Cluster, Deployment, Replica, SchedulingConfig, Snapshot
 from gpufleet.core.schedule import ScheduleMemo, SnapshotError, schedule
 from gpufleet.store import Kind, Store, StoreError
@@ -236,7 +231,7 @@ class _ClusterState:
     due: datetime | None = None
 
 
-class Controller(ReportEvents):
+class Controller(DecisionWriter):
     """The hub controller. Not thread-safe: one loop calls `step`.
 
     `timer` (a monotonic clock in seconds, e.g. `time.perf_counter`) measures the decision
@@ -263,6 +258,8 @@ class Controller(ReportEvents):
         self.schedule_memo = ScheduleMemo()
         #: Steps that found nothing to schedule (metrics, tests).
         self.quiet_steps = 0
+        #: What was re-placed, and the backoffs that stand (replace.py).
+        self.replacer = Replacer(self.config)
         self._reset()
 
     def _reset(self) -> None:
@@ -300,6 +297,8 @@ class Controller(ReportEvents):
         self._replica_objs: dict[Key, ReadObj] = {}
         self._replica_cores: dict[Key, Replica] = {}
         self._replica_errors: dict[Key, str] = {}
+        #: The replicas that may be or become stuck (`replace.is_waiting`).
+        self._waiting: dict[Key, tuple[Replica, ReadObj]] = {}
         #: Per deployment with a shortfall in the last decision: (reason, shortfall); their
         #: sums; and whether that decision creates or drops replicas.
         self._short: dict[Key, tuple[str, int]] = {}
@@ -393,7 +392,7 @@ class Controller(ReportEvents):
         if kind == MODEL_DEPLOYMENT:
             tables: tuple[dict[Key, Any], ...] = (self._deployments, self._invalid)
         elif kind == MODEL_REPLICA:
-            tables = (self._replica_objs, self._replica_cores, self._replica_errors)
+            tables = (self._replica_objs, self._replica_cores, self._replica_errors, self._waiting)
         else:
             return
         if record is None or is_deleting(record.obj):
@@ -410,6 +409,8 @@ class Controller(ReportEvents):
         self._replica_objs[key] = record.obj
         _put(self._replica_errors, key, error or None)
         _put(self._replica_cores, key, core if not error else None)
+        waits = not error and is_waiting(core, record.obj)
+        _put(self._waiting, key, (core, record.obj) if waits else None)
 
     def _replicas_on(self, cluster: str) -> None:
         """Mark dirty the replicas of `cluster` (their reports come and go with its trust)."""
@@ -647,6 +648,7 @@ class Controller(ReportEvents):
                 self._error(result, f"scheduling skipped: cannot read {line}")
             return
         self._check_invalid(now, result)
+        self._replace(now)
         fresh = self._freshness(now, config)
         last = self._decision
         if (
@@ -662,6 +664,7 @@ class Controller(ReportEvents):
             clusters=tuple(self._reported[name] for name in sorted(self._reported)),
             replicas=tuple(self._replica_cores.values()),
             config=config,
+            avoid=self.replacer.avoid,
         )
         started = self.timer() if self.timer else None
         try:
@@ -676,6 +679,17 @@ class Controller(ReportEvents):
         self._scheduled_with = fresh
         self._apply_decision(decision, now, result)
         self._decision = decision
+
+    def _replace(self, now: datetime) -> None:
+        """Count the replicas stuck by `now` (replace.py); a change of what the core must
+        avoid is a scheduling input that changed, for the deployments it names."""
+        before = self.replacer.avoid
+        if not self._waiting and not before:
+            return
+        if self.replacer.update(self._waiting, self._replica_objs, now):
+            self._dirty.schedule = True
+            for entry in (*before, *self.replacer.avoid):
+                self._dirty.deployments.add((entry.deployment.namespace, entry.deployment.name))
 
     def _quiet(self, decision: Decision, result: StepResult) -> None:
         """A step with nothing to schedule: the last decision, already applied."""
@@ -761,122 +775,3 @@ class Controller(ReportEvents):
             and result.write_count == writes
             and len(result.errors) == errors
         )
-
-    def _invalid_deployment(
-        self, obj: ReadObj, errors: list[FieldError], now: datetime, result: StepResult
-    ) -> None:
-        """Say why the deployment is not scheduled; its replicas are left as they are."""
-        scheduled = replica_docs.invalid_condition(errors)
-        result.refusals[scheduled["reason"]] += 1
-        namespace, name = key_of(obj)
-        mine = [
-            r
-            for k, r in self._replica_objs.items()
-            if k[0] == namespace and (r.get("spec") or {}).get("deploymentName") == name
-        ]
-        ready = sum(1 for r in mine if is_pods_scheduled(r.get("status") or {}))
-
-        def desire(current: ReadObj) -> Obj:
-            return replica_docs.deployment_status(current, scheduled, len(mine), ready, now)
-
-        self._write_status(
-            MODEL_DEPLOYMENT, obj, desire, replica_docs.DEPLOYMENT_OWNED, now, result
-        )
-        event = Event(obj, EventType.WARNING, EventReason.INVALID_SPEC, scheduled["message"])
-        self._record_once(("invalid", namespace, name), event, now, result)
-
-    def _apply(
-        self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult
-    ) -> None:
-        replicas = self._replica_objs
-        namespace = decided.key.namespace
-        is_applied = self._drop(deployment, decided, now, result)
-        for placement in decided.retained:
-            current = replicas.get((namespace, placement.name))
-            if current is None or replica_docs.restamped(current, placement, deployment) is None:
-                continue
-            restamp = functools.partial(
-                replica_docs.restamped, placement=placement, deployment=deployment
-            )
-            update = functools.partial(self._update, MODEL_REPLICA, current, restamp, now, result)
-            if not self._guard(result, f"update ModelReplica {namespace}/{placement.name}", update):
-                is_applied = False
-        created, is_created = self._create_replicas(deployment, decided, now, result)
-        is_applied = is_applied and is_created
-        if decided.shortfall > 0:
-            event = Event(
-                deployment,
-                EventType.WARNING,
-                EventReason.FAILED_SCHEDULING,
-                decided.condition.message,
-            )
-            self._record_once(("refusal", namespace, decided.key.name), event, now, result)
-        if not is_applied:
-            return  # not fully applied: no status claims it; the next step retries
-        total = len(decided.retained) + created
-        ready = sum(
-            1
-            for p in decided.retained
-            if is_pods_scheduled((replicas.get((namespace, p.name)) or {}).get("status") or {})
-        )
-        scheduled = replica_docs.decision_condition(decided.condition)
-
-        def desire(current: ReadObj) -> Obj:
-            return replica_docs.deployment_status(current, scheduled, total, ready, now)
-
-        self._write_status(
-            MODEL_DEPLOYMENT, deployment, desire, replica_docs.DEPLOYMENT_OWNED, now, result
-        )
-
-    def _drop(
-        self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult
-    ) -> bool:
-        """Delete the dropped replicas; False when a delete failed."""
-        replicas = self._replica_objs
-        namespace = decided.key.namespace
-        is_applied = True
-        for dropped in decided.dropped:
-            current = replicas.get((namespace, dropped.name))
-            if current is None:
-                continue
-            delete = functools.partial(self._delete, MODEL_REPLICA, current, now, result)
-            if not self._guard(result, f"delete ModelReplica {namespace}/{dropped.name}", delete):
-                is_applied = False
-                continue
-            result.drops += 1
-            reason = dropped.reason
-            kind = EventType.NORMAL if reason.code is ReasonCode.SCALED_DOWN else EventType.WARNING
-            message = (
-                f"deleted replica {dropped.name} on cluster {dropped.cluster}: "
-                f"{reason.code.value}: {reason.message}"
-            )
-            self._record(Event(deployment, kind, EventReason.DROPPED, message), now, result)
-        return is_applied
-
-    def _create_replicas(
-        self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult
-    ) -> tuple[int, bool]:
-        """Create the new replicas; how many were, and whether every one was."""
-        namespace = decided.key.namespace
-        created = 0
-        is_applied = True
-        for placement in decided.created:
-            body = replica_docs.replica_body(placement, deployment)
-            restamp = functools.partial(
-                replica_docs.restamped, placement=placement, deployment=deployment
-            )
-            create = functools.partial(self._create, MODEL_REPLICA, body, restamp, now, result)
-            if not self._guard(result, f"create ModelReplica {namespace}/{placement.name}", create):
-                is_applied = False
-                continue
-            created += 1
-            result.placements += 1
-            pools = sorted({m.pool for e in placement.engines for m in e.members})
-            message = (
-                f"created replica {placement.name} on cluster {placement.cluster} "
-                f"(index {placement.index}, pools {', '.join(pools)})"
-            )
-            self._record(
-                Event(deployment, EventType.NORMAL, EventReason.SCHEDULED, message), now, result
-            )
-        return created, is_applied
