@@ -6,8 +6,10 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
 2. Retain and scale down every deployment (2.8, 2.9): its replicas sorted by name; a replica
    goes when its cluster is gone or no longer selected, the cluster carries an untolerated
    NoExecute taint, its (cluster, index) is already kept, or re-resolving it against its pinned
-   pools with the current definition fails. Kept replicas are re-stamped. Then drop from the
-   most loaded cluster (ties: the later name), highest index first.
+   pools with the current definition fails, or a standing `Snapshot.avoid` entry names it and
+   its pods are not all scheduled (re-placement: `PodsUnschedulable`, `PolicyDenied`; a running
+   replica is never moved). Kept replicas are re-stamped. Then drop from the most loaded
+   cluster (ties: the later name), highest index first.
 3. Charge every surviving replica of every deployment, and every replica whose deployment is
    not in the snapshot (they still hold devices), in canonical order (replica name), per pod
    (accounting.py, charging.py). Dropped and scaled-down replicas are not charged.
@@ -16,7 +18,9 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
    One placement: among clusters that are selected, tolerated (NoSchedule and NoExecute),
    Ready with a gateway, and not Expired, take the first that fits in order of (this
    deployment's replicas there, cluster name) (spread before pack); the index is the lowest
-   unused one on that cluster. `fill=False` retains only.
+   unused one on that cluster (not one of a replica being re-placed). A pool the deployment
+   avoids (`Snapshot.avoid`, until its time) is not tried: its verdict is `BackingOff`.
+   `fill=False` retains only.
 5. Every deployment with a shortfall gets a Diagnosis with a verdict per cluster of the fleet,
    and a `ReplicasScheduled` condition as Modelplane HEAD words it (2.13).
 
