@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from gpufleet.sim.run import build_fleet, run_scenario, timeline_runner
 from gpufleet.sim.scenario import builtin_text, load_scenario, parse_scenario_text
+from gpufleet.sim.scenario_model import ScenarioInvalid
 
 
 def _replica_on(snap: dict[str, Any], deployment: str) -> list[dict[str, Any]]:
@@ -47,3 +49,21 @@ def test_without_a_node_coming_the_same_replica_is_moved() -> None:
     assert not result.failures, result.failures
     moved = [line for _, line in result.log if line.startswith("dropped ml/llm")]
     assert moved == ["dropped ml/llm from a (PodsUnschedulable)"]
+
+
+def test_stuck_after_is_a_controller_setting_of_the_scenario() -> None:
+    doc: dict[str, Any] = yaml.safe_load(builtin_text("foreign-tenant-replace"))
+    doc["controller"]["stuckAfter"] = "30s"
+    doc["checks"] = []
+    result = run_scenario(parse_scenario_text(yaml.safe_dump(doc), "stuck-30s"))
+    # The pod is Unschedulable since 35s: re-placed at the first step from 65s.
+    assert [(t, line) for t, line in result.log if line.startswith("dropped")] == [
+        (65.0, "dropped ml/llm from east (PodsUnschedulable)")
+    ]
+
+
+def test_a_stuck_after_below_a_second_is_refused_naming_the_field() -> None:
+    doc: dict[str, Any] = yaml.safe_load(builtin_text("foreign-tenant-replace"))
+    doc["controller"]["stuckAfter"] = "0s"
+    with pytest.raises(ScenarioInvalid, match=r"controller\.stuckAfter: must be at least 1s"):
+        parse_scenario_text(yaml.safe_dump(doc), "stuck-0s")
