@@ -98,7 +98,14 @@ def test_a_new_deployment_gets_a_replica_a_status_and_an_event() -> None:
     }
     status = owner["status"]
     assert status["observedGeneration"] == 1
-    assert status["replicas"] == {"total": 1, "ready": 0}
+    # Placed is not running: the replica is pending, and ReplicasRunning says so.
+    assert status["replicas"] == {"total": 1, "ready": 0, "pending": 1}
+    running = condition_of(owner, "ReplicasRunning")
+    assert running is not None
+    assert (running["status"], running["reason"]) == ("False", "PodsPending")
+    assert running["message"] == (
+        f"0 of 1 replicas running; 1 placed but not all pods scheduled: {name} (NotObserved)"
+    )
     scheduled = condition_of(owner, "ReplicasScheduled")
     assert scheduled is not None
     assert (scheduled["status"], scheduled["reason"], scheduled["message"]) == (
@@ -249,7 +256,7 @@ def test_scale_down_deletes_the_highest_index_and_says_why() -> None:
     )
     owner = store.get(MODEL_DEPLOYMENT, "llama", "ml")
     assert owner["status"]["observedGeneration"] == 2  # type: ignore[index]
-    assert owner["status"]["replicas"] == {"total": 2, "ready": 0}  # type: ignore[index]
+    assert owner["status"]["replicas"] == {"total": 2, "ready": 0, "pending": 2}  # type: ignore[index]
 
 
 @pytest.mark.parametrize(

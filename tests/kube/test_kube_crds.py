@@ -48,7 +48,8 @@ def test_every_kind_has_a_crd_with_status_and_printer_columns() -> None:
         c["name"]
         for c in generated["ModelDeployment"]["spec"]["versions"][0]["additionalPrinterColumns"]
     ]
-    assert columns[:4] == ["Desired", "Placed", "Ready", "Scheduled"] and columns[-1] == "Age"
+    assert columns[:6] == ["Desired", "Placed", "Ready", "Pending", "Running", "Scheduled"]
+    assert columns[-1] == "Age"
 
 
 def walk(schema: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:

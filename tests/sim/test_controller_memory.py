@@ -6,7 +6,8 @@ stores, the same log, the same refusals and the same errors.
 
 Only what a controller must remember to be correct survives a step in the forgetful one: its
 assume ledger, the lease epochs it accepted, when it received each report version (reports
-age from their receipt, docs/controller.md) and which events it already recorded.
+age from their receipt, docs/controller.md), which events it already recorded, and its
+memory of re-placements (the backoffs that stand: controller/replace.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,17 @@ from gpufleet.sim.run import build_fleet, timeline_runner
 from gpufleet.sim.scenario import Scenario, builtin_names, load_scenario
 
 #: The state a controller needs to be correct, which the forgetful one keeps.
-_REMEMBERED = {"hub", "config", "identity", "timer", "ledger", "recorder", "epochs", "receipts"}
+_REMEMBERED = {
+    "hub",
+    "config",
+    "identity",
+    "timer",
+    "ledger",
+    "recorder",
+    "epochs",
+    "receipts",
+    "replacer",
+}
 
 
 class ForgetfulController(Controller):

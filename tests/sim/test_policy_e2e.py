@@ -1,6 +1,7 @@
 """End to end in the simulator (the real agent and controller): with the default cluster
 policy, a deployment whose pod template asks for the node's network is never materialized on
-the cluster, its ReplicaObservation says why, and ordinary deployments run beside it."""
+the cluster, the hub re-places it at once saying why (the agent's refusal), and ordinary
+deployments run beside it."""
 
 from __future__ import annotations
 
@@ -54,30 +55,28 @@ def test_a_refused_deployment_never_reaches_the_cluster() -> None:
         o["metadata"]["name"].startswith(refused)
         for o in snap.get("solo/ResourceClaimTemplate.resource.k8s.io/v1", [])
     )
-    [observation] = [
-        o
-        for o in snap["hub/ReplicaObservation.gpufleet.io/v1alpha1"]
-        if o["spec"]["replicaName"].partition(".")[2].startswith(refused)  # <namespace>.<name>
-    ]
-    status = observation["status"]
-    assert status["podsScheduled"] is False
-    [condition] = status["conditions"]
-    assert (condition["type"], condition["status"], condition["reason"]) == (
-        "PolicyAllowed",
-        "False",
-        "PolicyDenied",
-    )
-    assert "spec.engines[0].members[0].template.spec.hostNetwork" in condition["message"]
     # The namespace the agent made for the replicas is labelled for Pod Security Admission.
     [namespace] = [o for o in snap["solo/Namespace.v1"] if o["metadata"]["name"] == "ml-team"]
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
-    # The hub accepted the report (it parses observations strictly): the replica is observed.
-    [replica] = [
-        o
+    # The hub accepted the agent's report (it parses observations strictly) and re-placed the
+    # refused replica at once (controller/replace.py): deleted, with an event naming the
+    # agent's refusal and its fields, and the only cluster avoided for the backoff.
+    assert not any(
+        refused in o["metadata"]["name"]  # <deployment namespace>.<name> on the hub
         for o in snap["hub/ModelReplica.gpufleet.io/v1alpha1"]
-        if o["metadata"]["name"].startswith(f"ml-team.{refused}")
+    )
+    [replaced] = [e for e in snap["hub/Event.v1"] if e["reason"] == "Replaced"]
+    assert replaced["involvedObject"]["name"] == refused
+    assert replaced["message"].startswith(f"deleted replica {refused}")
+    assert "PolicyDenied" in replaced["message"]
+    assert "spec.engines[0].members[0].template.spec.hostNetwork" in replaced["message"]
+    assert "cluster solo avoided for 120s (repeat 1" in replaced["message"]
+    [deployment] = [
+        o
+        for o in snap["hub/ModelDeployment.gpufleet.io/v1alpha1"]
+        if o["metadata"]["name"] == refused
     ]
-    [scheduled] = [c for c in replica["status"]["conditions"] if c["type"] == "ModelPodsScheduled"]
-    # ... and the controller says why on the ModelReplica: the agent's refusal, with its fields.
-    assert (scheduled["status"], scheduled["reason"]) == ("False", "PolicyDenied")
-    assert "spec.engines[0].members[0].template.spec.hostNetwork" in scheduled["message"]
+    [scheduled] = [
+        c for c in deployment["status"]["conditions"] if c["type"] == "ReplicasScheduled"
+    ]
+    assert (scheduled["status"], scheduled["reason"]) == ("False", "BackingOff")

@@ -262,6 +262,9 @@ class ObservedReplica:
     #: Conditions set by the agent beyond observing (the policy's refusal: `agent.admission`),
     #: after those of the problems.
     conditions: tuple[Condition, ...] = ()
+    #: (pool, pod name) of each unschedulable claiming pod (`agent.scaleup` reads their
+    #: Events; not pushed as such: the pools carry the counts).
+    unschedulable: tuple[tuple[str, str], ...] = ()
 
     def to_status(self) -> dict[str, Any]:
         """The ReplicaObservation `status` body, minus agent/observedAt."""
@@ -279,6 +282,14 @@ class ObservedReplica:
                 }
                 for m in p.members
             ]
+            if p.unschedulable_pods:
+                body["unschedulablePods"] = p.unschedulable_pods
+                if p.unschedulable_since is not None:
+                    body["unschedulableSince"] = format_time(p.unschedulable_since)
+                if p.scale_up is not None:
+                    body["scaleUp"] = str(p.scale_up)
+                if p.scale_up_at is not None:
+                    body["scaleUpTime"] = format_time(p.scale_up_at)
             pools.append(body)
         status: dict[str, Any] = {}
         if self.observed_generation is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from gpufleet.agent.model import (
@@ -39,6 +39,10 @@ class Member:
     pods_needed: int
     live_pods: int = 0
     allocated_pods: int = 0
+    #: Live unbound pods of a claiming member marked Unschedulable: their names, and the
+    #: earliest time one was so marked (None: no such pod gives a time).
+    unschedulable: list[str] = field(default_factory=list)
+    unschedulable_since: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -203,11 +207,56 @@ def _pod_claim_names(
 #: replica None when the pod belongs to none, and the rest then unread); the replica
 #: generation label as found; the claims it names, and whether every claim it asks for has
 #: been created; whether its claim fields are malformed (never counted allocated); whether
-#: it is neither Succeeded, Failed nor deleting; its node. A plain tuple (see `ClaimInfo`).
+#: it is neither Succeeded, Failed nor deleting; its node; whether it waits unbound with
+#: `PodScheduled=False, reason Unschedulable`, and since when (that condition's
+#: `lastTransitionTime`; None when absent or unparsable). A plain tuple (see `ClaimInfo`).
 PodInfo = tuple[
-    tuple[str, str], str | None, str, str, object, tuple[str, ...], bool, bool, bool, str
+    tuple[str, str],
+    str | None,
+    str,
+    str,
+    object,
+    tuple[str, ...],
+    bool,
+    bool,
+    bool,
+    str,
+    bool,
+    datetime | None,
 ]
-_NO_REPLICA: Final = (None, "", "", None, (), False, False, False, "")
+_NO_REPLICA: Final = (None, "", "", None, (), False, False, False, "", False, None)
+
+
+def parse_time(value: object) -> datetime | None:
+    """An RFC 3339 timestamp as the API server writes it; None when absent or unparsable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _unschedulable(
+    spec: Mapping[str, Any], status: Mapping[str, Any]
+) -> tuple[bool, datetime | None]:
+    """Whether an unbound pod is marked `PodScheduled=False, reason Unschedulable`, and since
+    when (kube-scheduler's verdict; cluster-autoscaler acts on the same condition)."""
+    if spec.get("nodeName"):
+        return False, None
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list | tuple):
+        return False, None
+    for c in conditions:
+        if (
+            isinstance(c, Mapping)
+            and c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable"
+        ):
+            return True, parse_time(c.get("lastTransitionTime"))
+    return False, None
 
 
 def read_pod(pod: RawObject) -> PodInfo:
@@ -226,6 +275,7 @@ def read_pod(pod: RawObject) -> PodInfo:
     claim_info = _pod_claim_names(spec, status)
     claim_names, is_complete = claim_info if claim_info is not None else ((), False)
     engine, role, node = labels.get(ENGINE_LABEL), labels.get(MEMBER_LABEL), spec.get("nodeName")
+    is_unschedulable, since = _unschedulable(spec, status) if not node else (False, None)
     return (
         key,
         replica_name,
@@ -238,6 +288,8 @@ def read_pod(pod: RawObject) -> PodInfo:
         status.get("phase") not in ("Succeeded", "Failed")
         and meta.get("deletionTimestamp") is None,
         node if type(node) is str else as_str(node),
+        is_unschedulable,
+        since,
     )
 
 
@@ -261,6 +313,8 @@ def count_pods(
             is_malformed,
             is_live,
             node_name,
+            is_unschedulable,
+            since,
         ) = pod
         if is_malformed:
             rep.problems.add(f"pod {key[1]}: resourceClaims")
@@ -289,10 +343,18 @@ def count_pods(
         member.live_pods += 1
         if is_allocated:
             member.allocated_pods += 1
+        elif is_unschedulable and member.is_claiming:
+            member.unschedulable.append(key[1])
+            if since is not None and (
+                member.unschedulable_since is None or since < member.unschedulable_since
+            ):
+                member.unschedulable_since = since
 
 
 def observed_replica(rep: Replica) -> ObservedReplica:
     by_pool: dict[str, list[MemberPods]] = defaultdict(list)
+    stuck: dict[str, tuple[int, datetime | None]] = {}
+    waiting: list[tuple[str, str]] = []
     is_scheduled = rep.is_readable
     for key in sorted(rep.members):
         m = rep.members[key]
@@ -300,10 +362,18 @@ def observed_replica(rep: Replica) -> ObservedReplica:
             is_scheduled = False
         if m.pool is not None:
             by_pool[m.pool].append(MemberPods(m.engine, m.role, m.live_pods, m.allocated_pods))
+            if m.unschedulable:
+                stuck[m.pool] = _stuck_add(stuck.get(m.pool), m)
+                waiting.extend((m.pool, pod) for pod in m.unschedulable)
     for pool in rep.pool_last:
         by_pool.setdefault(pool, [])
     pools = tuple(
-        ReplicaPoolStatus(PoolName(p), rep.pool_last.get(p), tuple(by_pool[p]))
+        ReplicaPoolStatus(
+            PoolName(p),
+            rep.pool_last.get(p),
+            tuple(by_pool[p]),
+            *stuck.get(p, (0, None)),
+        )
         for p in sorted(by_pool)
     )
     problems: tuple[Problem, ...] = ()
@@ -315,4 +385,23 @@ def observed_replica(rep: Replica) -> ObservedReplica:
         problems = (
             Problem(ProblemCode.MALFORMED_REPLICA, f"{len(names)}: {shown}{suffix}", len(names)),
         )
-    return ObservedReplica(rep.namespace, rep.name, rep.generation, is_scheduled, pools, problems)
+    return ObservedReplica(
+        rep.namespace,
+        rep.name,
+        rep.generation,
+        is_scheduled,
+        pools,
+        problems,
+        unschedulable=tuple(sorted(waiting)),
+    )
+
+
+def _stuck_add(
+    known: tuple[int, datetime | None] | None, member: Member
+) -> tuple[int, datetime | None]:
+    """A pool's (unschedulable pods, earliest since) with `member`'s added."""
+    pods, since = known or (0, None)
+    other = member.unschedulable_since
+    if since is None or (other is not None and other < since):
+        since = other
+    return pods + len(member.unschedulable), since

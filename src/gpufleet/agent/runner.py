@@ -76,6 +76,7 @@ from gpufleet.agent.model import (
 )
 from gpufleet.agent.policy import ClusterPolicy
 from gpufleet.agent.reads import declared_pools
+from gpufleet.agent.scaleup import ScaleUpVerdicts
 from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
 from gpufleet.api.models import STANDALONE_LEASE
@@ -184,6 +185,8 @@ class Agent:
         #: The cluster's free-device table, fed by its change feed.
         self.table = FreeDeviceTable(self.config.observe)
         self._feed = ClusterFeed(local, self.table)
+        #: The cluster autoscaler's verdicts on unschedulable pods (their Events).
+        self._scale_up = ScaleUpVerdicts(local)
         #: The last status body made from each pool's and replica's observation: an equal
         #: observation reuses it, so unchanged content is the same object step after step and
         #: compares (and diffs) by identity.
@@ -269,14 +272,18 @@ class Agent:
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
         self._feed.sync()
+        self._scale_up.sync()
         snapshot = self.table.snapshot(replicas, now, self.read_declared_pools(now))
         self.clock = snapshot.clock
         # The policy's refusals are said on the observations; a replica whose verdict moved is
         # reported again even when the table's observation of it did not change.
         result = self._policy_gate.annotate(snapshot.result, replicas)
+        result = self._scale_up.annotate(result)
         changed = snapshot.changed_replicas
         if changed is not None and self._policy_gate.moved:
             changed = changed | self._policy_gate.moved
+        if changed is not None and self._scale_up.moved:
+            changed = changed | self._scale_up.moved
         pool_statuses: dict[str, tuple[ObservedPool, Obj]] = {}
         for p in result.pools:
             pool_statuses[str(p.name)] = _status_of(p, self._pool_statuses.get(str(p.name)))
@@ -309,7 +316,9 @@ class Agent:
             reps = dict(last)
             for key in sorted(changed):
                 name = replica_observation_name(*key)
-                observed = self._policy_gate.annotated(self.table.observed_replica(key))
+                observed = self._scale_up.annotated(
+                    self._policy_gate.annotated(self.table.observed_replica(key))
+                )
                 if observed is None:
                     reps.pop(name, None)
                     self._replica_statuses.pop(name, None)

@@ -67,6 +67,7 @@ from gpufleet.core.model import (
     ReplicaPoolStatus,
     ReplicaStatus,
     ResolvedRequest,
+    ScaleUp,
     SchedulingConfig,
     Snapshot,
     Taint,
@@ -247,6 +248,10 @@ def _pool_status(pool: ReplicaPoolPodsStatus) -> ReplicaPoolStatus:
             )
             for m in pool.members
         ),
+        unschedulable_pods=pool.unschedulable_pods,
+        unschedulable_since=pool.unschedulable_since,
+        scale_up=ScaleUp(pool.scale_up) if pool.scale_up is not None else None,
+        scale_up_at=pool.scale_up_time,
     )
 
 

@@ -681,6 +681,8 @@ class ReplicaCounts(ApiModel):
     """Replicas placed."""
     ready: NonNegativeInt = 0
     """Replicas whose pods are all scheduled."""
+    pending: NonNegativeInt = 0
+    """Replicas placed whose pods are not all scheduled yet (total minus ready)."""
 
 
 class ModelDeploymentStatus(ApiModel):
@@ -787,6 +789,16 @@ class ReplicaPoolPodsStatus(ApiModel):
     """The latest allocation of the replica's claims on the pool."""
     members: list[MemberPodsStatus] = Field(default_factory=list)
     """Pod counts per engine and member."""
+    unschedulable_pods: NonNegativeInt = 0
+    """Live claiming pods of the current generation that kube-scheduler marked
+    Unschedulable."""
+    unschedulable_since: AwareDatetime | None = None
+    """The earliest time one of those pods was marked Unschedulable."""
+    scale_up: Literal["Triggered", "NotTriggered"] | None = None
+    """The cluster autoscaler's latest verdict on those pods (TriggeredScaleUp or
+    NotTriggerScaleUp events)."""
+    scale_up_time: AwareDatetime | None = None
+    """When the autoscaler gave that verdict."""
 
 
 class ModelReplicaStatus(ApiModel):

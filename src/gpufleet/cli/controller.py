@@ -380,6 +380,16 @@ def command(
             "--expire-after", help="Seconds of agent silence until a cluster gets no placements."
         ),
     ] = 300.0,
+    stuck_after: Annotated[
+        float,
+        typer.Option(
+            "--stuck-after",
+            min=1.0,
+            max=86400.0,
+            help="Seconds a replica's claiming pods may stay Unschedulable before it is "
+            "re-placed on another cluster or pool (not while the autoscaler adds its node).",
+        ),
+    ] = 120.0,
     manage_ready: Annotated[
         bool,
         typer.Option(
@@ -409,7 +419,10 @@ def command(
         leader=leader,
         loop_config=LoopConfig(debounce_s=debounce, resync_period_s=resync_period),
         config=ControllerConfig(
-            stale_after_s=stale_after, expire_after_s=expire_after, manages_ready=manage_ready
+            stale_after_s=stale_after,
+            expire_after_s=expire_after,
+            manages_ready=manage_ready,
+            stuck_after_s=stuck_after,
         ),
     )
     log.info(

@@ -52,6 +52,18 @@ class ControllerConfig:
     max_clock_skew_s: float = 30.0
     #: Histograms with more buckets than this are published without them (whole-node fallback).
     max_histogram_buckets: int = MAX_HISTOGRAM_BUCKETS
+    #: A replica some of whose claiming pods have been Unschedulable longer than this is
+    #: re-placed on another cluster or pool (replace.py), unless the cluster's autoscaler is
+    #: adding a node for them (`scale_up_timeout_s`). A running replica is never moved.
+    stuck_after_s: float = 120.0
+    #: How long a replica waiting for a node its cluster's autoscaler is adding
+    #: (`TriggeredScaleUp`) waits, from that event, before it is re-placed anyway: 15 minutes,
+    #: cluster-autoscaler's own `max-node-provision-time` default.
+    scale_up_timeout_s: float = 900.0
+    #: The (cluster, pool) of a re-placed replica is avoided by its deployment for this long,
+    #: doubled on each repeat, at most `replace_backoff_max_s`.
+    replace_backoff_s: float = 120.0
+    replace_backoff_max_s: float = 1800.0
     #: Per cluster, how its own scheduler picks nodes (default Spread).
     node_choice: Mapping[str, NodeChoice] = field(default_factory=dict)
     #: `source.component` / `reportingComponent` of the Events the controller writes.

@@ -38,6 +38,9 @@ class EventReason(StrEnum):
     SCHEDULED = "Scheduled"
     #: A replica of the deployment was deleted (scale-down, cluster gone, shape changed...).
     DROPPED = "Dropped"
+    #: A replica that could not run (pods Unschedulable past `stuckAfter`, or refused by the
+    #: cluster's policy) was deleted to be placed elsewhere; the message says why, with numbers.
+    REPLACED = "Replaced"
     #: The deployment has fewer replicas than asked; the message is the roll-up.
     FAILED_SCHEDULING = "FailedScheduling"
     #: The deployment does not validate; the message lists the errors.

@@ -53,25 +53,23 @@ from typing import Any, Final
 
 from gpufleet.api import FieldError, InferenceClass, InferenceCluster, cluster_from_manifest
 from gpufleet.controller import replicas as replica_docs
+from gpufleet.controller.apply import DecisionWriter
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import (
-    Event,
-    EventReason,
-    EventType,
     Recorder,
 )
-from gpufleet.controller.fence import Fence, known_fence, rejection, remember
+from gpufleet.controller.fence import Fence, known_fence, remember
 from gpufleet.controller.index import (
     HubIndex,
     Key,
     Receipts,
     is_deleting,
-    key_of,
     name_of,
     version_of,
 )
 from gpufleet.controller.ledger import AssumeLedger
+from gpufleet.controller.replace import Replacer, is_waiting
 from gpufleet.controller.reports import NO_TRUST, FleetReports
 from gpufleet.controller.status import (
     CLUSTER_OWNED,
@@ -81,9 +79,6 @@ from gpufleet.controller.status import (
     cluster_inputs,
     cluster_status,
     cluster_times,
-    future_message,
-    implausible_pools,
-    is_pods_scheduled,
     is_refresh_due,
     next_state_change,
     parse_time,
@@ -92,9 +87,8 @@ from gpufleet.controller.status import (
     without_ages,
     without_times,
 )
-from gpufleet.controller.writes import HubWriter
 from gpufleet.core.capacity import cluster_freshness
-from gpufleet.core.decision import Decision, DeploymentDecision, ObservationState, ReasonCode
+from gpufleet.core.decision import Decision, DeploymentDecision, ObservationState
 from gpufleet.core.model import Cluster, Deployment, Replica, SchedulingConfig, Snapshot
 from gpufleet.core.schedule import ScheduleMemo, SnapshotError, schedule
 from gpufleet.store import Kind, Store, StoreError
@@ -240,7 +234,7 @@ class _ClusterState:
     due: datetime | None = None
 
 
-class Controller(HubWriter):
+class Controller(DecisionWriter):
     """The hub controller. Not thread-safe: one loop calls `step`.
 
     `timer` (a monotonic clock in seconds, e.g. `time.perf_counter`) measures the decision
@@ -270,6 +264,8 @@ class Controller(HubWriter):
         self.schedule_memo = ScheduleMemo()
         #: Steps that found nothing to schedule (metrics, tests).
         self.quiet_steps = 0
+        #: What was re-placed, and the backoffs that stand (replace.py).
+        self.replacer = Replacer(self.config)
         self._reset()
 
     def _reset(self) -> None:
@@ -307,6 +303,8 @@ class Controller(HubWriter):
         self._replica_objs: dict[Key, ReadObj] = {}
         self._replica_cores: dict[Key, Replica] = {}
         self._replica_errors: dict[Key, str] = {}
+        #: The replicas that may be or become stuck (`replace.is_waiting`).
+        self._waiting: dict[Key, tuple[Replica, ReadObj]] = {}
         #: Per deployment with a shortfall in the last decision: (reason, shortfall); their
         #: sums; and whether that decision creates or drops replicas.
         self._short: dict[Key, tuple[str, int]] = {}
@@ -404,7 +402,7 @@ class Controller(HubWriter):
         if kind == MODEL_DEPLOYMENT:
             tables: tuple[dict[Key, Any], ...] = (self._deployments, self._invalid)
         elif kind == MODEL_REPLICA:
-            tables = (self._replica_objs, self._replica_cores, self._replica_errors)
+            tables = (self._replica_objs, self._replica_cores, self._replica_errors, self._waiting)
         else:
             return
         if record is None or is_deleting(record.obj):
@@ -421,6 +419,8 @@ class Controller(HubWriter):
         self._replica_objs[key] = record.obj
         _put(self._replica_errors, key, error or None)
         _put(self._replica_cores, key, core if not error else None)
+        waits = not error and is_waiting(core, record.obj)
+        _put(self._waiting, key, (core, record.obj) if waits else None)
 
     def _replicas_on(self, cluster: str) -> None:
         """Mark dirty the replicas of `cluster` (their reports come and go with its trust)."""
@@ -476,40 +476,7 @@ class Controller(HubWriter):
                 continue
             self._judge_cluster(cluster, record.obj, now)
         self._report_future(now, result)
-        alive: set[tuple[str, ...]] = set()
-        for cluster in sorted(self._rejecting):
-            trust = self.trusts[cluster]
-            for report in trust.rejected:
-                assert trust.fence is not None
-                reason, why = rejection(report, trust.fence, self.config.expire_after_s)
-                message = (
-                    f"{report.kind} {report.namespace}/{report.name} from agent "
-                    f"{report.identity} with lease epoch {report.lease_epoch} ignored "
-                    f"({reason}): {why}"
-                )
-                result.rejected_reports.append(message)
-                subject = ("stale", cluster, report.kind, report.name)
-                alive.add(subject)
-                obj = records[("", cluster)].obj
-                event = Event(obj, EventType.WARNING, EventReason.STALE_AGENT_REPORT, message)
-                self._record_once(subject, event, now, result)
-        self._forget("stale", alive)
-
-    def _report_future(self, now: datetime, result: StepResult) -> None:
-        """A Warning event per cluster with reports stamped in the future (once per message)."""
-        alive: set[tuple[str, ...]] = set()
-        records = self.index.records[INFERENCE_CLUSTER]
-        for cluster, trust in sorted(self.trusts.items()):
-            message = future_message(trust, self.config)
-            if not message or ("", cluster) not in records:
-                continue
-            result.rejected_reports.append(f"cluster {cluster}: {message}")
-            subject = ("future", cluster)
-            alive.add(subject)
-            obj = records[("", cluster)].obj
-            event = Event(obj, EventType.WARNING, EventReason.FUTURE_AGENT_REPORT, message)
-            self._record_once(subject, event, now, result)
-        self._forget("future", alive)
+        self._report_stale(now, result)
 
     def _judge_cluster(self, cluster: str, obj: ReadObj, now: datetime) -> None:
         known, heard = known_fence(obj, self.epochs.get(cluster))
@@ -533,29 +500,6 @@ class Controller(HubWriter):
             self._rejecting.discard(cluster)
 
     # --- published status -----------------------------------------------------------------
-
-    def _report_implausible(
-        self,
-        cluster: ReadObj,
-        classes: Mapping[str, ReadObj],
-        trust: Trust,
-        now: datetime,
-        result: StepResult,
-    ) -> None:
-        """A Warning event per pool whose report is refused as implausible (once per
-        message); a pool whose report is plausible again is forgotten."""
-        name = cluster["metadata"]["name"]
-        refused = implausible_pools(cluster, classes, trust)
-        for pool in (cluster.get("spec") or {}).get("nodePools") or []:
-            pool_name = str(pool.get("name"))
-            subject = ("implausible", name, pool_name)
-            message = refused.get(pool_name)
-            if message is None:
-                self.recorder.forget(subject)
-                continue
-            message = f"PoolObservation {pool_name} refused: {message}"
-            event = Event(cluster, EventType.WARNING, EventReason.IMPLAUSIBLE_REPORT, message)
-            self._record_once(subject, event, now, result)
 
     def _clusters_to_publish(self, now: datetime) -> list[str]:
         """The dirty clusters and those due by `now`, in listing order."""
@@ -719,6 +663,7 @@ class Controller(HubWriter):
                 self._error(result, f"scheduling skipped: cannot read {line}")
             return
         self._check_invalid(now, result)
+        self._replace(now)
         fresh = self._freshness(now, config)
         last = self._decision
         if (
@@ -734,6 +679,7 @@ class Controller(HubWriter):
             clusters=tuple(self._reported[name] for name in sorted(self._reported)),
             replicas=tuple(self._replica_cores.values()),
             config=config,
+            avoid=self.replacer.avoid,
         )
         started = self.timer() if self.timer else None
         try:
@@ -748,6 +694,17 @@ class Controller(HubWriter):
         self._scheduled_with = fresh
         self._apply_decision(decision, now, result)
         self._decision = decision
+
+    def _replace(self, now: datetime) -> None:
+        """Count the replicas stuck by `now` (replace.py); a change of what the core must
+        avoid is a scheduling input that changed, for the deployments it names."""
+        before = self.replacer.avoid
+        if not self._waiting and not before:
+            return
+        if self.replacer.update(self._waiting, self._replica_objs, now):
+            self._dirty.schedule = True
+            for entry in (*before, *self.replacer.avoid):
+                self._dirty.deployments.add((entry.deployment.namespace, entry.deployment.name))
 
     def _quiet(self, decision: Decision, result: StepResult) -> None:
         """A step with nothing to schedule: the last decision, already applied."""
@@ -768,13 +725,6 @@ class Controller(HubWriter):
             self._numbers = (refusals, shortfall)
         result.refusals.update(self._numbers[0])
         result.shortfall += self._numbers[1]
-
-    def _forget(self, prefix: str, alive: set[tuple[str, ...]]) -> None:
-        """Forget the events of situations under `prefix` that cleared (`alive` are those
-        that stand), when that set moved since the last call."""
-        if self._alive.get(prefix) != alive:
-            self.recorder.forget_missing(prefix, alive)
-            self._alive[prefix] = alive
 
     def _check_invalid(self, now: datetime, result: StepResult) -> None:
         """Say why of each invalid deployment not being deleted (`_invalid_deployment`)."""
@@ -840,123 +790,3 @@ class Controller(HubWriter):
             and result.write_count == writes
             and len(result.errors) == errors
         )
-
-    def _invalid_deployment(
-        self, obj: ReadObj, errors: list[FieldError], now: datetime, result: StepResult
-    ) -> None:
-        """Say why the deployment is not scheduled; its replicas are left as they are."""
-        scheduled = replica_docs.invalid_condition(errors)
-        result.refusals[scheduled["reason"]] += 1
-        namespace, name = key_of(obj)
-        mine = [
-            r
-            for r in self._replica_objs.values()
-            if replica_docs.deployment_of(r) == (namespace, name)
-        ]
-        ready = sum(1 for r in mine if is_pods_scheduled(r.get("status") or {}))
-
-        def desire(current: ReadObj) -> Obj:
-            return replica_docs.deployment_status(current, scheduled, len(mine), ready, now)
-
-        self._write_status(
-            MODEL_DEPLOYMENT, obj, desire, replica_docs.DEPLOYMENT_OWNED, now, result
-        )
-        event = Event(obj, EventType.WARNING, EventReason.INVALID_SPEC, scheduled["message"])
-        self._record_once(("invalid", namespace, name), event, now, result)
-
-    def _apply(
-        self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult
-    ) -> None:
-        namespace = decided.key.namespace
-        is_applied = self._drop(deployment, decided, now, result)
-        for placement in decided.retained:
-            current = self._replica_of(placement.cluster, namespace, placement.name)
-            if current is None or replica_docs.restamped(current, placement, deployment) is None:
-                continue
-            restamp = functools.partial(
-                replica_docs.restamped, placement=placement, deployment=deployment
-            )
-            update = functools.partial(self._update, MODEL_REPLICA, current, restamp, now, result)
-            if not self._guard(result, f"update ModelReplica {namespace}/{placement.name}", update):
-                is_applied = False
-        created, is_created = self._create_replicas(deployment, decided, now, result)
-        is_applied = is_applied and is_created
-        if decided.shortfall > 0:
-            event = Event(
-                deployment,
-                EventType.WARNING,
-                EventReason.FAILED_SCHEDULING,
-                decided.condition.message,
-            )
-            self._record_once(("refusal", namespace, decided.key.name), event, now, result)
-        if not is_applied:
-            return  # not fully applied: no status claims it; the next step retries
-        total = len(decided.retained) + created
-        ready = sum(
-            1
-            for p in decided.retained
-            if is_pods_scheduled(
-                (self._replica_of(p.cluster, namespace, p.name) or {}).get("status") or {}
-            )
-        )
-        scheduled = replica_docs.decision_condition(decided.condition)
-
-        def desire(current: ReadObj) -> Obj:
-            return replica_docs.deployment_status(current, scheduled, total, ready, now)
-
-        self._write_status(
-            MODEL_DEPLOYMENT, deployment, desire, replica_docs.DEPLOYMENT_OWNED, now, result
-        )
-
-    def _drop(
-        self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult
-    ) -> bool:
-        """Delete the dropped replicas; False when a delete failed."""
-        namespace = decided.key.namespace
-        is_applied = True
-        for dropped in decided.dropped:
-            current = self._replica_of(dropped.cluster, namespace, dropped.name)
-            if current is None:
-                continue
-            delete = functools.partial(self._delete, MODEL_REPLICA, current, now, result)
-            if not self._guard(result, f"delete ModelReplica {namespace}/{dropped.name}", delete):
-                is_applied = False
-                continue
-            result.drops += 1
-            reason = dropped.reason
-            kind = EventType.NORMAL if reason.code is ReasonCode.SCALED_DOWN else EventType.WARNING
-            message = (
-                f"deleted replica {dropped.name} on cluster {dropped.cluster}: "
-                f"{reason.code.value}: {reason.message}"
-            )
-            self._record(Event(deployment, kind, EventReason.DROPPED, message), now, result)
-        return is_applied
-
-    def _create_replicas(
-        self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult
-    ) -> tuple[int, bool]:
-        """Create the new replicas; how many were, and whether every one was."""
-        namespace = decided.key.namespace
-        created = 0
-        is_applied = True
-        for placement in decided.created:
-            restamp = functools.partial(
-                replica_docs.restamped, placement=placement, deployment=deployment
-            )
-            create = functools.partial(
-                self._create_replica, placement, deployment, restamp, now, result
-            )
-            if not self._guard(result, f"create ModelReplica {namespace}/{placement.name}", create):
-                is_applied = False
-                continue
-            created += 1
-            result.placements += 1
-            pools = sorted({m.pool for e in placement.engines for m in e.members})
-            message = (
-                f"created replica {placement.name} on cluster {placement.cluster} "
-                f"(index {placement.index}, pools {', '.join(pools)})"
-            )
-            self._record(
-                Event(deployment, EventType.NORMAL, EventReason.SCHEDULED, message), now, result
-            )
-        return created, is_applied

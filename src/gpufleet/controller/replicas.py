@@ -216,21 +216,29 @@ def decision_condition(decided: Condition) -> Obj:
 
 
 def deployment_status(
-    deployment: ReadObj, scheduled: ReadObj, total: int, ready: int, now: datetime
+    deployment: ReadObj,
+    scheduled: ReadObj,
+    total: int,
+    ready: int,
+    now: datetime,
+    running: ReadObj | None = None,
 ) -> Obj:
     """The desired `DEPLOYMENT_OWNED` keys of a deployment's status.
 
     `replicas.total` counts the deployment's replicas that exist after this step's writes;
     `replicas.ready` those whose `ModelPodsScheduled` is True (every live pod of the current
-    replica generation has its devices allocated; it says nothing about the model serving).
+    replica generation has its devices allocated; it says nothing about the model serving);
+    `replicas.pending` the others: placed, not all pods scheduled. `running` is the
+    `ReplicasRunning` condition (None: left as it is).
     """
     current: Obj = deployment.get("status") or {}
     generation = deployment["metadata"].get("generation")
+    conditions = set_condition(list(current.get("conditions") or []), scheduled, now, generation)
+    if running is not None:
+        conditions = set_condition(conditions, running, now, generation)
     desired: Obj = {
-        "replicas": {"total": total, "ready": ready},
-        "conditions": set_condition(
-            list(current.get("conditions") or []), scheduled, now, generation
-        ),
+        "replicas": {"total": total, "ready": ready, "pending": max(0, total - ready)},
+        "conditions": conditions,
     }
     if generation is not None:
         desired["observedGeneration"] = generation

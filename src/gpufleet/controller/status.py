@@ -76,6 +76,10 @@ class PodsReason(StrEnum):
     ALL_PODS_ALLOCATED = "AllPodsAllocated"
     #: The agent counted the current generation and some pods are not allocated yet.
     PODS_PENDING = "PodsPending"
+    #: As PodsPending, and some claiming pods are marked Unschedulable by kube-scheduler: the
+    #: message says how many, since when, and what the cluster autoscaler said. Past
+    #: `stuckAfter` the replica is re-placed (replace.py).
+    PODS_UNSCHEDULABLE = "PodsUnschedulable"
     #: The agent counted pods of another generation (the replica changed since).
     GENERATION_MISMATCH = "GenerationMismatch"
     #: No accepted report for the replica (not yet materialized, or the agent is silent).
@@ -638,6 +642,24 @@ def _pods_message(pools: Sequence[Mapping[str, Any]]) -> str:
     return f"{allocated} of {live} live pods have their devices allocated"
 
 
+def _unschedulable_message(pools: Sequence[Mapping[str, Any]]) -> str:
+    """What the pools say of unschedulable pods; empty when none are."""
+    parts = []
+    for p in pools:
+        pods = p.get("unschedulablePods") or 0
+        if not pods:
+            continue
+        text = f"{pods} claiming pod(s) on pool {p.get('name')} Unschedulable"
+        if p.get("unschedulableSince"):
+            text += f" since {p['unschedulableSince']}"
+        if p.get("scaleUp"):
+            verdict = "TriggeredScaleUp" if p["scaleUp"] == "Triggered" else "NotTriggerScaleUp"
+            at = f" at {p['scaleUpTime']}" if p.get("scaleUpTime") else ""
+            text += f" (autoscaler: {verdict}{at})"
+        parts.append(text)
+    return "; ".join(parts)
+
+
 def replica_status(
     replica: ReadObj, report: AgentReport | None, is_rejected: bool, now: datetime
 ) -> Obj:
@@ -691,8 +713,12 @@ def replica_status(
             f"the agent counted pods of {counted}; the replica is at generation {generation}",
         )
     elif not status.get("podsScheduled"):
+        stuck = _unschedulable_message(pools)
         pods = condition(
-            MODEL_PODS_SCHEDULED, "False", PodsReason.PODS_PENDING, _pods_message(pools)
+            MODEL_PODS_SCHEDULED,
+            "False",
+            PodsReason.PODS_UNSCHEDULABLE if stuck else PodsReason.PODS_PENDING,
+            f"{_pods_message(pools)}: {stuck}" if stuck else _pods_message(pools),
         )
     else:
         pods = condition(

@@ -96,6 +96,15 @@ class ReasonCode(StrEnum):
     DUPLICATE_IDENTITY = "DuplicateIdentity"
     #: More replicas than desired: this one goes (most loaded cluster first).
     SCALED_DOWN = "ScaledDown"
+    #: Some claiming pods of the replica stayed Unschedulable past `stuckAfter` (and no node
+    #: is coming for them): it is deleted and re-placed elsewhere (`Snapshot.avoid`).
+    PODS_UNSCHEDULABLE = "PodsUnschedulable"
+    #: The cluster's agent refused the replica by policy: it is deleted and re-placed
+    #: elsewhere at once (`Snapshot.avoid`).
+    POLICY_DENIED = "PolicyDenied"
+    #: A replica of the deployment could not run on this pool lately: new replicas avoid it
+    #: for a backoff. Retry: when the backoff ends (the message says when).
+    BACKING_OFF = "BackingOff"
 
 
 #: Codes that describe how a cluster or pool was used, not why it was refused. They never make
@@ -118,6 +127,7 @@ ROOT_CAUSE_ORDER: tuple[ReasonCode, ...] = (
     ReasonCode.NO_GATEWAY,
     ReasonCode.NO_MATCHING_POOL,
     ReasonCode.ENGINE_CANNOT_CLAIM,
+    ReasonCode.BACKING_OFF,
     ReasonCode.GANG_NEEDS_DISTINCT_NODES,
     ReasonCode.INSUFFICIENT_GPU,
     ReasonCode.INSUFFICIENT_NODES,

@@ -10,6 +10,7 @@ Invariant: a Reason's `details` values are ints or short names, never prose.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 
 from gpufleet.core.capacity import NodeChoicePolicy, PoolLedger, Vector
 from gpufleet.core.decision import Reason, ReasonCode
@@ -215,4 +216,20 @@ def scaled_down(desired: int, kept: int) -> Reason:
         ReasonCode.SCALED_DOWN,
         f"{kept} replicas kept for {desired} desired",
         {"desired": desired, "kept": kept},
+    )
+
+
+def stuck(code: ReasonCode, message: str, replica: str) -> Reason:
+    """A replica dropped to be re-placed (`PodsUnschedulable`, `PolicyDenied`)."""
+    return Reason(code, message, {"replica": replica})
+
+
+def backing_off(cause: str, message: str, until: datetime) -> Reason:
+    """A pool a deployment's new replicas avoid until `until` (named as a time, not as
+    seconds left, so the reason reads the same from step to step)."""
+    stamp = until.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Reason(
+        ReasonCode.BACKING_OFF,
+        f"avoided until {stamp}: {message}",
+        {"until": stamp, "cause": cause},
     )

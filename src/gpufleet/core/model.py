@@ -307,6 +307,24 @@ class ReplicaPoolStatus:
     pool: PoolName
     last_allocation_time: datetime | None
     members: tuple[MemberPods, ...] = ()
+    #: Live claiming pods of the current generation that kube-scheduler marked
+    #: `PodScheduled=False, reason Unschedulable`, and the earliest time one was so marked
+    #: (its condition's `lastTransitionTime`; None when no such pod gives one).
+    unschedulable_pods: int = 0
+    unschedulable_since: datetime | None = None
+    #: The cluster autoscaler's latest verdict over those pods (`ScaleUp`), and when it was
+    #: given (the event's time); None when it said nothing.
+    scale_up: ScaleUp | None = None
+    scale_up_at: datetime | None = None
+
+
+class ScaleUp(StrEnum):
+    """What a cluster's autoscaler said of a replica's unschedulable pods (their Events)."""
+
+    #: `TriggeredScaleUp`: a node is being added for them.
+    TRIGGERED = "Triggered"
+    #: `NotTriggerScaleUp`: no node will be added (maximum reached, stockout, does not fit).
+    NOT_TRIGGERED = "NotTriggered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,3 +384,26 @@ class Snapshot:
     clusters: tuple[Cluster, ...] = ()
     replicas: tuple[Replica, ...] = ()
     config: SchedulingConfig = field(default_factory=SchedulingConfig)
+    #: Where each deployment's new replicas must not go, and until when (re-placement
+    #: backoff: the hub controller's memory, docs/controller.md). An entry whose `until` is
+    #: not after `now` is ignored.
+    avoid: tuple[Avoid, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Avoid:
+    """The (cluster, pool) a deployment's new replicas avoid until `until` (`pool` None: every
+    pool of the cluster), because a replica of it could not run there: `cause` is the reason
+    code (`PodsUnschedulable`, `PolicyDenied`) and `message` says why, with numbers.
+
+    `replica` names the replica found stuck there: while the entry stands it is dropped (and
+    re-placed elsewhere) unless its pods are all scheduled: a running replica is never moved.
+    """
+
+    deployment: DeploymentKey
+    cluster: ClusterName
+    pool: PoolName | None
+    until: datetime
+    cause: str
+    message: str
+    replica: str = ""

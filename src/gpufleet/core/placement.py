@@ -22,6 +22,7 @@ different pool choice for an earlier engine would admit (may refuse a fit, never
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.core import diagnosis
@@ -464,9 +465,11 @@ def _place_engine(
     memo: PlacementMemo,
     owner: str,
     verdicts: list[PoolVerdict] | None,
+    avoid: Mapping[PoolName, Reason],
 ) -> _Chosen | ReplicaFit:
     """The first pool (published order) that takes the engine, or the failed `ReplicaFit`.
-    With `verdicts` (explaining), every pool is tried and given a verdict."""
+    With `verdicts` (explaining), every pool is tried and given a verdict. A pool in `avoid`
+    (re-placement backoff) is not tried: its verdict is the reason given there."""
     explain = verdicts is not None
     chosen: _Chosen | None = None
     capacity_reasons: list[Reason] = []
@@ -476,6 +479,14 @@ def _place_engine(
             if verdicts is not None:
                 verdicts.append(
                     _unusable_verdict(engine, ref, pool, shape, on_shape.claimable, memo)
+                )
+            continue
+        avoided = avoid.get(pool.pool.name) if avoid else None
+        if avoided is not None:
+            capacity_reasons.append(avoided)
+            if verdicts is not None:
+                verdicts.append(
+                    PoolVerdict(pool.pool.name, engine.name, pool.accounting, False, (avoided,))
                 )
             continue
         tried = _try_pool(pool, shape, trial, ledger.policy, owner, explain)
@@ -518,7 +529,10 @@ def place_replica(
     *,
     owner: str = "",
     explain: bool = False,
+    avoid: Mapping[PoolName, Reason] | None = None,
 ) -> ReplicaFit:
+    """Fit one replica of `deployment` on the cluster, engine by engine, never on a pool in
+    `avoid` (re-placement backoff; its reason becomes that pool's verdict)."""
     trial = _Trial()
     commits: dict[PoolName, FitResult | int] = {}
     placed: list[PlacedEngine] = []
@@ -535,7 +549,9 @@ def place_replica(
                     for p in ledger.pools
                 )
             return ReplicaFit(None, reasons=(reason,), verdicts=tuple(verdicts or ()))
-        chosen = _place_engine(ledger, engine, ref, on_shape, trial, memo, owner, verdicts)
+        chosen = _place_engine(
+            ledger, engine, ref, on_shape, trial, memo, owner, verdicts, avoid or {}
+        )
         if isinstance(chosen, ReplicaFit):
             return chosen
         pool, shape, units, outcome = chosen

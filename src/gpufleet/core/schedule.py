@@ -6,8 +6,10 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
 2. Retain and scale down every deployment (2.8, 2.9): its replicas sorted by name; a replica
    goes when its cluster is gone or no longer selected, the cluster carries an untolerated
    NoExecute taint, its (cluster, index) is already kept, or re-resolving it against its pinned
-   pools with the current definition fails. Kept replicas are re-stamped. Then drop from the
-   most loaded cluster (ties: the later name), highest index first.
+   pools with the current definition fails, or a standing `Snapshot.avoid` entry names it and
+   its pods are not all scheduled (re-placement: `PodsUnschedulable`, `PolicyDenied`; a running
+   replica is never moved). Kept replicas are re-stamped. Then drop from the most loaded
+   cluster (ties: the later name), highest index first.
 3. Charge every surviving replica of every deployment, and every replica whose deployment is
    not in the snapshot (they still hold devices), in canonical order (replica name), per pod
    (accounting.py, charging.py). Dropped and scaled-down replicas are not charged.
@@ -16,7 +18,9 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
    One placement: among clusters that are selected, tolerated (NoSchedule and NoExecute),
    Ready with a gateway, and not Expired, take the first that fits in order of (this
    deployment's replicas there, cluster name) (spread before pack); the index is the lowest
-   unused one on that cluster. `fill=False` retains only.
+   unused one on that cluster (not one of a replica being re-placed). A pool the deployment
+   avoids (`Snapshot.avoid`, until its time) is not tried: its verdict is `BackingOff`.
+   `fill=False` retains only.
 5. Every deployment with a shortfall gets a Diagnosis with a verdict per cluster of the fleet,
    and a `ReplicasScheduled` condition as Modelplane HEAD words it (2.13).
 
@@ -87,6 +91,7 @@ from gpufleet.core.fit import Assignment
 from gpufleet.core.matching import DRAINS, REPELS_NEW, Matcher, is_selected, untolerated
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
+    Avoid,
     ClusterName,
     Deployment,
     DeploymentKey,
@@ -298,18 +303,90 @@ class _Work:
     order: list[tuple[int, ClusterName]] = field(default_factory=list)
     is_stopped: bool = False
     diagnosis: Diagnosis | None = None
+    #: Per cluster, the pools its new replicas avoid (re-placement backoff), with the reason.
+    avoid: Mapping[ClusterName, Mapping[PoolName, Reason]] = field(default_factory=dict)
 
     @property
     def pending(self) -> int:
         return max(0, self.deployment.replicas) - len(self.retained) - len(self.created)
 
     @classmethod
-    def start(cls, deployment: Deployment, retained: _Retained) -> _Work:
-        work = cls(deployment, list(retained.retained), retained.dropped)
+    def start(
+        cls,
+        deployment: Deployment,
+        retained: _Retained,
+        avoid: Mapping[ClusterName, Mapping[PoolName, Reason]],
+    ) -> _Work:
+        work = cls(deployment, list(retained.retained), retained.dropped, avoid=avoid)
         for placement in retained.retained:
             work.counts[placement.cluster] += 1
             work.indices.setdefault(placement.cluster, set()).add(placement.index)
+        for gone in retained.dropped:
+            if gone.reason.code in _REPLACED:
+                # Its name is not reused while it is being deleted: the new replica is new.
+                work.indices.setdefault(gone.cluster, set()).add(gone.index)
         return work
+
+
+#: Drop reasons of a replica re-placed because it could not run (`Snapshot.avoid`).
+_REPLACED: Final = frozenset({ReasonCode.PODS_UNSCHEDULABLE, ReasonCode.POLICY_DENIED})
+
+
+@dataclass(frozen=True, slots=True)
+class _Avoiding:
+    """One deployment's share of `Snapshot.avoid` that stands at `now`: the replicas to drop
+    (by name, with the reason) and, per cluster, the pools to avoid (with the verdict)."""
+
+    doomed: Mapping[str, Reason]
+    pools: Mapping[ClusterName, Mapping[PoolName, Reason]]
+
+
+_NOT_AVOIDING: Final = _Avoiding({}, {})
+
+
+def _avoiding(
+    snapshot: Snapshot, now: datetime, ledgers: Mapping[ClusterName, ClusterLedger]
+) -> dict[tuple[str, str], _Avoiding]:
+    """`Snapshot.avoid` per deployment, the entries whose `until` is after `now` (in a
+    canonical order, so the order of the input changes nothing; of two entries for one pool
+    the later `until` speaks)."""
+    doomed: dict[tuple[str, str], dict[str, Reason]] = {}
+    pools: dict[tuple[str, str], dict[ClusterName, dict[PoolName, Reason]]] = {}
+    for entry in sorted(snapshot.avoid, key=_avoid_order):
+        if entry.until <= now:
+            continue
+        key = (entry.deployment.namespace, entry.deployment.name)
+        if entry.replica:
+            code = ReasonCode(entry.cause) if entry.cause in _REPLACED else _STUCK
+            doomed.setdefault(key, {})[entry.replica] = diagnosis.stuck(
+                code, entry.message, entry.replica
+            )
+        ledger = ledgers.get(entry.cluster)
+        if ledger is None:
+            continue
+        reason = diagnosis.backing_off(entry.cause, entry.message, entry.until)
+        names = [entry.pool] if entry.pool is not None else [p.pool.name for p in ledger.pools]
+        avoided = pools.setdefault(key, {}).setdefault(entry.cluster, {})
+        for name in names:
+            avoided[name] = reason
+    keys = doomed.keys() | pools.keys()
+    return {k: _Avoiding(doomed.get(k, {}), pools.get(k, {})) for k in keys}
+
+
+_STUCK: Final = ReasonCode.PODS_UNSCHEDULABLE
+
+
+def _avoid_order(entry: Avoid) -> tuple[object, ...]:
+    return (
+        entry.deployment.namespace,
+        entry.deployment.name,
+        entry.cluster,
+        entry.pool or "",
+        entry.until,
+        entry.replica,
+        entry.cause,
+        entry.message,
+    )
 
 
 def _check(snapshot: Snapshot, memo: ScheduleMemo) -> tuple[Deployment, ...]:
@@ -431,6 +508,7 @@ def _retain_and_charge(
     fleet: int,
     views: Mapping[PoolKey, PoolView],
     changed: frozenset[PoolKey] | None,
+    doomed: Mapping[str, Reason],
 ) -> tuple[_Retained, tuple[Charge, ...]]:
     """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
     ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
@@ -445,6 +523,11 @@ def _retain_and_charge(
     if not replicas:
         # Nothing to retain or charge: cheaper to derive than to remember.
         return _retain(deployment, (), ledgers, memo.placement.matcher), ()
+    if doomed and any(r.name in doomed for r in replicas):
+        # A replica is being re-placed: derived, not remembered (it happens once).
+        in_order = tuple(sorted(replicas, key=replica_order))
+        retained = _retain(deployment, in_order, ledgers, memo.placement.matcher, doomed)
+        return retained, held_charges(retained.kept, ledgers, views).charges
     entries = memo.deployments
     ref = memo.placement.matcher.ref(deployment)
     found = entries.carry(ref)
@@ -480,6 +563,7 @@ def _retain(
     replicas: tuple[Replica, ...],
     ledgers: Mapping[ClusterName, ClusterLedger],
     matcher: Matcher,
+    doomed: Mapping[str, Reason] | None = None,
 ) -> _Retained:
     kept: list[tuple[Replica, tuple[ReplicaEngine, ...]]] = []
     dropped: list[DroppedReplica] = []
@@ -492,6 +576,10 @@ def _retain(
         ledger = ledgers.get(replica.cluster)
         if ledger is None:
             drop(replica, diagnosis.cluster_missing(replica.cluster))
+            continue
+        stuck = doomed.get(replica.name) if doomed else None
+        if stuck is not None and not replica.status.pods_scheduled:
+            drop(replica, stuck)  # it cannot run there; a running replica is never moved
             continue
         if not is_selected(ledger.cluster, deployment.cluster_selector):
             drop(replica, diagnosis.not_selected(deployment.cluster_selector))
@@ -570,6 +658,7 @@ def _diagnose(
     ledgers: Mapping[ClusterName, ClusterLedger],
     memo: PlacementMemo,
     snapshot: Snapshot,
+    avoid: Mapping[ClusterName, Mapping[PoolName, Reason]],
 ) -> Diagnosis:
     config = snapshot.config
     verdicts: list[ClusterVerdict] = []
@@ -582,7 +671,7 @@ def _diagnose(
             continue
         selected += 1
         gates = _gates(ledger, deployment, config.expire_after_s)
-        fitted = place_replica(ledger, deployment, memo, explain=True)
+        fitted = place_replica(ledger, deployment, memo, explain=True, avoid=avoid.get(name))
         fits = not gates and fitted.engines is not None
         reasons: list[Reason] = gates or list(fitted.reasons)
         if ledger.freshness.state is ObservationState.STALE:
@@ -664,7 +753,7 @@ def _fill_one(work: _Work, memo: PlacementMemo) -> bool:
         used = work.indices.setdefault(cluster, set())
         index = next(i for i in range(len(used) + 1) if i not in used)
         name = replica_name(deployment.key.name, cluster, index)
-        fitted = place_replica(ledger, deployment, memo, owner=name)
+        fitted = place_replica(ledger, deployment, memo, owner=name, avoid=work.avoid.get(cluster))
         if fitted.engines is None:
             continue
         commit(ledger, fitted)
@@ -738,7 +827,7 @@ def _fill(
         for work in active:
             if not _fill_one(work, memo):
                 work.is_stopped = True
-                work.diagnosis = _diagnose(work.deployment, ledgers, memo, snapshot)
+                work.diagnosis = _diagnose(work.deployment, ledgers, memo, snapshot, work.avoid)
         active = [w for w in active if not w.is_stopped and w.pending > 0]
 
 
@@ -753,7 +842,7 @@ def _decide(
     shortfall = max(0, desired - placed)
     diag = work.diagnosis
     if shortfall > 0 and diag is None:
-        diag = _diagnose(work.deployment, ledgers, memo, snapshot)
+        diag = _diagnose(work.deployment, ledgers, memo, snapshot, work.avoid)
     if shortfall == 0:
         diag = None
     return DeploymentDecision(
@@ -801,10 +890,14 @@ def plan(
             charges.extend(charges_of(replica, replica.engines, True, ledger))
     # Per deployment, its decision when retaining settles it, else its work for the round.
     outcomes: list[DeploymentDecision | _Work] = []
+    avoiding = _avoiding(snapshot, now, ledgers) if snapshot.avoid else {}
     for d, group in zip(deployments, groups, strict=True):
-        retained, kept = _retain_and_charge(d, group, ledgers, memo, fleet, pool_views, changed)
+        mine = avoiding.get((d.key.namespace, d.key.name), _NOT_AVOIDING)
+        retained, kept = _retain_and_charge(
+            d, group, ledgers, memo, fleet, pool_views, changed, mine.doomed
+        )
         charges.extend(kept)
-        outcomes.append(retained.settled or _Work.start(d, retained))
+        outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
     apply_charges(charges, ledgers)
     _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, placing, snapshot)
 
@@ -827,7 +920,13 @@ def plan(
     if explain:
         satisfied = {d.key for d in decisions if d.shortfall == 0}
         one_more = {
-            d.key: _diagnose(d, ledgers, placing, snapshot)
+            d.key: _diagnose(
+                d,
+                ledgers,
+                placing,
+                snapshot,
+                avoiding.get((d.key.namespace, d.key.name), _NOT_AVOIDING).pools,
+            )
             for d in deployments
             if d.key in explain and d.key in satisfied
         }

@@ -236,6 +236,13 @@ INFOS: tuple[CrdInfo, ...] = (
             {"name": "Desired", "type": "integer", "jsonPath": ".spec.replicas"},
             {"name": "Placed", "type": "integer", "jsonPath": ".status.replicas.total"},
             {"name": "Ready", "type": "integer", "jsonPath": ".status.replicas.ready"},
+            # Placed is not running: replicas whose pods are not all scheduled, and why.
+            {"name": "Pending", "type": "integer", "jsonPath": ".status.replicas.pending"},
+            {
+                "name": "Running",
+                "type": "string",
+                "jsonPath": _condition("ReplicasRunning", "reason"),
+            },
             {
                 "name": "Scheduled",
                 "type": "string",
@@ -271,6 +278,11 @@ INFOS: tuple[CrdInfo, ...] = (
                 "name": "Reason",
                 "type": "string",
                 "jsonPath": _condition("ModelPodsScheduled", "reason"),
+            },
+            {
+                "name": "Unschedulable",
+                "type": "string",
+                "jsonPath": ".status.pools[*].unschedulablePods",
                 "priority": 1,
             },
             _AGE,

@@ -315,6 +315,8 @@ def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
         # What it observes, through informers (list, then watch).
         _rule([""], ["nodes", "pods"], _WATCH),
         _rule(["resource.k8s.io"], ["resourceslices", "resourceclaims"], _WATCH),
+        # The cluster autoscaler's verdicts on unschedulable pods (agent/scaleup.py).
+        _rule([""], ["events"], _WATCH),
         # A replica's namespace is created if the cluster does not have it yet.
         _rule([""], ["namespaces"], ["get", "create"]),
         # The workloads it materializes (owned: label gpufleet.io/replica).

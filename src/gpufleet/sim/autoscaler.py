@@ -4,7 +4,9 @@ Every `autoscaler_scan_s`: for unschedulable pods that would fit an empty node o
 it adds nodes (after `scale_up_delay_s`) up to `maxNodeCount`, counting nodes on the way; it
 removes nodes idle for `scale_down_idle_s` down to `minNodeCount` (only in pools with a
 `maxNodeCount`: a fixed-size pool has no autoscaled node group behind it). Under stockout it
-adds nothing and records `NotTriggerScaleUp` events.
+adds nothing and records `NotTriggerScaleUp` events. Every verdict on a pod is an Event with
+its times (`TriggeredScaleUp` when it adds nodes for the pod, `NotTriggerScaleUp` when it will
+not), recorded when the pod's verdict changes, as the agent reads them (agent/scaleup.py).
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import functools
 from collections import defaultdict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from gpufleet.core import labels
 from gpufleet.sim import dra
 from gpufleet.sim.cluster_spec import PoolSpec
 from gpufleet.sim.objects import GPU_TAINT, LWS_GROUP_KEY, allocation_nodes, is_alive, untolerated
+from gpufleet.store import format_time
 from gpufleet.store.port import (
     POD,
     RESOURCE_CLAIM,
@@ -222,10 +225,26 @@ class ClusterAutoscaler:
         return dict(demand)
 
     def _record_event(self, pod: Obj, reason: str, message: str) -> None:
+        """Record the verdict on `pod` as cluster-autoscaler does, in an Event with its times:
+        nothing when it is the pod's latest verdict already; an earlier Event of the same
+        reason is recorded once more (`count`, `lastTimestamp`), so the latest verdict is
+        always the Event with the latest time (what the agent reads, agent/scaleup.py)."""
         meta = pod["metadata"]
-        for e in self.store.events_of(meta["uid"], meta["namespace"]):
-            if e.get("reason") == reason:
-                return
+        stamp = format_time(self.loop.now)
+        events = [
+            e
+            for e in self.store.events_of(meta["uid"], meta["namespace"])
+            if e.get("reason") in _VERDICTS
+        ]
+        latest = max(events, key=_event_order, default=None)
+        if latest is not None and latest.get("reason") == reason:
+            return
+        same = next((e for e in events if e.get("reason") == reason), None)
+        if same is not None:
+            self.store.update_shared(
+                {**same, "count": int(same.get("count") or 1) + 1, "lastTimestamp": stamp}
+            )
+            return
         self._event_seq += 1
         self.store.create_shared(
             {
@@ -245,8 +264,21 @@ class ClusterAutoscaler:
                 "message": message,
                 "source": {"component": "cluster-autoscaler"},
                 "type": "Normal",
+                "firstTimestamp": stamp,
+                "lastTimestamp": stamp,
+                "count": 1,
             }
         )
+
+
+#: The reasons of the autoscaler's verdicts on a pod.
+_VERDICTS: Final = frozenset({"TriggeredScaleUp", "NotTriggerScaleUp"})
+
+
+def _event_order(event: Obj) -> tuple[str, int]:
+    """Latest first by time (RFC 3339 in UTC sorts as text), then by the sequence in its name."""
+    name = str(event["metadata"]["name"])
+    return (str(event.get("lastTimestamp") or ""), int(name.rsplit(".", 1)[-1], 16))
 
 
 def _full(pool: PoolSpec) -> dict[str, int]:

@@ -39,6 +39,7 @@ from gpufleet.sim.engine import EPOCH, EventLoop
 from gpufleet.store import MemoryStore
 from gpufleet.store.forwarding import ForwardingStore
 from gpufleet.store.port import (
+    EVENT,
     KNOWN_KINDS,
     MODEL_REPLICA,
     NAMESPACE,
@@ -337,8 +338,9 @@ class Fleet:
         return out
 
 
-#: What the agent's observe reads of its cluster, and what its materialize reads and writes.
-_OBSERVED_KINDS: Final = (NODE, RESOURCE_SLICE, RESOURCE_CLAIM, POD)
+#: What the agent's observe reads of its cluster (Events: the autoscaler's verdicts,
+#: agent/scaleup.py), and what its materialize reads and writes.
+_OBSERVED_KINDS: Final = (NODE, RESOURCE_SLICE, RESOURCE_CLAIM, POD, EVENT)
 _MATERIALIZED_KINDS: Final = (*OWNED_KINDS, NAMESPACE)
 
 

@@ -153,8 +153,9 @@ class HubStep:
     """What the fleet calls: the controller's step, plus refusal bookkeeping.
 
     Quiet steps are skipped: when the controller's last step wrote nothing, had no errors and
-    no assumed writes in force, the hub has not changed since, and no observation crosses its
-    stale or expire age before `now`, a step would read the same objects and decide the same
+    no assumed writes in force, the hub has not changed since, no observation crosses its
+    stale or expire age before `now` and no time the controller's re-placement memory waits
+    for has come (`Replacer.due`), a step would read the same objects and decide the same
     thing (the controller is a function of the hub and `now`, and `now` matters only through
     those ages).
     """
@@ -190,10 +191,20 @@ class HubStep:
         self.steps += 1
         is_settled = self.hub.revision == before and not result.errors and result.assumed == 0
         self._settled_revision = before if is_settled else -1
-        self._due = self._next_age_crossing(now) if is_settled else None
+        self._due = self._next_due(now) if is_settled else None
         if result.errors and len(self.errors) < 100:
             self.errors.extend(f"{format_time(now)} {e}" for e in result.errors)
         self._record(result, now)
+
+    def _next_due(self, now: datetime) -> datetime | None:
+        """The earliest time after `now` a step may decide differently with time alone: an
+        age crossing, or a time the controller's re-placement memory waits for (a replica's
+        stuckAfter deadline, a backoff's end: `Replacer.due`)."""
+        due = self._next_age_crossing(now)
+        replacing = self.controller.replacer.due if self.controller is not None else None
+        if replacing is not None and replacing > now and (due is None or replacing < due):
+            due = replacing
+        return due
 
     def _next_age_crossing(self, now: datetime) -> datetime | None:
         """The earliest time after `now` an observation on the hub turns Stale or Expired:

@@ -283,7 +283,8 @@ def check_cluster(
 
 def read_controller(data: Mapping[str, Any], problems: Problems) -> ControllerSettings:
     path = "controller"
-    check_known(data, ("interval", "staleAfter", "expireAfter", "accounting"), path, problems)
+    known = ("interval", "staleAfter", "expireAfter", "accounting", "stuckAfter")
+    check_known(data, known, path, problems)
     accounting = data.get("accounting", Accounting.FREE_GPU.value)
     choices = [a.value for a in Accounting]
     if accounting not in choices:
@@ -297,4 +298,8 @@ def read_controller(data: Mapping[str, Any], problems: Problems) -> ControllerSe
     expire = get_duration(data, "expireAfter", path, problems, 300.0)
     if expire < stale:
         problems.add(f"{path}.expireAfter", "must be at least staleAfter")
-    return ControllerSettings(interval, stale, expire, Accounting(accounting))
+    stuck = get_duration(data, "stuckAfter", path, problems, 120.0)
+    if stuck < 1:
+        problems.add(f"{path}.stuckAfter", "must be at least 1s")
+        stuck = 120.0
+    return ControllerSettings(interval, stale, expire, Accounting(accounting), stuck)

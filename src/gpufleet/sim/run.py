@@ -99,6 +99,7 @@ def controller_config(scenario: Scenario, accounting: Accounting) -> ControllerC
     return ControllerConfig(
         stale_after_s=s.stale_after_s,
         expire_after_s=s.expire_after_s,
+        stuck_after_s=s.stuck_after_s,
         manages_ready=accounting is Accounting.FREE_GPU,
         default_gateway_address=GATEWAY_ADDRESS,
         node_choice={c.name: c.behaviour.node_choice for c in scenario.fleet.clusters},

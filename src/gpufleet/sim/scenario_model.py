@@ -76,6 +76,8 @@ class ControllerSettings:
     stale_after_s: float = 60.0
     expire_after_s: float = 300.0
     accounting: Accounting = Accounting.FREE_GPU
+    #: A replica whose claiming pods stay Unschedulable this long is re-placed.
+    stuck_after_s: float = 120.0
 
 
 @dataclass(frozen=True, slots=True)

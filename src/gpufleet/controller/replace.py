@@ -1,0 +1,234 @@
+"""Replicas that cannot run are re-placed: which replica is stuck, and the backoff memory.
+
+A replica is *stuck* (docs/controller.md, "Re-placement"):
+
+- when its cluster's agent refused it by policy (`ModelPodsScheduled=False`, reason
+  `PolicyDenied`): at once, cause `PolicyDenied`, and its whole cluster is avoided;
+- when, with its status counted for its current generation and not every pod scheduled, some
+  claiming pods on a pool have been Unschedulable (the agent's `unschedulableSince`) for
+  `stuck_after_s`: cause `PodsUnschedulable`, that pool is avoided. While the cluster's
+  autoscaler says it is adding a node for them (`scaleUp: Triggered`), the replica waits
+  `scale_up_timeout_s` from that verdict as well; `NotTriggered` waits for nothing more.
+
+A replica whose pods are all scheduled is never stuck (a running replica is never moved), and
+neither is one whose unschedulable pods give no time (errs toward not moving).
+
+`Replacer` is the controller's memory of re-placements: per (deployment, cluster, pool) how
+many times a replica of the deployment was stuck there and until when the pool is avoided (a
+backoff of `replace_backoff_s`, doubled on each repeat, at most `replace_backoff_max_s`; the
+count is forgotten once the pool has been free of repeats for `replace_backoff_max_s` after its
+backoff ended), and the stuck replicas already counted. From it, every step, the core's
+`Snapshot.avoid`: what the pure `schedule` reads, so a decision stays a function of its inputs.
+The memory is not persisted: a restarted controller counts repeats from one again (a stuck
+replica still is re-placed, as its status says so).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Container, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from gpufleet.controller.conditions import Obj, ReadObj, condition, find_condition
+from gpufleet.controller.config import ControllerConfig
+from gpufleet.controller.index import Key
+from gpufleet.controller.status import MODEL_PODS_SCHEDULED, PodsReason
+from gpufleet.core.decision import ReasonCode
+from gpufleet.core.model import Avoid, PoolName, Replica, ScaleUp
+from gpufleet.store import format_time
+
+#: The deployment condition that tells placed from running.
+REPLICAS_RUNNING: Final = "ReplicasRunning"
+#: Listed replicas in a `ReplicasRunning` message, at most.
+_MAX_LISTED: Final = 5
+
+_Stuck = tuple[str | None, str, str]  # (pool or None: the whole cluster, cause, message)
+_RepeatKey = tuple[str, str, str, str]  # (namespace, deployment, cluster, pool or "")
+
+
+def is_waiting(replica: Replica, obj: ReadObj) -> bool:
+    """Whether the replica may be or become stuck: the controller follows only these."""
+    if any(p.unschedulable_pods for p in replica.status.pools):
+        return not replica.status.pods_scheduled
+    return _policy_denial(obj) is not None
+
+
+def _policy_denial(obj: ReadObj) -> str | None:
+    found = find_condition((obj.get("status") or {}).get("conditions") or [], MODEL_PODS_SCHEDULED)
+    if found is None or found.get("status") != "False":
+        return None
+    if found.get("reason") != PodsReason.POLICY_DENIED.value:
+        return None
+    return str(found.get("message", ""))
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def stuck_pools(
+    replica: Replica, obj: ReadObj, now: datetime, config: ControllerConfig
+) -> tuple[list[_Stuck], datetime | None]:
+    """Where the replica is stuck at `now` (see the module docstring), and when it next may
+    become stuck with time alone (None: not with time alone)."""
+    denial = _policy_denial(obj)
+    if denial is not None:
+        return [(None, ReasonCode.POLICY_DENIED.value, denial)], None
+    status = replica.status
+    if status.pods_scheduled or status.observed_generation != replica.generation:
+        return [], None
+    found: list[_Stuck] = []
+    due: datetime | None = None
+    for pool in status.pools:
+        since = pool.unschedulable_since
+        if not pool.unschedulable_pods or since is None:
+            continue
+        deadline = since + timedelta(seconds=config.stuck_after_s)
+        note = ""
+        if pool.scale_up is ScaleUp.TRIGGERED:
+            at = pool.scale_up_at or since
+            deadline = max(deadline, at + timedelta(seconds=config.scale_up_timeout_s))
+            note = (
+                f"; the node the autoscaler is adding (TriggeredScaleUp at {format_time(at)}) "
+                f"is not there after scaleUpTimeout {_seconds(config.scale_up_timeout_s)}"
+            )
+        elif pool.scale_up is ScaleUp.NOT_TRIGGERED:
+            at_text = f" at {format_time(pool.scale_up_at)}" if pool.scale_up_at else ""
+            note = f"; the autoscaler adds no node (NotTriggerScaleUp{at_text})"
+        if now < deadline:
+            due = deadline if due is None else min(due, deadline)
+            continue
+        waited = (now - since).total_seconds()
+        message = (
+            f"{pool.unschedulable_pods} claiming pod(s) on pool {pool.pool} Unschedulable for "
+            f"{waited:.0f}s since {format_time(since)} "
+            f"(stuckAfter {_seconds(config.stuck_after_s)}){note}"
+        )
+        found.append((str(pool.pool), ReasonCode.PODS_UNSCHEDULABLE.value, message))
+    return found, due
+
+
+class Replacer:
+    """The controller's memory of re-placements (see the module docstring)."""
+
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+        #: Per (deployment, cluster, pool): repeats, and the backoff entry (replica "").
+        self._repeats: dict[_RepeatKey, tuple[int, Avoid]] = {}
+        #: Per stuck replica counted: its entries (which name it, to be dropped).
+        self._handled: dict[Key, tuple[Avoid, ...]] = {}
+        #: The core's input, as of the last `update`, and when it next may change by time.
+        self.avoid: tuple[Avoid, ...] = ()
+        self.due: datetime | None = None
+
+    def update(
+        self,
+        waiting: Mapping[Key, tuple[Replica, ReadObj]],
+        existing: Container[Key],
+        now: datetime,
+    ) -> bool:
+        """Count the replicas stuck at `now` among `waiting`, forget what ended, and set
+        `avoid` and `due`; whether `avoid` changed."""
+        horizon = timedelta(seconds=self.config.replace_backoff_max_s)
+        for key in [k for k, v in self._handled.items() if k not in existing or _ended(v, now)]:
+            del self._handled[key]
+        for rkey in [k for k, v in self._repeats.items() if v[1].until + horizon <= now]:
+            del self._repeats[rkey]
+        due: datetime | None = None
+        for key, (replica, obj) in sorted(waiting.items()):
+            if key in self._handled:
+                continue
+            found, when = stuck_pools(replica, obj, now, self.config)
+            if when is not None:
+                due = when if due is None else min(due, when)
+            if found:
+                self._handled[key] = tuple(self._count(replica, s, now) for s in found)
+        entries = [a for v in self._handled.values() for a in v]
+        entries.extend(v[1] for v in self._repeats.values())
+        standing = tuple(sorted((a for a in entries if a.until > now), key=_order))
+        for a in standing:
+            due = a.until if due is None else min(due, a.until)
+        self.due = due
+        is_changed = standing != self.avoid
+        self.avoid = standing
+        return is_changed
+
+    def _count(self, replica: Replica, stuck: _Stuck, now: datetime) -> Avoid:
+        pool, cause, message = stuck
+        dep = replica.deployment
+        key = (dep.namespace, dep.name, replica.cluster, pool or "")
+        repeats = self._repeats[key][0] + 1 if key in self._repeats else 1
+        base, cap = self.config.replace_backoff_s, self.config.replace_backoff_max_s
+        backoff = min(cap, base * 2 ** min(repeats - 1, 32))
+        where = f"{replica.cluster}/{pool}" if pool else f"cluster {replica.cluster}"
+        text = (
+            f"replica {replica.name}: {message}; {where} avoided for {_seconds(backoff)} "
+            f"(repeat {repeats}, backoff {_seconds(base)} doubling to {_seconds(cap)})"
+        )
+        until = now + timedelta(seconds=backoff)
+        named = PoolName(pool) if pool is not None else None
+        avoid = Avoid(dep, replica.cluster, named, until, cause, text, replica.name)
+        self._repeats[key] = (repeats, dataclasses.replace(avoid, replica=""))
+        return avoid
+
+    def replaced(self, namespace: str, deployment: str, now: datetime) -> list[Avoid]:
+        """The deployment's standing backoff entries (latest first)."""
+        found = [
+            a
+            for a in self.avoid
+            if a.deployment.namespace == namespace
+            and a.deployment.name == deployment
+            and not a.replica
+            and a.until > now
+        ]
+        return sorted(found, key=lambda a: a.until, reverse=True)
+
+
+def _ended(entries: Sequence[Avoid], now: datetime) -> bool:
+    return all(a.until <= now for a in entries)
+
+
+def _order(a: Avoid) -> tuple[object, ...]:
+    return (a.deployment.namespace, a.deployment.name, a.cluster, a.pool or "", a.replica)
+
+
+def running_condition(
+    total: int, running: int, pending: Sequence[tuple[str, Any]], replaced: Sequence[Avoid]
+) -> Obj:
+    """`ReplicasRunning`: True when every placed replica has all its pods scheduled; else
+    False with `Replaced` (a replica was re-placed and its backoff stands), `PodsUnschedulable`
+    (some replica has unschedulable pods) or `PodsPending`, naming the replicas not running.
+
+    `pending` holds (name, its `ModelPodsScheduled` condition or None) of each placed replica
+    not running."""
+    if not pending:
+        return condition(
+            REPLICAS_RUNNING,
+            "True",
+            "AllReplicasRunning",
+            f"{running} of {total} replicas have every pod scheduled",
+        )
+    listed = []
+    unschedulable = False
+    for name, found in pending[:_MAX_LISTED]:
+        reason = (found or {}).get("reason") or PodsReason.NOT_OBSERVED.value
+        unschedulable = unschedulable or reason == PodsReason.PODS_UNSCHEDULABLE.value
+        listed.append(f"{name} ({reason})")
+    if len(pending) > _MAX_LISTED:
+        listed.append(f"and {len(pending) - _MAX_LISTED} more")
+    unschedulable = unschedulable or any(
+        (f or {}).get("reason") == PodsReason.PODS_UNSCHEDULABLE.value for _, f in pending
+    )
+    message = (
+        f"{running} of {total} replicas running; {len(pending)} placed but not all pods "
+        f"scheduled: {', '.join(listed)}"
+    )
+    if replaced:
+        reason = "Replaced"
+        message = f"{message}; re-placed: {replaced[0].message}"
+    elif unschedulable:
+        reason = ReasonCode.PODS_UNSCHEDULABLE.value
+    else:
+        reason = PodsReason.PODS_PENDING.value
+    return condition(REPLICAS_RUNNING, "False", reason, message)

@@ -1,0 +1,104 @@
+"""The controller's events about agents' reports it does not accept: reports fenced out (an older
+lease epoch or another Lease incarnation: `StaleAgentReport`), reports stamped in the future (`FutureAgentReport`) and pool
+reports refused as implausible (`ImplausibleReport`), each once per message per subject, and
+forgotten when the situation clears (`_forget`). The step (loop.py) calls these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Protocol
+
+from gpufleet.controller.conditions import ReadObj
+from gpufleet.controller.events import Event, EventReason, EventType
+from gpufleet.controller.fence import rejection
+from gpufleet.controller.status import Trust, future_message, implausible_pools
+from gpufleet.controller.writes import HubWriter, StepErrors
+from gpufleet.store.port import INFERENCE_CLUSTER
+
+
+class ReportedSteps(StepErrors, Protocol):
+    """A step's result, with the reports it ignored (`StepResult`)."""
+
+    rejected_reports: list[str]
+
+
+class ReportEvents(HubWriter):
+    """Events about reports not accepted (see the module docstring); the half of `Controller`
+    between the step (loop.py) and its writes (`HubWriter`)."""
+
+    trusts: dict[str, Trust]
+    #: Clusters whose Trust rejects reports (their events are repeated every step).
+    _rejecting: set[str]
+    #: Per event prefix, the standing situations last seen (`_forget`).
+    _alive: dict[str, set[tuple[str, ...]]]
+
+    def _forget(self, prefix: str, alive: set[tuple[str, ...]]) -> None:
+        """Forget the events of situations under `prefix` that cleared (`alive` are those
+        that stand), when that set moved since the last call."""
+        if self._alive.get(prefix) != alive:
+            self.recorder.forget_missing(prefix, alive)
+            self._alive[prefix] = alive
+
+    def _report_stale(self, now: datetime, result: ReportedSteps) -> None:
+        """A Warning event per report ignored for its older lease epoch (once per message),
+        and the report in the step's `rejected_reports` every step."""
+        records = self.index.records[INFERENCE_CLUSTER]
+        alive: set[tuple[str, ...]] = set()
+        for cluster in sorted(self._rejecting):
+            trust = self.trusts[cluster]
+            for report in trust.rejected:
+                assert trust.fence is not None
+                reason, why = rejection(report, trust.fence, self.config.expire_after_s)
+                message = (
+                    f"{report.kind} {report.namespace}/{report.name} from agent "
+                    f"{report.identity} with lease epoch {report.lease_epoch} ignored "
+                    f"({reason}): {why}"
+                )
+                result.rejected_reports.append(message)
+                subject = ("stale", cluster, report.kind, report.name)
+                alive.add(subject)
+                obj = records[("", cluster)].obj
+                event = Event(obj, EventType.WARNING, EventReason.STALE_AGENT_REPORT, message)
+                self._record_once(subject, event, now, result)
+        self._forget("stale", alive)
+
+    def _report_future(self, now: datetime, result: ReportedSteps) -> None:
+        """A Warning event per cluster with reports stamped in the future (once per message)."""
+        alive: set[tuple[str, ...]] = set()
+        records = self.index.records[INFERENCE_CLUSTER]
+        for cluster, trust in sorted(self.trusts.items()):
+            message = future_message(trust, self.config)
+            if not message or ("", cluster) not in records:
+                continue
+            result.rejected_reports.append(f"cluster {cluster}: {message}")
+            subject = ("future", cluster)
+            alive.add(subject)
+            obj = records[("", cluster)].obj
+            event = Event(obj, EventType.WARNING, EventReason.FUTURE_AGENT_REPORT, message)
+            self._record_once(subject, event, now, result)
+        self._forget("future", alive)
+
+    def _report_implausible(
+        self,
+        cluster: ReadObj,
+        classes: Mapping[str, ReadObj],
+        trust: Trust,
+        now: datetime,
+        result: ReportedSteps,
+    ) -> None:
+        """A Warning event per pool whose report is refused as implausible (once per
+        message); a pool whose report is plausible again is forgotten."""
+        name = cluster["metadata"]["name"]
+        refused = implausible_pools(cluster, classes, trust)
+        for pool in (cluster.get("spec") or {}).get("nodePools") or []:
+            pool_name = str(pool.get("name"))
+            subject = ("implausible", name, pool_name)
+            message = refused.get(pool_name)
+            if message is None:
+                self.recorder.forget(subject)
+                continue
+            message = f"PoolObservation {pool_name} refused: {message}"
+            event = Event(cluster, EventType.WARNING, EventReason.IMPLAUSIBLE_REPORT, message)
+            self._record_once(subject, event, now, result)

@@ -1,0 +1,190 @@
+"""Which replica is stuck, and the backoff memory (controller/replace.py): a function of the
+replica's status, its object's conditions, the config and `now`; the Replacer counts each
+stuck replica once and doubles the backoff per repeat up to its cap."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpufleet.controller.config import ControllerConfig
+from gpufleet.controller.replace import Replacer, is_waiting, running_condition, stuck_pools
+from gpufleet.core.model import (
+    ClusterName,
+    DeploymentKey,
+    PoolName,
+    Replica,
+    ReplicaPoolStatus,
+    ReplicaStatus,
+    ScaleUp,
+)
+from gpufleet.store import Obj
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+CONFIG = ControllerConfig()  # stuckAfter 120s, scaleUpTimeout 900s, backoff 120s to 1800s
+
+
+def ago(seconds: float) -> datetime:
+    return NOW - timedelta(seconds=seconds)
+
+
+def replica(
+    name: str = "llm-0",
+    *,
+    since: datetime | None = None,
+    pods: int = 1,
+    scale_up: ScaleUp | None = None,
+    scale_up_at: datetime | None = None,
+    scheduled: bool = False,
+    observed_generation: int | None = 1,
+) -> Replica:
+    pool = ReplicaPoolStatus(PoolName("l4"), None, (), pods, since, scale_up, scale_up_at)
+    status = ReplicaStatus(scheduled, observed_generation, (pool,))
+    return Replica(name, DeploymentKey("ml", "llm"), ClusterName("east"), 0, (), 1, status)
+
+
+NO_CONDITIONS: Obj = {"status": {}}
+DENIED: Obj = {
+    "status": {
+        "conditions": [
+            {
+                "type": "ModelPodsScheduled",
+                "status": "False",
+                "reason": "PolicyDenied",
+                "message": "cluster east's agent refused it: hostNetwork",
+            }
+        ]
+    }
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    replica: Replica
+    obj: Obj
+    stuck: list[tuple[str | None, str]]
+    due: datetime | None
+
+
+CASES = [
+    Case("not yet", replica(since=ago(100)), NO_CONDITIONS, [], ago(100 - 120)),
+    Case(
+        "past stuckAfter",
+        replica(since=ago(121)),
+        NO_CONDITIONS,
+        [("l4", "PodsUnschedulable")],
+        None,
+    ),
+    Case(
+        "a node is coming: waits scaleUpTimeout from the verdict",
+        replica(since=ago(300), scale_up=ScaleUp.TRIGGERED, scale_up_at=ago(290)),
+        NO_CONDITIONS,
+        [],
+        ago(290 - 900),
+    ),
+    Case(
+        "the node never came",
+        replica(since=ago(1000), scale_up=ScaleUp.TRIGGERED, scale_up_at=ago(901)),
+        NO_CONDITIONS,
+        [("l4", "PodsUnschedulable")],
+        None,
+    ),
+    Case(
+        "no node will come",
+        replica(since=ago(121), scale_up=ScaleUp.NOT_TRIGGERED, scale_up_at=ago(110)),
+        NO_CONDITIONS,
+        [("l4", "PodsUnschedulable")],
+        None,
+    ),
+    Case(
+        "running is never moved", replica(since=ago(999), scheduled=True), NO_CONDITIONS, [], None
+    ),
+    Case("no time given", replica(since=None), NO_CONDITIONS, [], None),
+    Case(
+        "another generation counted",
+        replica(since=ago(999), observed_generation=None),
+        NO_CONDITIONS,
+        [],
+        None,
+    ),
+    Case("refused by policy: at once", replica(pods=0), DENIED, [(None, "PolicyDenied")], None),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_stuck_pools(case: Case) -> None:
+    found, due = stuck_pools(case.replica, case.obj, NOW, CONFIG)
+    assert [(pool, cause) for pool, cause, _ in found] == case.stuck
+    assert due == case.due
+    # The controller follows only waiting replicas: every one that is or may become stuck.
+    if case.due is not None or case.stuck:
+        assert is_waiting(case.replica, case.obj)
+
+
+def test_the_message_says_what_and_why_with_numbers() -> None:
+    stuck = replica(since=ago(125), pods=2, scale_up=ScaleUp.NOT_TRIGGERED, scale_up_at=ago(115))
+    [(_, _, message)] = stuck_pools(stuck, NO_CONDITIONS, NOW, CONFIG)[0]
+    assert message == (
+        "2 claiming pod(s) on pool l4 Unschedulable for 125s since 2026-12-01T11:57:55Z "
+        "(stuckAfter 120s); the autoscaler adds no node (NotTriggerScaleUp at "
+        "2026-12-01T11:58:05Z)"
+    )
+
+
+def test_the_backoff_doubles_per_repeat_up_to_its_cap_and_each_replica_counts_once() -> None:
+    replacer = Replacer(CONFIG)
+    backoffs = []
+    now = NOW
+    for i in range(6):
+        stuck = replica(f"llm-{i}", since=now - timedelta(seconds=200))
+        assert replacer.update(
+            {("ml", stuck.name): (stuck, NO_CONDITIONS)}, {("ml", stuck.name)}, now
+        )
+        named = [a for a in replacer.avoid if a.replica]
+        assert [a.replica for a in named] == [stuck.name]
+        backoffs.append((named[0].until - now).total_seconds())
+        # The same stuck replica a step later is not counted again.
+        later = now + timedelta(seconds=5)
+        assert not replacer.update(
+            {("ml", stuck.name): (stuck, NO_CONDITIONS)}, {("ml", stuck.name)}, later
+        )
+        now = now + timedelta(seconds=60)  # deleted meanwhile; the next one is stuck a minute on
+        replacer.update({}, set(), now)
+    assert backoffs == [120, 240, 480, 960, 1800, 1800]
+
+
+def test_what_ended_is_forgotten_and_the_count_starts_again() -> None:
+    replacer = Replacer(CONFIG)
+    stuck = replica(since=ago(200))
+    replacer.update({("ml", stuck.name): (stuck, NO_CONDITIONS)}, {("ml", stuck.name)}, NOW)
+    assert replacer.due == NOW + timedelta(seconds=120)
+    ended = NOW + timedelta(seconds=121)
+    assert replacer.update({}, set(), ended)
+    assert replacer.avoid == () and replacer.due is None
+    # Long after the backoff ended (its cap), a new stuck replica starts at 120s again.
+    much_later = NOW + timedelta(seconds=120 + 1800)
+    again = dataclasses.replace(stuck, name="llm-9")
+    replacer.update({("ml", "llm-9"): (again, NO_CONDITIONS)}, {("ml", "llm-9")}, much_later)
+    [named, _] = sorted(replacer.avoid, key=lambda a: a.replica, reverse=True)
+    assert (named.until - much_later).total_seconds() == 120
+
+
+def test_replicas_running_tells_placed_from_running() -> None:
+    assert running_condition(2, 2, [], [])["reason"] == "AllReplicasRunning"
+    waiting = [("llm-1", {"reason": "PodsUnschedulable"})]
+    condition = running_condition(2, 1, waiting, [])
+    assert (condition["status"], condition["reason"], condition["message"]) == (
+        "False",
+        "PodsUnschedulable",
+        "1 of 2 replicas running; 1 placed but not all pods scheduled: llm-1 (PodsUnschedulable)",
+    )
+    assert running_condition(1, 0, [("llm-2", None)], [])["reason"] == "PodsPending"
+
+
+def test_a_running_replica_is_not_even_followed() -> None:
+    assert not is_waiting(replica(since=ago(999), scheduled=True), NO_CONDITIONS)
+    assert not is_waiting(replica(pods=0), NO_CONDITIONS)
