@@ -22,6 +22,8 @@ different pool choice for an earlier engine would admit (may refuse a fit, never
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.core import diagnosis
@@ -52,9 +54,23 @@ from gpufleet.core.model import (
 
 
 class ClusterLedger:
-    """One cluster's pools (published order, first of each name) with its freshness."""
+    """One cluster's pools (published order, first of each name) with its freshness.
 
-    __slots__ = ("by_name", "cluster", "freshness", "policy", "pools", "shape")
+    Mutable, for one call: its pools' ledgers, `version` (bumped by every `commit`, so "the
+    same version" means "the same capacity") and `explained` (per deployment profile, the
+    verdicts of `explain_cluster` at a version)."""
+
+    __slots__ = (
+        "by_name",
+        "cluster",
+        "explained",
+        "freshness",
+        "gate_profile",
+        "policy",
+        "pools",
+        "shape",
+        "version",
+    )
 
     def __init__(
         self,
@@ -72,6 +88,10 @@ class ClusterLedger:
         #: What matching sees of the cluster, by id: its pools' classes and accounting modes,
         #: in order. Clusters of one shape match a deployment alike.
         self.shape = memo.shape_id(tuple((p.class_id, p.is_free_gpu) for p in pools))
+        self.version = 0
+        self.explained: dict[int, tuple[int, Explained]] = {}
+        #: What gates a deployment here, by value (set once by schedule.py's `_gate_profile`).
+        self.gate_profile: tuple[object, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +196,9 @@ class PlacementMemo:
 
     __slots__ = (
         "_config",
+        "_next_profile_id",
         "_next_shape_id",
+        "_profile_ids",
         "_shape_ids",
         "engines",
         "hosts",
@@ -185,6 +207,7 @@ class PlacementMemo:
         "matcher",
         "mismatches",
         "on_shapes",
+        "profiles",
         "states",
     )
 
@@ -195,6 +218,10 @@ class PlacementMemo:
         self.engines: Generations[tuple[object, int, bool], _EngineOnClass] = Generations()
         self.on_shapes: Generations[tuple[object, int], _EngineOnShape] = Generations()
         self.hosts: Generations[tuple[object, int], bool] = Generations()
+        #: Per (deployment ref, cluster shape): the id of its explain profile (by value).
+        self.profiles: Generations[tuple[object, int], int] = Generations()
+        self._profile_ids: Generations[tuple[object, ...], int] = Generations()
+        self._next_profile_id = 0
         #: The reason, or () when there is none (a memo stores no None).
         self.mismatches: Generations[
             tuple[object, PoolName, int, tuple[bool, ...]], tuple[Reason, ...]
@@ -215,6 +242,8 @@ class PlacementMemo:
         self.engines.advance()
         self.on_shapes.advance()
         self.hosts.advance()
+        self.profiles.advance()
+        self._profile_ids.advance()
         self.mismatches.advance()
         self.ledgers.advance()
         self.states.advance()
@@ -256,6 +285,14 @@ class PlacementMemo:
             found = self.states.put(memo_key, ledger.state(observation))
         return found
 
+    def profile_id(self, profile: tuple[object, ...]) -> int:
+        """An id for an explain profile (`explain_profile`), by value: never given to another."""
+        found = self._profile_ids.get(profile)
+        if found is not None:
+            return found
+        self._next_profile_id += 1
+        return self._profile_ids.put(profile, self._next_profile_id)
+
     def shape_id(self, shape: tuple[tuple[int, bool], ...]) -> int:
         found = self._shape_ids.get(shape)
         if found is not None:
@@ -271,6 +308,8 @@ class PlacementMemo:
             + len(self.engines)
             + len(self.on_shapes)
             + len(self.hosts)
+            + len(self.profiles)
+            + len(self._profile_ids)
             + len(self.mismatches)
             + len(self.ledgers)
             + len(self.states)
@@ -549,8 +588,51 @@ def place_replica(
     return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts or ()))
 
 
+#: What explaining a replica on one cluster says (`explain_cluster`): whether it fits as far as
+#: matching and capacity go, the reasons when not, and a verdict per (engine, pool).
+Explained = tuple[bool, tuple[Reason, ...], tuple[PoolVerdict, ...]]
+
+
+def explain_profile(ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo) -> int:
+    """The id of everything `place_replica(explain=True)` reads of the deployment on a cluster
+    of this shape: per engine its name, its members' roles and what it matches on each pool
+    (`_EngineOnShape`: matches, units, node costs). Deployments of one profile get the same
+    verdicts on a cluster in one state, so a thousand clusters are explained once per profile,
+    not once per deployment."""
+    ref = memo.matcher.ref(deployment)
+    memo_key = (ref, ledger.shape)
+    found = memo.profiles.get(memo_key)
+    if found is not None:
+        return found
+    profile = tuple(
+        (
+            engine.name,
+            tuple(m.role for m in engine.members),
+            _on_shape(engine, (ref, i), ledger, memo),
+        )
+        for i, engine in enumerate(deployment.engines)
+    )
+    return memo.profiles.put(memo_key, memo.profile_id(profile))
+
+
+def explain_cluster(
+    ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo
+) -> Explained:
+    """`place_replica(..., explain=True)` as `Explained`, computed once per (explain profile,
+    cluster version) and kept on the cluster's ledger: a plain function of the two."""
+    profile = explain_profile(ledger, deployment, memo)
+    found = ledger.explained.get(profile)
+    if found is not None and found[0] == ledger.version:
+        return found[1]
+    fitted = place_replica(ledger, deployment, memo, explain=True)
+    explained = (fitted.engines is not None, fitted.reasons, fitted.verdicts)
+    ledger.explained[profile] = (ledger.version, explained)
+    return explained
+
+
 def commit(ledger: ClusterLedger, fitted: ReplicaFit) -> None:
-    """Apply a successful `place_replica` to the cluster's ledger."""
+    """Apply a successful `place_replica` to the cluster's ledger (bumps its version)."""
+    ledger.version += 1
     for name, outcome in fitted.commits.items():
         pool = ledger.by_name[name]
         if isinstance(outcome, int):
@@ -559,3 +641,86 @@ def commit(ledger: ClusterLedger, fitted: ReplicaFit) -> None:
             pool.set_free(dict(outcome.free))
             if pool.log is not None:
                 pool.log.extend(outcome.assignments)
+
+
+class FillOrder:
+    """Where one deployment tries its next replica, in fill order: its candidate clusters by
+    (its replicas there, rank), rank being the position in `names` counted from `offset`
+    (wrapping around), without a list per deployment and without trying again a cluster
+    where it failed while that cluster's ledger is unchanged (same `version`: the same fit
+    would fail again). Mutable, for one call: `scan` yields clusters in order; the caller
+    reports each as `failed` or `placed` before asking for the next.
+
+    Index: clusters without a replica of the deployment are `names` read from a cursor (shared
+    by every deployment with these candidates), those it failed on before the cursor, and the
+    few that hold its replicas, kept sorted; a placement touches the clusters it tries, the
+    failed ones whose version moved, and not the rest of the fleet.
+    """
+
+    __slots__ = ("_counts", "_cursor", "_failed", "_levels", "_offset", "_ranks", "_zero", "names")
+
+    def __init__(
+        self,
+        names: tuple[ClusterName, ...],
+        ranks: Mapping[ClusterName, int],
+        counts: Mapping[ClusterName, int],
+        offset: int = 0,
+    ) -> None:
+        #: The candidates in name order (shared, never mutated), and each one's position.
+        self.names = names
+        self._ranks = ranks
+        self._offset = offset % len(names) if names else 0
+        #: This deployment's replicas per candidate cluster (clusters with one or more).
+        self._counts = {c: n for c, n in counts.items() if n > 0 and c in ranks}
+        #: (count, rank, cluster) of clusters with a replica, sorted.
+        self._levels = sorted((n, self._rank(c), c) for c, n in self._counts.items())
+        #: Clusters without a replica, before the cursor, that failed: (rank, cluster, version).
+        self._zero: list[tuple[int, ClusterName, int]] = []
+        #: Clusters with a replica that failed: their version at the failure.
+        self._failed: dict[ClusterName, int] = {}
+        self._cursor = 0
+
+    def _rank(self, cluster: ClusterName) -> int:
+        return (self._ranks[cluster] - self._offset) % len(self.names)
+
+    def scan(self, ledgers: Mapping[ClusterName, ClusterLedger]) -> Iterator[ClusterName]:
+        """The clusters to try, in fill order, skipping unchanged failures."""
+        for _, cluster, version in list(self._zero):
+            if ledgers[cluster].version != version:
+                yield cluster
+        n = len(self.names)
+        while self._cursor < n:
+            cluster = self.names[(self._offset + self._cursor) % n]
+            self._cursor += 1
+            if cluster not in self._counts:
+                yield cluster
+        for _, _, cluster in list(self._levels):
+            version = self._failed.get(cluster)
+            if version is None or ledgers[cluster].version != version:
+                yield cluster
+
+    def failed(self, cluster: ClusterName, version: int) -> None:
+        """The replica did not fit `cluster` at `version`."""
+        if cluster in self._counts:
+            self._failed[cluster] = version
+            return
+        entry = (self._rank(cluster), cluster)
+        i = bisect.bisect_left(self._zero, entry)
+        if i < len(self._zero) and self._zero[i][:2] == entry:
+            self._zero[i] = (*entry, version)
+        else:
+            self._zero.insert(i, (*entry, version))
+
+    def placed(self, cluster: ClusterName) -> None:
+        """A replica went to `cluster`."""
+        rank = self._rank(cluster)
+        count = self._counts.get(cluster, 0)
+        if count:
+            self._levels.remove((count, rank, cluster))
+            self._failed.pop(cluster, None)
+        else:
+            i = bisect.bisect_left(self._zero, (rank, cluster))
+            if i < len(self._zero) and self._zero[i][1] == cluster:
+                del self._zero[i]
+        self._counts[cluster] = count + 1
+        bisect.insort(self._levels, (count + 1, rank, cluster))

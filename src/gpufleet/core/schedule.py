@@ -39,7 +39,6 @@ the first failure may leave capacity another order would use (may refuse, never 
 
 from __future__ import annotations
 
-import bisect
 import operator
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -99,9 +98,11 @@ from gpufleet.core.model import (
 )
 from gpufleet.core.placement import (
     ClusterLedger,
+    FillOrder,
     PlacementMemo,
     can_ever_host,
     commit,
+    explain_cluster,
     place_replica,
 )
 
@@ -292,10 +293,8 @@ class _Work:
     created: list[Placement] = field(default_factory=list)
     counts: Counter[ClusterName] = field(default_factory=Counter)
     indices: dict[ClusterName, set[int]] = field(default_factory=dict)
-    candidates: dict[ClusterName, ClusterLedger] = field(default_factory=dict)
-    #: Candidates in fill order: (this deployment's replicas there, cluster name), kept sorted
-    #: as replicas are added so a placement costs O(clusters) at worst, not a sort.
-    order: list[tuple[int, ClusterName]] = field(default_factory=list)
+    #: Its candidate clusters in fill order (placement.py), once `_find_candidates` ran.
+    order: FillOrder | None = None
     is_stopped: bool = False
     diagnosis: Diagnosis | None = None
 
@@ -574,20 +573,31 @@ def _diagnose(
     config = snapshot.config
     verdicts: list[ClusterVerdict] = []
     selected = 0
+    # Per gate profile (selector labels, taints, readiness, gateway, expiry): whether the
+    # deployment selects such a cluster and what gates it; the capacity verdicts per
+    # (explain profile, cluster version) from `explain_cluster`.
+    gated: dict[tuple[object, ...], tuple[bool, tuple[Reason, ...]]] = {}
+    not_selected: tuple[Reason, ...] | None = None
     for name, ledger in ledgers.items():
-        if not is_selected(ledger.cluster, deployment.cluster_selector):
-            verdicts.append(
-                ClusterVerdict(name, False, (diagnosis.not_selected(deployment.cluster_selector),))
-            )
+        profile = _gate_profile(ledger)
+        found = gated.get(profile)
+        if found is None or (found[1] and ledger.freshness.state is ObservationState.EXPIRED):
+            # An expired cluster's gate names its own age: not shared.
+            is_in = is_selected(ledger.cluster, deployment.cluster_selector)
+            gates = tuple(_gates(ledger, deployment, config.expire_after_s)) if is_in else ()
+            found = gated[profile] = (is_in, gates)
+        if not found[0]:
+            if not_selected is None:
+                not_selected = (diagnosis.not_selected(deployment.cluster_selector),)
+            verdicts.append(ClusterVerdict(name, False, not_selected))
             continue
         selected += 1
-        gates = _gates(ledger, deployment, config.expire_after_s)
-        fitted = place_replica(ledger, deployment, memo, explain=True)
-        fits = not gates and fitted.engines is not None
-        reasons: list[Reason] = gates or list(fitted.reasons)
+        gates = found[1]
+        fitted, capacity, pools = explain_cluster(ledger, deployment, memo)
+        reasons = gates or capacity
         if ledger.freshness.state is ObservationState.STALE:
-            reasons.append(diagnosis.stale(ledger.freshness.age_s, config.stale_after_s))
-        verdicts.append(ClusterVerdict(name, fits, tuple(reasons), fitted.verdicts))
+            reasons = (*reasons, diagnosis.stale(ledger.freshness.age_s, config.stale_after_s))
+        verdicts.append(ClusterVerdict(name, not gates and fitted, reasons, pools))
     wide: list[Reason] = []
     if selected == 0:
         wide.append(diagnosis.no_clusters(len(ledgers)))
@@ -598,16 +608,20 @@ def _diagnose(
 
 def _gate_profile(ledger: ClusterLedger) -> tuple[object, ...]:
     """Everything `is_selected` and whether `_gates` says anything read of a cluster, with
-    its shape: clusters of one profile take a deployment or not alike."""
-    cluster = ledger.cluster
-    return (
-        ledger.shape,
-        tuple(sorted(cluster.labels.items())),
-        cluster.taints,
-        cluster.is_ready,
-        bool(cluster.gateway_address),
-        ledger.freshness.state is ObservationState.EXPIRED,
-    )
+    its shape: clusters of one profile take a deployment or not alike (and are gated by the
+    same reasons, but for an expired cluster's age). Kept on the ledger: it never changes."""
+    found = ledger.gate_profile
+    if found is None:
+        cluster = ledger.cluster
+        found = ledger.gate_profile = (
+            ledger.shape,
+            tuple(sorted(cluster.labels.items())),
+            cluster.taints,
+            cluster.is_ready,
+            bool(cluster.gateway_address),
+            ledger.freshness.state is ObservationState.EXPIRED,
+        )
+    return found
 
 
 def _find_candidates(
@@ -630,15 +644,15 @@ def _find_candidates(
     for name, ledger in ledgers.items():
         profiles.setdefault(_gate_profile(ledger), (ledger, []))[1].append(name)
     by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
-    eligible: dict[object, tuple[ClusterName, ...]] = {}
+    eligible: dict[object, tuple[tuple[ClusterName, ...], dict[ClusterName, int]]] = {}
     for work in works:
         d = work.deployment
         gate_key = (tuple(sorted(d.cluster_selector.items())), d.tolerations)
         hostable = frozenset(
             shape for shape, sample in by_shape.items() if can_ever_host(sample, d, memo)
         )
-        names = eligible.get((gate_key, hostable))
-        if names is None:
+        found = eligible.get((gate_key, hostable))
+        if found is None:
             names = tuple(
                 sorted(
                     name
@@ -649,29 +663,29 @@ def _find_candidates(
                     for name in members
                 )
             )
-            eligible[(gate_key, hostable)] = names
-        work.candidates = {name: ledgers[name] for name in names}
-        if work.counts:
-            work.order = sorted((work.counts[name], name) for name in names)
-        else:  # no replica anywhere yet: fill order is name order (names are sorted)
-            work.order = [(0, name) for name in names]
+            found = eligible[(gate_key, hostable)] = (names, {n: i for i, n in enumerate(names)})
+        work.order = FillOrder(*found, work.counts)
 
 
-def _fill_one(work: _Work, memo: PlacementMemo) -> bool:
+def _fill_one(
+    work: _Work, ledgers: Mapping[ClusterName, ClusterLedger], memo: PlacementMemo
+) -> bool:
     deployment = work.deployment
-    for position, (count, cluster) in enumerate(work.order):
-        ledger = work.candidates[cluster]
+    order = work.order
+    assert order is not None
+    for cluster in order.scan(ledgers):
+        ledger = ledgers[cluster]
         used = work.indices.setdefault(cluster, set())
         index = next(i for i in range(len(used) + 1) if i not in used)
         name = replica_name(deployment.key.name, cluster, index)
         fitted = place_replica(ledger, deployment, memo, owner=name)
         if fitted.engines is None:
+            order.failed(cluster, ledger.version)
             continue
         commit(ledger, fitted)
+        order.placed(cluster)
         used.add(index)
         work.counts[cluster] += 1
-        del work.order[position]
-        bisect.insort(work.order, (count + 1, cluster))
         work.created.append(
             Placement(
                 name=name,
@@ -736,7 +750,7 @@ def _fill(
     _find_candidates(active, ledgers, memo, snapshot.config)
     while active:
         for work in active:
-            if not _fill_one(work, memo):
+            if not _fill_one(work, ledgers, memo):
                 work.is_stopped = True
                 work.diagnosis = _diagnose(work.deployment, ledgers, memo, snapshot)
         active = [w for w in active if not w.is_stopped and w.pending > 0]
