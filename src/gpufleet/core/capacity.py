@@ -260,11 +260,16 @@ class PoolLedger:
             self.accounting = Accounting.WHOLE_NODE
             return
         self.accounting = Accounting.FREE_GPU
+        drivers = self.drivers
+        free = self.free
         for bucket in observation.buckets:
-            nodes = max(0, bucket.nodes)
-            if nodes:
-                vector = tuple(max(0, bucket.free.get(d, 0)) for d in self.drivers)
-                self.free[vector] = self.free.get(vector, 0) + nodes
+            nodes = bucket.nodes
+            if nodes > 0:
+                if len(drivers) == 1:  # the common case, without a generator per bucket
+                    vector: Vector = (max(0, bucket.free.get(drivers[0], 0)),)
+                else:
+                    vector = tuple(max(0, bucket.free.get(d, 0)) for d in drivers)
+                free[vector] = free.get(vector, 0) + nodes
         growth = max(0, pool.nodes - observation.observed_nodes)
         if growth:
             self.free[self.full] = self.free.get(self.full, 0) + growth
@@ -338,19 +343,32 @@ class PoolLedger:
         self.memo["summary"] = summary
         return summary
 
-    def state(self, observation: ObservationState) -> PoolState:
-        histogram = tuple(
-            FreeBucket(dict(zip(self.drivers, vector, strict=True)), nodes)
-            for vector, nodes in sorted(self.free.items(), key=lambda kv: kv[0], reverse=True)
-            if nodes > 0
-        )
+    def state(
+        self,
+        observation: ObservationState,
+        buckets: dict[tuple[tuple[DriverName, ...], Vector, int], FreeBucket] | None = None,
+    ) -> PoolState:
+        """The pool's state for a decision; `buckets`, when given, shares equal `FreeBucket`s
+        (frozen values) between the pools of one decision."""
+        drivers = self.drivers
+        histogram: list[FreeBucket] = []
+        for vector, nodes in sorted(self.free.items(), reverse=True):  # vectors are unique
+            if nodes <= 0:
+                continue
+            key = (drivers, vector, nodes)
+            bucket = buckets.get(key) if buckets is not None else None
+            if bucket is None:
+                bucket = FreeBucket(dict(zip(drivers, vector, strict=True)), nodes)
+                if buckets is not None:
+                    buckets[key] = bucket
+            histogram.append(bucket)
         return PoolState(
             cluster=self.cluster,
             pool=self.pool.name,
             accounting=self.accounting,
             observation=observation if self.observation is not None else ObservationState.NONE,
             nodes=max(0, self.pool.nodes),
-            histogram=histogram,
+            histogram=tuple(histogram),
             free_nodes=None if self.is_free_gpu else self.free_nodes,
             reasons=self.reasons,
         )

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 
 from gpufleet.core import diagnosis
 from gpufleet.core.accounting import engine_units, node_cost
-from gpufleet.core.capacity import Freshness, NodeChoicePolicy, PoolLedger
+from gpufleet.core.capacity import Freshness, NodeChoicePolicy, PoolLedger, Vector
 from gpufleet.core.decision import (
+    FreeBucket,
     ObservationState,
     PlacedEngine,
     PlacedMember,
@@ -44,6 +45,7 @@ from gpufleet.core.model import (
     Cluster,
     ClusterName,
     Deployment,
+    DriverName,
     Engine,
     Pool,
     PoolName,
@@ -195,6 +197,7 @@ class PlacementMemo:
     """
 
     __slots__ = (
+        "_buckets",
         "_config",
         "_next_profile_id",
         "_next_shape_id",
@@ -208,6 +211,7 @@ class PlacementMemo:
         "mismatches",
         "on_shapes",
         "profiles",
+        "shape_values",
         "states",
     )
 
@@ -217,6 +221,8 @@ class PlacementMemo:
         self._next_shape_id = 0
         self.engines: Generations[tuple[object, int, bool], _EngineOnClass] = Generations()
         self.on_shapes: Generations[tuple[object, int], _EngineOnShape] = Generations()
+        #: The same per (engine by value, cluster shape): shared by equal engines.
+        self.shape_values: Generations[tuple[Engine, int], _EngineOnShape] = Generations()
         self.hosts: Generations[tuple[object, int], bool] = Generations()
         #: Per (deployment ref, cluster shape): the id of its explain profile (by value).
         self.profiles: Generations[tuple[object, int], int] = Generations()
@@ -234,13 +240,17 @@ class PlacementMemo:
         #: Per (kept ledger's pool signature, cluster, observation state): its pool state.
         self.states: Generations[tuple[object, ...], PoolState] = Generations()
         self._config: SchedulingConfig | None = None
+        #: For one call: equal histogram buckets of its pool states, shared (frozen values).
+        self._buckets: dict[tuple[tuple[DriverName, ...], Vector, int], FreeBucket] = {}
 
     def advance(self) -> None:
         """A new call starts (see memo.py)."""
+        self._buckets = {}
         self.matcher.advance()
         self._shape_ids.advance()
         self.engines.advance()
         self.on_shapes.advance()
+        self.shape_values.advance()
         self.hosts.advance()
         self.profiles.advance()
         self._profile_ids.advance()
@@ -278,11 +288,11 @@ class PlacementMemo:
         """`ledger.state(observation)`, shared with every unchanged copy of one kept ledger."""
         origin = ledger.origin
         if origin is None or ledger.version != 0:
-            return ledger.state(observation)
+            return ledger.state(observation, self._buckets)
         memo_key = (origin.pool.signature, origin.cluster, origin.class_id, observation)
         found = self.states.get(memo_key)
         if found is None:
-            found = self.states.put(memo_key, ledger.state(observation))
+            found = self.states.put(memo_key, ledger.state(observation, self._buckets))
         return found
 
     def profile_id(self, profile: tuple[object, ...]) -> int:
@@ -307,6 +317,7 @@ class PlacementMemo:
             + len(self._shape_ids)
             + len(self.engines)
             + len(self.on_shapes)
+            + len(self.shape_values)
             + len(self.hosts)
             + len(self.profiles)
             + len(self._profile_ids)
@@ -351,6 +362,18 @@ def _on_shape(
     found = memo.on_shapes.get(memo_key)
     if found is not None:
         return found
+    # Equal engines (by value: selectors compare by expression) match a shape alike, so
+    # a thousand deployments of a dozen engine shapes match a dozen times.
+    value_key = (engine, ledger.shape)
+    found = memo.shape_values.get(value_key)
+    if found is None:
+        found = memo.shape_values.put(value_key, _engine_on_shape(engine, ref, ledger, memo))
+    return memo.on_shapes.put(memo_key, found)
+
+
+def _engine_on_shape(
+    engine: Engine, ref: EngineRef, ledger: ClusterLedger, memo: PlacementMemo
+) -> _EngineOnShape:
     shapes = tuple(_on_class(engine, ref, pool, memo) for pool in ledger.pools)
     claimable = tuple(
         any(shape.claiming[i] for shape in shapes) for i in range(len(engine.members))
@@ -360,8 +383,7 @@ def _on_shape(
         and all(has or not wants for has, wants in zip(shape.claiming, claimable, strict=True))
         for shape in shapes
     )
-    on_shape = _EngineOnShape(shapes, usable, claimable, any(s.is_match for s in shapes))
-    return memo.on_shapes.put(memo_key, on_shape)
+    return _EngineOnShape(shapes, usable, claimable, any(s.is_match for s in shapes))
 
 
 def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> ReplicaEngine:
@@ -695,8 +717,8 @@ class FillOrder:
             if cluster not in self._counts:
                 yield cluster
         for _, _, cluster in list(self._levels):
-            version = self._failed.get(cluster)
-            if version is None or ledgers[cluster].version != version:
+            failed_at = self._failed.get(cluster)
+            if failed_at is None or ledgers[cluster].version != failed_at:
                 yield cluster
 
     def failed(self, cluster: ClusterName, version: int) -> None:
