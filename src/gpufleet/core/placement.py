@@ -23,7 +23,7 @@ different pool choice for an earlier engine would admit (may refuse a fit, never
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.core import diagnosis
@@ -59,17 +59,20 @@ class ClusterLedger:
     """One cluster's pools (published order, first of each name) with its freshness.
 
     Mutable, for one call: its pools' ledgers, `version` (bumped by every `commit`, so "the
-    same version" means "the same capacity") and `explained` (per deployment profile, the
-    verdicts of `explain_cluster` at a version)."""
+    same version" means "the same capacity"), `explained` (per explain profile, the verdicts
+    of `explain_cluster` at a version) and `failures` (per explain profile, the version at
+    which a replica did not fit)."""
 
     __slots__ = (
         "by_name",
         "cluster",
         "explained",
+        "failures",
         "freshness",
         "gate_profile",
         "policy",
         "pools",
+        "records",
         "shape",
         "version",
     )
@@ -92,6 +95,11 @@ class ClusterLedger:
         self.shape = memo.shape_id(tuple((p.class_id, p.is_free_gpu) for p in pools))
         self.version = 0
         self.explained: dict[int, tuple[int, Explained]] = {}
+        #: Per explain profile, the version at which a replica of it did not fit: every
+        #: deployment of that profile fails here too until the version moves.
+        self.failures: dict[int, int] = {}
+        #: Whether its pools log every pod taken (then a fit needs the replica's name).
+        self.records = any(p.log is not None for p in pools)
         #: What gates a deployment here, by value (set once by schedule.py's `_gate_profile`).
         self.gate_profile: tuple[object, ...] | None = None
 
@@ -638,11 +646,19 @@ def explain_profile(ledger: ClusterLedger, deployment: Deployment, memo: Placeme
 
 
 def explain_cluster(
-    ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo
+    ledger: ClusterLedger,
+    deployment: Deployment,
+    memo: PlacementMemo,
+    profiles: dict[int, int] | None = None,
 ) -> Explained:
     """`place_replica(..., explain=True)` as `Explained`, computed once per (explain profile,
-    cluster version) and kept on the cluster's ledger: a plain function of the two."""
-    profile = explain_profile(ledger, deployment, memo)
+    cluster version) and kept on the cluster's ledger: a plain function of the two.
+    `profiles`: the deployment's profile per cluster shape, filled as they are asked."""
+    profile = profiles.get(ledger.shape) if profiles is not None else None
+    if profile is None:
+        profile = explain_profile(ledger, deployment, memo)
+        if profiles is not None:
+            profiles[ledger.shape] = profile
     found = ledger.explained.get(profile)
     if found is not None and found[0] == ledger.version:
         return found[1]
@@ -668,18 +684,30 @@ def commit(ledger: ClusterLedger, fitted: ReplicaFit) -> None:
 class FillOrder:
     """Where one deployment tries its next replica, in fill order: its candidate clusters by
     (its replicas there, rank), rank being the position in `names` counted from `offset`
-    (wrapping around), without a list per deployment and without trying again a cluster
-    where it failed while that cluster's ledger is unchanged (same `version`: the same fit
-    would fail again). Mutable, for one call: `scan` yields clusters in order; the caller
-    reports each as `failed` or `placed` before asking for the next.
+    (wrapping around). Mutable, for one call.
 
-    Index: clusters without a replica of the deployment are `names` read from a cursor (shared
-    by every deployment with these candidates), those it failed on before the cursor, and the
-    few that hold its replicas, kept sorted; a placement touches the clusters it tries, the
-    failed ones whose version moved, and not the rest of the fleet.
+    Index, so that a placement does not scan the fleet: clusters without a replica of the
+    deployment are `names` read from a cursor (the tuple is shared by every deployment with
+    these candidates), then the ones before the cursor that it failed on (kept with the
+    cluster's `version` at the failure, in rank order), then the few that hold its replicas,
+    kept sorted. A cluster is tried again only when its version moved since it failed there
+    (the fit is a function of the deployment's explain profile and the cluster's version, so
+    the same try would fail again), and a cluster where another deployment of the same
+    explain profile failed at the current version (`ClusterLedger.failures`) is not tried.
+    Placing is the same as trying every candidate in fill order, for less.
     """
 
-    __slots__ = ("_counts", "_cursor", "_failed", "_levels", "_offset", "_ranks", "_zero", "names")
+    __slots__ = (
+        "_counts",
+        "_cursor",
+        "_failed",
+        "_levels",
+        "_offset",
+        "_profiles",
+        "_ranks",
+        "_zero",
+        "names",
+    )
 
     def __init__(
         self,
@@ -696,53 +724,107 @@ class FillOrder:
         self._counts = {c: n for c, n in counts.items() if n > 0 and c in ranks}
         #: (count, rank, cluster) of clusters with a replica, sorted.
         self._levels = sorted((n, self._rank(c), c) for c, n in self._counts.items())
-        #: Clusters without a replica, before the cursor, that failed: (rank, cluster, version).
+        #: Clusters without a replica, before the cursor, that failed: (rank, cluster,
+        #: version at the failure), in rank order.
         self._zero: list[tuple[int, ClusterName, int]] = []
         #: Clusters with a replica that failed: their version at the failure.
         self._failed: dict[ClusterName, int] = {}
         self._cursor = 0
+        #: The deployment's explain profile per cluster shape.
+        self._profiles: dict[int, int] = {}
 
     def _rank(self, cluster: ClusterName) -> int:
         return (self._ranks[cluster] - self._offset) % len(self.names)
 
-    def scan(self, ledgers: Mapping[ClusterName, ClusterLedger]) -> Iterator[ClusterName]:
-        """The clusters to try, in fill order, skipping unchanged failures."""
-        for _, cluster, version in list(self._zero):
-            if ledgers[cluster].version != version:
-                yield cluster
-        n = len(self.names)
+    def place(
+        self,
+        ledgers: Mapping[ClusterName, ClusterLedger],
+        deployment: Deployment,
+        memo: PlacementMemo,
+        owner: Callable[[ClusterName], str],
+    ) -> tuple[ClusterName, ReplicaFit] | None:
+        """Place one replica on the first cluster in fill order that takes it, commit it, and
+        say where; None when none does. `owner` names the replica on a cluster (asked only
+        where pods are logged)."""
+
+        def attempt(cluster: ClusterName) -> ReplicaFit | None:
+            ledger = ledgers[cluster]
+            profile = self._profiles.get(ledger.shape)
+            if profile is None:
+                profile = explain_profile(ledger, deployment, memo)
+                self._profiles[ledger.shape] = profile
+            if ledger.failures.get(profile) == ledger.version:
+                return None
+            name = owner(cluster) if ledger.records else ""
+            fitted = place_replica(ledger, deployment, memo, owner=name)
+            if fitted.engines is None:
+                ledger.failures[profile] = ledger.version
+                return None
+            commit(ledger, fitted)
+            return fitted
+
+        found = self._retry_zero(ledgers, attempt) or self._advance(ledgers, attempt)
+        return found or self._try_levels(ledgers, attempt)
+
+    def _retry_zero(
+        self,
+        ledgers: Mapping[ClusterName, ClusterLedger],
+        attempt: Callable[[ClusterName], ReplicaFit | None],
+    ) -> tuple[ClusterName, ReplicaFit] | None:
+        zero = self._zero
+        for i, (rank, cluster, version) in enumerate(zero):
+            now = ledgers[cluster].version
+            if now == version:
+                continue
+            fitted = attempt(cluster)
+            if fitted is None:
+                zero[i] = (rank, cluster, now)
+                continue
+            del zero[i]
+            self._placed(cluster, rank, 0)
+            return cluster, fitted
+        return None
+
+    def _advance(
+        self,
+        ledgers: Mapping[ClusterName, ClusterLedger],
+        attempt: Callable[[ClusterName], ReplicaFit | None],
+    ) -> tuple[ClusterName, ReplicaFit] | None:
+        names, n = self.names, len(self.names)
         while self._cursor < n:
-            cluster = self.names[(self._offset + self._cursor) % n]
+            rank = self._cursor
+            cluster = names[(self._offset + rank) % n]
             self._cursor += 1
-            if cluster not in self._counts:
-                yield cluster
-        for _, _, cluster in list(self._levels):
-            failed_at = self._failed.get(cluster)
-            if failed_at is None or ledgers[cluster].version != failed_at:
-                yield cluster
+            if cluster in self._counts:
+                continue
+            fitted = attempt(cluster)
+            if fitted is None:
+                # Ranks grow with the cursor: appending keeps the list in rank order.
+                self._zero.append((rank, cluster, ledgers[cluster].version))
+                continue
+            self._placed(cluster, rank, 0)
+            return cluster, fitted
+        return None
 
-    def failed(self, cluster: ClusterName, version: int) -> None:
-        """The replica did not fit `cluster` at `version`."""
-        if cluster in self._counts:
-            self._failed[cluster] = version
-            return
-        entry = (self._rank(cluster), cluster)
-        i = bisect.bisect_left(self._zero, entry)
-        if i < len(self._zero) and self._zero[i][:2] == entry:
-            self._zero[i] = (*entry, version)
-        else:
-            self._zero.insert(i, (*entry, version))
-
-    def placed(self, cluster: ClusterName) -> None:
-        """A replica went to `cluster`."""
-        rank = self._rank(cluster)
-        count = self._counts.get(cluster, 0)
-        if count:
+    def _try_levels(
+        self,
+        ledgers: Mapping[ClusterName, ClusterLedger],
+        attempt: Callable[[ClusterName], ReplicaFit | None],
+    ) -> tuple[ClusterName, ReplicaFit] | None:
+        for count, rank, cluster in list(self._levels):
+            version = ledgers[cluster].version
+            if self._failed.get(cluster) == version:
+                continue
+            fitted = attempt(cluster)
+            if fitted is None:
+                self._failed[cluster] = version
+                continue
             self._levels.remove((count, rank, cluster))
             self._failed.pop(cluster, None)
-        else:
-            i = bisect.bisect_left(self._zero, (rank, cluster))
-            if i < len(self._zero) and self._zero[i][1] == cluster:
-                del self._zero[i]
+            self._placed(cluster, rank, count)
+            return cluster, fitted
+        return None
+
+    def _placed(self, cluster: ClusterName, rank: int, count: int) -> None:
         self._counts[cluster] = count + 1
         bisect.insort(self._levels, (count + 1, rank, cluster))

@@ -101,9 +101,7 @@ from gpufleet.core.placement import (
     FillOrder,
     PlacementMemo,
     can_ever_host,
-    commit,
     explain_cluster,
-    place_replica,
 )
 
 CONDITION_TYPE = "ReplicasScheduled"
@@ -578,6 +576,7 @@ def _diagnose(
     # (explain profile, cluster version) from `explain_cluster`.
     gated: dict[tuple[object, ...], tuple[bool, tuple[Reason, ...]]] = {}
     not_selected: tuple[Reason, ...] | None = None
+    profiles: dict[int, int] = {}
     for name, ledger in ledgers.items():
         profile = _gate_profile(ledger)
         found = gated.get(profile)
@@ -593,7 +592,7 @@ def _diagnose(
             continue
         selected += 1
         gates = found[1]
-        fitted, capacity, pools = explain_cluster(ledger, deployment, memo)
+        fitted, capacity, pools = explain_cluster(ledger, deployment, memo, profiles)
         reasons = gates or capacity
         if ledger.freshness.state is ObservationState.STALE:
             reasons = (*reasons, diagnosis.stale(ledger.freshness.age_s, config.stale_after_s))
@@ -673,31 +672,32 @@ def _fill_one(
     deployment = work.deployment
     order = work.order
     assert order is not None
-    for cluster in order.scan(ledgers):
-        ledger = ledgers[cluster]
-        used = work.indices.setdefault(cluster, set())
-        index = next(i for i in range(len(used) + 1) if i not in used)
-        name = replica_name(deployment.key.name, cluster, index)
-        fitted = place_replica(ledger, deployment, memo, owner=name)
-        if fitted.engines is None:
-            order.failed(cluster, ledger.version)
-            continue
-        commit(ledger, fitted)
-        order.placed(cluster)
-        used.add(index)
-        work.counts[cluster] += 1
-        work.created.append(
-            Placement(
-                name=name,
-                deployment=deployment.key,
-                cluster=cluster,
-                index=index,
-                engines=fitted.engines,
-                gateway_address=ledger.cluster.gateway_address,
-            )
+
+    def lowest_index(cluster: ClusterName) -> int:
+        used = work.indices.get(cluster, ())
+        return next(i for i in range(len(used) + 1) if i not in used)
+
+    def owner(cluster: ClusterName) -> str:
+        return replica_name(deployment.key.name, cluster, lowest_index(cluster))
+
+    placed = order.place(ledgers, deployment, memo, owner)
+    if placed is None:
+        return False
+    cluster, fitted = placed
+    index = lowest_index(cluster)
+    work.indices.setdefault(cluster, set()).add(index)
+    work.counts[cluster] += 1
+    work.created.append(
+        Placement(
+            name=replica_name(deployment.key.name, cluster, index),
+            deployment=deployment.key,
+            cluster=cluster,
+            index=index,
+            engines=fitted.engines or (),
+            gateway_address=ledgers[cluster].cluster.gateway_address,
         )
-        return True
-    return False
+    )
+    return True
 
 
 def _condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
