@@ -468,9 +468,18 @@ def _unusable_verdict(
     shape: _EngineOnClass,
     claimable: tuple[bool, ...],
     memo: PlacementMemo,
+    profile: int | None,
 ) -> PoolVerdict:
+    """The verdict on a pool the engine cannot use; with the deployment's explain `profile`,
+    kept in the pool's memo (cleared when the pool changes) for every deployment of it."""
+    memo_key = ("unusable", profile, ref[1])
+    if profile is not None:
+        found = pool.memo.get(memo_key)
+        if found is not None:
+            assert isinstance(found, PoolVerdict)
+            return found
     mismatch = _mismatch(engine, ref, pool, shape, claimable, memo)
-    return PoolVerdict(
+    verdict = PoolVerdict(
         pool.pool.name,
         engine.name,
         pool.accounting,
@@ -478,6 +487,9 @@ def _unusable_verdict(
         (*((mismatch,) if mismatch else ()), *pool.reasons),
         pool.summary(),
     )
+    if profile is not None:
+        pool.memo[memo_key] = verdict
+    return verdict
 
 
 @dataclass(slots=True)
@@ -486,6 +498,8 @@ class _Trial:
 
     units: dict[PoolName, list[Unit]] = field(default_factory=dict)
     nodes: dict[PoolName, int] = field(default_factory=dict)
+    #: The deployment's explain profile, when the caller knows it (verdicts are kept by it).
+    profile: int | None = None
 
 
 #: An engine tried on one pool: the fit (or nodes taken), the units fitted, the refusal.
@@ -544,7 +558,9 @@ def _place_engine(
         if not is_usable:
             if verdicts is not None:
                 verdicts.append(
-                    _unusable_verdict(engine, ref, pool, shape, on_shape.claimable, memo)
+                    _unusable_verdict(
+                        engine, ref, pool, shape, on_shape.claimable, memo, trial.profile
+                    )
                 )
             continue
         tried = _try_pool(pool, shape, trial, ledger.policy, owner, explain)
@@ -587,8 +603,12 @@ def place_replica(
     *,
     owner: str = "",
     explain: bool = False,
+    profile: int | None = None,
 ) -> ReplicaFit:
-    trial = _Trial()
+    """One replica of the deployment on the cluster's ledger (not committed: `commit`).
+    `profile`: its `explain_profile` on this cluster, when known (explaining keeps verdicts
+    on pools by it)."""
+    trial = _Trial(profile=profile)
     commits: dict[PoolName, FitResult | int] = {}
     placed: list[PlacedEngine] = []
     verdicts: list[PoolVerdict] | None = [] if explain else None
@@ -662,7 +682,7 @@ def explain_cluster(
     found = ledger.explained.get(profile)
     if found is not None and found[0] == ledger.version:
         return found[1]
-    fitted = place_replica(ledger, deployment, memo, explain=True)
+    fitted = place_replica(ledger, deployment, memo, explain=True, profile=profile)
     explained = (fitted.engines is not None, fitted.reasons, fitted.verdicts)
     ledger.explained[profile] = (ledger.version, explained)
     return explained

@@ -15,8 +15,11 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
    stops at its first failure, and its diagnosis is taken against the ledger at that moment.
    One placement: among clusters that are selected, tolerated (NoSchedule and NoExecute),
    Ready with a gateway, and not Expired, take the first that fits in order of (this
-   deployment's replicas there, cluster name) (spread before pack); the index is the lowest
-   unused one on that cluster. `fill=False` retains only.
+   deployment's replicas there, tie rank) (spread before pack); the index is the lowest
+   unused one on that cluster. Ties are dealt like cards: the candidates in name order are
+   read from an offset, each deployment starting where the previous one's pending replicas
+   end, counting from the snapshot's replicas, so equal clusters receive equal shares.
+   `fill=False` retains only.
 5. Every deployment with a shortfall gets a Diagnosis with a verdict per cluster of the fleet,
    and a `ReplicasScheduled` condition as Modelplane HEAD words it (2.13).
 
@@ -628,8 +631,13 @@ def _find_candidates(
     ledgers: Mapping[ClusterName, ClusterLedger],
     memo: PlacementMemo,
     config: SchedulingConfig,
+    dealt: int,
 ) -> None:
     """Set where each deployment to fill may go, in fill order.
+
+    Ties (clusters with as many of its replicas) are dealt like cards: each deployment starts
+    where the previous one's pending replicas end, counting from `dealt` (the replicas the
+    fleet already has), so equal clusters receive equal shares, call after call.
 
     Only deployments that still need replicas ask: in the steady state most have all they
     want, and asking costs a match of every engine against every class of pool. Which
@@ -663,7 +671,8 @@ def _find_candidates(
                 )
             )
             found = eligible[(gate_key, hostable)] = (names, {n: i for i, n in enumerate(names)})
-        work.order = FillOrder(*found, work.counts)
+        work.order = FillOrder(*found, work.counts, dealt)
+        dealt += work.pending
 
 
 def _fill_one(
@@ -747,7 +756,7 @@ def _fill(
 ) -> None:
     """Step 4: round-robin over the deployments with replicas pending."""
     active = [w for w in works if w.deployment.fill and w.pending > 0]
-    _find_candidates(active, ledgers, memo, snapshot.config)
+    _find_candidates(active, ledgers, memo, snapshot.config, len(snapshot.replicas))
     while active:
         for work in active:
             if not _fill_one(work, ledgers, memo):
