@@ -27,8 +27,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.core import diagnosis
-from gpufleet.core.accounting import engine_units, node_cost
 from gpufleet.core.capacity import Freshness, NodeChoicePolicy, PoolLedger, Vector
+from gpufleet.core.compile import (
+    CompiledDeployment,
+    EngineOnClass,
+    EngineOnShape,
+    PoolClass,
+    compile_deployment,
+)
 from gpufleet.core.decision import (
     FreeBucket,
     ObservationState,
@@ -45,6 +51,7 @@ from gpufleet.core.model import (
     Cluster,
     ClusterName,
     Deployment,
+    Device,
     DriverName,
     Engine,
     Pool,
@@ -164,37 +171,21 @@ def _refusal(
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class _EngineOnClass:
-    """One engine against one class of pool, capacity aside (shared by pools of the class)."""
-
-    matches: tuple[MemberMatch, ...]
-    is_match: bool
-    claiming: tuple[bool, ...]
-    units: tuple[Unit, ...]
-    node_cost: int
-
-
-@dataclass(frozen=True, slots=True)
-class _EngineOnShape:
-    """One engine against a cluster's pools (by shape), capacity aside: per pool its
-    `_EngineOnClass` and whether the engine may use it; per member whether it claims on some
-    pool (claimable anywhere); whether some pool matches every member."""
-
-    shapes: tuple[_EngineOnClass, ...]
-    usable: tuple[bool, ...]
-    claimable: tuple[bool, ...]
-    is_matched: bool
-
-
 class PlacementMemo:
     """What placing computes per (engine or deployment, class of pool or cluster shape),
     capacity aside; and, for a caller that keeps it, each pool's ledger as built.
 
     Shared by every cluster with pools of a class and, when the caller keeps it, by later
     calls (memo.py): entries are keyed by the engine's or deployment's `Matcher.ref` (its
-    declared signature, or within one call its key), never by identity; classes and shapes
-    get ids by value, never given to another class or shape.
+    declared signature, or within one call its key), never by identity; classes, shapes and
+    explain profiles get ids by value, never given to another.
+
+    Compiled deployments (`compile`): each deployment's `CompiledDeployment` (compile.py) is
+    kept by its ref and compiled again when the call has a pool class it does not cover;
+    `on_shape` derives and keeps, per (ref, cluster shape), what each engine may use there.
+
+    Mutable: the memo itself (its entries), for one caller at a time; every value it keeps is
+    frozen or, for ledgers, only copied from.
 
     Ledgers (`pool_ledger`, only when `keeps_ledgers`): a pool's ledger as built is a
     function of the pool, its cluster's name, its class and the config, so it is kept per
@@ -206,12 +197,14 @@ class PlacementMemo:
 
     __slots__ = (
         "_buckets",
+        "_classes",
         "_config",
+        "_engines",
         "_next_profile_id",
         "_next_shape_id",
         "_profile_ids",
         "_shape_ids",
-        "engines",
+        "compiled",
         "hosts",
         "keeps_ledgers",
         "ledgers",
@@ -219,7 +212,6 @@ class PlacementMemo:
         "mismatches",
         "on_shapes",
         "profiles",
-        "shape_values",
         "states",
     )
 
@@ -227,10 +219,15 @@ class PlacementMemo:
         self.matcher = Matcher()
         self._shape_ids: Generations[tuple[tuple[int, bool], ...], int] = Generations()
         self._next_shape_id = 0
-        self.engines: Generations[tuple[object, int, bool], _EngineOnClass] = Generations()
-        self.on_shapes: Generations[tuple[object, int], _EngineOnShape] = Generations()
-        #: The same per (engine by value, cluster shape): shared by equal engines.
-        self.shape_values: Generations[tuple[Engine, int], _EngineOnShape] = Generations()
+        #: Per deployment (by `Matcher.ref`: its declared signature), its compiled matches
+        #: (compile.py), asked again when this call has a class it does not cover.
+        self.compiled: Generations[tuple[object, ...], CompiledDeployment] = Generations()
+        #: Per (deployment ref, cluster shape): `CompiledDeployment.on_shape`, per engine.
+        self.on_shapes: Generations[tuple[object, int], tuple[EngineOnShape, ...]] = Generations()
+        #: For one call: the classes of its pools (id -> devices), and what equal engines
+        #: matched on a class (`compile_deployment`'s `engines`).
+        self._classes: dict[int, tuple[Device, ...]] = {}
+        self._engines: dict[tuple[Engine, int], EngineOnClass] = {}
         self.hosts: Generations[tuple[object, int], bool] = Generations()
         #: Per (deployment ref, cluster shape): the id of its explain profile (by value).
         self.profiles: Generations[tuple[object, int], int] = Generations()
@@ -256,9 +253,10 @@ class PlacementMemo:
         self._buckets = {}
         self.matcher.advance()
         self._shape_ids.advance()
-        self.engines.advance()
+        self.compiled.advance()
+        self._classes = {}
+        self._engines = {}
         self.on_shapes.advance()
-        self.shape_values.advance()
         self.hosts.advance()
         self.profiles.advance()
         self._profile_ids.advance()
@@ -284,8 +282,10 @@ class PlacementMemo:
         if found is not None:
             kept, key = found
             if kept.cluster == cluster and matcher.has_class(key, kept.class_id):
+                self._classes.setdefault(kept.class_id, kept.pool.devices)
                 return kept.copy(record=record)
         key, class_id = matcher.class_of(pool.devices)
+        self._classes.setdefault(class_id, pool.devices)
         if not self.keeps_ledgers or not signature:
             return PoolLedger(cluster, pool, class_id, config, record=record)
         kept = PoolLedger(cluster, pool, class_id, config)
@@ -301,6 +301,27 @@ class PlacementMemo:
         found = self.states.get(memo_key)
         if found is None:
             found = self.states.put(memo_key, ledger.state(observation, self._buckets))
+        return found
+
+    def compile(self, deployment: Deployment) -> CompiledDeployment:
+        """The deployment compiled against this call's classes: the one kept by its
+        signature while it covers them, else compiled again (`compile_deployment`)."""
+        ref = self.matcher.ref(deployment)
+        found = self.compiled.get(ref)
+        if found is not None and found.covers(tuple(self._classes)):
+            return found
+        classes = tuple(PoolClass(i, devices) for i, devices in self._classes.items())
+        return self.compiled.put(
+            ref, compile_deployment(deployment, classes, engines=self._engines)
+        )
+
+    def on_shape(self, deployment: Deployment, ledger: ClusterLedger) -> tuple[EngineOnShape, ...]:
+        """Per engine, the deployment against the cluster's shape (kept per shape)."""
+        memo_key = (self.matcher.ref(deployment), ledger.shape)
+        found = self.on_shapes.get(memo_key)
+        if found is None:
+            class_ids = tuple(p.class_id for p in ledger.pools)
+            found = self.on_shapes.put(memo_key, self.compile(deployment).on_shape(class_ids))
         return found
 
     def profile_id(self, profile: tuple[object, ...]) -> int:
@@ -323,9 +344,8 @@ class PlacementMemo:
         return (
             self.matcher.size()
             + len(self._shape_ids)
-            + len(self.engines)
+            + len(self.compiled)
             + len(self.on_shapes)
-            + len(self.shape_values)
             + len(self.hosts)
             + len(self.profiles)
             + len(self._profile_ids)
@@ -337,61 +357,6 @@ class PlacementMemo:
 
 #: How memos name an engine: its deployment's `Matcher.ref` and its index.
 EngineRef = tuple[tuple[object, ...], int]
-
-
-def _on_class(
-    engine: Engine, ref: EngineRef, pool: PoolLedger, memo: PlacementMemo
-) -> _EngineOnClass:
-    memo_key = (ref, pool.class_id, pool.is_free_gpu)
-    found = memo.engines.get(memo_key)
-    if found is not None:
-        return found
-    matcher = memo.matcher
-    matches = tuple(
-        matcher.match(m, pool.pool.devices, pool.class_id, (*ref, i))
-        for i, m in enumerate(engine.members)
-    )
-    stamp = _stamp(engine, matches, PoolName(""))
-    shape = _EngineOnClass(
-        matches,
-        all(m.is_match for m in matches),
-        tuple(m.is_match and m.is_claiming for m in matches),
-        tuple(order_units(engine_units(stamp, PoolName(""), pool))) if pool.is_free_gpu else (),
-        node_cost((stamp,), PoolName("")),
-    )
-    return memo.engines.put(memo_key, shape)
-
-
-def _on_shape(
-    engine: Engine, ref: EngineRef, ledger: ClusterLedger, memo: PlacementMemo
-) -> _EngineOnShape:
-    """The engine against every pool of the cluster: shared by clusters of one shape."""
-    memo_key = (ref, ledger.shape)
-    found = memo.on_shapes.get(memo_key)
-    if found is not None:
-        return found
-    # Equal engines (by value: selectors compare by expression) match a shape alike, so
-    # a thousand deployments of a dozen engine shapes match a dozen times.
-    value_key = (engine, ledger.shape)
-    found = memo.shape_values.get(value_key)
-    if found is None:
-        found = memo.shape_values.put(value_key, _engine_on_shape(engine, ref, ledger, memo))
-    return memo.on_shapes.put(memo_key, found)
-
-
-def _engine_on_shape(
-    engine: Engine, ref: EngineRef, ledger: ClusterLedger, memo: PlacementMemo
-) -> _EngineOnShape:
-    shapes = tuple(_on_class(engine, ref, pool, memo) for pool in ledger.pools)
-    claimable = tuple(
-        any(shape.claiming[i] for shape in shapes) for i in range(len(engine.members))
-    )
-    usable = tuple(
-        shape.is_match
-        and all(has or not wants for has, wants in zip(shape.claiming, claimable, strict=True))
-        for shape in shapes
-    )
-    return _EngineOnShape(shapes, usable, claimable, any(s.is_match for s in shapes))
 
 
 def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> ReplicaEngine:
@@ -410,7 +375,7 @@ def _mismatch(
     engine: Engine,
     ref: EngineRef,
     pool: PoolLedger,
-    shape: _EngineOnClass,
+    shape: EngineOnClass,
     claimable: tuple[bool, ...],
     memo: PlacementMemo,
 ) -> Reason | None:
@@ -425,7 +390,7 @@ def _mismatch(
 
 
 def _first_mismatch(
-    engine: Engine, pool: PoolLedger, shape: _EngineOnClass, claimable: tuple[bool, ...]
+    engine: Engine, pool: PoolLedger, shape: EngineOnClass, claimable: tuple[bool, ...]
 ) -> Reason | None:
     for member, match, is_claimable in zip(engine.members, shape.matches, claimable, strict=True):
         if not match.is_match:
@@ -454,8 +419,7 @@ def can_ever_host(ledger: ClusterLedger, deployment: Deployment, memo: Placement
 def _can_host(
     ledger: ClusterLedger, deployment: Deployment, ref: tuple[object, ...], memo: PlacementMemo
 ) -> bool:
-    for i, engine in enumerate(deployment.engines):
-        on_shape = _on_shape(engine, (ref, i), ledger, memo)
+    for on_shape in memo.on_shape(deployment, ledger):
         if not any(on_shape.claimable) or not any(on_shape.usable):
             return False
     return True
@@ -465,7 +429,7 @@ def _unusable_verdict(
     engine: Engine,
     ref: EngineRef,
     pool: PoolLedger,
-    shape: _EngineOnClass,
+    shape: EngineOnClass,
     claimable: tuple[bool, ...],
     memo: PlacementMemo,
     profile: int | None,
@@ -508,7 +472,7 @@ _Tried = tuple[FitResult | int, list[Unit], Reason | None]
 
 def _try_pool(
     pool: PoolLedger,
-    shape: _EngineOnClass,
+    shape: EngineOnClass,
     trial: _Trial,
     policy: NodeChoicePolicy,
     owner: str,
@@ -535,14 +499,14 @@ def _try_pool(
 
 
 #: The pool an engine goes to: its ledger, its shape there, the units and the outcome.
-_Chosen = tuple[PoolLedger, _EngineOnClass, list[Unit], FitResult | int]
+_Chosen = tuple[PoolLedger, EngineOnClass, list[Unit], FitResult | int]
 
 
 def _place_engine(
     ledger: ClusterLedger,
     engine: Engine,
     ref: EngineRef,
-    on_shape: _EngineOnShape,
+    on_shape: EngineOnShape,
     trial: _Trial,
     memo: PlacementMemo,
     owner: str,
@@ -613,9 +577,10 @@ def place_replica(
     placed: list[PlacedEngine] = []
     verdicts: list[PoolVerdict] | None = [] if explain else None
     deployment_ref = memo.matcher.ref(deployment)
+    on_shapes = memo.on_shape(deployment, ledger)
     for i, engine in enumerate(deployment.engines):
         ref = (deployment_ref, i)
-        on_shape = _on_shape(engine, ref, ledger, memo)
+        on_shape = on_shapes[i]
         if on_shape.is_matched and not any(on_shape.claimable):
             reason = diagnosis.engine_cannot_claim(engine.name, len(ledger.pools))
             if verdicts is not None:
@@ -646,7 +611,7 @@ Explained = tuple[bool, tuple[Reason, ...], tuple[PoolVerdict, ...]]
 def explain_profile(ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo) -> int:
     """The id of everything `place_replica(explain=True)` reads of the deployment on a cluster
     of this shape: per engine its name, its members' roles and what it matches on each pool
-    (`_EngineOnShape`: matches, units, node costs). Deployments of one profile get the same
+    (`EngineOnShape`: matches, units, node costs). Deployments of one profile get the same
     verdicts on a cluster in one state, so a thousand clusters are explained once per profile,
     not once per deployment."""
     ref = memo.matcher.ref(deployment)
@@ -655,12 +620,10 @@ def explain_profile(ledger: ClusterLedger, deployment: Deployment, memo: Placeme
     if found is not None:
         return found
     profile = tuple(
-        (
-            engine.name,
-            tuple(m.role for m in engine.members),
-            _on_shape(engine, (ref, i), ledger, memo),
+        (engine.name, tuple(m.role for m in engine.members), on_shape)
+        for engine, on_shape in zip(
+            deployment.engines, memo.on_shape(deployment, ledger), strict=True
         )
-        for i, engine in enumerate(deployment.engines)
     )
     return memo.profiles.put(memo_key, memo.profile_id(profile))
 

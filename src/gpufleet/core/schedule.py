@@ -174,8 +174,8 @@ class ScheduleMemo:
 
     It holds, keyed by the signatures the snapshot's inputs declare (`Deployment.signature`,
     `Replica.signature`, `Pool.signature`; never by identity: an input that declares none is
-    derived again on every call) and by pool class: member matches and engine shapes per
-    class of pool, each signed pool's ledger as built (copied for a call, see
+    derived again on every call) and by pool class: each deployment compiled against the
+    classes of pool (`compile_deployment`, core/compile.py), each signed pool's ledger as built (copied for a call, see
     `PlacementMemo`), and per deployment its retain result (kept replicas re-stamped, dropped
     ones, its whole decision when nothing is pending) and its kept replicas' charges. A
     retain result is recomputed when the deployment, its replicas' signatures or what
