@@ -2,7 +2,7 @@
 
 - `FillOrder.place` places where trying every candidate in fill order with `place_replica`
   would (the plain computation), replica after replica, and leaves the ledgers alike;
-- `explain_cluster` (kept per explain profile and cluster version) says what
+- `explain_cluster` and `ungated_verdict` (kept per explain profile and cluster version) say what
   `place_replica(explain=True)` says on the cluster as it is now, also after commits.
 """
 
@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import NOW, cluster, deployment, observed
+from gpufleet.core.decision import ClusterVerdict
 from gpufleet.core.model import Cluster, ClusterName, Deployment, Snapshot
 from gpufleet.core.placement import (
     ClusterLedger,
@@ -21,6 +22,7 @@ from gpufleet.core.placement import (
     commit,
     explain_cluster,
     place_replica,
+    ungated_verdict,
 )
 from gpufleet.core.schedule import _build_ledgers
 
@@ -142,6 +144,8 @@ def test_explain_cluster_is_place_replica_explained(
                 plain = place_replica(ledger, d, memo, explain=True)
                 want = (plain.engines is not None, plain.reasons, plain.verdicts)
                 assert explain_cluster(ledger, d, memo) == want
+                verdict = ungated_verdict(ledger, d, memo, {}, ())
+                assert verdict == ClusterVerdict(ledger.cluster.name, *want)
         for d in ds:
             for ledger in ledgers.values():
                 fitted = place_replica(ledger, d, memo)

@@ -336,9 +336,13 @@ class PoolLedger:
         if not self.is_free_gpu:
             summary = {"nodes": max(0, self.pool.nodes), "free_nodes": self.free_nodes}
         else:
-            nodes = sum(self.free.values())
-            free_devices = sum(sum(v) * n for v, n in self.free.items())
-            best = max((sum(v) for v, n in self.free.items() if n > 0), default=0)
+            nodes = free_devices = best = 0
+            for vector, n in self.free.items():  # one pass: a verdict per pool asks for it
+                devices = sum(vector)
+                nodes += n
+                free_devices += devices * n
+                if n > 0 and devices > best:
+                    best = devices
             summary = {"nodes": nodes, "free_devices": free_devices, "best_node_free": best}
         self.memo["summary"] = summary
         return summary

@@ -36,6 +36,7 @@ from gpufleet.core.compile import (
     compile_deployment,
 )
 from gpufleet.core.decision import (
+    ClusterVerdict,
     FreeBucket,
     ObservationState,
     PlacedEngine,
@@ -81,6 +82,7 @@ class ClusterLedger:
         "pools",
         "records",
         "shape",
+        "verdicts",
         "version",
     )
 
@@ -102,13 +104,15 @@ class ClusterLedger:
         self.shape = memo.shape_id(tuple((p.class_id, p.is_free_gpu) for p in pools))
         self.version = 0
         self.explained: dict[int, tuple[int, Explained]] = {}
+        #: Per explain profile, the `ungated_verdict` at a version.
+        self.verdicts: dict[int, tuple[int, ClusterVerdict]] = {}
         #: Per explain profile, the version at which a replica of it did not fit: every
         #: deployment of that profile fails here too until the version moves.
         self.failures: dict[int, int] = {}
         #: Whether its pools log every pod taken (then a fit needs the replica's name).
         self.records = any(p.log is not None for p in pools)
-        #: What gates a deployment here, by value (set once by schedule.py's `_gate_profile`).
-        self.gate_profile: tuple[object, ...] | None = None
+        #: The id of what gates a deployment here (set once by schedule.py's `_gate_profile`).
+        self.gate_profile: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +204,7 @@ class PlacementMemo:
         "_classes",
         "_config",
         "_engines",
+        "_gate_ids",
         "_next_profile_id",
         "_next_shape_id",
         "_profile_ids",
@@ -228,6 +233,8 @@ class PlacementMemo:
         #: matched on a class (`compile_deployment`'s `engines`).
         self._classes: dict[int, tuple[Device, ...]] = {}
         self._engines: dict[tuple[Engine, int], EngineOnClass] = {}
+        #: For one call: ids of the gate profiles of its clusters (schedule.py), by value.
+        self._gate_ids: dict[tuple[object, ...], int] = {}
         self.hosts: Generations[tuple[object, int], bool] = Generations()
         #: Per (deployment ref, cluster shape): the id of its explain profile (by value).
         self.profiles: Generations[tuple[object, int], int] = Generations()
@@ -256,6 +263,7 @@ class PlacementMemo:
         self.compiled.advance()
         self._classes = {}
         self._engines = {}
+        self._gate_ids = {}
         self.on_shapes.advance()
         self.hosts.advance()
         self.profiles.advance()
@@ -323,6 +331,10 @@ class PlacementMemo:
             class_ids = tuple(p.class_id for p in ledger.pools)
             found = self.on_shapes.put(memo_key, self.compile(deployment).on_shape(class_ids))
         return found
+
+    def gate_id(self, profile: tuple[object, ...]) -> int:
+        """An id for a cluster's gate profile in this call, by value (from 1)."""
+        return self._gate_ids.setdefault(profile, len(self._gate_ids) + 1)
 
     def profile_id(self, profile: tuple[object, ...]) -> int:
         """An id for an explain profile (`explain_profile`), by value: never given to another."""
@@ -637,11 +649,47 @@ def explain_cluster(
     """`place_replica(..., explain=True)` as `Explained`, computed once per (explain profile,
     cluster version) and kept on the cluster's ledger: a plain function of the two.
     `profiles`: the deployment's profile per cluster shape, filled as they are asked."""
+    return _explained(ledger, deployment, memo, _profile(ledger, deployment, memo, profiles))
+
+
+def ungated_verdict(
+    ledger: ClusterLedger,
+    deployment: Deployment,
+    memo: PlacementMemo,
+    profiles: dict[int, int],
+    notes: tuple[Reason, ...],
+) -> ClusterVerdict:
+    """The cluster's verdict for a deployment nothing gates there: `explain_cluster`'s, with
+    `notes` (informational reasons of the cluster, the same all call) after its reasons; kept
+    per (explain profile, cluster version) on the ledger, so deployments of one profile share
+    it while the cluster is unchanged."""
+    profile = _profile(ledger, deployment, memo, profiles)
+    found = ledger.verdicts.get(profile)
+    if found is not None and found[0] == ledger.version:
+        return found[1]
+    fits, reasons, pools = _explained(ledger, deployment, memo, profile)
+    verdict = ClusterVerdict(ledger.cluster.name, fits, (*reasons, *notes), pools)
+    ledger.verdicts[profile] = (ledger.version, verdict)
+    return verdict
+
+
+def _profile(
+    ledger: ClusterLedger,
+    deployment: Deployment,
+    memo: PlacementMemo,
+    profiles: dict[int, int] | None,
+) -> int:
     profile = profiles.get(ledger.shape) if profiles is not None else None
     if profile is None:
         profile = explain_profile(ledger, deployment, memo)
         if profiles is not None:
             profiles[ledger.shape] = profile
+    return profile
+
+
+def _explained(
+    ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo, profile: int
+) -> Explained:
     found = ledger.explained.get(profile)
     if found is not None and found[0] == ledger.version:
         return found[1]

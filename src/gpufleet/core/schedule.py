@@ -105,6 +105,7 @@ from gpufleet.core.placement import (
     PlacementMemo,
     can_ever_host,
     explain_cluster,
+    ungated_verdict,
 )
 
 CONDITION_TYPE = "ReplicasScheduled"
@@ -577,11 +578,11 @@ def _diagnose(
     # Per gate profile (selector labels, taints, readiness, gateway, expiry): whether the
     # deployment selects such a cluster and what gates it; the capacity verdicts per
     # (explain profile, cluster version) from `explain_cluster`.
-    gated: dict[tuple[object, ...], tuple[bool, tuple[Reason, ...]]] = {}
+    gated: dict[int, tuple[bool, tuple[Reason, ...]]] = {}
     not_selected: tuple[Reason, ...] | None = None
     profiles: dict[int, int] = {}
     for name, ledger in ledgers.items():
-        profile = _gate_profile(ledger)
+        profile = ledger.gate_profile or _gate_profile(ledger, memo)
         found = gated.get(profile)
         if found is None or (found[1] and ledger.freshness.state is ObservationState.EXPIRED):
             # An expired cluster's gate names its own age: not shared.
@@ -595,11 +596,14 @@ def _diagnose(
             continue
         selected += 1
         gates = found[1]
-        fitted, capacity, pools = explain_cluster(ledger, deployment, memo, profiles)
-        reasons = gates or capacity
+        notes: tuple[Reason, ...] = ()
         if ledger.freshness.state is ObservationState.STALE:
-            reasons = (*reasons, diagnosis.stale(ledger.freshness.age_s, config.stale_after_s))
-        verdicts.append(ClusterVerdict(name, not gates and fitted, reasons, pools))
+            notes = (diagnosis.stale(ledger.freshness.age_s, config.stale_after_s),)
+        if not gates:
+            verdicts.append(ungated_verdict(ledger, deployment, memo, profiles, notes))
+            continue
+        _, _, pools = explain_cluster(ledger, deployment, memo, profiles)
+        verdicts.append(ClusterVerdict(name, False, (*gates, *notes), pools))
     wide: list[Reason] = []
     if selected == 0:
         wide.append(diagnosis.no_clusters(len(ledgers)))
@@ -608,14 +612,15 @@ def _diagnose(
     return Diagnosis(tuple(verdicts), tuple(wide))
 
 
-def _gate_profile(ledger: ClusterLedger) -> tuple[object, ...]:
-    """Everything `is_selected` and whether `_gates` says anything read of a cluster, with
-    its shape: clusters of one profile take a deployment or not alike (and are gated by the
-    same reasons, but for an expired cluster's age). Kept on the ledger: it never changes."""
+def _gate_profile(ledger: ClusterLedger, memo: PlacementMemo) -> int:
+    """The id (`PlacementMemo.gate_id`, by value) of everything `is_selected` and whether
+    `_gates` says anything read of a cluster, with its shape: clusters of one profile take a
+    deployment or not alike (and are gated by the same reasons, but for an expired cluster's
+    age). Kept on the ledger: it never changes."""
     found = ledger.gate_profile
     if found is None:
         cluster = ledger.cluster
-        found = ledger.gate_profile = (
+        profile = (
             ledger.shape,
             tuple(sorted(cluster.labels.items())),
             cluster.taints,
@@ -623,6 +628,7 @@ def _gate_profile(ledger: ClusterLedger) -> tuple[object, ...]:
             bool(cluster.gateway_address),
             ledger.freshness.state is ObservationState.EXPIRED,
         )
+        found = ledger.gate_profile = memo.gate_id(profile)
     return found
 
 
@@ -647,9 +653,9 @@ def _find_candidates(
     """
     if not works:
         return
-    profiles: dict[tuple[object, ...], tuple[ClusterLedger, list[ClusterName]]] = {}
+    profiles: dict[int, tuple[ClusterLedger, list[ClusterName]]] = {}
     for name, ledger in ledgers.items():
-        profiles.setdefault(_gate_profile(ledger), (ledger, []))[1].append(name)
+        profiles.setdefault(_gate_profile(ledger, memo), (ledger, []))[1].append(name)
     by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
     eligible: dict[object, tuple[tuple[ClusterName, ...], dict[ClusterName, int]]] = {}
     for work in works:
