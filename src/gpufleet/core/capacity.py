@@ -350,21 +350,25 @@ class PoolLedger:
     def state(
         self,
         observation: ObservationState,
-        buckets: dict[tuple[tuple[DriverName, ...], Vector, int], FreeBucket] | None = None,
+        buckets: dict[tuple[DriverName, ...], dict[Vector, dict[int, FreeBucket]]] | None = None,
     ) -> PoolState:
         """The pool's state for a decision; `buckets`, when given, shares equal `FreeBucket`s
-        (frozen values) between the pools of one decision."""
+        (frozen values) between the pools of one decision, by drivers, vector and nodes
+        (nested: no key object per bucket, for the garbage collector's sake)."""
         drivers = self.drivers
+        free = self.free
+        by_vector = buckets.setdefault(drivers, {}) if buckets is not None else None
         histogram: list[FreeBucket] = []
-        for vector, nodes in sorted(self.free.items(), reverse=True):  # vectors are unique
+        for vector in sorted(free, reverse=True):  # largest free first
+            nodes = free[vector]
             if nodes <= 0:
                 continue
-            key = (drivers, vector, nodes)
-            bucket = buckets.get(key) if buckets is not None else None
+            by_nodes = by_vector.setdefault(vector, {}) if by_vector is not None else None
+            bucket = by_nodes.get(nodes) if by_nodes is not None else None
             if bucket is None:
                 bucket = FreeBucket(dict(zip(drivers, vector, strict=True)), nodes)
-                if buckets is not None:
-                    buckets[key] = bucket
+                if by_nodes is not None:
+                    by_nodes[nodes] = bucket
             histogram.append(bucket)
         return PoolState(
             cluster=self.cluster,

@@ -253,7 +253,7 @@ class PlacementMemo:
         self.states: Generations[tuple[object, ...], PoolState] = Generations()
         self._config: SchedulingConfig | None = None
         #: For one call: equal histogram buckets of its pool states, shared (frozen values).
-        self._buckets: dict[tuple[tuple[DriverName, ...], Vector, int], FreeBucket] = {}
+        self._buckets: dict[tuple[DriverName, ...], dict[Vector, dict[int, FreeBucket]]] = {}
 
     def advance(self) -> None:
         """A new call starts (see memo.py)."""
