@@ -260,16 +260,11 @@ class PoolLedger:
             self.accounting = Accounting.WHOLE_NODE
             return
         self.accounting = Accounting.FREE_GPU
-        drivers = self.drivers
-        free = self.free
         for bucket in observation.buckets:
-            nodes = bucket.nodes
-            if nodes > 0:
-                if len(drivers) == 1:  # the common case, without a generator per bucket
-                    vector: Vector = (max(0, bucket.free.get(drivers[0], 0)),)
-                else:
-                    vector = tuple(max(0, bucket.free.get(d, 0)) for d in drivers)
-                free[vector] = free.get(vector, 0) + nodes
+            nodes = max(0, bucket.nodes)
+            if nodes:
+                vector = tuple(max(0, bucket.free.get(d, 0)) for d in self.drivers)
+                self.free[vector] = self.free.get(vector, 0) + nodes
         growth = max(0, pool.nodes - observation.observed_nodes)
         if growth:
             self.free[self.full] = self.free.get(self.full, 0) + growth
