@@ -38,11 +38,16 @@ def _avoid(cluster_name: str, pool: str | None, seconds: float, replica: str = "
 def test_a_stuck_replica_is_dropped_and_placed_on_another_pool() -> None:
     stuck = stamp(DEP, A, 0, "p", status=ReplicaStatus(pods_scheduled=False))
     snap = dataclasses.replace(
-        snapshot([A, B], [DEP], [stuck]), avoid=(_avoid("a", "p", 120, stuck.name),)
+        snapshot([A], [DEP], [stuck]), avoid=(_avoid("a", "p", 120, stuck.name),)
     )
     got = outcome(schedule(snap, NOW))
     # index 0 on a is still being deleted: the new replica takes index 1 on pool q.
     assert got == Outcome(created=("a/1:q",), dropped=("a/0:PodsUnschedulable",))
+    # With b beside it, the replica goes wherever the fill order says, but never to a's p.
+    snap = dataclasses.replace(snap, clusters=snapshot([A, B], [DEP], [stuck]).clusters)
+    got = outcome(schedule(snap, NOW))
+    assert got.dropped == ("a/0:PodsUnschedulable",)
+    assert len(got.created) == 1 and got.created[0] != "a/1:p"
 
 
 def test_a_running_replica_is_never_moved() -> None:
@@ -87,3 +92,14 @@ def test_entry_order_changes_nothing_and_the_memo_changes_nothing(reverse: bool)
     assert outcome(first) == Outcome(
         dropped=("a/0:PodsUnschedulable",), condition=("False", "BackingOff")
     )
+
+
+def test_one_deployments_backoff_does_not_refuse_its_twin() -> None:
+    # ml/x and ml/y ask the same (one explain profile); only ml/x avoids a's pool. The fill
+    # index shares failures between deployments of one profile: ml/x's must not be shared.
+    only_p = cluster("a").pool("p", nodes=2, gpus=8)
+    twin = deployment("ml/y").replicas(1).engine(gpus=8)
+    snap = dataclasses.replace(snapshot([only_p], [DEP, twin]), avoid=(_avoid("a", "p", 120),))
+    decision = schedule(snap, NOW)
+    assert decision.for_deployment(key("ml/x")).shortfall == 1
+    assert decision.for_deployment(key("ml/y")).shortfall == 0

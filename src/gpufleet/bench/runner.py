@@ -35,11 +35,15 @@ READING = """## Reading the numbers
 
 - **B1.** `schedule()` time follows clusters x pools and the number of placements and failed
   fits, never nodes: 100, 1,000 and 10,000 nodes per pool cost the same (B1b), because a pool
-  is a histogram of at most a few buckets. It grows about linearly with clusters (B1a): spread
-  before pack scans every selected cluster for every placement, and each deployment left short
-  is diagnosed against every (cluster, pool). Whole-node accounting is a little cheaper per
-  call and, on this fleet (far larger than the demand), places the same replicas. The
-  Targets table says which rows reach 1,000 placements/s.
+  is a histogram of at most a few buckets. It grows slowly with clusters (B1a): a placement
+  does not scan the fleet (a fill index per deployment, and a cluster where a deployment of
+  the same explain profile failed at the same ledger version is skipped without a fit), and a
+  short deployment's verdict on a cluster is computed once per (explain profile, cluster
+  version), so what remains linear in clusters is building the ledger, the diagnosis's one
+  verdict per cluster and the final pool states (docs/scheduling.md, "Performance").
+  Whole-node accounting is a little cheaper per call and, on this fleet (far larger than the
+  demand), places the same replicas. The Targets table says which rows reach 1,000
+  placements/s.
 - **B2.** With exact prediction (the cluster binds where the fit says), free-GPU accounting with
   Pack prediction packs as well as the exact optimum on every static instance, and keeps
   1.7-2x whole-node's GPUs busy on the dynamic traces. Spread, the default because

@@ -347,26 +347,47 @@ class PoolLedger:
         if not self.is_free_gpu:
             summary = {"nodes": max(0, self.pool.nodes), "free_nodes": self.free_nodes}
         else:
-            nodes = sum(self.free.values())
-            free_devices = sum(sum(v) * n for v, n in self.free.items())
-            best = max((sum(v) for v, n in self.free.items() if n > 0), default=0)
+            nodes = free_devices = best = 0
+            for vector, n in self.free.items():  # one pass: a verdict per pool asks for it
+                devices = sum(vector)
+                nodes += n
+                free_devices += devices * n
+                if n > 0 and devices > best:
+                    best = devices
             summary = {"nodes": nodes, "free_devices": free_devices, "best_node_free": best}
         self.memo["summary"] = summary
         return summary
 
-    def state(self, observation: ObservationState) -> PoolState:
-        histogram = tuple(
-            FreeBucket(dict(zip(self.drivers, vector, strict=True)), nodes)
-            for vector, nodes in sorted(self.free.items(), key=lambda kv: kv[0], reverse=True)
-            if nodes > 0
-        )
+    def state(
+        self,
+        observation: ObservationState,
+        buckets: dict[tuple[DriverName, ...], dict[Vector, dict[int, FreeBucket]]] | None = None,
+    ) -> PoolState:
+        """The pool's state for a decision; `buckets`, when given, shares equal `FreeBucket`s
+        (frozen values) between the pools of one decision, by drivers, vector and nodes
+        (nested: no key object per bucket, for the garbage collector's sake)."""
+        drivers = self.drivers
+        free = self.free
+        by_vector = buckets.setdefault(drivers, {}) if buckets is not None else None
+        histogram: list[FreeBucket] = []
+        for vector in sorted(free, reverse=True):  # largest free first
+            nodes = free[vector]
+            if nodes <= 0:
+                continue
+            by_nodes = by_vector.setdefault(vector, {}) if by_vector is not None else None
+            bucket = by_nodes.get(nodes) if by_nodes is not None else None
+            if bucket is None:
+                bucket = FreeBucket(dict(zip(drivers, vector, strict=True)), nodes)
+                if by_nodes is not None:
+                    by_nodes[nodes] = bucket
+            histogram.append(bucket)
         return PoolState(
             cluster=self.cluster,
             pool=self.pool.name,
             accounting=self.accounting,
             observation=observation if self.observation is not None else ObservationState.NONE,
             nodes=max(0, self.pool.nodes),
-            histogram=histogram,
+            histogram=tuple(histogram),
             free_nodes=None if self.is_free_gpu else self.free_nodes,
             reasons=self.reasons,
         )

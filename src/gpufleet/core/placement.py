@@ -22,13 +22,22 @@ different pool choice for an earlier engine would admit (may refuse a fit, never
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import bisect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.core import diagnosis
-from gpufleet.core.accounting import engine_units, node_cost
-from gpufleet.core.capacity import Freshness, NodeChoicePolicy, PoolLedger
+from gpufleet.core.capacity import Freshness, NodeChoicePolicy, PoolLedger, Vector
+from gpufleet.core.compile import (
+    CompiledDeployment,
+    EngineOnClass,
+    EngineOnShape,
+    PoolClass,
+    compile_deployment,
+)
 from gpufleet.core.decision import (
+    ClusterVerdict,
+    FreeBucket,
     ObservationState,
     PlacedEngine,
     PlacedMember,
@@ -43,6 +52,8 @@ from gpufleet.core.model import (
     Cluster,
     ClusterName,
     Deployment,
+    Device,
+    DriverName,
     Engine,
     Pool,
     PoolName,
@@ -53,9 +64,27 @@ from gpufleet.core.model import (
 
 
 class ClusterLedger:
-    """One cluster's pools (published order, first of each name) with its freshness."""
+    """One cluster's pools (published order, first of each name) with its freshness.
 
-    __slots__ = ("by_name", "cluster", "freshness", "policy", "pools", "shape")
+    Mutable, for one call: its pools' ledgers, `version` (bumped by every `commit`, so "the
+    same version" means "the same capacity"), `explained` (per explain profile, the verdicts
+    of `explain_cluster` at a version) and `failures` (per explain profile, the version at
+    which a replica did not fit)."""
+
+    __slots__ = (
+        "by_name",
+        "cluster",
+        "explained",
+        "failures",
+        "freshness",
+        "gate_profile",
+        "policy",
+        "pools",
+        "records",
+        "shape",
+        "verdicts",
+        "version",
+    )
 
     def __init__(
         self,
@@ -73,6 +102,17 @@ class ClusterLedger:
         #: What matching sees of the cluster, by id: its pools' classes and accounting modes,
         #: in order. Clusters of one shape match a deployment alike.
         self.shape = memo.shape_id(tuple((p.class_id, p.is_free_gpu) for p in pools))
+        self.version = 0
+        self.explained: dict[int, tuple[int, Explained]] = {}
+        #: Per explain profile, the `ungated_verdict` at a version.
+        self.verdicts: dict[int, tuple[int, ClusterVerdict]] = {}
+        #: Per explain profile, the version at which a replica of it did not fit: every
+        #: deployment of that profile fails here too until the version moves.
+        self.failures: dict[int, int] = {}
+        #: Whether its pools log every pod taken (then a fit needs the replica's name).
+        self.records = any(p.log is not None for p in pools)
+        #: The id of what gates a deployment here (set once by schedule.py's `_gate_profile`).
+        self.gate_profile: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,37 +175,21 @@ def _refusal(
     return found
 
 
-@dataclass(frozen=True, slots=True)
-class _EngineOnClass:
-    """One engine against one class of pool, capacity aside (shared by pools of the class)."""
-
-    matches: tuple[MemberMatch, ...]
-    is_match: bool
-    claiming: tuple[bool, ...]
-    units: tuple[Unit, ...]
-    node_cost: int
-
-
-@dataclass(frozen=True, slots=True)
-class _EngineOnShape:
-    """One engine against a cluster's pools (by shape), capacity aside: per pool its
-    `_EngineOnClass` and whether the engine may use it; per member whether it claims on some
-    pool (claimable anywhere); whether some pool matches every member."""
-
-    shapes: tuple[_EngineOnClass, ...]
-    usable: tuple[bool, ...]
-    claimable: tuple[bool, ...]
-    is_matched: bool
-
-
 class PlacementMemo:
     """What placing computes per (engine or deployment, class of pool or cluster shape),
     capacity aside; and, for a caller that keeps it, each pool's ledger as built.
 
     Shared by every cluster with pools of a class and, when the caller keeps it, by later
     calls (memo.py): entries are keyed by the engine's or deployment's `Matcher.ref` (its
-    declared signature, or within one call its key), never by identity; classes and shapes
-    get ids by value, never given to another class or shape.
+    declared signature, or within one call its key), never by identity; classes, shapes and
+    explain profiles get ids by value, never given to another.
+
+    Compiled deployments (`compile`): each deployment's `CompiledDeployment` (compile.py) is
+    kept by its ref and compiled again when the call has a pool class it does not cover;
+    `on_shape` derives and keeps, per (ref, cluster shape), what each engine may use there.
+
+    Mutable: the memo itself (its entries), for one caller at a time; every value it keeps is
+    frozen or, for ledgers, only copied from.
 
     Ledgers (`pool_ledger`, only when `keeps_ledgers`): a pool's ledger as built is a
     function of the pool, its cluster's name, its class and the config, so it is kept per
@@ -176,16 +200,23 @@ class PlacementMemo:
     """
 
     __slots__ = (
+        "_buckets",
+        "_classes",
         "_config",
+        "_engines",
+        "_gate_ids",
+        "_next_profile_id",
         "_next_shape_id",
+        "_profile_ids",
         "_shape_ids",
-        "engines",
+        "compiled",
         "hosts",
         "keeps_ledgers",
         "ledgers",
         "matcher",
         "mismatches",
         "on_shapes",
+        "profiles",
         "states",
     )
 
@@ -193,9 +224,22 @@ class PlacementMemo:
         self.matcher = Matcher()
         self._shape_ids: Generations[tuple[tuple[int, bool], ...], int] = Generations()
         self._next_shape_id = 0
-        self.engines: Generations[tuple[object, int, bool], _EngineOnClass] = Generations()
-        self.on_shapes: Generations[tuple[object, int], _EngineOnShape] = Generations()
+        #: Per deployment (by `Matcher.ref`: its declared signature), its compiled matches
+        #: (compile.py), asked again when this call has a class it does not cover.
+        self.compiled: Generations[tuple[object, ...], CompiledDeployment] = Generations()
+        #: Per (deployment ref, cluster shape): `CompiledDeployment.on_shape`, per engine.
+        self.on_shapes: Generations[tuple[object, int], tuple[EngineOnShape, ...]] = Generations()
+        #: For one call: the classes of its pools (id -> devices), and what equal engines
+        #: matched on a class (`compile_deployment`'s `engines`).
+        self._classes: dict[int, tuple[Device, ...]] = {}
+        self._engines: dict[tuple[Engine, int], EngineOnClass] = {}
+        #: For one call: ids of the gate profiles of its clusters (schedule.py), by value.
+        self._gate_ids: dict[tuple[object, ...], int] = {}
         self.hosts: Generations[tuple[object, int], bool] = Generations()
+        #: Per (deployment ref, cluster shape): the id of its explain profile (by value).
+        self.profiles: Generations[tuple[object, int], int] = Generations()
+        self._profile_ids: Generations[tuple[object, ...], int] = Generations()
+        self._next_profile_id = 0
         #: The reason, or () when there is none (a memo stores no None).
         self.mismatches: Generations[
             tuple[object, PoolName, int, tuple[bool, ...]], tuple[Reason, ...]
@@ -208,14 +252,22 @@ class PlacementMemo:
         #: Per (kept ledger's pool signature, cluster, observation state): its pool state.
         self.states: Generations[tuple[object, ...], PoolState] = Generations()
         self._config: SchedulingConfig | None = None
+        #: For one call: equal histogram buckets of its pool states, shared (frozen values).
+        self._buckets: dict[tuple[DriverName, ...], dict[Vector, dict[int, FreeBucket]]] = {}
 
     def advance(self) -> None:
         """A new call starts (see memo.py)."""
+        self._buckets = {}
         self.matcher.advance()
         self._shape_ids.advance()
-        self.engines.advance()
+        self.compiled.advance()
+        self._classes = {}
+        self._engines = {}
+        self._gate_ids = {}
         self.on_shapes.advance()
         self.hosts.advance()
+        self.profiles.advance()
+        self._profile_ids.advance()
         self.mismatches.advance()
         self.ledgers.advance()
         self.states.advance()
@@ -238,8 +290,10 @@ class PlacementMemo:
         if found is not None:
             kept, key = found
             if kept.cluster == cluster and matcher.has_class(key, kept.class_id):
+                self._classes.setdefault(kept.class_id, kept.pool.devices)
                 return kept.copy(record=record)
         key, class_id = matcher.class_of(pool.devices)
+        self._classes.setdefault(class_id, pool.devices)
         if not self.keeps_ledgers or not signature:
             return PoolLedger(cluster, pool, class_id, config, record=record)
         kept = PoolLedger(cluster, pool, class_id, config)
@@ -250,12 +304,45 @@ class PlacementMemo:
         """`ledger.state(observation)`, shared with every unchanged copy of one kept ledger."""
         origin = ledger.origin
         if origin is None or ledger.version != 0:
-            return ledger.state(observation)
+            return ledger.state(observation, self._buckets)
         memo_key = (origin.pool.signature, origin.cluster, origin.class_id, observation)
         found = self.states.get(memo_key)
         if found is None:
-            found = self.states.put(memo_key, ledger.state(observation))
+            found = self.states.put(memo_key, ledger.state(observation, self._buckets))
         return found
+
+    def compile(self, deployment: Deployment) -> CompiledDeployment:
+        """The deployment compiled against this call's classes: the one kept by its
+        signature while it covers them, else compiled again (`compile_deployment`)."""
+        ref = self.matcher.ref(deployment)
+        found = self.compiled.get(ref)
+        if found is not None and found.covers(tuple(self._classes)):
+            return found
+        classes = tuple(PoolClass(i, devices) for i, devices in self._classes.items())
+        return self.compiled.put(
+            ref, compile_deployment(deployment, classes, engines=self._engines)
+        )
+
+    def on_shape(self, deployment: Deployment, ledger: ClusterLedger) -> tuple[EngineOnShape, ...]:
+        """Per engine, the deployment against the cluster's shape (kept per shape)."""
+        memo_key = (self.matcher.ref(deployment), ledger.shape)
+        found = self.on_shapes.get(memo_key)
+        if found is None:
+            class_ids = tuple(p.class_id for p in ledger.pools)
+            found = self.on_shapes.put(memo_key, self.compile(deployment).on_shape(class_ids))
+        return found
+
+    def gate_id(self, profile: tuple[object, ...]) -> int:
+        """An id for a cluster's gate profile in this call, by value (from 1)."""
+        return self._gate_ids.setdefault(profile, len(self._gate_ids) + 1)
+
+    def profile_id(self, profile: tuple[object, ...]) -> int:
+        """An id for an explain profile (`explain_profile`), by value: never given to another."""
+        found = self._profile_ids.get(profile)
+        if found is not None:
+            return found
+        self._next_profile_id += 1
+        return self._profile_ids.put(profile, self._next_profile_id)
 
     def shape_id(self, shape: tuple[tuple[int, bool], ...]) -> int:
         found = self._shape_ids.get(shape)
@@ -269,9 +356,11 @@ class PlacementMemo:
         return (
             self.matcher.size()
             + len(self._shape_ids)
-            + len(self.engines)
+            + len(self.compiled)
             + len(self.on_shapes)
             + len(self.hosts)
+            + len(self.profiles)
+            + len(self._profile_ids)
             + len(self.mismatches)
             + len(self.ledgers)
             + len(self.states)
@@ -280,50 +369,6 @@ class PlacementMemo:
 
 #: How memos name an engine: its deployment's `Matcher.ref` and its index.
 EngineRef = tuple[tuple[object, ...], int]
-
-
-def _on_class(
-    engine: Engine, ref: EngineRef, pool: PoolLedger, memo: PlacementMemo
-) -> _EngineOnClass:
-    memo_key = (ref, pool.class_id, pool.is_free_gpu)
-    found = memo.engines.get(memo_key)
-    if found is not None:
-        return found
-    matcher = memo.matcher
-    matches = tuple(
-        matcher.match(m, pool.pool.devices, pool.class_id, (*ref, i))
-        for i, m in enumerate(engine.members)
-    )
-    stamp = _stamp(engine, matches, PoolName(""))
-    shape = _EngineOnClass(
-        matches,
-        all(m.is_match for m in matches),
-        tuple(m.is_match and m.is_claiming for m in matches),
-        tuple(order_units(engine_units(stamp, PoolName(""), pool))) if pool.is_free_gpu else (),
-        node_cost((stamp,), PoolName("")),
-    )
-    return memo.engines.put(memo_key, shape)
-
-
-def _on_shape(
-    engine: Engine, ref: EngineRef, ledger: ClusterLedger, memo: PlacementMemo
-) -> _EngineOnShape:
-    """The engine against every pool of the cluster: shared by clusters of one shape."""
-    memo_key = (ref, ledger.shape)
-    found = memo.on_shapes.get(memo_key)
-    if found is not None:
-        return found
-    shapes = tuple(_on_class(engine, ref, pool, memo) for pool in ledger.pools)
-    claimable = tuple(
-        any(shape.claiming[i] for shape in shapes) for i in range(len(engine.members))
-    )
-    usable = tuple(
-        shape.is_match
-        and all(has or not wants for has, wants in zip(shape.claiming, claimable, strict=True))
-        for shape in shapes
-    )
-    on_shape = _EngineOnShape(shapes, usable, claimable, any(s.is_match for s in shapes))
-    return memo.on_shapes.put(memo_key, on_shape)
 
 
 def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> ReplicaEngine:
@@ -342,7 +387,7 @@ def _mismatch(
     engine: Engine,
     ref: EngineRef,
     pool: PoolLedger,
-    shape: _EngineOnClass,
+    shape: EngineOnClass,
     claimable: tuple[bool, ...],
     memo: PlacementMemo,
 ) -> Reason | None:
@@ -357,7 +402,7 @@ def _mismatch(
 
 
 def _first_mismatch(
-    engine: Engine, pool: PoolLedger, shape: _EngineOnClass, claimable: tuple[bool, ...]
+    engine: Engine, pool: PoolLedger, shape: EngineOnClass, claimable: tuple[bool, ...]
 ) -> Reason | None:
     for member, match, is_claimable in zip(engine.members, shape.matches, claimable, strict=True):
         if not match.is_match:
@@ -386,8 +431,7 @@ def can_ever_host(ledger: ClusterLedger, deployment: Deployment, memo: Placement
 def _can_host(
     ledger: ClusterLedger, deployment: Deployment, ref: tuple[object, ...], memo: PlacementMemo
 ) -> bool:
-    for i, engine in enumerate(deployment.engines):
-        on_shape = _on_shape(engine, (ref, i), ledger, memo)
+    for on_shape in memo.on_shape(deployment, ledger):
         if not any(on_shape.claimable) or not any(on_shape.usable):
             return False
     return True
@@ -397,12 +441,21 @@ def _unusable_verdict(
     engine: Engine,
     ref: EngineRef,
     pool: PoolLedger,
-    shape: _EngineOnClass,
+    shape: EngineOnClass,
     claimable: tuple[bool, ...],
     memo: PlacementMemo,
+    profile: int | None,
 ) -> PoolVerdict:
+    """The verdict on a pool the engine cannot use; with the deployment's explain `profile`,
+    kept in the pool's memo (cleared when the pool changes) for every deployment of it."""
+    memo_key = ("unusable", profile, ref[1])
+    if profile is not None:
+        found = pool.memo.get(memo_key)
+        if found is not None:
+            assert isinstance(found, PoolVerdict)
+            return found
     mismatch = _mismatch(engine, ref, pool, shape, claimable, memo)
-    return PoolVerdict(
+    verdict = PoolVerdict(
         pool.pool.name,
         engine.name,
         pool.accounting,
@@ -410,6 +463,9 @@ def _unusable_verdict(
         (*((mismatch,) if mismatch else ()), *pool.reasons),
         pool.summary(),
     )
+    if profile is not None:
+        pool.memo[memo_key] = verdict
+    return verdict
 
 
 @dataclass(slots=True)
@@ -418,6 +474,8 @@ class _Trial:
 
     units: dict[PoolName, list[Unit]] = field(default_factory=dict)
     nodes: dict[PoolName, int] = field(default_factory=dict)
+    #: The deployment's explain profile, when the caller knows it (verdicts are kept by it).
+    profile: int | None = None
 
 
 #: An engine tried on one pool: the fit (or nodes taken), the units fitted, the refusal.
@@ -426,7 +484,7 @@ _Tried = tuple[FitResult | int, list[Unit], Reason | None]
 
 def _try_pool(
     pool: PoolLedger,
-    shape: _EngineOnClass,
+    shape: EngineOnClass,
     trial: _Trial,
     policy: NodeChoicePolicy,
     owner: str,
@@ -453,14 +511,14 @@ def _try_pool(
 
 
 #: The pool an engine goes to: its ledger, its shape there, the units and the outcome.
-_Chosen = tuple[PoolLedger, _EngineOnClass, list[Unit], FitResult | int]
+_Chosen = tuple[PoolLedger, EngineOnClass, list[Unit], FitResult | int]
 
 
 def _place_engine(
     ledger: ClusterLedger,
     engine: Engine,
     ref: EngineRef,
-    on_shape: _EngineOnShape,
+    on_shape: EngineOnShape,
     trial: _Trial,
     memo: PlacementMemo,
     owner: str,
@@ -478,7 +536,9 @@ def _place_engine(
         if not is_usable:
             if verdicts is not None:
                 verdicts.append(
-                    _unusable_verdict(engine, ref, pool, shape, on_shape.claimable, memo)
+                    _unusable_verdict(
+                        engine, ref, pool, shape, on_shape.claimable, memo, trial.profile
+                    )
                 )
             continue
         avoided = avoid.get(pool.pool.name) if avoid else None
@@ -530,17 +590,21 @@ def place_replica(
     owner: str = "",
     explain: bool = False,
     avoid: Mapping[PoolName, Reason] | None = None,
+    profile: int | None = None,
 ) -> ReplicaFit:
-    """Fit one replica of `deployment` on the cluster, engine by engine, never on a pool in
-    `avoid` (re-placement backoff; its reason becomes that pool's verdict)."""
-    trial = _Trial()
+    """One replica of the deployment on the cluster's ledger (not committed: `commit`),
+    never on a pool in `avoid` (re-placement backoff; its reason becomes that pool's verdict).
+    `profile`: its `explain_profile` on this cluster, when known (explaining keeps verdicts
+    on pools by it)."""
+    trial = _Trial(profile=profile)
     commits: dict[PoolName, FitResult | int] = {}
     placed: list[PlacedEngine] = []
     verdicts: list[PoolVerdict] | None = [] if explain else None
     deployment_ref = memo.matcher.ref(deployment)
+    on_shapes = memo.on_shape(deployment, ledger)
     for i, engine in enumerate(deployment.engines):
         ref = (deployment_ref, i)
-        on_shape = _on_shape(engine, ref, ledger, memo)
+        on_shape = on_shapes[i]
         if on_shape.is_matched and not any(on_shape.claimable):
             reason = diagnosis.engine_cannot_claim(engine.name, len(ledger.pools))
             if verdicts is not None:
@@ -565,8 +629,93 @@ def place_replica(
     return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts or ()))
 
 
+#: What explaining a replica on one cluster says (`explain_cluster`): whether it fits as far as
+#: matching and capacity go, the reasons when not, and a verdict per (engine, pool).
+Explained = tuple[bool, tuple[Reason, ...], tuple[PoolVerdict, ...]]
+
+
+def explain_profile(ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo) -> int:
+    """The id of everything `place_replica(explain=True)` reads of the deployment on a cluster
+    of this shape: per engine its name, its members' roles and what it matches on each pool
+    (`EngineOnShape`: matches, units, node costs). Deployments of one profile get the same
+    verdicts on a cluster in one state, so a thousand clusters are explained once per profile,
+    not once per deployment."""
+    ref = memo.matcher.ref(deployment)
+    memo_key = (ref, ledger.shape)
+    found = memo.profiles.get(memo_key)
+    if found is not None:
+        return found
+    profile = tuple(
+        (engine.name, tuple(m.role for m in engine.members), on_shape)
+        for engine, on_shape in zip(
+            deployment.engines, memo.on_shape(deployment, ledger), strict=True
+        )
+    )
+    return memo.profiles.put(memo_key, memo.profile_id(profile))
+
+
+def explain_cluster(
+    ledger: ClusterLedger,
+    deployment: Deployment,
+    memo: PlacementMemo,
+    profiles: dict[int, int] | None = None,
+) -> Explained:
+    """`place_replica(..., explain=True)` as `Explained`, computed once per (explain profile,
+    cluster version) and kept on the cluster's ledger: a plain function of the two.
+    `profiles`: the deployment's profile per cluster shape, filled as they are asked."""
+    return _explained(ledger, deployment, memo, _profile(ledger, deployment, memo, profiles))
+
+
+def ungated_verdict(
+    ledger: ClusterLedger,
+    deployment: Deployment,
+    memo: PlacementMemo,
+    profiles: dict[int, int],
+    notes: tuple[Reason, ...],
+) -> ClusterVerdict:
+    """The cluster's verdict for a deployment nothing gates there: `explain_cluster`'s, with
+    `notes` (informational reasons of the cluster, the same all call) after its reasons; kept
+    per (explain profile, cluster version) on the ledger, so deployments of one profile share
+    it while the cluster is unchanged."""
+    profile = _profile(ledger, deployment, memo, profiles)
+    found = ledger.verdicts.get(profile)
+    if found is not None and found[0] == ledger.version:
+        return found[1]
+    fits, reasons, pools = _explained(ledger, deployment, memo, profile)
+    verdict = ClusterVerdict(ledger.cluster.name, fits, (*reasons, *notes), pools)
+    ledger.verdicts[profile] = (ledger.version, verdict)
+    return verdict
+
+
+def _profile(
+    ledger: ClusterLedger,
+    deployment: Deployment,
+    memo: PlacementMemo,
+    profiles: dict[int, int] | None,
+) -> int:
+    profile = profiles.get(ledger.shape) if profiles is not None else None
+    if profile is None:
+        profile = explain_profile(ledger, deployment, memo)
+        if profiles is not None:
+            profiles[ledger.shape] = profile
+    return profile
+
+
+def _explained(
+    ledger: ClusterLedger, deployment: Deployment, memo: PlacementMemo, profile: int
+) -> Explained:
+    found = ledger.explained.get(profile)
+    if found is not None and found[0] == ledger.version:
+        return found[1]
+    fitted = place_replica(ledger, deployment, memo, explain=True, profile=profile)
+    explained = (fitted.engines is not None, fitted.reasons, fitted.verdicts)
+    ledger.explained[profile] = (ledger.version, explained)
+    return explained
+
+
 def commit(ledger: ClusterLedger, fitted: ReplicaFit) -> None:
-    """Apply a successful `place_replica` to the cluster's ledger."""
+    """Apply a successful `place_replica` to the cluster's ledger (bumps its version)."""
+    ledger.version += 1
     for name, outcome in fitted.commits.items():
         pool = ledger.by_name[name]
         if isinstance(outcome, int):
@@ -575,3 +724,156 @@ def commit(ledger: ClusterLedger, fitted: ReplicaFit) -> None:
             pool.set_free(dict(outcome.free))
             if pool.log is not None:
                 pool.log.extend(outcome.assignments)
+
+
+class FillOrder:
+    """Where one deployment tries its next replica, in fill order: its candidate clusters by
+    (its replicas there, rank), rank being the position in `names` counted from `offset`
+    (wrapping around). Mutable, for one call.
+
+    Index, so that a placement does not scan the fleet: clusters without a replica of the
+    deployment are `names` read from a cursor (the tuple is shared by every deployment with
+    these candidates), then the ones before the cursor that it failed on (kept with the
+    cluster's `version` at the failure, in rank order), then the few that hold its replicas,
+    kept sorted. A cluster is tried again only when its version moved since it failed there
+    (the fit is a function of the deployment's explain profile and the cluster's version, so
+    the same try would fail again), and a cluster where another deployment of the same
+    explain profile failed at the current version (`ClusterLedger.failures`) is not tried.
+    Placing is the same as trying every candidate in fill order, for less.
+    """
+
+    __slots__ = (
+        "_counts",
+        "_cursor",
+        "_failed",
+        "_levels",
+        "_offset",
+        "_profiles",
+        "_ranks",
+        "_zero",
+        "names",
+    )
+
+    def __init__(
+        self,
+        names: tuple[ClusterName, ...],
+        ranks: Mapping[ClusterName, int],
+        counts: Mapping[ClusterName, int],
+        offset: int = 0,
+    ) -> None:
+        #: The candidates in name order (shared, never mutated), and each one's position.
+        self.names = names
+        self._ranks = ranks
+        self._offset = offset % len(names) if names else 0
+        #: This deployment's replicas per candidate cluster (clusters with one or more).
+        self._counts = {c: n for c, n in counts.items() if n > 0 and c in ranks}
+        #: (count, rank, cluster) of clusters with a replica, sorted.
+        self._levels = sorted((n, self._rank(c), c) for c, n in self._counts.items())
+        #: Clusters without a replica, before the cursor, that failed: (rank, cluster,
+        #: version at the failure), in rank order.
+        self._zero: list[tuple[int, ClusterName, int]] = []
+        #: Clusters with a replica that failed: their version at the failure.
+        self._failed: dict[ClusterName, int] = {}
+        self._cursor = 0
+        #: The deployment's explain profile per cluster shape.
+        self._profiles: dict[int, int] = {}
+
+    def _rank(self, cluster: ClusterName) -> int:
+        return (self._ranks[cluster] - self._offset) % len(self.names)
+
+    def place(
+        self,
+        ledgers: Mapping[ClusterName, ClusterLedger],
+        deployment: Deployment,
+        memo: PlacementMemo,
+        owner: Callable[[ClusterName], str],
+        avoid: Mapping[ClusterName, Mapping[PoolName, Reason]] | None = None,
+    ) -> tuple[ClusterName, ReplicaFit] | None:
+        """Place one replica on the first cluster in fill order that takes it, commit it, and
+        say where; None when none does. `owner` names the replica on a cluster (asked only
+        where pods are logged); `avoid`, per cluster, the pools this deployment avoids (a
+        failure there is its own, not shared with its explain profile)."""
+
+        def attempt(cluster: ClusterName) -> ReplicaFit | None:
+            ledger = ledgers[cluster]
+            avoided = avoid.get(cluster) if avoid else None
+            profile = self._profiles.get(ledger.shape)
+            if profile is None:
+                profile = explain_profile(ledger, deployment, memo)
+                self._profiles[ledger.shape] = profile
+            if not avoided and ledger.failures.get(profile) == ledger.version:
+                return None
+            name = owner(cluster) if ledger.records else ""
+            fitted = place_replica(ledger, deployment, memo, owner=name, avoid=avoided)
+            if fitted.engines is None:
+                if not avoided:
+                    ledger.failures[profile] = ledger.version
+                return None
+            commit(ledger, fitted)
+            return fitted
+
+        found = self._retry_zero(ledgers, attempt) or self._advance(ledgers, attempt)
+        return found or self._try_levels(ledgers, attempt)
+
+    def _retry_zero(
+        self,
+        ledgers: Mapping[ClusterName, ClusterLedger],
+        attempt: Callable[[ClusterName], ReplicaFit | None],
+    ) -> tuple[ClusterName, ReplicaFit] | None:
+        zero = self._zero
+        for i, (rank, cluster, version) in enumerate(zero):
+            now = ledgers[cluster].version
+            if now == version:
+                continue
+            fitted = attempt(cluster)
+            if fitted is None:
+                zero[i] = (rank, cluster, now)
+                continue
+            del zero[i]
+            self._placed(cluster, rank, 0)
+            return cluster, fitted
+        return None
+
+    def _advance(
+        self,
+        ledgers: Mapping[ClusterName, ClusterLedger],
+        attempt: Callable[[ClusterName], ReplicaFit | None],
+    ) -> tuple[ClusterName, ReplicaFit] | None:
+        names, n = self.names, len(self.names)
+        while self._cursor < n:
+            rank = self._cursor
+            cluster = names[(self._offset + rank) % n]
+            self._cursor += 1
+            if cluster in self._counts:
+                continue
+            fitted = attempt(cluster)
+            if fitted is None:
+                # Ranks grow with the cursor: appending keeps the list in rank order.
+                self._zero.append((rank, cluster, ledgers[cluster].version))
+                continue
+            self._placed(cluster, rank, 0)
+            return cluster, fitted
+        return None
+
+    def _try_levels(
+        self,
+        ledgers: Mapping[ClusterName, ClusterLedger],
+        attempt: Callable[[ClusterName], ReplicaFit | None],
+    ) -> tuple[ClusterName, ReplicaFit] | None:
+        for count, rank, cluster in list(self._levels):
+            version = ledgers[cluster].version
+            if self._failed.get(cluster) == version:
+                continue
+            fitted = attempt(cluster)
+            if fitted is None:
+                self._failed[cluster] = version
+                continue
+            self._levels.remove((count, rank, cluster))
+            self._failed.pop(cluster, None)
+            self._placed(cluster, rank, count)
+            return cluster, fitted
+        return None
+
+    def _placed(self, cluster: ClusterName, rank: int, count: int) -> None:
+        self._counts[cluster] = count + 1
+        bisect.insort(self._levels, (count + 1, rank, cluster))

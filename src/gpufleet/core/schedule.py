@@ -17,9 +17,12 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
    stops at its first failure, and its diagnosis is taken against the ledger at that moment.
    One placement: among clusters that are selected, tolerated (NoSchedule and NoExecute),
    Ready with a gateway, and not Expired, take the first that fits in order of (this
-   deployment's replicas there, cluster name) (spread before pack); the index is the lowest
-   unused one on that cluster (not one of a replica being re-placed). A pool the deployment
-   avoids (`Snapshot.avoid`, until its time) is not tried: its verdict is `BackingOff`.
+   deployment's replicas there, tie rank) (spread before pack); the index is the lowest
+   unused one on that cluster (not one of a replica being re-placed). Ties are dealt like
+   cards: the candidates in name order are read from an offset, each deployment starting
+   where the previous one's pending replicas end, counting from the snapshot's replicas, so
+   equal clusters receive equal shares. A pool the deployment avoids (`Snapshot.avoid`, until
+   its time) is not tried: its verdict is `BackingOff`.
    `fill=False` retains only.
 5. Every deployment with a shortfall gets a Diagnosis with a verdict per cluster of the fleet,
    and a `ReplicasScheduled` condition as Modelplane HEAD words it (2.13).
@@ -43,7 +46,6 @@ the first failure may leave capacity another order would use (may refuse, never 
 
 from __future__ import annotations
 
-import bisect
 import operator
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -104,10 +106,12 @@ from gpufleet.core.model import (
 )
 from gpufleet.core.placement import (
     ClusterLedger,
+    FillOrder,
     PlacementMemo,
     can_ever_host,
-    commit,
+    explain_cluster,
     place_replica,
+    ungated_verdict,
 )
 
 CONDITION_TYPE = "ReplicasScheduled"
@@ -177,8 +181,8 @@ class ScheduleMemo:
 
     It holds, keyed by the signatures the snapshot's inputs declare (`Deployment.signature`,
     `Replica.signature`, `Pool.signature`; never by identity: an input that declares none is
-    derived again on every call) and by pool class: member matches and engine shapes per
-    class of pool, each signed pool's ledger as built (copied for a call, see
+    derived again on every call) and by pool class: each deployment compiled against the
+    classes of pool (`compile_deployment`, core/compile.py), each signed pool's ledger as built (copied for a call, see
     `PlacementMemo`), and per deployment its retain result (kept replicas re-stamped, dropped
     ones, its whole decision when nothing is pending) and its kept replicas' charges. A
     retain result is recomputed when the deployment, its replicas' signatures or what
@@ -297,10 +301,8 @@ class _Work:
     created: list[Placement] = field(default_factory=list)
     counts: Counter[ClusterName] = field(default_factory=Counter)
     indices: dict[ClusterName, set[int]] = field(default_factory=dict)
-    candidates: dict[ClusterName, ClusterLedger] = field(default_factory=dict)
-    #: Candidates in fill order: (this deployment's replicas there, cluster name), kept sorted
-    #: as replicas are added so a placement costs O(clusters) at worst, not a sort.
-    order: list[tuple[int, ClusterName]] = field(default_factory=list)
+    #: Its candidate clusters in fill order (placement.py), once `_find_candidates` ran.
+    order: FillOrder | None = None
     is_stopped: bool = False
     diagnosis: Diagnosis | None = None
     #: Per cluster, the pools its new replicas avoid (re-placement backoff), with the reason.
@@ -653,6 +655,22 @@ def _gates(ledger: ClusterLedger, deployment: Deployment, expire_after_s: float)
     return reasons
 
 
+def _avoided_verdict(
+    ledger: ClusterLedger,
+    deployment: Deployment,
+    memo: PlacementMemo,
+    avoided: Mapping[PoolName, Reason],
+    gates: tuple[Reason, ...],
+    notes: tuple[Reason, ...],
+) -> ClusterVerdict:
+    """The verdict on a cluster where the deployment avoids pools: explained for this
+    deployment alone (the verdicts shared per explain profile know nothing of its backoff)."""
+    fitted = place_replica(ledger, deployment, memo, explain=True, avoid=avoided)
+    fits = not gates and fitted.engines is not None
+    reasons = gates or fitted.reasons
+    return ClusterVerdict(ledger.cluster.name, fits, (*reasons, *notes), fitted.verdicts)
+
+
 def _diagnose(
     deployment: Deployment,
     ledgers: Mapping[ClusterName, ClusterLedger],
@@ -663,20 +681,39 @@ def _diagnose(
     config = snapshot.config
     verdicts: list[ClusterVerdict] = []
     selected = 0
+    # Per gate profile (selector labels, taints, readiness, gateway, expiry): whether the
+    # deployment selects such a cluster and what gates it; the capacity verdicts per
+    # (explain profile, cluster version) from `explain_cluster`.
+    gated: dict[int, tuple[bool, tuple[Reason, ...]]] = {}
+    not_selected: tuple[Reason, ...] | None = None
+    profiles: dict[int, int] = {}
     for name, ledger in ledgers.items():
-        if not is_selected(ledger.cluster, deployment.cluster_selector):
-            verdicts.append(
-                ClusterVerdict(name, False, (diagnosis.not_selected(deployment.cluster_selector),))
-            )
+        profile = ledger.gate_profile or _gate_profile(ledger, memo)
+        found = gated.get(profile)
+        if found is None or (found[1] and ledger.freshness.state is ObservationState.EXPIRED):
+            # An expired cluster's gate names its own age: not shared.
+            is_in = is_selected(ledger.cluster, deployment.cluster_selector)
+            gates = tuple(_gates(ledger, deployment, config.expire_after_s)) if is_in else ()
+            found = gated[profile] = (is_in, gates)
+        if not found[0]:
+            if not_selected is None:
+                not_selected = (diagnosis.not_selected(deployment.cluster_selector),)
+            verdicts.append(ClusterVerdict(name, False, not_selected))
             continue
         selected += 1
-        gates = _gates(ledger, deployment, config.expire_after_s)
-        fitted = place_replica(ledger, deployment, memo, explain=True, avoid=avoid.get(name))
-        fits = not gates and fitted.engines is not None
-        reasons: list[Reason] = gates or list(fitted.reasons)
+        gates = found[1]
+        notes: tuple[Reason, ...] = ()
         if ledger.freshness.state is ObservationState.STALE:
-            reasons.append(diagnosis.stale(ledger.freshness.age_s, config.stale_after_s))
-        verdicts.append(ClusterVerdict(name, fits, tuple(reasons), fitted.verdicts))
+            notes = (diagnosis.stale(ledger.freshness.age_s, config.stale_after_s),)
+        avoided = avoid.get(name)
+        if avoided:
+            verdicts.append(_avoided_verdict(ledger, deployment, memo, avoided, gates, notes))
+            continue
+        if not gates:
+            verdicts.append(ungated_verdict(ledger, deployment, memo, profiles, notes))
+            continue
+        _, _, pools = explain_cluster(ledger, deployment, memo, profiles)
+        verdicts.append(ClusterVerdict(name, False, (*gates, *notes), pools))
     wide: list[Reason] = []
     if selected == 0:
         wide.append(diagnosis.no_clusters(len(ledgers)))
@@ -685,18 +722,24 @@ def _diagnose(
     return Diagnosis(tuple(verdicts), tuple(wide))
 
 
-def _gate_profile(ledger: ClusterLedger) -> tuple[object, ...]:
-    """Everything `is_selected` and whether `_gates` says anything read of a cluster, with
-    its shape: clusters of one profile take a deployment or not alike."""
-    cluster = ledger.cluster
-    return (
-        ledger.shape,
-        tuple(sorted(cluster.labels.items())),
-        cluster.taints,
-        cluster.is_ready,
-        bool(cluster.gateway_address),
-        ledger.freshness.state is ObservationState.EXPIRED,
-    )
+def _gate_profile(ledger: ClusterLedger, memo: PlacementMemo) -> int:
+    """The id (`PlacementMemo.gate_id`, by value) of everything `is_selected` and whether
+    `_gates` says anything read of a cluster, with its shape: clusters of one profile take a
+    deployment or not alike (and are gated by the same reasons, but for an expired cluster's
+    age). Kept on the ledger: it never changes."""
+    found = ledger.gate_profile
+    if found is None:
+        cluster = ledger.cluster
+        profile = (
+            ledger.shape,
+            tuple(sorted(cluster.labels.items())),
+            cluster.taints,
+            cluster.is_ready,
+            bool(cluster.gateway_address),
+            ledger.freshness.state is ObservationState.EXPIRED,
+        )
+        found = ledger.gate_profile = memo.gate_id(profile)
+    return found
 
 
 def _find_candidates(
@@ -704,8 +747,13 @@ def _find_candidates(
     ledgers: Mapping[ClusterName, ClusterLedger],
     memo: PlacementMemo,
     config: SchedulingConfig,
+    dealt: int,
 ) -> None:
     """Set where each deployment to fill may go, in fill order.
+
+    Ties (clusters with as many of its replicas) are dealt like cards: each deployment starts
+    where the previous one's pending replicas end, counting from `dealt` (the replicas the
+    fleet already has), so equal clusters receive equal shares, call after call.
 
     Only deployments that still need replicas ask: in the steady state most have all they
     want, and asking costs a match of every engine against every class of pool. Which
@@ -715,19 +763,19 @@ def _find_candidates(
     """
     if not works:
         return
-    profiles: dict[tuple[object, ...], tuple[ClusterLedger, list[ClusterName]]] = {}
+    profiles: dict[int, tuple[ClusterLedger, list[ClusterName]]] = {}
     for name, ledger in ledgers.items():
-        profiles.setdefault(_gate_profile(ledger), (ledger, []))[1].append(name)
+        profiles.setdefault(_gate_profile(ledger, memo), (ledger, []))[1].append(name)
     by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
-    eligible: dict[object, tuple[ClusterName, ...]] = {}
+    eligible: dict[object, tuple[tuple[ClusterName, ...], dict[ClusterName, int]]] = {}
     for work in works:
         d = work.deployment
         gate_key = (tuple(sorted(d.cluster_selector.items())), d.tolerations)
         hostable = frozenset(
             shape for shape, sample in by_shape.items() if can_ever_host(sample, d, memo)
         )
-        names = eligible.get((gate_key, hostable))
-        if names is None:
+        found = eligible.get((gate_key, hostable))
+        if found is None:
             names = tuple(
                 sorted(
                     name
@@ -738,41 +786,43 @@ def _find_candidates(
                     for name in members
                 )
             )
-            eligible[(gate_key, hostable)] = names
-        work.candidates = {name: ledgers[name] for name in names}
-        if work.counts:
-            work.order = sorted((work.counts[name], name) for name in names)
-        else:  # no replica anywhere yet: fill order is name order (names are sorted)
-            work.order = [(0, name) for name in names]
+            found = eligible[(gate_key, hostable)] = (names, {n: i for i, n in enumerate(names)})
+        work.order = FillOrder(*found, work.counts, dealt)
+        dealt += work.pending
 
 
-def _fill_one(work: _Work, memo: PlacementMemo) -> bool:
+def _fill_one(
+    work: _Work, ledgers: Mapping[ClusterName, ClusterLedger], memo: PlacementMemo
+) -> bool:
     deployment = work.deployment
-    for position, (count, cluster) in enumerate(work.order):
-        ledger = work.candidates[cluster]
-        used = work.indices.setdefault(cluster, set())
-        index = next(i for i in range(len(used) + 1) if i not in used)
-        name = replica_name(deployment.key.name, cluster, index)
-        fitted = place_replica(ledger, deployment, memo, owner=name, avoid=work.avoid.get(cluster))
-        if fitted.engines is None:
-            continue
-        commit(ledger, fitted)
-        used.add(index)
-        work.counts[cluster] += 1
-        del work.order[position]
-        bisect.insort(work.order, (count + 1, cluster))
-        work.created.append(
-            Placement(
-                name=name,
-                deployment=deployment.key,
-                cluster=cluster,
-                index=index,
-                engines=fitted.engines,
-                gateway_address=ledger.cluster.gateway_address,
-            )
+    order = work.order
+    assert order is not None
+
+    def lowest_index(cluster: ClusterName) -> int:
+        used = work.indices.get(cluster, ())
+        return next(i for i in range(len(used) + 1) if i not in used)
+
+    def owner(cluster: ClusterName) -> str:
+        return replica_name(deployment.key.name, cluster, lowest_index(cluster))
+
+    placed = order.place(ledgers, deployment, memo, owner, work.avoid)
+    if placed is None:
+        return False
+    cluster, fitted = placed
+    index = lowest_index(cluster)
+    work.indices.setdefault(cluster, set()).add(index)
+    work.counts[cluster] += 1
+    work.created.append(
+        Placement(
+            name=replica_name(deployment.key.name, cluster, index),
+            deployment=deployment.key,
+            cluster=cluster,
+            index=index,
+            engines=fitted.engines or (),
+            gateway_address=ledgers[cluster].cluster.gateway_address,
         )
-        return True
-    return False
+    )
+    return True
 
 
 def _condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
@@ -822,10 +872,10 @@ def _fill(
 ) -> None:
     """Step 4: round-robin over the deployments with replicas pending."""
     active = [w for w in works if w.deployment.fill and w.pending > 0]
-    _find_candidates(active, ledgers, memo, snapshot.config)
+    _find_candidates(active, ledgers, memo, snapshot.config, len(snapshot.replicas))
     while active:
         for work in active:
-            if not _fill_one(work, memo):
+            if not _fill_one(work, ledgers, memo):
                 work.is_stopped = True
                 work.diagnosis = _diagnose(work.deployment, ledgers, memo, snapshot, work.avoid)
         active = [w for w in active if not w.is_stopped and w.pending > 0]

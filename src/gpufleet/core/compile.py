@@ -1,0 +1,210 @@
+"""`compile_deployment(deployment, classes)`: what a deployment matches, computed once.
+
+Model (Kueue's `workload.Info`: a workload's per-pod-set totals, computed once and kept with
+it). Matching a deployment against the fleet is a function of its definition and of the
+*classes* of pool (a class is everything matching reads of a pool's devices, by value:
+`Matcher.class_of`), never of capacity. `compile_deployment` matches every member of every
+engine against every class given (`match_member`, the CEL selectors included) and derives
+each engine's demand there: the units a free-GPU pool's fit needs (`engine_units`, in the
+canonical order) and the nodes a whole-node pool's count needs (`node_cost`).
+`CompiledDeployment.on_shape` combines them for a cluster's shape (its pools' classes in
+published order): per pool whether the engine may use it (every member matches, and no member
+that claims somewhere on the cluster resolves only synthetic devices there), per member
+whether it claims somewhere on the cluster.
+
+Reuse. A compiled deployment is a function of the deployment's definition and the classes'
+devices only: a caller that schedules again and again keeps it by the deployment's declared
+signature (`Deployment.signature`: uid and generation) and asks again when the fleet has a
+class it does not cover (`covers`). `schedule`'s memo does exactly that (placement.py,
+`PlacementMemo.compiled`). Equal engines (by value: selectors compare by expression) match a
+class alike, so a caller may pass one `engines` dictionary to every call: it is read and
+filled, keyed by (engine, class id), and never changes a result.
+
+Mutable: only the `engines` dictionary a caller passes. Everything returned is frozen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+
+from gpufleet.core.accounting import is_gang
+from gpufleet.core.capacity import Vector
+from gpufleet.core.fit import Unit, make_unit, order_units
+from gpufleet.core.matching import MemberMatch, match_member
+from gpufleet.core.model import (
+    ClaimMode,
+    Deployment,
+    Device,
+    DriverName,
+    Engine,
+    PoolName,
+    ReplicaMember,
+    ResolvedRequest,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolClass:
+    """A class of pool: its id (`Matcher.class_of`: by value, never given to another class)
+    and the devices of a pool of the class (equal for every pool of it, as matching sees)."""
+
+    id: int
+    devices: tuple[Device, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOnClass:
+    """One engine against one class of pool, capacity aside (shared by pools of the class):
+    per member its match; whether every member matches; per member whether it matches and
+    claims a DRA device; the units one replica's pods of the engine need from a free-GPU
+    pool of the class; the nodes they take from a whole-node one."""
+
+    matches: tuple[MemberMatch, ...]
+    is_match: bool
+    claiming: tuple[bool, ...]
+    units: tuple[Unit, ...]
+    node_cost: int
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOnShape:
+    """One engine against a cluster's pools (by shape), capacity aside: per pool its
+    `EngineOnClass` and whether the engine may use it; per member whether it claims on some
+    pool (claimable anywhere); whether some pool matches every member."""
+
+    shapes: tuple[EngineOnClass, ...]
+    usable: tuple[bool, ...]
+    claimable: tuple[bool, ...]
+    is_matched: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledDeployment:
+    """A deployment's matches and demand per class of pool (`compile_deployment`)."""
+
+    deployment: Deployment
+    #: Per class id: per engine (deployment order), the engine against that class.
+    classes: Mapping[int, tuple[EngineOnClass, ...]]
+
+    def covers(self, class_ids: Sequence[int]) -> bool:
+        """Whether every class named was compiled (else compile again with them)."""
+        return all(c in self.classes for c in class_ids)
+
+    def on_shape(self, class_ids: Sequence[int]) -> tuple[EngineOnShape, ...]:
+        """Per engine, the engine against a cluster whose pools have these classes (in
+        published order); every class must be covered."""
+        out = []
+        for i, engine in enumerate(self.deployment.engines):
+            shapes = tuple(self.classes[c][i] for c in class_ids)
+            claimable = tuple(
+                any(shape.claiming[j] for shape in shapes) for j in range(len(engine.members))
+            )
+            usable = tuple(
+                shape.is_match
+                and all(
+                    has or not wants for has, wants in zip(shape.claiming, claimable, strict=True)
+                )
+                for shape in shapes
+            )
+            out.append(EngineOnShape(shapes, usable, claimable, any(s.is_match for s in shapes)))
+        return tuple(out)
+
+    def can_host(self, class_ids: Sequence[int]) -> bool:
+        """Whether every engine has a pool it could use if the pool were empty."""
+        return all(any(s.claimable) and any(s.usable) for s in self.on_shape(class_ids))
+
+
+def compile_deployment(
+    deployment: Deployment,
+    classes: Sequence[PoolClass],
+    *,
+    engines: MutableMapping[tuple[Engine, int], EngineOnClass] | None = None,
+) -> CompiledDeployment:
+    """Match the deployment against every class (see the module docstring). `engines`, when
+    given, is read and filled: what an equal engine matched on a class before."""
+    compiled: dict[int, tuple[EngineOnClass, ...]] = {}
+    for pool_class in classes:
+        per_engine = []
+        for engine in deployment.engines:
+            key = (engine, pool_class.id)
+            found = engines.get(key) if engines is not None else None
+            if found is None:
+                found = engine_on_class(engine, pool_class.devices)
+                if engines is not None:
+                    engines[key] = found
+            per_engine.append(found)
+        compiled[pool_class.id] = tuple(per_engine)
+    return CompiledDeployment(deployment, compiled)
+
+
+def engine_on_class(engine: Engine, devices: Sequence[Device]) -> EngineOnClass:
+    """One engine against a class of pool with these devices (pure)."""
+    matches = tuple(match_member(m, devices) for m in engine.members)
+    drivers = tuple(sorted({d.driver for d in devices if d.claim is ClaimMode.DRA}))
+    members = tuple(
+        ReplicaMember(m.role, PoolName(""), m.worker_nodes, match.resolved)
+        for m, match in zip(engine.members, matches, strict=True)
+    )
+    return EngineOnClass(
+        matches,
+        all(m.is_match for m in matches),
+        tuple(m.is_match and m.is_claiming for m in matches),
+        tuple(order_units(_units(engine, members, devices, drivers))),
+        sum(max(0, m.pods_per_copy) * max(0, engine.copies) for m in members if m.is_claiming),
+    )
+
+
+def _units(
+    engine: Engine,
+    members: Sequence[ReplicaMember],
+    devices: Sequence[Device],
+    drivers: tuple[DriverName, ...],
+) -> list[Unit]:
+    """`accounting.engine_units` of a fresh replica, with the class's drivers."""
+    copies = max(0, engine.copies)
+    per_member: list[tuple[Vector, int]] = []
+    for member in members:
+        if not member.is_claiming:
+            continue
+        vector = _pod_vector(member.requests, devices, drivers)
+        if any(vector):
+            per_member.append((vector, max(0, member.pods_per_copy)))
+    if not is_gang(members):
+        return [(vector,) for vector, per_copy in per_member for _ in range(per_copy * copies)]
+    units: list[Unit] = []
+    for _ in range(copies):
+        pods = [vector for vector, per_copy in per_member for _ in range(per_copy)]
+        if pods:
+            units.append(make_unit(pods))
+    return units
+
+
+def _pod_vector(
+    requests: Sequence[ResolvedRequest], devices: Sequence[Device], drivers: tuple[DriverName, ...]
+) -> Vector:
+    """`accounting.pod_vector` against a pool of the class (`PoolLedger.driver_index`)."""
+    demand = [0] * len(drivers)
+    for request in requests:
+        index = _driver_index(request.driver, request.device_class_name, devices, drivers)
+        if index is not None:
+            demand[index] += max(0, request.count)
+    return tuple(demand)
+
+
+def _driver_index(
+    driver: DriverName,
+    device_class_name: str,
+    devices: Sequence[Device],
+    drivers: tuple[DriverName, ...],
+) -> int | None:
+    if driver in drivers:
+        return drivers.index(driver)
+    for device in devices:
+        if (
+            device.claim is ClaimMode.DRA
+            and device.device_class_name == device_class_name
+            and device.driver in drivers
+        ):
+            return drivers.index(device.driver)
+    return 0 if drivers else None

@@ -1,0 +1,138 @@
+"""`compile_deployment` (core/compile.py) against the plain computation.
+
+- per class and engine: each member's match is `match_member`'s, and the units and node cost
+  are `accounting.engine_units` / `node_cost` of the stamped engine on a pool of the class;
+- the shared `engines` dictionary (equal engines matched once) changes nothing;
+- `covers` and `on_shape` / `can_host` say what a cluster of those classes can take.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builders import (
+    IS_NIC,
+    arch,
+    cluster,
+    deployment,
+    gpu,
+    gpus,
+    leader,
+    nic,
+    observed,
+    req,
+    standalone,
+    worker,
+)
+from gpufleet.core.accounting import engine_units, node_cost
+from gpufleet.core.capacity import PoolLedger
+from gpufleet.core.compile import EngineOnClass, PoolClass, compile_deployment
+from gpufleet.core.fit import order_units
+from gpufleet.core.matching import match_member
+from gpufleet.core.model import (
+    ClusterName,
+    Deployment,
+    Device,
+    Engine,
+    PoolName,
+    ReplicaEngine,
+    ReplicaMember,
+    SchedulingConfig,
+)
+
+SETTINGS = settings(
+    max_examples=int(__import__("os").environ.get("GPUFLEET_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+CLASSES = (
+    PoolClass(1, (gpu(8, arch="Hopper"),)),
+    PoolClass(2, (gpu(4, arch="Ada"),)),
+    PoolClass(3, (gpu(8, arch="Ampere"), nic(8))),
+    PoolClass(4, (nic(4),)),
+    PoolClass(5, (gpu(8, driver="other.example.com"), gpu(8, arch="Hopper"))),
+)
+
+
+@st.composite
+def demands(draw: st.DrawFn) -> Deployment:
+    d = deployment("ml/d")
+    for e in range(draw(st.integers(1, 2))):
+        shape = draw(st.sampled_from(["one", "pd", "gang", "nic", "arch"]))
+        n = draw(st.sampled_from([1, 2, 4, 8]))
+        copies = draw(st.integers(1, 3))
+        if shape == "one":
+            d = d.engine(f"e{e}", gpus=n, copies=copies)
+        elif shape == "arch":
+            d = d.engine(f"e{e}", gpus=n, copies=copies, cel=(arch("Ada"),))
+        elif shape == "nic":
+            member = standalone((*gpus(n), req(1, IS_NIC, name="nic")))
+            d = d.engine(f"e{e}", copies=copies, members=(member,))
+        elif shape == "pd":
+            d = d.pd(n, draw(st.sampled_from([1, 2, 4])))
+        else:
+            workers = draw(st.integers(1, 2))
+            d = d.engine(
+                f"e{e}",
+                copies=copies,
+                members=(
+                    leader(gpus(draw(st.sampled_from([0, 4]))) if draw(st.booleans()) else ()),
+                    worker(gpus(n), nodes=workers),
+                ),
+            )
+    return d.build()
+
+
+def _plain(engine: Engine, devices: tuple[Device, ...]) -> EngineOnClass:
+    """The engine on a free-GPU pool of the class, computed with accounting.py's functions."""
+    built = cluster("c").pool("p", nodes=2, devices=devices, observation=observed({8: 2})).build()
+    ledger = PoolLedger(ClusterName("c"), built.pools[0], 1, SchedulingConfig())
+    matches = tuple(match_member(m, devices) for m in engine.members)
+    stamp = ReplicaEngine(
+        engine.name,
+        tuple(
+            ReplicaMember(m.role, PoolName(""), m.worker_nodes, match.resolved)
+            for m, match in zip(engine.members, matches, strict=True)
+        ),
+        engine.copies,
+        engine.phase,
+    )
+    return EngineOnClass(
+        matches,
+        all(m.is_match for m in matches),
+        tuple(m.is_match and m.is_claiming for m in matches),
+        tuple(order_units(engine_units(stamp, PoolName(""), ledger))),
+        node_cost((stamp,), PoolName("")),
+    )
+
+
+@SETTINGS
+@given(demands())
+def test_compiled_is_the_plain_match_and_demand(d: Deployment) -> None:
+    compiled = compile_deployment(d, CLASSES)
+    assert set(compiled.classes) == {c.id for c in CLASSES}
+    for pool_class in CLASSES:
+        for engine, on_class in zip(d.engines, compiled.classes[pool_class.id], strict=True):
+            assert on_class == _plain(engine, pool_class.devices)
+
+
+@SETTINGS
+@given(st.lists(demands(), min_size=1, max_size=4))
+def test_shared_engines_change_nothing(ds: list[Deployment]) -> None:
+    engines: dict[tuple[Engine, int], EngineOnClass] = {}
+    for d in ds:
+        assert compile_deployment(d, CLASSES, engines=engines) == compile_deployment(d, CLASSES)
+    assert engines  # it was filled
+
+
+def test_covers_and_shapes() -> None:
+    d = deployment("ml/ada").engine(gpus=4, cel=(arch("Ada"),)).build()
+    compiled = compile_deployment(d, CLASSES[:2])
+    assert compiled.covers((1, 2)) and not compiled.covers((1, 3))
+    (on_shape,) = compiled.on_shape((1, 2))
+    assert on_shape.usable == (False, True)
+    assert on_shape.claimable == (True,)
+    assert compiled.can_host((2,)) and compiled.can_host((1, 2))
+    assert not compiled.can_host((1,))

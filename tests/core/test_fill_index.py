@@ -1,0 +1,154 @@
+"""Oracles for the fill index and the explain cache (core/placement.py).
+
+- `FillOrder.place` places where trying every candidate in fill order with `place_replica`
+  would (the plain computation), replica after replica, and leaves the ledgers alike;
+- `explain_cluster` and `ungated_verdict` (kept per explain profile and cluster version) say what
+  `place_replica(explain=True)` says on the cluster as it is now, also after commits.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from builders import NOW, cluster, deployment, observed
+from gpufleet.core.decision import ClusterVerdict
+from gpufleet.core.model import Cluster, ClusterName, Deployment, Snapshot
+from gpufleet.core.placement import (
+    ClusterLedger,
+    FillOrder,
+    PlacementMemo,
+    can_ever_host,
+    commit,
+    explain_cluster,
+    place_replica,
+    ungated_verdict,
+)
+from gpufleet.core.schedule import _build_ledgers
+
+SETTINGS = settings(
+    max_examples=int(__import__("os").environ.get("GPUFLEET_EXAMPLES", "60")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[Cluster, ...]:
+    out = []
+    for c in range(draw(st.integers(1, 6))):
+        b = cluster(f"c{c}")
+        for p in range(draw(st.integers(1, 2))):
+            gpus = draw(st.sampled_from([4, 8]))
+            nodes = draw(st.integers(0, 3))
+            obs = None
+            if draw(st.booleans()):
+                obs = observed({gpus: draw(st.integers(0, nodes))}, observed_nodes=None)
+                if obs.observed_nodes == 0:
+                    obs = observed([], observed_nodes=0)
+            b = b.pool(f"p{p}", nodes=nodes, gpus=gpus, observation=obs)
+        out.append(b.build())
+    return tuple(out)
+
+
+@st.composite
+def demands(draw: st.DrawFn) -> tuple[Deployment, ...]:
+    out = []
+    for i in range(draw(st.integers(1, 4))):
+        d = deployment(f"ml/d{i}").replicas(4)
+        shape = draw(st.sampled_from(["one", "one", "pd", "gang"]))
+        if shape == "one":
+            d = d.engine(gpus=draw(st.sampled_from([1, 2, 4, 8])), copies=draw(st.integers(1, 2)))
+        elif shape == "pd":
+            d = d.pd(draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2, 4])))
+        else:
+            d = d.gang(leader_gpus=draw(st.sampled_from([0, 4])), worker_gpus=4)
+        out.append(d.build())
+    return tuple(out)
+
+
+def _ledgers(
+    clusters: tuple[Cluster, ...],
+) -> tuple[dict[ClusterName, ClusterLedger], PlacementMemo]:
+    memo = PlacementMemo(keeps_ledgers=False)
+    memo.advance()
+    return _build_ledgers(Snapshot(clusters=clusters), NOW, memo, False), memo
+
+
+def _candidates(
+    ledgers: dict[ClusterName, ClusterLedger], d: Deployment, memo: PlacementMemo
+) -> tuple[ClusterName, ...]:
+    return tuple(sorted(n for n, lg in ledgers.items() if can_ever_host(lg, d, memo)))
+
+
+def _plain_place(
+    ledgers: dict[ClusterName, ClusterLedger],
+    d: Deployment,
+    memo: PlacementMemo,
+    names: tuple[ClusterName, ...],
+    offset: int,
+    counts: dict[ClusterName, int],
+) -> ClusterName | None:
+    """Try every candidate in (replicas there, rank from offset) order; commit the first fit."""
+    n = len(names)
+    order = sorted(names, key=lambda c: (counts.get(c, 0), (names.index(c) - offset) % n))
+    for name in order:
+        fitted = place_replica(ledgers[name], d, memo)
+        if fitted.engines is not None:
+            commit(ledgers[name], fitted)
+            counts[name] = counts.get(name, 0) + 1
+            return name
+    return None
+
+
+def _state(ledgers: dict[ClusterName, ClusterLedger]) -> list[object]:
+    return [(p.free, p.free_nodes) for lg in ledgers.values() for p in lg.pools]
+
+
+@SETTINGS
+@given(fleets(), demands(), st.integers(0, 7), st.data())
+def test_fill_order_places_as_the_plain_scan(
+    clusters: tuple[Cluster, ...], ds: tuple[Deployment, ...], offset: int, data: st.DataObject
+) -> None:
+    fast, fast_memo = _ledgers(clusters)
+    plain, plain_memo = _ledgers(clusters)
+    orders = {}
+    counts: dict[str, dict[ClusterName, int]] = {}
+    for d in ds:
+        names = _candidates(fast, d, fast_memo)
+        start = {n: data.draw(st.integers(0, 1)) for n in names}
+        orders[d.key.name] = FillOrder(names, {n: i for i, n in enumerate(names)}, start, offset)
+        counts[d.key.name] = {n: c for n, c in start.items() if c}
+    # Round-robin, as the scheduler does, until every deployment fails once.
+    active = list(ds)
+    while active:
+        for d in list(active):
+            got = orders[d.key.name].place(fast, d, fast_memo, lambda c: str(c))
+            names = orders[d.key.name].names
+            want = _plain_place(plain, d, plain_memo, names, offset, counts[d.key.name])
+            assert (got[0] if got else None) == want
+            assert _state(fast) == _state(plain)
+            if got is None:
+                active.remove(d)
+
+
+@SETTINGS
+@given(fleets(), demands())
+def test_explain_cluster_is_place_replica_explained(
+    clusters: tuple[Cluster, ...], ds: tuple[Deployment, ...]
+) -> None:
+    ledgers, memo = _ledgers(clusters)
+    for _ in range(3):  # explain, commit a replica of each deployment somewhere, again
+        for d in ds:
+            for ledger in ledgers.values():
+                plain = place_replica(ledger, d, memo, explain=True)
+                want = (plain.engines is not None, plain.reasons, plain.verdicts)
+                assert explain_cluster(ledger, d, memo) == want
+                verdict = ungated_verdict(ledger, d, memo, {}, ())
+                assert verdict == ClusterVerdict(ledger.cluster.name, *want)
+        for d in ds:
+            for ledger in ledgers.values():
+                fitted = place_replica(ledger, d, memo)
+                if fitted.engines is not None:
+                    commit(ledger, fitted)
+                    break
