@@ -236,7 +236,9 @@ class MemoryStore:
     Stored objects are never changed in place: every write stores a new object, which shares
     the subtrees it did not change with the one it replaces (a status patch copies the
     status it changes, not the spec). So no-copy reads (`peek`) stay consistent, and the
-    Store methods copy only at the boundary: what the caller hands in, and what it gets back.
+    Store methods copy only at the boundary: what the caller hands in, and what `get`,
+    `list`, `create` and `update` give back. `view`, `changes` and `patch_status` hand out
+    the stored objects themselves, read-only by the port's contract.
     """
 
     def __init__(
@@ -331,13 +333,14 @@ class MemoryStore:
         wanted = set(kinds) if kinds is not None else None
         if cursor < self._compacted:
             raise Expired(f"changes before {self._compacted} were compacted: list again")
-        start = self._first_after(cursor)
-        picked = [
-            Change(c.cursor, c.type, c.kind, copy_json(c.obj))
-            for c in self._log[start:]
-            if wanted is None or c.kind in wanted
-        ]
-        return picked, self._revision
+        if cursor >= self._revision:
+            return [], self._revision  # most reads: nothing changed since
+        # The stored objects themselves, as `view` hands them out: a change's object must
+        # never be mutated (the port's contract), and a stored object never changes.
+        log = self._log[self._first_after(cursor) :]
+        if wanted is None:
+            return log, self._revision
+        return [c for c in log if c.kind in wanted], self._revision
 
     def changes_after(self, cursor: int) -> builtins.list[Change]:
         """The changes after `cursor`, oldest first, without copies (their objects are stored
