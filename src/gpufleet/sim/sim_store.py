@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any, Final
 
 from gpufleet.sim import dra
-from gpufleet.sim.objects import ObjKey, is_node_ready, key_of
+from gpufleet.sim.objects import ObjKey, is_node_ready, is_unschedulable, key_of
 from gpufleet.store import MemoryStore
 from gpufleet.store.port import (
     EVENT,
@@ -32,7 +32,7 @@ class SimStore(MemoryStore):
     Pods are indexed by owner uid (`owned_pods`), node (`pods_on`), claims by owner uid
     (`owned_claims`), and Events by the uid of their object (`events_of`): the controllers ask
     these on every pass, and a scan of every pod per owner made a pass quadratic in the number
-    of pods. `changes_after` is the change log without copies, which the components' work
+    of pods. Unschedulable pods are indexed too (`unschedulable_pods`). `changes_after` is the change log without copies, which the components' work
     queues and `taken` follow."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -53,6 +53,7 @@ class SimStore(MemoryStore):
         self.add_index(POD, _BY_NODE, _node_name)
         self.add_index(EVENT, _BY_OBJECT, _involved_uid)
         self.add_index(RESOURCE_CLAIM, BY_OWNER, owner_uids)
+        self.add_index(POD, _UNSCHEDULABLE, _is_unschedulable)
 
     def ready_nodes(self) -> frozenset[str]:
         """The names of the Ready nodes (cached per revision of the Nodes)."""
@@ -83,6 +84,11 @@ class SimStore(MemoryStore):
     def pods_on(self, node: str) -> list[Obj]:
         """The pods bound to `node`, in `peek` order."""
         return self.peek_indexed(POD, _BY_NODE, node)
+
+    def unschedulable_pods(self) -> list[Obj]:
+        """The pods `is_unschedulable` holds for, in `peek` order: what the run's invariants
+        look at every sample, among pods that are almost all running."""
+        return self.peek_indexed(POD, _UNSCHEDULABLE, True)
 
     def owned_claims(self, owner_uid: str) -> list[Obj]:
         """The ResourceClaims with an ownerReference to `owner_uid`, in `peek` order."""
@@ -133,6 +139,7 @@ class SimStore(MemoryStore):
 BY_OWNER: Final = "owner"
 _BY_NODE: Final = "node"
 _BY_OBJECT: Final = "involvedObject"
+_UNSCHEDULABLE: Final = "unschedulable"
 
 
 def owner_uids(obj: Obj) -> list[str]:
@@ -142,6 +149,10 @@ def owner_uids(obj: Obj) -> list[str]:
 def _node_name(pod: Obj) -> list[str]:
     node = (pod.get("spec") or {}).get("nodeName")
     return [node] if node else []
+
+
+def _is_unschedulable(pod: Obj) -> list[bool]:
+    return [True] if is_unschedulable(pod) else []
 
 
 def _involved_uid(event: Obj) -> list[str]:

@@ -22,6 +22,8 @@ from gpufleet.store.port import (
     NODE,
     POD,
     POOL_OBSERVATION,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
     Obj,
     Store,
 )
@@ -58,6 +60,14 @@ def pool_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
             histogram=dict(histogram),
         )
     return out
+
+
+def truth_signature(cluster: WorkloadCluster) -> tuple[object, ...]:
+    """What `pool_truth` reads: the cluster's pools and the revisions of the kinds it reads
+    (Nodes, ResourceSlices, ResourceClaims). While they are the same, so is the truth."""
+    store = cluster.store
+    kinds = (NODE, RESOURCE_SLICE, RESOURCE_CLAIM)
+    return (tuple(cluster.pools), *(store.kind_revision(kind) for kind in kinds))
 
 
 def observed_histogram(hub: Store, cluster: str, pool: str) -> dict[int, int] | None:
@@ -109,7 +119,7 @@ class FleetState:
     def __init__(
         self,
         fleet: Fleet,
-        truths: dict[str, tuple[int, dict[str, PoolTruth]]] | None = None,
+        truths: dict[str, tuple[tuple[object, ...], dict[str, PoolTruth]]] | None = None,
         decision: Decision | None = None,
     ) -> None:
         self.fleet = fleet
@@ -122,8 +132,9 @@ class FleetState:
         self._replicas: dict[str, Counter[str]] | None = None
         self._running: Counter[str] | None = None
         self._truth: dict[str, dict[str, PoolTruth]] = {}
-        #: Each cluster's truth by its store's revision, shared by the instants of one run:
-        #: a cluster that did not change since the last sample is not counted again.
+        #: Each cluster's truth by the revisions of what it reads (`truth_signature`), shared
+        #: by the instants of one run: a cluster whose nodes, slices and claims did not change
+        #: since the last sample is not counted again (pods come and go far more often).
         self._truths = truths if truths is not None else {}
 
     @property
@@ -150,8 +161,9 @@ class FleetState:
         if cluster not in self._truth:
             workload = self.fleet.clusters[cluster]
             known = self._truths.get(cluster)
-            if known is None or known[0] != workload.store.revision:
-                known = (workload.store.revision, pool_truth(workload))
+            signature = truth_signature(workload)
+            if known is None or known[0] != signature:
+                known = (signature, pool_truth(workload))
                 self._truths[cluster] = known
             self._truth[cluster] = known[1]
         return self._truth[cluster]
