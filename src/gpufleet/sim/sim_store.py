@@ -38,6 +38,7 @@ class SimStore(MemoryStore):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._published: tuple[int, dict[str, list[dra.PublishedDevice]]] = (-1, {})
+        self._published_keys: tuple[int, dict[str, tuple[dra.DeviceKey, ...]]] = (-1, {})
         self._taken: tuple[int, frozenset[dra.DeviceKey]] = (-1, frozenset())
         # What `taken` keeps: per claim, the devices it holds; per device, how many claims
         # hold it; and how far in the change log it has read.
@@ -103,6 +104,15 @@ class SimStore(MemoryStore):
         if self._published[0] != revision:
             self._published = (revision, dra.published_devices(self.peek(RESOURCE_SLICE)))
         return self._published[1]
+
+    def published_keys(self) -> dict[str, tuple[dra.DeviceKey, ...]]:
+        """Per node, the key of each device `published` on it, in its order (cached per
+        revision of the ResourceSlices, as `published` is)."""
+        revision = self.kind_revision(RESOURCE_SLICE)
+        if self._published_keys[0] != revision:
+            keys = {node: tuple(d.key for d in devs) for node, devs in self.published().items()}
+            self._published_keys = (revision, keys)
+        return self._published_keys[1]
 
     def taken(self) -> frozenset[dra.DeviceKey]:
         """`dra.taken_devices` of every claim, kept up to date from the change log: the

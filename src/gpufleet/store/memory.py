@@ -123,7 +123,9 @@ class _Table:
                 index.add(key, obj)
             return
         self._replaced(key, old, obj)
-        for index in (self.labels, *self.indexes.values()):
+        if old["metadata"].get("labels") is not obj["metadata"].get("labels"):
+            self.labels.replace(key, old, obj)  # (a status write shares the labels)
+        for index in self.indexes.values():
             index.replace(key, old, obj)
 
     def pop(self, key: _ObjKey) -> None:
