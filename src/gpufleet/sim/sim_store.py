@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Final
 
+from gpufleet.core import labels
 from gpufleet.sim import dra
 from gpufleet.sim.objects import ObjKey, is_node_ready, is_unschedulable, key_of
 from gpufleet.store import MemoryStore
@@ -49,6 +50,7 @@ class SimStore(MemoryStore):
         #: with the claims holding it then; `taken` finds them as it reads the change log.
         self.double_held: list[tuple[dra.DeviceKey, tuple[ObjKey, ...]]] = []
         self._ready_nodes: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._nodes_by_pool: tuple[int, dict[str, list[str]]] = (-1, {})
         self._unpublished: tuple[tuple[int, int], list[str]] = ((-1, -1), [])
         self.add_index(POD, BY_OWNER, owner_uids)
         self.add_index(POD, _BY_NODE, _node_name)
@@ -63,6 +65,18 @@ class SimStore(MemoryStore):
             ready = frozenset(n["metadata"]["name"] for n in self.peek(NODE) if is_node_ready(n))
             self._ready_nodes = (revision, ready)
         return self._ready_nodes[1]
+
+    def nodes_by_pool(self) -> dict[str, list[str]]:
+        """The names of the nodes of each pool (label `gpufleet.io/pool`, "" for none), in
+        node order (cached per revision of the Nodes)."""
+        revision = self.kind_revision(NODE)
+        if self._nodes_by_pool[0] != revision:
+            by_pool: dict[str, list[str]] = {}
+            for n in self.peek(NODE):
+                pool = (n["metadata"].get("labels") or {}).get(labels.POOL, "")
+                by_pool.setdefault(pool, []).append(n["metadata"]["name"])
+            self._nodes_by_pool = (revision, by_pool)
+        return self._nodes_by_pool[1]
 
     def unpublished_nodes(self) -> list[str]:
         """The Ready nodes no ResourceSlice names yet, in node order (cached per revision of

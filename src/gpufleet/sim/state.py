@@ -42,13 +42,13 @@ def pool_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
     """Per pool, what the cluster really has: nodes, published devices, taken, histogram."""
     published = cluster.store.published_keys()
     taken = cluster.store.taken()
-    per_pool: dict[str, list[tuple[int, int]]] = {p: [] for p in cluster.pools}
-    for node in cluster.store.view(NODE):
-        pool = (node["metadata"].get("labels") or {}).get(labels.POOL, "")
-        if pool not in per_pool:
-            continue
-        devices = published.get(node["metadata"]["name"], ())
-        per_pool[pool].append((len(devices), sum(map(taken.__contains__, devices))))
+    by_pool = cluster.store.nodes_by_pool()
+    per_pool: dict[str, list[tuple[int, int]]] = {}
+    for pool in cluster.pools:
+        per_pool[pool] = nodes = []
+        for name in by_pool.get(pool, ()):
+            devices = published.get(name, ())
+            nodes.append((len(devices), sum(map(taken.__contains__, devices))))
     out: dict[str, PoolTruth] = {}
     for pool, nodes in per_pool.items():
         histogram: Counter[int] = Counter(total - used for total, used in nodes)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import functools
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -35,6 +36,13 @@ _ObjKey = tuple[str, str]
 
 def format_time(at: datetime) -> str:
     """RFC 3339 in UTC with a `Z`, as the API server writes timestamps."""
+    return _format_time(at)
+
+
+@functools.lru_cache(maxsize=64)
+def _format_time(at: datetime) -> str:
+    # A function of the instant alone (its value: equal datetimes format alike), asked again
+    # and again for the same one (a simulated fleet stamps many writes per instant).
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
