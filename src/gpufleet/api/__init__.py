@@ -36,7 +36,7 @@ from gpufleet.api.models import (
     PoolObservation,
     ReplicaObservation,
 )
-from gpufleet.api.validation import parse_object, validate
+from gpufleet.api.validation import parse_object, parse_status_change, validate
 
 __all__ = [
     "API_VERSION",
@@ -62,6 +62,7 @@ __all__ = [
     "load_manifests",
     "load_yaml_documents",
     "parse_object",
+    "parse_status_change",
     "read_bounded",
     "replica_from_manifest",
     "snapshot_from_manifests",

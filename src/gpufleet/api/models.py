@@ -216,8 +216,15 @@ class AttributeValue(ApiModel):
 
     def check(self, rules: Rules) -> None:
         with rules.reading():  # a broken value is still a value that was set
-            values = (self.string, self.version, self.bool_, self.int_)
-            if sum(value is not None for value in values) != 1:
+            # (Summed by hand: every device of every published pool has its attributes
+            # checked on each status read.)
+            set_values = (
+                (self.string is not None)
+                + (self.version is not None)
+                + (self.bool_ is not None)
+                + (self.int_ is not None)
+            )
+            if set_values != 1:
                 rules.add((), "must set exactly one of string, version, bool, int")
 
 

@@ -8,13 +8,21 @@ the manifest's camelCase names and `[i]` list indices, and whose message states 
 
 `validate(new, old)` is admission for an update: pool names of `old` that `new` keeps are
 exempt from the DNS-label rule, so objects created before the rule still update (ratcheting).
+
+`parse_status_change(last_body, last, body)` is `parse_object(body)` for a new version of an
+object that parsed (`last`, from `last_body`) and differs from it only in `status` and
+`metadata.resourceVersion` (a status write): it validates the metadata and the status alone and
+keeps the rest of `last`. The kinds with a status have no rule that spans the status and the
+rest (their `check` reads the metadata only), so that is the whole object's validation. It
+gives None, and the caller parses the whole body, whenever that does not hold or the parts do
+not validate, so an error reads exactly as `parse_object`'s.
 """
 
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from gpufleet.api.errors import FieldError, ValidationFailed
@@ -25,6 +33,9 @@ from gpufleet.api.models import (
     RULE_ERROR_TYPE,
     ApiObject,
     InferenceCluster,
+    ModelReplica,
+    ObjectMeta,
+    _Object,
 )
 
 SUPPORTED_KINDS: Final = ", ".join(sorted(KINDS))
@@ -185,6 +196,49 @@ def parse_object(
     except ValidationError as error:
         errors = field_errors(error, body)
         raise ValidationFailed(errors, kind=kind, name=name, source=source) from None
+
+
+def parse_status_change(
+    last_body: Mapping[str, Any], last: ApiObject, body: Mapping[str, Any]
+) -> ApiObject | None:
+    """`parse_object(body)` for a status write after `last` (see the module docstring), or
+    None when `body` is not one (or a part fails: parse the whole body then)."""
+    model = type(last)
+    if model not in (InferenceCluster, ModelReplica) or model.check is not _Object.check:
+        return None
+    status, last_status = body.get("status"), last_body.get("status")
+    if not isinstance(status, Mapping) or not isinstance(last_status, Mapping):
+        return None
+    if body.keys() != last_body.keys() or any(
+        k != "status" and k != "metadata" and body[k] != last_body[k] for k in body
+    ):
+        return None
+    meta, last_meta = body.get("metadata"), last_body.get("metadata")
+    if (
+        not isinstance(meta, Mapping)
+        or not isinstance(last_meta, Mapping)
+        or meta.keys() != last_meta.keys()
+        or any(k != "resourceVersion" and meta[k] != last_meta[k] for k in meta)
+    ):
+        return None
+    status_model = model.model_fields["status"].annotation
+    context: dict[str, object] = {LEGACY_POOL_NAMES: frozenset()}
+    try:
+        parsed_meta = ObjectMeta.model_validate(meta, context=context)
+        parsed_status = _status_adapter(status_model).validate_python(status, context=context)
+    except ValidationError:
+        return None
+    return last.model_copy(update={"metadata": parsed_meta, "status": parsed_status})
+
+
+_STATUS_ADAPTERS: dict[object, TypeAdapter[Any]] = {}
+
+
+def _status_adapter(annotation: object) -> TypeAdapter[Any]:
+    adapter = _STATUS_ADAPTERS.get(annotation)
+    if adapter is None:
+        adapter = _STATUS_ADAPTERS[annotation] = TypeAdapter(annotation)
+    return adapter
 
 
 def validate(new: ApiObject | Mapping[str, Any], old: ApiObject | None = None) -> ApiObject:

@@ -11,7 +11,8 @@ Model.
   The step also puts the objects its status patches return in place (`put_written`), so the
   same version arriving later through the feed is no change.
 - Each effective object is parsed once per version into what the step needs of it (`Record`):
-  classes and clusters by (uid, resourceVersion); deployments by (uid, generation) and the
+  classes and clusters by (uid, resourceVersion), where a cluster version that differs from
+  the last read one only in its status validates only that (`parse_status_change`); deployments by (uid, generation) and the
   metadata the check reads (a status write does not check a deployment again); replicas by
   (uid, resourceVersion); observations by (uid, resourceVersion), where a version that differs
   from the last only in `status.observedAt` (a heartbeat) keeps the last report at the new time.
@@ -35,6 +36,7 @@ from gpufleet.api import (
     ValidationFailed,
     deployment_from_manifest,
     parse_object,
+    parse_status_change,
     replica_from_manifest,
     validate,
 )
@@ -262,11 +264,24 @@ class Record:
         return self._parsed
 
 
+def _is_read(record: Record | None) -> bool:
+    """Whether `record` was read (so it holds no older record)."""
+    return record is not None and record._read is None
+
+
 def _read_nothing(obj: ReadObj, last: Record | None) -> object:
     return None
 
 
 def _read_class_or_cluster(obj: ReadObj, last: Record | None) -> object:
+    """`read_object`; a status write after a version that parsed validates only its status
+    and metadata (`parse_status_change`: a cluster's status moves every publish)."""
+    if last is not None:
+        parsed, _ = last.parsed
+        if parsed is not None:
+            kept = parse_status_change(last.obj, parsed, obj)
+            if kept is not None:
+                return kept, ""
     return read_object(obj)
 
 
@@ -422,7 +437,9 @@ class HubIndex:
             is_observation = kind in (POOL_OBSERVATION, REPLICA_OBSERVATION)
             if last is not None and is_observation:
                 last.parsed  # noqa: B018
-            record = Record(obj, signature, read, last if is_observation else None, self._reads)
+            # A cluster's status write reuses the last version's parse, when it was read.
+            is_reused = is_observation or (kind == INFERENCE_CLUSTER and _is_read(last))
+            record = Record(obj, signature, read, last if is_reused else None, self._reads)
         self.records[kind][key] = record
         return record
 

@@ -22,7 +22,7 @@ without a usable observation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -64,15 +64,23 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX
 
 
-def _out_of_range(status: Mapping[str, Any]) -> Implausible | None:
-    values: list[tuple[str, object]] = [("observedNodes", status.get("observedNodes"))]
+def _numbers(status: Mapping[str, Any]) -> Iterator[tuple[str, tuple[object, ...], object]]:
+    """Each number of a report: (path format, its arguments, value), in report order (the
+    path is formatted only for the one refused: a plausible report has none)."""
+    yield "observedNodes", (), status.get("observedNodes")
     for key in ("excludedNodes", "extendedResources"):
-        values += [(f"{key}.{k}", v) for k, v in (status.get(key) or {}).items()]
+        for k, v in (status.get(key) or {}).items():
+            yield "{}.{}", (key, k), v
     for i, bucket in enumerate(status.get("freeDevices") or []):
-        values.append((f"freeDevices[{i}].nodes", bucket.get("nodes")))
-        values += [(f"freeDevices[{i}].free.{d}", v) for d, v in bucket.get("free", {}).items()]
-    for path, value in values:
+        yield "freeDevices[{}].nodes", (i,), bucket.get("nodes")
+        for d, v in bucket.get("free", {}).items():
+            yield "freeDevices[{}].free.{}", (i, d), v
+
+
+def _out_of_range(status: Mapping[str, Any]) -> Implausible | None:
+    for path_format, args, value in _numbers(status):
         if not _is_int(value):
+            path = path_format.format(*args)
             return Implausible(
                 "ValueOutOfRange",
                 {"field": path, "value": str(value)[:40], "max": INT64_MAX},

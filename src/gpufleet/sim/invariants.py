@@ -40,7 +40,7 @@ from gpufleet.sim.objects import is_unschedulable
 from gpufleet.sim.results import CheckFailure
 from gpufleet.sim.scenario_model import Action, ActionKind, Scenario, format_duration
 from gpufleet.sim.state import FleetState
-from gpufleet.store.port import MODEL_REPLICA, POD, Obj
+from gpufleet.store.port import MODEL_REPLICA, Obj
 
 DEVICE_HELD_TWICE: Final = "DeviceHeldTwice"
 HUB_ABOVE_ACTUAL: Final = "HubAboveActual"
@@ -167,11 +167,17 @@ class InvariantWatch:
             for p in state.decision.pools
             if p.accounting is DecisionAccounting.FREE_GPU
         }
-        replicas = {replica_origin_of(r["metadata"]): r for r in self.fleet.hub.view(MODEL_REPLICA)}
+        replicas: dict[tuple[str, str], Obj] | None = None
         out: list[CheckFailure] = []
         for name, cluster in sorted(self.fleet.clusters.items()):
             grace = self.report_lag_s(name) + cluster.behaviour.autoscaler_scan_s
-            for pod in cluster.store.peek(POD):
+            # Only unschedulable pods can break it (indexed: most pods run).
+            for pod in cluster.store.unschedulable_pods():
+                if replicas is None:
+                    replicas = {
+                        replica_origin_of(r["metadata"]): r
+                        for r in self.fleet.hub.view(MODEL_REPLICA)
+                    }
                 meta = pod["metadata"]
                 pod_labels = meta.get("labels") or {}
                 replica = replicas.get((meta["namespace"], pod_labels.get(labels.REPLICA, "")))

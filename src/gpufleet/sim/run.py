@@ -227,7 +227,7 @@ def _run_scenario(
 
     series = Series()
     samples = Samples()
-    truths: dict[str, tuple[int, dict[str, PoolTruth]]] = {}
+    truths: dict[str, tuple[tuple[object, ...], dict[str, PoolTruth]]] = {}
     failures: list[CheckFailure] = []
     names = scenario.deployment_names()
     for at_s in instants:

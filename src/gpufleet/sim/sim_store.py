@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Final
 
+from gpufleet.core import labels
 from gpufleet.sim import dra
-from gpufleet.sim.objects import ObjKey, is_node_ready, key_of
+from gpufleet.sim.objects import ObjKey, is_node_ready, is_unschedulable, key_of
 from gpufleet.store import MemoryStore
 from gpufleet.store.port import (
     EVENT,
@@ -32,12 +33,13 @@ class SimStore(MemoryStore):
     Pods are indexed by owner uid (`owned_pods`), node (`pods_on`), claims by owner uid
     (`owned_claims`), and Events by the uid of their object (`events_of`): the controllers ask
     these on every pass, and a scan of every pod per owner made a pass quadratic in the number
-    of pods. `changes_after` is the change log without copies, which the components' work
+    of pods. Unschedulable pods are indexed too (`unschedulable_pods`). `changes_after` is the change log without copies, which the components' work
     queues and `taken` follow."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._published: tuple[int, dict[str, list[dra.PublishedDevice]]] = (-1, {})
+        self._published_keys: tuple[int, dict[str, tuple[dra.DeviceKey, ...]]] = (-1, {})
         self._taken: tuple[int, frozenset[dra.DeviceKey]] = (-1, frozenset())
         # What `taken` keeps: per claim, the devices it holds; per device, how many claims
         # hold it; and how far in the change log it has read.
@@ -48,11 +50,13 @@ class SimStore(MemoryStore):
         #: with the claims holding it then; `taken` finds them as it reads the change log.
         self.double_held: list[tuple[dra.DeviceKey, tuple[ObjKey, ...]]] = []
         self._ready_nodes: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._nodes_by_pool: tuple[int, dict[str, list[str]]] = (-1, {})
         self._unpublished: tuple[tuple[int, int], list[str]] = ((-1, -1), [])
         self.add_index(POD, BY_OWNER, owner_uids)
         self.add_index(POD, _BY_NODE, _node_name)
         self.add_index(EVENT, _BY_OBJECT, _involved_uid)
         self.add_index(RESOURCE_CLAIM, BY_OWNER, owner_uids)
+        self.add_index(POD, _UNSCHEDULABLE, _is_unschedulable)
 
     def ready_nodes(self) -> frozenset[str]:
         """The names of the Ready nodes (cached per revision of the Nodes)."""
@@ -61,6 +65,18 @@ class SimStore(MemoryStore):
             ready = frozenset(n["metadata"]["name"] for n in self.peek(NODE) if is_node_ready(n))
             self._ready_nodes = (revision, ready)
         return self._ready_nodes[1]
+
+    def nodes_by_pool(self) -> dict[str, list[str]]:
+        """The names of the nodes of each pool (label `gpufleet.io/pool`, "" for none), in
+        node order (cached per revision of the Nodes)."""
+        revision = self.kind_revision(NODE)
+        if self._nodes_by_pool[0] != revision:
+            by_pool: dict[str, list[str]] = {}
+            for n in self.peek(NODE):
+                pool = (n["metadata"].get("labels") or {}).get(labels.POOL, "")
+                by_pool.setdefault(pool, []).append(n["metadata"]["name"])
+            self._nodes_by_pool = (revision, by_pool)
+        return self._nodes_by_pool[1]
 
     def unpublished_nodes(self) -> list[str]:
         """The Ready nodes no ResourceSlice names yet, in node order (cached per revision of
@@ -84,6 +100,11 @@ class SimStore(MemoryStore):
         """The pods bound to `node`, in `peek` order."""
         return self.peek_indexed(POD, _BY_NODE, node)
 
+    def unschedulable_pods(self) -> list[Obj]:
+        """The pods `is_unschedulable` holds for, in `peek` order: what the run's invariants
+        look at every sample, among pods that are almost all running."""
+        return self.peek_indexed(POD, _UNSCHEDULABLE, True)
+
     def owned_claims(self, owner_uid: str) -> list[Obj]:
         """The ResourceClaims with an ownerReference to `owner_uid`, in `peek` order."""
         return self.peek_indexed(RESOURCE_CLAIM, BY_OWNER, owner_uid)
@@ -97,6 +118,15 @@ class SimStore(MemoryStore):
         if self._published[0] != revision:
             self._published = (revision, dra.published_devices(self.peek(RESOURCE_SLICE)))
         return self._published[1]
+
+    def published_keys(self) -> dict[str, tuple[dra.DeviceKey, ...]]:
+        """Per node, the key of each device `published` on it, in its order (cached per
+        revision of the ResourceSlices, as `published` is)."""
+        revision = self.kind_revision(RESOURCE_SLICE)
+        if self._published_keys[0] != revision:
+            keys = {node: tuple(d.key for d in devs) for node, devs in self.published().items()}
+            self._published_keys = (revision, keys)
+        return self._published_keys[1]
 
     def taken(self) -> frozenset[dra.DeviceKey]:
         """`dra.taken_devices` of every claim, kept up to date from the change log: the
@@ -133,6 +163,7 @@ class SimStore(MemoryStore):
 BY_OWNER: Final = "owner"
 _BY_NODE: Final = "node"
 _BY_OBJECT: Final = "involvedObject"
+_UNSCHEDULABLE: Final = "unschedulable"
 
 
 def owner_uids(obj: Obj) -> list[str]:
@@ -142,6 +173,10 @@ def owner_uids(obj: Obj) -> list[str]:
 def _node_name(pod: Obj) -> list[str]:
     node = (pod.get("spec") or {}).get("nodeName")
     return [node] if node else []
+
+
+def _is_unschedulable(pod: Obj) -> list[bool]:
+    return [True] if is_unschedulable(pod) else []
 
 
 def _involved_uid(event: Obj) -> list[str]:

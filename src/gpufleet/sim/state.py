@@ -23,6 +23,8 @@ from gpufleet.store.port import (
     NODE,
     POD,
     POOL_OBSERVATION,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
     Obj,
     Store,
 )
@@ -39,16 +41,15 @@ class PoolTruth:
 
 def pool_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
     """Per pool, what the cluster really has: nodes, published devices, taken, histogram."""
-    published = cluster.store.published()
+    published = cluster.store.published_keys()
     taken = cluster.store.taken()
-    per_pool: dict[str, list[tuple[int, int]]] = {p: [] for p in cluster.pools}
-    for node in cluster.store.peek(NODE):
-        pool = (node["metadata"].get("labels") or {}).get(labels.POOL, "")
-        if pool not in per_pool:
-            continue
-        devices = published.get(node["metadata"]["name"], [])
-        used = sum(1 for d in devices if d.key in taken)
-        per_pool[pool].append((len(devices), used))
+    by_pool = cluster.store.nodes_by_pool()
+    per_pool: dict[str, list[tuple[int, int]]] = {}
+    for pool in cluster.pools:
+        per_pool[pool] = nodes = []
+        for name in by_pool.get(pool, ()):
+            devices = published.get(name, ())
+            nodes.append((len(devices), sum(map(taken.__contains__, devices))))
     out: dict[str, PoolTruth] = {}
     for pool, nodes in per_pool.items():
         histogram: Counter[int] = Counter(total - used for total, used in nodes)
@@ -59,6 +60,14 @@ def pool_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
             histogram=dict(histogram),
         )
     return out
+
+
+def truth_signature(cluster: WorkloadCluster) -> tuple[object, ...]:
+    """What `pool_truth` reads: the cluster's pools and the revisions of the kinds it reads
+    (Nodes, ResourceSlices, ResourceClaims). While they are the same, so is the truth."""
+    store = cluster.store
+    kinds = (NODE, RESOURCE_SLICE, RESOURCE_CLAIM)
+    return (tuple(cluster.pools), *(store.kind_revision(kind) for kind in kinds))
 
 
 def observed_histogram(hub: Store, cluster: str, pool: str) -> dict[int, int] | None:
@@ -110,7 +119,7 @@ class FleetState:
     def __init__(
         self,
         fleet: Fleet,
-        truths: dict[str, tuple[int, dict[str, PoolTruth]]] | None = None,
+        truths: dict[str, tuple[tuple[object, ...], dict[str, PoolTruth]]] | None = None,
         decision: Decision | None = None,
     ) -> None:
         self.fleet = fleet
@@ -123,8 +132,9 @@ class FleetState:
         self._replicas: dict[str, Counter[str]] | None = None
         self._running: Counter[str] | None = None
         self._truth: dict[str, dict[str, PoolTruth]] = {}
-        #: Each cluster's truth by its store's revision, shared by the instants of one run:
-        #: a cluster that did not change since the last sample is not counted again.
+        #: Each cluster's truth by the revisions of what it reads (`truth_signature`), shared
+        #: by the instants of one run: a cluster whose nodes, slices and claims did not change
+        #: since the last sample is not counted again (pods come and go far more often).
         self._truths = truths if truths is not None else {}
 
     @property
@@ -151,8 +161,9 @@ class FleetState:
         if cluster not in self._truth:
             workload = self.fleet.clusters[cluster]
             known = self._truths.get(cluster)
-            if known is None or known[0] != workload.store.revision:
-                known = (workload.store.revision, pool_truth(workload))
+            signature = truth_signature(workload)
+            if known is None or known[0] != signature:
+                known = (signature, pool_truth(workload))
                 self._truths[cluster] = known
             self._truth[cluster] = known[1]
         return self._truth[cluster]

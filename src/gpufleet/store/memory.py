@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import builtins
+import functools
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -35,6 +36,13 @@ _ObjKey = tuple[str, str]
 
 def format_time(at: datetime) -> str:
     """RFC 3339 in UTC with a `Z`, as the API server writes timestamps."""
+    return _format_time(at)
+
+
+@functools.lru_cache(maxsize=64)
+def _format_time(at: datetime) -> str:
+    # A function of the instant alone (its value: equal datetimes format alike), asked again
+    # and again for the same one (a simulated fleet stamps many writes per instant).
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -123,7 +131,9 @@ class _Table:
                 index.add(key, obj)
             return
         self._replaced(key, old, obj)
-        for index in (self.labels, *self.indexes.values()):
+        if old["metadata"].get("labels") is not obj["metadata"].get("labels"):
+            self.labels.replace(key, old, obj)  # (a status write shares the labels)
+        for index in self.indexes.values():
             index.replace(key, old, obj)
 
     def pop(self, key: _ObjKey) -> None:
@@ -236,7 +246,9 @@ class MemoryStore:
     Stored objects are never changed in place: every write stores a new object, which shares
     the subtrees it did not change with the one it replaces (a status patch copies the
     status it changes, not the spec). So no-copy reads (`peek`) stay consistent, and the
-    Store methods copy only at the boundary: what the caller hands in, and what it gets back.
+    Store methods copy only at the boundary: what the caller hands in, and what `get`,
+    `list`, `create` and `update` give back. `view`, `changes` and `patch_status` hand out
+    the stored objects themselves, read-only by the port's contract.
     """
 
     def __init__(
@@ -331,13 +343,14 @@ class MemoryStore:
         wanted = set(kinds) if kinds is not None else None
         if cursor < self._compacted:
             raise Expired(f"changes before {self._compacted} were compacted: list again")
-        start = self._first_after(cursor)
-        picked = [
-            Change(c.cursor, c.type, c.kind, copy_json(c.obj))
-            for c in self._log[start:]
-            if wanted is None or c.kind in wanted
-        ]
-        return picked, self._revision
+        if cursor >= self._revision:
+            return [], self._revision  # most reads: nothing changed since
+        # The stored objects themselves, as `view` hands them out: a change's object must
+        # never be mutated (the port's contract), and a stored object never changes.
+        log = self._log[self._first_after(cursor) :]
+        if wanted is None:
+            return log, self._revision
+        return [c for c in log if c.kind in wanted], self._revision
 
     def changes_after(self, cursor: int) -> builtins.list[Change]:
         """The changes after `cursor`, oldest first, without copies (their objects are stored
