@@ -70,10 +70,11 @@ from gpufleet.agent.model import (
     versions_of,
 )
 from gpufleet.agent.policy import ClusterPolicy
+from gpufleet.agent.steer import Steerer
 from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
 from gpufleet.core import labels
-from gpufleet.core.model import PoolName
+from gpufleet.core.model import PoolName, Steering
 from gpufleet.store.merge import merge_patch
 from gpufleet.store.port import (
     MODEL_REPLICA,
@@ -119,6 +120,9 @@ class AgentConfig:
     observe: ObserveConfig = field(default_factory=ObserveConfig)
     #: What tenant pod templates may do here (docs/agent.md, "Cluster policy").
     policy: ClusterPolicy = field(default_factory=ClusterPolicy)
+    #: Whether claiming pods are steered to the nodes the agent chose (`gpufleet.agent.steer`);
+    #: the same as the InferenceCluster's `spec.steering` (the hub predicts by it).
+    steering: Steering = Steering.PREFERRED
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +187,8 @@ class Agent:
         #: The versions of the ReplicaObservations the last push viewed, and by name.
         self._hub_versions: tuple[list[object] | None, dict[str, object]] = (None, {})
         #: The materialize half of the step.
-        self._workloads = Workloads(local, self._retry, self.config.policy)
+        steerer = Steerer(self.config.steering, self.table.free_devices, self._allocated_pods)
+        self._workloads = Workloads(local, self._retry, self.config.policy, steerer)
         #: Per observation (kind, name), the object as our last write left it, and the status
         #: content (without agent/observedAt) written then. The next write patches it blind,
         #: guarded by its resourceVersion, instead of reading it again.
@@ -505,6 +510,13 @@ class Agent:
     ) -> None:
         """Make the local workloads equal the desired set for `replicas` (`Workloads`)."""
         self._workloads.materialize(replicas, outcome if outcome is not None else StepOutcome())
+
+    def _allocated_pods(self, key: tuple[str, str]) -> int | None:
+        """The replica's pods with allocated claims, as of the table's last snapshot."""
+        observed = self.table.observed_replica(key)
+        if observed is None:
+            return None
+        return sum(m.allocated_pods for p in observed.pools for m in p.members)
 
     def _retry(self, fn: Callable[[], _T]) -> _T:
         attempts = max(1, self.config.max_conflict_retries)

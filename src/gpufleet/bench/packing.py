@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from gpufleet.bench import optimum
 from gpufleet.bench.common import Figure, Section, Table, count, measure, percent, seconds
 from gpufleet.bench.speed import NOW
+from gpufleet.bench.steered import SteeredCluster
 from gpufleet.bench.svg import bar_plot, line_plot
 from gpufleet.core.decision import Placement
 from gpufleet.core.model import (
@@ -73,6 +74,7 @@ from gpufleet.core.model import (
     SchedulingConfig,
     ServingMode,
     Snapshot,
+    Steering,
 )
 from gpufleet.core.schedule import plan
 
@@ -82,7 +84,8 @@ POOL = PoolName("gpus")
 WHOLE_NODE = "whole-node"
 SPREAD = "free-GPU Spread"
 PACK = "free-GPU Pack"
-POLICIES = (WHOLE_NODE, SPREAD, PACK)
+STEERED = "free-GPU steered, Spread cluster"
+POLICIES = (WHOLE_NODE, SPREAD, PACK, STEERED)
 STATIC_LOAD = 1.25
 DYNAMIC_LOAD = 1.1
 
@@ -208,9 +211,15 @@ class PoolModel:
     live: dict[int, tuple[Placement, list[tuple[int, int]], int]] = field(default_factory=dict)
     allocated: int = 0
     calls: int = 0
+    #: The steered cluster's ground truth (STEERED only; then `free` is its list).
+    cluster: SteeredCluster | None = None
 
     def __post_init__(self) -> None:
-        self.free = [self.gpus_per_node] * self.nodes
+        if self.policy == STEERED:
+            self.cluster = SteeredCluster(self.nodes, self.gpus_per_node, pool=POOL, driver=GPU)
+            self.free = self.cluster.free
+        else:
+            self.free = [self.gpus_per_node] * self.nodes
 
     def _pool(self) -> Pool:
         device = Device("gpu", GPU, ClaimMode.DRA, "gpu.nvidia.com", self.gpus_per_node)
@@ -236,6 +245,7 @@ class PoolModel:
             gateway_address="10.0.0.1",
             pools=(self._pool(),),
             agent_observed_at=None if is_whole else NOW,
+            steering=Steering.PREFERRED if self.cluster is not None else Steering.OFF,
         )
         choice = NodeChoice.PACK if self.policy == PACK else NodeChoice.SPREAD
         snapshot = Snapshot(
@@ -249,7 +259,12 @@ class PoolModel:
         if not created:
             return False
         pods: list[tuple[int, int]] = []
-        if not is_whole:
+        if self.cluster is not None:
+            bound = self.cluster.bind(created[0], arrival.index)
+            if bound is None:
+                return False
+            pods = bound
+        elif not is_whole:
             trace = result.traces[(CLUSTER, POOL)]
             used: dict[tuple[str, int], set[int]] = {}
             for a in trace.assignments:
@@ -269,8 +284,11 @@ class PoolModel:
         if found is None:
             return
         _, pods, gpus = found
-        for node, taken in pods:
-            self.free[node] += taken
+        if self.cluster is not None:
+            self.cluster.release(pods, index)
+        else:
+            for node, taken in pods:
+                self.free[node] += taken
         self.allocated -= gpus
 
 

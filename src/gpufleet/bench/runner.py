@@ -227,7 +227,15 @@ def targets(sections: Sequence[Section]) -> Table:
     b5 = by_key.get("B5", {})
     for key, share in sorted(b5.items()):
         if key.endswith("/share"):
-            predicted, cluster, _ = key.split("/")
+            *steering, predicted, cluster, _ = key.split("/")
+            if steering:  # steering on: at or under 1% in every cell (issue 14)
+                row(
+                    f"B5 replicas Pending > 60 s, {steering[0]}, cluster {cluster}",
+                    "<= 1%",
+                    percent(share),
+                    share <= 0.01,
+                )
+                continue
             row(
                 f"B5 replicas Pending > 60 s, predict {predicted}, cluster {cluster}",
                 "(measured)",

@@ -61,6 +61,7 @@ from gpufleet.cli.controller import (
     leader_config,
 )
 from gpufleet.core import labels
+from gpufleet.core.model import Steering
 from gpufleet.kube import logs
 from gpufleet.kube.daemon import (
     DaemonLoop,
@@ -305,6 +306,15 @@ def command(
             "only, every namespace but kube-* and gpufleet-system.",
         ),
     ] = None,
+    steering: Annotated[
+        Steering,
+        typer.Option(
+            "--steering",
+            help="Steer claiming pods to the nodes the agent chose by best fit: Preferred "
+            "(node affinity weight 100), Required, or Off. Set it as the InferenceCluster's "
+            "spec.steering (the hub predicts by that).",
+        ),
+    ] = Steering.PREFERRED,
     log_format: LogFormatOption = LogFormat.JSON,
     log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
@@ -343,6 +353,7 @@ def command(
             heartbeat_interval_s=heartbeat_interval,
             min_push_interval_s=min_push_interval,
             policy=policy,
+            steering=steering,
         ),
     )
     log.info(
