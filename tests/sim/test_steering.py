@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim_builders import pool
+from sim_builders import cluster, fleet, model_replica, pool
 
 from gpufleet.agent.materialize import materialize
+from gpufleet.agent.steer import STEERED_NODES
 from gpufleet.core.model import Steering
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
 from gpufleet.sim.engine import EventLoop
 from gpufleet.sim.objects import is_unschedulable
 from gpufleet.sim.run import run_scenario
 from gpufleet.sim.scenario import builtin_text, parse_scenario_text
-from gpufleet.store.port import POD, Obj
+from gpufleet.store.port import DEPLOYMENT, POD, Obj
 
 QUICK = ClusterBehaviour(
     is_autoscaling=False,
@@ -160,3 +161,25 @@ def test_mixed_churn_needs_steering() -> None:
     big = next(d for d in off.deployments if d.name.endswith("/big"))
     assert big.running == 0
     assert off.failures
+
+
+def test_a_restarted_agent_keeps_the_steering_of_running_pods() -> None:
+    """A new agent chooses afresh, but a Deployment equal but for its steering is left alone:
+    its running pods are not rolled to move them."""
+    f, w = fleet(cluster("a", pool(nodes=2, gpus=4)))
+    w.create(model_replica(gpus=2, copies=1))
+    f.run_for(20)
+    store = f.clusters["a"].store
+    (before,) = store.list(DEPLOYMENT, "ml")
+    (pod,) = store.list(POD, "ml")
+    steered = before["spec"]["template"]["metadata"]["annotations"][STEERED_NODES]
+    assert pod["spec"]["nodeName"] == steered
+    # The steered node fills up (its own pod holds the rest): a fresh best fit, which counts
+    # the running pod's devices as taken, would choose the other node.
+    f.clusters["a"].add_foreign_claim(steered, count=2)
+    f.crash_agent("a")
+    f.restart_agent("a")
+    f.run_for(20)
+    (after,) = store.list(DEPLOYMENT, "ml")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert [p["metadata"]["uid"] for p in store.list(POD, "ml")] == [pod["metadata"]["uid"]]
