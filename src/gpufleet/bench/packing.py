@@ -21,6 +21,12 @@ real `plan(snapshot, now, record=True)` against a snapshot holding only that dep
 - *whole-node*: the pool has no observation and the snapshot carries every live replica
   (converted from the decision's placements), so the core charges one node per claiming pod
   (Modelplane HEAD). Where its pods land does not matter to its decisions.
+- *free-GPU steered, Spread cluster* (issue 14): the cluster's agent steers (the hub predicts
+  Pack), and the ground truth is not the prediction: the agent's real `Steerer` chooses each
+  claiming pod's node by best fit from the ground truth and writes preferred node affinity,
+  and the emulated default-profile kube-scheduler (`gpufleet.sim.kube_scoring`) binds each pod
+  in creation order (`gpufleet.bench.steered`). A placed replica with a pod no node takes is
+  released and counted as refused (the note says how many).
 
 **Static instances** (no departures): arrivals totalling 1.25x the pool's GPUs are offered in
 order. "At first refusal" is the GPUs allocated when the first replica is refused; "all
@@ -39,6 +45,7 @@ pool's GPUs; a refused arrival is lost. Reported: the time-weighted average of G
 
 from __future__ import annotations
 
+import collections
 import functools
 import random
 from collections.abc import Sequence
@@ -315,6 +322,8 @@ class StaticResult:
     policy: str
     at_first_refusal: int
     all_offered: int
+    #: Replicas the hub placed whose pods the steered cluster did not all bind.
+    stranded: int = 0
 
 
 def replay_static(policy: str, trace: Sequence[Arrival], nodes: int, g: int) -> StaticResult:
@@ -323,7 +332,10 @@ def replay_static(policy: str, trace: Sequence[Arrival], nodes: int, g: int) -> 
     for arrival in trace:
         if not model.offer(arrival) and first is None:
             first = model.allocated
-    return StaticResult(policy, model.allocated if first is None else first, model.allocated)
+    stranded = model.cluster.stranded if model.cluster is not None else 0
+    return StaticResult(
+        policy, model.allocated if first is None else first, model.allocated, stranded
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +346,7 @@ class DynamicResult:
     calls: int
     #: (time, GPUs allocated) after each event.
     series: tuple[tuple[float, int], ...]
+    stranded: int = 0
 
 
 def replay_dynamic(policy: str, trace: Sequence[Arrival], nodes: int, g: int) -> DynamicResult:
@@ -370,6 +383,7 @@ def replay_dynamic(policy: str, trace: Sequence[Arrival], nodes: int, g: int) ->
         refused / offered if offered else 0.0,
         model.calls,
         tuple(series),
+        model.cluster.stranded if model.cluster is not None else 0,
     )
 
 
@@ -438,6 +452,8 @@ def run(quick: bool = False, with_optimum: bool | None = None) -> Section:
     dynamic_series: dict[str, list[tuple[float, float]]] = {}
     notes: list[str] = []
     groups: list[str] = []
+    #: Placed replicas the steered cluster did not bind (only STEERED can have any).
+    stranded: dict[str, int] = collections.defaultdict(int)
     for g in (8, 4):
         capacity = sizes.nodes * g
         label = f"{sizes.nodes} x {g}-GPU"
@@ -491,6 +507,7 @@ def run(quick: bool = False, with_optimum: bool | None = None) -> Section:
             )
             numbers[f"static/{g}/{policy}/first"] = first
             numbers[f"static/{g}/{policy}/all"] = every
+            stranded[f"{label}, static"] += sum(r.stranded for r in results)
         if opt_first is not None and opt_all is not None:
             proven = all(o.is_proven for o in optima)
             static_rows.append(
@@ -529,8 +546,15 @@ def run(quick: bool = False, with_optimum: bool | None = None) -> Section:
                 )
             )
             numbers[f"dynamic/{g}/{policy}/average"] = d.average_allocated
+            numbers[f"dynamic/{g}/{policy}/share"] = d.average_allocated / capacity
+            stranded[f"{label}, dynamic"] += d.stranded
             if g == 8:
                 dynamic_series[policy] = _thin(d.series, 400)
+    notes.append(
+        f"{STEERED}: placed replicas the cluster did not bind (counted as refused): "
+        + "; ".join(f"{k}: {v}" for k, v in stranded.items())
+        + "."
+    )
     if not solve:
         notes.append(
             "Optimum column skipped: highspy is not installed (pip install highspy==1.15.1)."
