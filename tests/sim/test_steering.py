@@ -183,3 +183,31 @@ def test_a_restarted_agent_keeps_the_steering_of_running_pods() -> None:
     (after,) = store.list(DEPLOYMENT, "ml")
     assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
     assert [p["metadata"]["uid"] for p in store.list(POD, "ml")] == [pod["metadata"]["uid"]]
+
+
+def test_required_to_a_full_node_does_not_make_the_autoscaler_add_one() -> None:
+    """A new node has a new hostname, so a pod required onto the chosen (full) node cannot use
+    it: no scale-up (as cluster-autoscaler's simulation finds); a preferred one gets a node."""
+    counts: dict[Steering, tuple[int, bool]] = {}
+    for mode in (Steering.REQUIRED, Steering.PREFERRED):
+        loop = EventLoop(seed=1)
+        behaviour = ClusterBehaviour(
+            pod_start_delay_s=1.0,
+            dra_publish_delay_s=1.0,
+            autoscaler_scan_s=5.0,
+            scale_up_delay_s=10.0,
+        )
+        c = WorkloadCluster(
+            ClusterSpec("a", (pool(nodes=1, gpus=4, max_nodes=3),), behaviour), loop
+        )
+        c.start()
+        loop.run_for(3)
+        c.add_foreign_claim("l4-0", count=4)
+        objs = materialize(
+            replica([member("Standalone", 4)]), None, {("main", "Standalone"): ("l4-0",)}, mode
+        )
+        create(c, objs)
+        loop.run_for(60)
+        (pod,) = pods(c)
+        counts[mode] = (len(c.nodes("l4")), bool(pod["spec"].get("nodeName")))
+    assert counts == {Steering.REQUIRED: (1, False), Steering.PREFERRED: (2, True)}
