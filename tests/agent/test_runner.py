@@ -190,7 +190,7 @@ def _status(
         status["lastAllocationTime"] = last
     status["excludedNodes"] = dict(excluded or {})
     status["extendedResources"] = {}
-    status["agent"] = {"identity": "agent-1", "leaseEpoch": 1}
+    status["agent"] = {"identity": "agent-1", "leaseEpoch": 1, "leaseUID": "standalone"}
     status["observedAt"] = "2026-11-29T10:00:00Z"
     return status
 
@@ -456,7 +456,7 @@ def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_woul
                 )
                 for o in on_hub
             } == {
-                name: (spec, {**status, "agent": {"identity": "agent-1", "leaseEpoch": 1}})
+                name: (spec, {**status, "agent": _AGENT_1})
                 for name, (spec, status) in report.replicas.items()
             }
             out.append((is_pushed, on_hub))
@@ -993,6 +993,8 @@ def test_unreachable_hub_changes_nothing_and_push_is_retried() -> None:
 
 
 # --- merge patches ----------------------------------------------------------------------
+
+_AGENT_1 = {"identity": "agent-1", "leaseEpoch": 1, "leaseUID": "standalone"}
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from gpufleet.agent.steer import (
     keep_steering,
     steer_template,
     steered_nodes,
+    steering_of,
     unsteer_template,
 )
 from gpufleet.core.model import Steering
@@ -209,3 +210,17 @@ def test_a_workload_equal_but_for_its_steering_keeps_it() -> None:
     assert keep_steering(want, current) == current
     unsteered = next(o for o in materialize(r) if o["kind"] == "Deployment")
     assert keep_steering(want, unsteered) == unsteered
+
+
+@pytest.mark.parametrize(
+    ("cluster", "want"),
+    [
+        (None, Steering.REQUIRED),  # no InferenceCluster: the agent's own setting
+        ({"spec": {"nodePools": []}}, Steering.PREFERRED),  # absent: the API's default
+        ({"spec": {"steering": "Off"}}, Steering.OFF),
+        ({"spec": {"steering": False}}, Steering.REQUIRED),  # not a mode
+        ({"spec": "nonsense"}, Steering.REQUIRED),
+    ],
+)
+def test_the_agent_follows_its_inference_cluster(cluster: Any, want: Steering) -> None:
+    assert steering_of(cluster, Steering.REQUIRED) is want

@@ -1,6 +1,7 @@
 """The free-device table against its specification: after any sequence of deltas (objects added,
-changed and deleted in any order, the feed restarted), `FreeDeviceTable.snapshot` gives exactly
-what the pure `observe` gives on the same objects, with the clock the last snapshot returned."""
+changed and deleted in any order, the feed restarted, the hub's declared pools changed),
+`FreeDeviceTable.snapshot` gives exactly what the pure `observe` gives on the same objects, with
+the clock the last snapshot returned."""
 
 from __future__ import annotations
 
@@ -48,17 +49,30 @@ def _key(obj: Mapping[str, Any]) -> tuple[Kind, str, str]:
     return kind_of(obj), meta.get("namespace") or "", meta["name"]
 
 
-def _objects(held: Mapping[tuple[Kind, str, str], Obj]) -> ClusterObjects:
+#: Pools the hub may declare: some that nodes and replicas name, some that nothing else names
+#: (observed at zero nodes).
+_DECLARABLE = ("a", "b", "c", "empty", "zero")
+
+
+def _declared(at: int) -> frozenset[str]:
+    """The `at`-th subset of `_DECLARABLE` (by bits)."""
+    return frozenset(p for i, p in enumerate(_DECLARABLE) if at >> i & 1)
+
+
+def _objects(
+    held: Mapping[tuple[Kind, str, str], Obj], declared: frozenset[str] = frozenset()
+) -> ClusterObjects:
     by_kind: dict[Kind, list[Obj]] = {kind: [] for kind in _KINDS.values()}
     for (kind, _, _), obj in held.items():
         by_kind[kind].append(obj)
-    return ClusterObjects(*(tuple(by_kind[k]) for k in _KINDS.values()))
+    return ClusterObjects(*(tuple(by_kind[k]) for k in _KINDS.values()), declared_pools=declared)
 
 
 @st.composite
 def histories(draw: st.DrawFn) -> tuple[list[Obj], list[tuple[str, int, bool]]]:
     """Objects of two generated clusters (so keys recur with other content), and a sequence of
-    operations on them: put (add or change), delete, restart (relist), snapshot."""
+    operations on them: put (add or change), delete, restart (relist), declare (the hub's
+    declared pools become a subset of `_DECLARABLE`), snapshot."""
     objects: list[Obj] = []
     for cluster, _ in (draw(clusters()), draw(clusters())):
         for field in _KINDS:
@@ -69,7 +83,7 @@ def histories(draw: st.DrawFn) -> tuple[list[Obj], list[tuple[str, int, bool]]]:
     unreadable["status"]["allocation"]["devices"]["results"] = "unreadable"
     objects += [unreadable, claim("c2", [("n9", "gpu-0")], node_selector="n2")]
     ops = st.tuples(
-        st.sampled_from(["put", "put", "put", "delete", "restart", "snapshot"]),
+        st.sampled_from(["put", "put", "put", "delete", "restart", "declare", "snapshot"]),
         st.integers(0, max(0, len(objects) - 1)),
         st.booleans(),
     )
@@ -81,11 +95,13 @@ def _check(
     held: Mapping[tuple[Kind, str, str], Obj],
     clock: AllocationClock,
     step: int,
+    declared: frozenset[str] = frozenset(),
 ) -> AllocationClock:
     now = T0 + timedelta(minutes=step // 2)  # two snapshots at one instant now and then
-    objects = _objects(held)
+    objects = _objects(held, declared)
     want = observe(objects, clock, CONFIG, now)
-    got = table.snapshot(list(objects.replicas), now)
+    got = table.snapshot(list(objects.replicas), now, declared)
+    assert {p.name for p in got.result.pools} >= declared
     assert got.result.pools == want[0].pools, (got.result.pools, want[0].pools)
     assert got.result.nodes == want[0].nodes
     assert (got.result, got.clock) == want
@@ -103,11 +119,15 @@ def test_the_table_gives_what_observe_gives_after_any_deltas(
     clock = AllocationClock()
     changes: list[Change] = []
     version = 0
+    declared: frozenset[str] = frozenset()
     for step, (op, at, flag) in enumerate(ops):
         if op == "snapshot":
             table.apply(changes)
             changes = []
-            clock = _check(table, held, clock, step)
+            clock = _check(table, held, clock, step, declared)
+            continue
+        if op == "declare":
+            declared = _declared(at)
             continue
         if op == "restart":
             # The feed expired: what was not read yet is lost, and the table relists.
@@ -134,7 +154,7 @@ def test_the_table_gives_what_observe_gives_after_any_deltas(
         if key[0] in TABLE_KINDS:
             changes.append(Change(version, kind, key[0], obj))
     table.apply(changes)
-    _check(table, held, clock, len(ops))
+    _check(table, held, clock, len(ops), declared)
 
 
 @settings(max_examples=100, deadline=None)
@@ -149,11 +169,15 @@ def test_the_table_fed_by_a_store_gives_what_observe_gives(
     table = FreeDeviceTable(CONFIG)
     feed = ClusterFeed(store, table)
     clock = AllocationClock()
+    declared: frozenset[str] = frozenset()
     for step, (op, at, _) in enumerate(ops):
         if op == "snapshot":
             feed.sync()
             held = {_key(o): o for kind in _KINDS.values() for o in store.list(kind)}
-            clock = _check(table, held, clock, step)
+            clock = _check(table, held, clock, step, declared)
+            continue
+        if op == "declare":
+            declared = _declared(at)
             continue
         if op == "restart":
             store.compact(store.revision)
@@ -176,7 +200,7 @@ def test_the_table_fed_by_a_store_gives_what_observe_gives(
                 store.patch_status(kind, name, ns or None, obj["status"])
     feed.sync()
     held = {_key(o): o for kind in _KINDS.values() for o in store.list(kind)}
-    _check(table, held, clock, len(ops))
+    _check(table, held, clock, len(ops), declared)
     assert feed.relists >= 1
 
 
@@ -269,3 +293,30 @@ def test_a_feed_that_refuses_a_cursor_beyond_its_newest_still_relists() -> None:
     assert table.snapshot([], T0).result.pools[0].free_devices == (
         Bucket({DriverName("gpu.nvidia.com"): 3}, 1),
     )
+
+
+def test_declared_pools_are_observed_at_zero_nodes() -> None:
+    """Issue 14, section 3: every pool the hub declares is reported, with zero nodes and an
+    empty histogram when the agent sees none of its nodes; a pool no longer declared (and
+    named by nothing else) is not."""
+    table = FreeDeviceTable(CONFIG)
+    objs = [node("n1", "a"), rslice("n1", 4)]
+    table.apply(Change(i, ChangeType.ADDED, kind_of(o), o) for i, o in enumerate(objs))
+    first = table.snapshot([], T0, frozenset({"a", "zero"}))
+    assert [(p.name, p.observed_nodes, p.free_devices) for p in first.result.pools] == [
+        ("a", 1, (Bucket({DriverName("gpu.nvidia.com"): 4}, 1),)),
+        ("zero", 0, ()),
+    ]
+    assert first.result.pools[1].to_status()["freeDevices"] == []
+    want, _ = observe(
+        _objects({_key(o): o for o in objs}, frozenset({"a", "zero"})),
+        AllocationClock(),
+        CONFIG,
+        T0,
+    )
+    assert first.result == want
+    # The same declaration again: a quiet snapshot; another one: rebuilt.
+    quiet = table.snapshot([], T0, frozenset({"a", "zero"}))
+    assert quiet.result is first.result
+    moved = table.snapshot([], T0, frozenset({"a"}))
+    assert [p.name for p in moved.result.pools] == ["a"]

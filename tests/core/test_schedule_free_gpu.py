@@ -45,10 +45,16 @@ def l4(
     return cluster(name).pool("l4", nodes=size, gpus=4, observation=obs)
 
 
-def h100(buckets: Mapping[int, int], *, nodes: int | None = None, **kw: object) -> ClusterBuilder:
+def h100(
+    buckets: Mapping[int, int],
+    *,
+    nodes: int | None = None,
+    max_nodes: int | None = None,
+    **kw: object,
+) -> ClusterBuilder:
     obs = observed(buckets, **kw)  # type: ignore[arg-type]
     size = nodes if nodes is not None else obs.observed_nodes
-    return cluster("a").pool("l4", nodes=size, gpus=8, observation=obs)
+    return cluster("a").pool("l4", nodes=size, gpus=8, max_nodes=max_nodes, observation=obs)
 
 
 def histogram(decision: Decision, cluster_name: str = "a", pool: str = "l4") -> dict[int, int]:
@@ -287,17 +293,43 @@ CASES = [
     ),
     Case(
         "64-growth-nodes-usable",
-        [h100({0: 1}, nodes=3)],
+        [h100({0: 1}, nodes=1, max_nodes=3)],
         [X.engine(gpus=8).replicas(3)],
         {"ml/x": Outcome(created=created(2))},
         free={0: 3},
     ),
     Case(
         "64-growth-clamped-at-zero",
-        [h100({8: 2}, nodes=1)],
+        [h100({8: 2}, nodes=1, max_nodes=1)],
         [X.engine(gpus=8).replicas(3)],
         {"ml/x": Outcome(created=created(2))},
         free={0: 2},
+    ),
+    Case(
+        # Issue 14, section 4: a fixed pool declared at 3 nodes whose agent reports 1 (two
+        # removed) has that one node, not two empty nodes of growth.
+        "fixed-pool-missing-nodes-are-not-growth",
+        [h100({0: 1}, nodes=3)],
+        [X.engine(gpus=8).replicas(3)],
+        {"ml/x": Outcome(condition=(FALSE, "InsufficientGPU"))},
+        free={0: 1},
+        check=_reason(ReasonCode.INSUFFICIENT_GPU, best_node_free=0, free_devices=0, nodes=1),
+    ),
+    Case(
+        # Issue 14, section 3: an autoscaled pool at zero nodes is all growth.
+        "zero-node-autoscaled-pool-grows-from-zero",
+        [h100({}, nodes=0, max_nodes=2, observed_nodes=0)],
+        [X.engine(gpus=8).replicas(3)],
+        {"ml/x": Outcome(created=created(2))},
+        free={0: 2},
+    ),
+    Case(
+        "zero-node-fixed-pool-has-nothing",
+        [h100({}, nodes=0, observed_nodes=0)],
+        [X.engine(gpus=8)],
+        {"ml/x": Outcome(condition=(FALSE, "InsufficientGPU"))},
+        free={},
+        check=_reason(ReasonCode.INSUFFICIENT_GPU, best_node_free=0, free_devices=0, nodes=0),
     ),
     Case(
         "65-too-many-buckets-falls-back",

@@ -362,7 +362,14 @@ def test_agent_reports_controller_places_agent_materializes(fleet: Fleet) -> Non
     start_reporting(fleet)
     observation = fleet.pool_observation()
     assert observation is not None
-    assert observation["status"]["agent"] == {"identity": "agent-a", "leaseEpoch": 0}
+    lease = fleet.workload.get(LEASE, AGENT_LEASE.lease_name, LEASE_NS)
+    assert lease is not None
+    # The Lease's uid is the incarnation the reports are fenced by (issue 17, point 2).
+    assert observation["status"]["agent"] == {
+        "identity": "agent-a",
+        "leaseEpoch": 0,
+        "leaseUID": lease["metadata"]["uid"],
+    }
     assert observation["status"]["observedNodes"] == 2
 
     create(fleet.hub, model_deployment(replicas=1))
@@ -476,6 +483,8 @@ def test_standby_takes_over_when_the_lease_lapses_and_an_old_epoch_is_rejected(
     lease = fleet.workload.get(LEASE, AGENT_LEASE.lease_name, LEASE_NS)
     assert lease is not None
     assert (lease["spec"]["holderIdentity"], lease["spec"]["leaseTransitions"]) == ("agent-b", 1)
+    # The next leader of the same Lease: the same incarnation, the next epoch.
+    assert fleet.pool_observation()["status"]["agent"]["leaseUID"] == lease["metadata"]["uid"]  # type: ignore[index]
 
     def accepted_epoch() -> int | None:
         cluster = fleet.hub.get(INFERENCE_CLUSTER, CLUSTER) or {}

@@ -5,7 +5,8 @@ that starts every step with a fresh index, so that every key is dirty, ends with
 stores, the same log, the same refusals and the same errors.
 
 Only what a controller must remember to be correct survives a step in the forgetful one: its
-assume ledger, the lease epochs it accepted and which events it already recorded.
+assume ledger, the lease epochs it accepted, when it received each report version (reports
+age from their receipt, docs/controller.md) and which events it already recorded.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from gpufleet.sim.run import build_fleet, timeline_runner
 from gpufleet.sim.scenario import Scenario, builtin_names, load_scenario
 
 #: The state a controller needs to be correct, which the forgetful one keeps.
-_REMEMBERED = {"hub", "config", "identity", "timer", "ledger", "recorder", "epochs"}
+_REMEMBERED = {"hub", "config", "identity", "timer", "ledger", "recorder", "epochs", "receipts"}
 
 
 class ForgetfulController(Controller):

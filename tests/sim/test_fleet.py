@@ -360,10 +360,22 @@ def test_stockout_and_max_are_recorded_as_events() -> None:
 def test_agent_restart_bumps_the_lease_epoch() -> None:
     f, _ = fleet()
     f.run_for(5)
+    lease = pool_status(f)["agent"]["leaseUID"]
     f.crash_agent("a")
     f.restart_agent("a")
     f.run_for(5)
-    assert pool_status(f)["agent"] == {"identity": "agent-a-2", "leaseEpoch": 2}
+    assert pool_status(f)["agent"] == {"identity": "agent-a-2", "leaseEpoch": 2, "leaseUID": lease}
+
+
+def test_a_reinstalled_agent_reports_a_new_lease_incarnation_at_epoch_0() -> None:
+    f, _ = fleet()
+    f.run_for(5)
+    old = pool_status(f)["agent"]["leaseUID"]
+    f.restart_agent("a", new_lease=True)  # a running agent: crashed first
+    f.run_for(5)
+    agent = pool_status(f)["agent"]
+    assert (agent["identity"], agent["leaseEpoch"]) == ("agent-a-0", 0)
+    assert agent["leaseUID"] != old and len(agent["leaseUID"]) == 36
 
 
 @pytest.mark.parametrize("for_cluster", ["a", "b"])

@@ -19,7 +19,7 @@ from gpufleet.sim.engine import EventLoop
 from gpufleet.sim.objects import is_unschedulable
 from gpufleet.sim.run import run_scenario
 from gpufleet.sim.scenario import builtin_text, parse_scenario_text
-from gpufleet.store.port import DEPLOYMENT, POD, Obj
+from gpufleet.store.port import DEPLOYMENT, INFERENCE_CLUSTER, POD, Obj
 
 QUICK = ClusterBehaviour(
     is_autoscaling=False,
@@ -211,3 +211,22 @@ def test_required_to_a_full_node_does_not_make_the_autoscaler_add_one() -> None:
         (pod,) = pods(c)
         counts[mode] = (len(c.nodes("l4")), bool(pod["spec"].get("nodeName")))
     assert counts == {Steering.REQUIRED: (1, False), Steering.PREFERRED: (2, True)}
+
+
+def test_the_agent_steers_as_its_inference_cluster_says() -> None:
+    """The agent's setting is the fallback: once it reads its InferenceCluster (with the
+    declared pools, once per heartbeat), that cluster's `spec.steering` is followed."""
+    annotated = []
+    for steering in ("Preferred", "Off"):
+        f, w = fleet(cluster("a", pool(nodes=2, gpus=4)))
+        obj = f.hub.get(INFERENCE_CLUSTER, "a")
+        assert obj is not None and obj["spec"]["steering"] == "Preferred"
+        obj["spec"]["steering"] = steering
+        f.hub.update(obj)
+        f.run_for(40)  # past a heartbeat: the agent has read it
+        w.create(model_replica(gpus=2))
+        f.run_for(20)
+        (workload,) = f.clusters["a"].store.list(DEPLOYMENT, "ml")
+        annotations = workload["spec"]["template"]["metadata"].get("annotations") or {}
+        annotated.append(STEERED_NODES in annotations)
+    assert annotated == [True, False]

@@ -57,6 +57,9 @@ class ClusterObjects:
     claims: tuple[RawObject, ...] = ()
     pods: tuple[RawObject, ...] = ()
     replicas: tuple[RawObject, ...] = ()
+    #: The pools the hub declares for the cluster (`reads.declared_pools`): each is observed,
+    #: at zero nodes when none of its nodes is seen.
+    declared_pools: frozenset[str] = frozenset()
 
 
 def _default_tolerations() -> tuple[Toleration, ...]:

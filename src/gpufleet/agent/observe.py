@@ -10,7 +10,10 @@ from the changes of the objects, and a property test holds the two equal.
 What is modelled
 ----------------
 - **Pools** are the distinct values of the pool label (`gpufleet.io/pool`) over Nodes, plus every
-  pool a fleet ModelReplica pins a member to (a pool with no nodes yet is observed as empty).
+  pool a fleet ModelReplica pins a member to, plus every pool the hub declares for the cluster
+  (`ClusterObjects.declared_pools`, its InferenceCluster's `spec.nodePools`). A pool with no
+  nodes is observed as empty: zero nodes, an empty histogram. So a cluster whose pools are all
+  at zero nodes still reports each of them, and the hub counts an autoscaled one's growth.
 - **Published devices.** A device is identified by (driver, DRA pool, device name), as in
   `resource.k8s.io/v1`. Only the newest `spec.pool.generation` of each (driver, DRA pool) counts,
   and only once all `spec.pool.resourceSliceCount` slices of that generation are present. A DRA
@@ -387,7 +390,7 @@ def observe(
     states = {s.name: s for s in node_states(nodes.infos, nodes.infos, inv, claims)}
     observed_pools: list[ObservedPool] = []
     observed_nodes: list[ObservedNode] = []
-    for pool in sorted(nodes.pools | replica_pools):
+    for pool in sorted(nodes.pools | replica_pools | objects.declared_pools):
         names = members.get(pool, [])
         observed, pool_nodes = observe_pool(
             pool,

@@ -44,10 +44,36 @@ from gpufleet.core.model import (
     TolerationOperator,
 )
 
+#: The most pools the agent takes from its InferenceCluster (the API allows 8 nodePools).
+MAX_DECLARED_POOLS = 8
+#: The longest pool name the agent takes from it (the API allows 40 characters).
+MAX_DECLARED_POOL_CHARS = 63
+
 #: (driver, DRA pool, device name): a published device.
 DevKey = tuple[str, str, str]
 #: (driver, DRA pool).
 DraKey = tuple[str, str]
+
+
+# --- declared pools ---------------------------------------------------------------------
+
+
+def declared_pools(cluster: RawObject | None) -> frozenset[str]:
+    """The pool names the hub declares for this cluster: its InferenceCluster's
+    `spec.nodePools[].name` (none when there is no InferenceCluster).
+
+    The agent reports every one of them, observed at zero nodes when it sees none, so that a
+    cluster whose pools are all at zero nodes reports (and becomes Ready) and its autoscaled
+    pools count their growth (issue 14, section 3). The object is read as untrusted: entries
+    that are not mappings, names that are not non-empty strings of at most
+    `MAX_DECLARED_POOL_CHARS`, and entries past the first `MAX_DECLARED_POOLS` are left out
+    (a pool left out is observed only when nodes or a replica name it, as before).
+    """
+    if cluster is None:
+        return frozenset()
+    pools = as_list(as_map(as_map(cluster).get("spec")).get("nodePools"))
+    names = (as_str(as_map(p).get("name")) for p in pools[:MAX_DECLARED_POOLS])
+    return frozenset(n for n in names if 0 < len(n) <= MAX_DECLARED_POOL_CHARS)
 
 
 # --- nodes ------------------------------------------------------------------------------

@@ -4,10 +4,14 @@ A step has two halves, both through the `Store` port only:
 
 1. **Observe and report.** List the cluster's Nodes, ResourceSlices, ResourceClaims and Pods
    and the ModelReplicas assigned to the cluster on the hub (label `gpufleet.io/cluster`, all
-   namespaces); run the pure observe core (`gpufleet.agent.observe`) with the allocation clock
-   the Agent keeps between steps; write one PoolObservation per pool and one ReplicaObservation
-   per replica to the hub namespace `gpufleet-cluster-<cluster>`, stamped with
-   `status.agent: {identity, leaseEpoch}` and `status.observedAt`. Observations of replicas
+   namespaces), and the cluster's own InferenceCluster on the hub for the pools it declares
+   (at most once per heartbeat interval; each is reported, at zero nodes when the agent sees
+   none: a cluster whose pools are all at zero nodes still reports, and its autoscaled pools
+   can grow from zero); run the pure observe core (`gpufleet.agent.observe`) with the
+   allocation clock the Agent keeps between steps; write one PoolObservation per pool and one
+   ReplicaObservation per replica to the hub namespace `gpufleet-cluster-<cluster>`, stamped with
+   `status.agent: {identity, leaseEpoch,
+   leaseUID}` and `status.observedAt`. Observations of replicas
    that are gone are deleted. A pool with a PoolObservation on the hub that the agent no longer
    sees (its nodes all gone, no replica pins it) is reported empty (no nodes, so the hub counts
    only growth) rather than left stale: a stale report of free devices errs toward "free".
@@ -70,13 +74,16 @@ from gpufleet.agent.model import (
     versions_of,
 )
 from gpufleet.agent.policy import ClusterPolicy
-from gpufleet.agent.steer import Steerer
+from gpufleet.agent.reads import declared_pools
+from gpufleet.agent.steer import Steerer, steering_of
 from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
+from gpufleet.api.models import STANDALONE_LEASE
 from gpufleet.core import labels
 from gpufleet.core.model import PoolName, Steering
 from gpufleet.store.merge import merge_patch
 from gpufleet.store.port import (
+    INFERENCE_CLUSTER,
     MODEL_REPLICA,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
@@ -120,8 +127,9 @@ class AgentConfig:
     observe: ObserveConfig = field(default_factory=ObserveConfig)
     #: What tenant pod templates may do here (docs/agent.md, "Cluster policy").
     policy: ClusterPolicy = field(default_factory=ClusterPolicy)
-    #: Whether claiming pods are steered to the nodes the agent chose (`gpufleet.agent.steer`);
-    #: the same as the InferenceCluster's `spec.steering` (the hub predicts by it).
+    #: Whether claiming pods are steered to the nodes the agent chose (`gpufleet.agent.steer`)
+    #: while the agent has not read its InferenceCluster; once read, its `spec.steering` (what
+    #: the hub predicts by) is followed.
     steering: Steering = Steering.PREFERRED
 
 
@@ -155,6 +163,7 @@ class Agent:
         config: AgentConfig | None = None,
         identity: str = "agent",
         lease_epoch: int = 1,
+        lease_uid: str = STANDALONE_LEASE,
     ) -> None:
         self.cluster_name = cluster_name
         self.local = local
@@ -162,6 +171,8 @@ class Agent:
         self.config = config or AgentConfig()
         self.identity = identity
         self.lease_epoch = lease_epoch
+        #: The incarnation of the Lease the epoch counts in (its uid; `standalone` without one).
+        self.lease_uid = lease_uid
         self.clock = AllocationClock()
         self.namespace = observation_namespace(cluster_name)
         self._policy_gate = PolicyGate(self.config.policy)
@@ -187,8 +198,10 @@ class Agent:
         #: The versions of the ReplicaObservations the last push viewed, and by name.
         self._hub_versions: tuple[list[object] | None, dict[str, object]] = (None, {})
         #: The materialize half of the step.
-        steerer = Steerer(self.config.steering, self.table.free_devices, self._allocated_pods)
-        self._workloads = Workloads(local, self._retry, self.config.policy, steerer)
+        #: Chooses the nodes of new replicas' claiming pods; its mode follows the
+        #: InferenceCluster's `spec.steering` (read with the declared pools).
+        self._steerer = Steerer(self.config.steering, self.table.free_devices, self._allocated_pods)
+        self._workloads = Workloads(local, self._retry, self.config.policy, self._steerer)
         #: Per observation (kind, name), the object as our last write left it, and the status
         #: content (without agent/observedAt) written then. The next write patches it blind,
         #: guarded by its resourceVersion, instead of reading it again.
@@ -199,6 +212,10 @@ class Agent:
         #: and deleted none. An observation of the same entry found at the same version on
         #: the hub has nothing to write (`_write_replica_observations`).
         self._replicas_left: _ReplicasLeft | None = None
+        #: The pools the hub declared for this cluster when last read (`read_declared_pools`),
+        #: and when that read succeeded (None: never).
+        self._declared_pools: frozenset[str] = frozenset()
+        self._declared_read_at: datetime | None = None
 
     # --- the step -------------------------------------------------------------------------
 
@@ -229,10 +246,36 @@ class Agent:
             return list(found)  # compared in C: almost always, none is being deleted
         return [r for r in found if not r["metadata"].get("deletionTimestamp")]
 
+    def read_declared_pools(self, now: datetime | None = None) -> frozenset[str]:
+        """The pools the hub declares for this cluster (its InferenceCluster's `nodePools`;
+        none when it has no InferenceCluster), or those last read when the hub cannot be read
+        (a partition must not look like "every pool was removed").
+
+        With `now`, the hub is asked at most once per heartbeat interval (one GET; pools are
+        declared rarely, and a newly declared pool has no nodes yet, so reporting it up to a
+        heartbeat later only delays its growth by as much)."""
+        last = self._declared_read_at
+        if (
+            now is not None
+            and last is not None
+            and last <= now
+            and (now - last).total_seconds() < self.config.heartbeat_interval_s
+        ):
+            return self._declared_pools
+        try:
+            found = self.hub.get(INFERENCE_CLUSTER, self.cluster_name)
+        except StoreError as e:
+            log.debug("get InferenceCluster %s: %s", self.cluster_name, e)
+            return self._declared_pools
+        self._declared_pools = declared_pools(found)
+        self._steerer.mode = steering_of(found, self.config.steering)
+        self._declared_read_at = now if now is not None else last
+        return self._declared_pools
+
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
         self._feed.sync()
-        snapshot = self.table.snapshot(replicas, now)
+        snapshot = self.table.snapshot(replicas, now, self.read_declared_pools(now))
         self.clock = snapshot.clock
         # The policy's refusals are said on the observations; a replica whose verdict moved is
         # reported again even when the table's observation of it did not change.
@@ -328,7 +371,11 @@ class Agent:
         if not self.is_push_due(report, now):
             return False
         stamp = {
-            "agent": {"identity": self.identity, "leaseEpoch": self.lease_epoch},
+            "agent": {
+                "identity": self.identity,
+                "leaseEpoch": self.lease_epoch,
+                "leaseUID": self.lease_uid,
+            },
             "observedAt": format_time(report.observed_at),
         }
         is_complete = True

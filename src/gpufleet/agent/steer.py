@@ -270,6 +270,18 @@ class Steerer:
         return free
 
 
+def steering_of(cluster: Mapping[str, Any] | None, default: Steering) -> Steering:
+    """The InferenceCluster's `spec.steering` (read as untrusted: absent is the API's default,
+    Preferred; a value that is not a mode is `default`); `default` when there is none."""
+    if not isinstance(cluster, Mapping):
+        return default
+    spec = cluster.get("spec")
+    value = spec.get("steering", Steering.PREFERRED.value) if isinstance(spec, Mapping) else None
+    if not isinstance(value, str) or value not in {s.value for s in Steering}:
+        return default
+    return Steering(value)
+
+
 def _key(replica: Mapping[str, Any]) -> tuple[str, str]:
     meta = replica.get("metadata") or {}
     return (str(meta.get("namespace", "")), str(meta.get("name", "")))

@@ -14,11 +14,13 @@ the same shape for the agent's observation:
   times, and the drivers bad claims leave with nothing free; the DRA inventory (`Inventory`,
   one `DraPool` per (driver, DRA pool)) holds what its slices publish. An entry's `generation`
   moves whenever any of that changes (and so whenever a DRA pool naming it changes).
-- **Snapshot.** `snapshot(replicas, now)` applies the pending versions in dependency order (Nodes,
-  then slices, then the claims a changed DRA pool or their own change touches, then pods, then
-  the replicas, diffed by resourceVersion), and rebuilds only what moved: the pools of the nodes
-  whose generation moved (or whose problems changed), and the replicas whose read, pods or the
-  allocation times of their pods' claims changed. Everything else is the last snapshot's.
+- **Snapshot.** `snapshot(replicas, now, declared_pools)` applies the pending versions in
+  dependency order (Nodes, then slices, then the claims a changed DRA pool or their own change
+  touches, then pods, then the replicas, diffed by resourceVersion), and rebuilds only what
+  moved: the pools of the nodes whose generation moved (or whose problems changed), pools that
+  came (a node, a replica or the hub's declaration names them: one with no nodes is observed
+  empty), and the replicas whose read, pods or the allocation times of their pods' claims
+  changed. Everything else is the last snapshot's.
 
 Each piece is computed by the very functions `observe` uses (`gpufleet.agent.reads`), and
 `observe` stays the specification: `tests/agent/test_table_properties.py` checks that after any
@@ -180,6 +182,8 @@ class FreeDeviceTable:
         self._replicas: dict[_Key, tuple[object, Replica]] = {}
         self._replica_pools: frozenset[str] = frozenset()
         self._dirty_replicas: set[_Key] = set()
+        #: The pools the hub declares for the cluster, as the last snapshot took them.
+        self._declared_pools: frozenset[str] = frozenset()
         # What the last snapshot gave.
         self._now: datetime | None = None
         self._problems: dict[str | None, tuple[Problem, ...]] = {}
@@ -227,9 +231,15 @@ class FreeDeviceTable:
 
     # --- the snapshot ---------------------------------------------------------------------
 
-    def snapshot(self, replicas: Sequence[RawObject], now: datetime) -> TableSnapshot:
-        """The observation of the objects the table holds and `replicas` at `now` (what
-        `observe` gives for them with the clock the last snapshot returned)."""
+    def snapshot(
+        self,
+        replicas: Sequence[RawObject],
+        now: datetime,
+        declared_pools: frozenset[str] = frozenset(),
+    ) -> TableSnapshot:
+        """The observation of the objects the table holds, `replicas` and the pools the hub
+        declares at `now` (what `observe` gives for them with the clock the last snapshot
+        returned)."""
         self._prev_clock = self._clock_out.first_seen
         self._apply_nodes()
         self._apply_slices()
@@ -238,6 +248,8 @@ class FreeDeviceTable:
             self._retime(self._uidless, now)
         self._apply_pods()
         is_replicas_moved = self._apply_replicas(replicas)
+        is_declared_moved = declared_pools != self._declared_pools
+        self._declared_pools = frozenset(declared_pools)
         self._now = now
         last = self._last
         if (
@@ -246,6 +258,7 @@ class FreeDeviceTable:
             and not self._is_found_moved
             and not self._is_membership_moved
             and not is_replicas_moved
+            and not is_declared_moved
             and not self._dirty_replicas
             and not self._times_moved
         ):
@@ -599,7 +612,7 @@ class FreeDeviceTable:
 
     def _update_snapshot(self) -> TableSnapshot:
         problems = self._collect_problems()
-        pools = self._members.keys() | self._replica_pools
+        pools = self._members.keys() | self._replica_pools | self._declared_pools
         rebuilt = self._moved_pools(problems, pools)
         gone = self._pools.keys() - pools
         for pool in gone:

@@ -71,6 +71,14 @@ MAX_REPLICAS: Final = 1000
 CEL_MAX_CHARS: Final = 10 * 1024
 #: Kubernetes integers are int64.
 INT64_MAX: Final = 2**63 - 1
+#: A Lease's `leaseTransitions` is an int32: the highest lease epoch a report may claim.
+LEASE_EPOCH_MAX: Final = 2**31 - 1
+#: A Lease incarnation: a metadata.uid (a UUID) or `standalone`; at most 64 characters.
+LEASE_UID_MAX_CHARS: Final = 64
+LEASE_UID: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+#: The Lease incarnation an agent without leader election reports (`--no-leader-elect`).
+STANDALONE_LEASE: Final = "standalone"
+AGENT_IDENTITY_MAX_CHARS: Final = 253
 
 __all__ = ["RULE_ERROR_TYPE"]
 
@@ -401,10 +409,17 @@ class Gateway(ApiModel):
 class AgentStatus(ApiModel):
     """The agent that reported."""
 
-    identity: Name
+    identity: Annotated[Name, Field(max_length=AGENT_IDENTITY_MAX_CHARS)]
     """The identity of the agent that reported."""
-    lease_epoch: NonNegativeInt
-    """The agent's Lease transitions when it reported (fences stale leaders)."""
+    lease_epoch: Annotated[StrictInt, Field(ge=0, le=LEASE_EPOCH_MAX)]
+    """The agent's Lease transitions when it reported (fences stale leaders). A Lease's
+    `leaseTransitions` is an int32: at most 2147483647."""
+    lease_uid: (
+        Annotated[StrictStr, Field(min_length=1, max_length=LEASE_UID_MAX_CHARS, pattern=LEASE_UID)]
+        | None
+    ) = Field(default=None, alias="leaseUID")
+    """The uid of the agent's Lease (its incarnation; `standalone` without leader election).
+    Reports are fenced per incarnation: a recreated Lease is a new one."""
     observed_at: AwareDatetime | None = None
     """When the agent last reported."""
 

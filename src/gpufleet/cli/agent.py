@@ -12,7 +12,9 @@ It composes the generic daemon pieces of `gpufleet.kube` with the `Agent`:
 - the cluster's policy for tenant pod templates from `--policy FILE` (YAML; default: the secure
   default of `gpufleet.agent.policy`), read and checked before anything connects;
 - leader election on a Lease in the *local* cluster: each term gets a fresh `Agent` stamping
-  the term's epoch (`leaseTransitions`) on its reports, so the hub can reject an older leader;
+  the term's epoch (`leaseTransitions`) and the Lease's uid (its incarnation) on its reports,
+  so the hub can reject an older leader and let a recreated Lease take over once the old one
+  is silent; with `--no-leader-elect` the incarnation is `standalone` at epoch 0;
 - a step on every change (debounced), again after the Agent's minimum push interval when a
   change was not pushed yet, and at least every heartbeat interval (the Agent pushes a
   heartbeat when one is due); health and metrics endpoints; JSON logs; SIGTERM releases the
@@ -37,6 +39,7 @@ from prometheus_client import CollectorRegistry
 from gpufleet.agent.materialize import OWNED_SELECTOR
 from gpufleet.agent.policy import ClusterPolicy, PolicyInvalid, parse_policy
 from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, observation_namespace
+from gpufleet.api.models import STANDALONE_LEASE
 from gpufleet.api.names import is_dns_label
 from gpufleet.cli.controller import (
     DebounceOption,
@@ -179,6 +182,7 @@ class AgentDaemon:
                 max_wait_s=loop_config.max_wait_s,
             )
         elector = LeaderElector(local, identity, leader, clock) if leader is not None else None
+        self._elector = elector
         self.loop = DaemonLoop(
             component="agent",
             watches=watches,
@@ -188,6 +192,15 @@ class AgentDaemon:
             elector=elector,
             metrics=self.metrics.loop,
         )
+
+    def _lease_uid(self) -> str:
+        """The incarnation the term's reports are fenced by: its Lease's uid, or
+        `standalone` without leader election (one fixed incarnation, so a restarted
+        standalone agent is accepted at once)."""
+        elector = self._elector
+        if elector is None:
+            return STANDALONE_LEASE
+        return elector.lease_uid or STANDALONE_LEASE
 
     def _start(self, epoch: int | None) -> Reconcile:
         # A new term is a new Agent: it pushes at once under the new epoch, and its allocation
@@ -199,6 +212,7 @@ class AgentDaemon:
             self.config,
             identity=self.identity,
             lease_epoch=epoch if epoch is not None else 0,
+            lease_uid=self._lease_uid(),
         )
         self.agent = agent
         min_push = timedelta(seconds=self.config.min_push_interval_s)
@@ -311,8 +325,8 @@ def command(
         typer.Option(
             "--steering",
             help="Steer claiming pods to the nodes the agent chose by best fit: Preferred "
-            "(node affinity weight 100), Required, or Off. Set it as the InferenceCluster's "
-            "spec.steering (the hub predicts by that).",
+            "(node affinity weight 100), Required, or Off; only until the agent has read its "
+            "InferenceCluster, whose spec.steering it then follows.",
         ),
     ] = Steering.PREFERRED,
     log_format: LogFormatOption = LogFormat.JSON,

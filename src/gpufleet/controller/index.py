@@ -188,7 +188,14 @@ def read_observation(obj: ReadObj, last: tuple[ReadObj, Observation] | None) -> 
         if at is not None:
             was = last[1].report
             report = AgentReport(
-                was.kind, was.name, was.namespace, was.identity, was.lease_epoch, at, obj
+                was.kind,
+                was.name,
+                was.namespace,
+                was.identity,
+                was.lease_epoch,
+                at,
+                obj,
+                was.lease_uid,
             )
             return Observation(cluster, report, "", replica)
     try:
@@ -433,6 +440,48 @@ class HubIndex:
             self.put(kind, key, obj)
             return True
         return False
+
+
+class Receipts:
+    """When the controller first saw each observation version (uid, resourceVersion), by its
+    own clock: the `now` of the step whose change feed (or listing) showed it. A report's age
+    is judged from the earlier of its stamp and its receipt (`AgentReport.aged_from`), so an
+    agent whose clock runs ahead cannot stay Fresh past `stale_after_s` of silence.
+
+    Kept by the controller across relistings (a version it saw keeps its receipt); a new
+    controller process starts empty, so a report it lists first is received at that listing:
+    its age is then judged from its stamp, or from the listing when the stamp is later (at most
+    `max_clock_skew_s` later: a later one is not accepted). One entry per observation present.
+    """
+
+    def __init__(self) -> None:
+        self._at: dict[tuple[str, str, str], tuple[tuple[object, ...], datetime]] = {}
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def receive(
+        self, kind: Kind, key: Key, record: Record | None, now: datetime
+    ) -> Observation | None:
+        """What was read of the observation at `key` (None: it is gone), its report stamped
+        with when this version was first received."""
+        at = (kind.kind, *key)
+        read: Observation | None = record.parsed if record is not None else None
+        if record is None or read is None or read.report is None:
+            self._at.pop(at, None)
+            return read
+        version = _version_signature(record.obj)
+        seen = self._at.get(at)
+        if seen is None or seen[0] != version:
+            seen = self._at[at] = (version, now)
+        return dataclasses.replace(read, report=read.report.received(seen[1]))
+
+    def keep(self, kind: Kind, keys: Iterable[Key]) -> None:
+        """Forget the receipts of `kind` but those of `keys` (after a listing: the ones that
+        went while the controller was not watching)."""
+        present = {(kind.kind, *key) for key in keys}
+        for at in [at for at in self._at if at[0] == kind.kind and at not in present]:
+            del self._at[at]
 
 
 def fresh_view(store: Store) -> dict[Kind, dict[Key, ReadObj]]:

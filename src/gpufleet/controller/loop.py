@@ -61,10 +61,11 @@ from gpufleet.controller.events import (
     EventType,
     Recorder,
 )
+from gpufleet.controller.fence import Fence, known_fence, rejection, remember
 from gpufleet.controller.index import (
     HubIndex,
     Key,
-    Observation,
+    Receipts,
     is_deleting,
     key_of,
     name_of,
@@ -84,7 +85,6 @@ from gpufleet.controller.status import (
     implausible_pools,
     is_pods_scheduled,
     is_refresh_due,
-    known_epoch,
     next_state_change,
     parse_time,
     replica_status,
@@ -205,7 +205,7 @@ def _reported(cluster: Cluster, trust: Trust | None) -> Cluster:
 def _standing(trust: Trust) -> tuple[object, ...]:
     """What of a Trust a replica's status reads besides its own report."""
     future = tuple((r.kind, r.name) for r in trust.future)
-    return (trust.epoch, trust.rejected, future)
+    return (trust.fence, trust.rejected, future)
 
 
 @dataclass(slots=True)
@@ -259,8 +259,11 @@ class Controller(HubWriter):
         self.timer = timer
         self.ledger = AssumeLedger(self.config.assume_ttl_s)
         self.recorder = Recorder()
-        #: The highest lease epoch accepted per cluster (also persisted in its status).
-        self.epochs: dict[str, int] = {}
+        #: The fence (Lease incarnation, highest epoch accepted) per cluster, and when it was
+        #: last heard (also persisted in its status).
+        self.epochs: dict[str, tuple[Fence, datetime | None]] = {}
+        #: When each observation version was first seen (index.py): reports age from it.
+        self.receipts = Receipts()
         #: What the core derives from deployments and replicas, kept across steps.
         self.schedule_memo = ScheduleMemo()
         #: Steps that found nothing to schedule (metrics, tests).
@@ -316,7 +319,7 @@ class Controller(HubWriter):
         result = StepResult(now)
         self.ledger.expire(now)
         try:
-            self._sync()
+            self._sync(now)
         except StoreError as e:
             self._reset()  # list again next step
             self._error(result, f"read: {e}")
@@ -335,7 +338,7 @@ class Controller(HubWriter):
             self._everything_dirty()  # a failed write is retried from scratch
         return result
 
-    def _sync(self) -> None:
+    def _sync(self, now: datetime) -> None:
         """Read the change feed and mark what the changed keys make dirty."""
         index = self.index
         for kind, key in self._unstored:
@@ -379,9 +382,10 @@ class Controller(HubWriter):
             self._track(MODEL_REPLICA, key)
         for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION):
             records = index.records[kind]
+            if is_first:
+                self.receipts.keep(kind, records)
             for key in moved[kind]:
-                record = records.get(key)
-                read: Observation | None = record.parsed if record is not None else None
+                read = self.receipts.receive(kind, key, records.get(key), now)
                 clusters, replicas = self.reports.put(kind.kind, key, read)
                 dirty.clusters |= clusters
                 dirty.trusts |= clusters
@@ -454,24 +458,28 @@ class Controller(HubWriter):
             self._error(result, error)
         judged, self._dirty.trusts = self._dirty.trusts, set()
         # Which reports are in the future moves with the clock: judge those clusters again.
-        judged |= {name for name, trust in self.trusts.items() if trust.future}
-        horizon = now + timedelta(seconds=self.config.max_clock_skew_s)
+        # (So does whether a contested fence's incarnation has been silent long enough.)
+        judged |= {
+            name for name, trust in self.trusts.items() if trust.future or trust.is_contested
+        }
         for cluster in sorted(judged):
             record = records.get(("", cluster))
             if record is None:
                 self.trusts.pop(cluster, None)
                 self._rejecting.discard(cluster)
                 continue
-            self._judge_cluster(cluster, record.obj, horizon)
+            self._judge_cluster(cluster, record.obj, now)
         self._report_future(now, result)
         alive: set[tuple[str, ...]] = set()
         for cluster in sorted(self._rejecting):
             trust = self.trusts[cluster]
             for report in trust.rejected:
+                assert trust.fence is not None
+                reason, why = rejection(report, trust.fence, self.config.expire_after_s)
                 message = (
                     f"{report.kind} {report.namespace}/{report.name} from agent "
-                    f"{report.identity} with lease epoch {report.lease_epoch} ignored: cluster "
-                    f"{cluster}'s agent holds lease epoch {trust.epoch}"
+                    f"{report.identity} with lease epoch {report.lease_epoch} ignored "
+                    f"({reason}): {why}"
                 )
                 result.rejected_reports.append(message)
                 subject = ("stale", cluster, report.kind, report.name)
@@ -497,10 +505,12 @@ class Controller(HubWriter):
             self._record_once(subject, event, now, result)
         self._forget("future", alive)
 
-    def _judge_cluster(self, cluster: str, obj: ReadObj, horizon: datetime) -> None:
-        remembered = (known_epoch(obj), self.epochs.get(cluster))
-        epochs = [e for e in remembered if e is not None]
-        trust = self.reports.judge(cluster, max(epochs, default=None), horizon)
+    def _judge_cluster(self, cluster: str, obj: ReadObj, now: datetime) -> None:
+        known, heard = known_fence(obj, self.epochs.get(cluster))
+        horizon = now + timedelta(seconds=self.config.max_clock_skew_s)
+        trust = self.reports.judge(
+            cluster, known, horizon, now=now, heard_at=heard, silence_s=self.config.expire_after_s
+        )
         last = self.trusts.get(cluster)
         if last is not trust:
             self._dirty.clusters.add(cluster)
@@ -509,8 +519,8 @@ class Controller(HubWriter):
             if last is not None and _standing(last) != _standing(trust):
                 self._replicas_on(cluster)
         self.trusts[cluster] = trust
-        if trust.epoch is not None:
-            self.epochs[cluster] = trust.epoch
+        if trust.fence is not None:
+            self.epochs[cluster] = remember(known, heard, trust.fence, trust.heard_at)
         if trust.rejected:
             self._rejecting.add(cluster)
         else:

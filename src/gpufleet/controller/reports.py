@@ -23,6 +23,7 @@ from collections.abc import Container
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from gpufleet.controller.fence import Fence, is_fenced
 from gpufleet.controller.index import Key, Observation
 from gpufleet.controller.status import AgentReport, Trust, judge
 
@@ -40,11 +41,11 @@ class _Cluster:
     """One cluster's parsed reports by (kind, name), and its last judgement."""
 
     reports: dict[tuple[str, str], AgentReport] = field(default_factory=dict)
-    #: The Trust, and the known epoch it was judged with; None when reports came or went,
-    #: or changed epoch, since.
-    judged: tuple[Trust, int | None] | None = None
-    #: Whether reports were replaced since the judgement (by ones of the same kind, name and
-    #: lease epoch: a heartbeat or new content).
+    #: The Trust, and the known fence it was judged with; None when reports came or went,
+    #: or changed epoch or incarnation, since.
+    judged: tuple[Trust, Fence | None] | None = None
+    #: Whether reports were replaced since the judgement (by ones of the same kind, name,
+    #: lease incarnation and epoch: a heartbeat or new content).
     is_replaced: bool = False
     #: The reports' keys in (kind, name) order; None when one came or went since.
     order: list[tuple[str, str]] | None = None
@@ -59,6 +60,7 @@ def _is_replacement(old: Observation, new: Observation) -> bool:
         and old.cluster == new.cluster
         and old.replica == new.replica
         and old.report.lease_epoch == new.report.lease_epoch
+        and old.report.lease_uid == new.report.lease_uid
         and not old.error
         and not new.error
     )
@@ -140,24 +142,45 @@ class FleetReports:
         if new.replica is not None:
             self._replicas[(new.cluster, *new.replica)][key[1]] = new.report
 
-    def judge(self, cluster: str, known: int | None, horizon: datetime | None = None) -> Trust:
+    def judge(
+        self,
+        cluster: str,
+        known: Fence | None,
+        horizon: datetime | None = None,
+        *,
+        now: datetime | None = None,
+        heard_at: datetime | None = None,
+        silence_s: float | None = None,
+    ) -> Trust:
         """The cluster's Trust (`status.judge` of its reports), judged again only when its
         reports or `known` changed since the last call.
 
         Reports only replaced since a judgement that accepted them all (each by one of the
-        same kind, name and lease epoch) are accepted all again at the same epoch, in the
-        same (kind, name) order: `judge` would find the same epochs.
+        same kind, name, lease incarnation and epoch) are accepted all again under the same
+        fence, in the same (kind, name) order: `judge` would find the same fence.
 
         With `horizon` (now plus the clock-skew tolerance), a cluster with a report stamped
         after it, or whose last judgement set one aside, is judged again in full (`judge`):
-        which reports are in the future moves with the clock."""
+        which reports are in the future moves with the clock. So is one whose fence was
+        contested (another incarnation waits for the fenced one's silence, at `now`): the
+        fenced incarnation last heard at `heard_at` or later, silent after `silence_s`."""
         entry = self._clusters.setdefault(cluster, _Cluster())
         last = entry.judged
-        if horizon is not None and (
-            (last is not None and last[0].future)
-            or (entry.reports and max(map(_AT, entry.reports.values())) > horizon)
+        if (last is not None and last[0].is_contested) or (
+            horizon is not None
+            and (
+                (last is not None and last[0].future)
+                or (entry.reports and max(map(_AT, entry.reports.values())) > horizon)
+            )
         ):
-            trust = judge(entry.reports.values(), known, horizon)
+            trust = judge(
+                entry.reports.values(),
+                known,
+                horizon,
+                now=now,
+                heard_at=heard_at,
+                silence_s=silence_s,
+            )
             entry.judged, entry.is_replaced = (trust, known), False
             return trust
         if last is not None and last[1] == known:
@@ -166,10 +189,13 @@ class FleetReports:
             if not last[0].rejected and len(last[0].accepted) == len(entry.reports):
                 if entry.order is None:
                     entry.order = sorted(entry.reports)
-                trust = Trust(last[0].epoch, tuple(map(entry.reports.__getitem__, entry.order)), ())
+                accepted = tuple(map(entry.reports.__getitem__, entry.order))
+                trust = Trust(last[0].epoch, accepted, (), (), last[0].uid)
                 entry.judged, entry.is_replaced = (trust, known), False
                 return trust
-        trust = judge(entry.reports.values(), known)
+        trust = judge(
+            entry.reports.values(), known, now=now, heard_at=heard_at, silence_s=silence_s
+        )
         entry.judged, entry.is_replaced = (trust, known), False
         return trust
 
@@ -181,13 +207,13 @@ class FleetReports:
         named = self._replicas.get((cluster, namespace, name))
         if trust is None or not named or trust.epoch is None:
             return None, False
-        epoch = trust.epoch
+        fence = trust.fence
         future = {r.name for r in trust.future if r.kind == "ReplicaObservation"}
         report: AgentReport | None = None
         is_rejected = False
         for obs_name in sorted(named):
             found = named[obs_name]
-            if found.lease_epoch < epoch or obs_name in future:
+            if not is_fenced(found, fence) or obs_name in future:
                 is_rejected = True
             elif report is None:
                 report = found

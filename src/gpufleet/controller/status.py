@@ -2,12 +2,15 @@
 
 Pure functions of (stored objects, reports, now, config); the loop reads and writes.
 
-Trust. Every observation carries `status.agent: {identity, leaseEpoch}`. Per cluster the
-controller keeps the highest lease epoch it has accepted (persisted in the cluster's
-`status.agent.leaseEpoch`, so a restarted controller keeps it). A report of a lower epoch comes
-from an agent that no longer holds the cluster's Lease: it is *ignored* (what was published
-from earlier accepted reports stays, ageing toward Expired) and named in `rejected`, for an
-event. A report of a higher epoch is accepted and its epoch becomes the cluster's.
+Trust. Every observation carries `status.agent: {identity, leaseEpoch, leaseUID}`. Per
+cluster the controller keeps a fence (fence.py): the Lease incarnation (`leaseUID`) and the
+highest lease epoch it has accepted of it (persisted in the cluster's `status.agent`, so a
+restarted controller keeps it). A report of a lower epoch of that incarnation comes from an
+agent that no longer holds the cluster's Lease; one of another incarnation is ignored until
+the fenced one has been silent for `expire_after_s`, then takes over. An ignored report
+changes nothing (what was published from earlier accepted reports stays, ageing toward
+Expired) and is named in `rejected`, for an event. A report of a higher epoch of the fenced
+incarnation is accepted and its epoch becomes the cluster's.
 A report stamped more than `max_clock_skew_s` ahead of the controller's clock is set aside
 first (`Trust.future`): it counts for no epoch and is not accepted (fails closed). An accepted
 pool report whose numbers cannot be true of its pool and class (`plausible`) publishes its
@@ -23,6 +26,7 @@ change.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +39,7 @@ from gpufleet.api import parse_object
 from gpufleet.api.models import PoolObservation, ReplicaObservation
 from gpufleet.controller.conditions import Obj, ReadObj, condition, find_condition, set_condition
 from gpufleet.controller.config import ControllerConfig
+from gpufleet.controller.fence import Fence, choose_fence, is_fenced
 from gpufleet.controller.plausible import IMPLAUSIBLE_REPORT, check_pool_report, pool_ceiling
 from gpufleet.core.capacity import as_utc
 from gpufleet.store import copy_json, copy_obj, format_time
@@ -95,8 +100,28 @@ class AgentReport:
     namespace: str
     identity: str
     lease_epoch: int
+    #: The report's own stamp (`status.observedAt`, the agent's clock).
     observed_at: datetime
     body: ReadObj
+    #: The agent's Lease incarnation (`status.agent.leaseUID`; "" when the agent sent none).
+    lease_uid: str = ""
+    #: When the controller first saw this version of the report, by its own clock (None:
+    #: not known; the stamp alone then ages it).
+    received_at: datetime | None = None
+    #: What the report's age is judged from: the earlier of its stamp and its receipt. A
+    #: report cannot be newer than its receipt, whatever the agent's clock says.
+    aged_from: datetime = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        received, stamped = self.received_at, self.observed_at
+        aged = received if received is not None and received < stamped else stamped
+        object.__setattr__(self, "aged_from", aged)
+
+    def received(self, at: datetime) -> AgentReport:
+        """This report, received at `at` (its age judged from at most then)."""
+        if at == self.received_at:
+            return self
+        return dataclasses.replace(self, received_at=at)
 
 
 def parse_report(obj: ReadObj) -> AgentReport | None:
@@ -119,6 +144,7 @@ def parse_report(obj: ReadObj) -> AgentReport | None:
         # a step (`Trust`, `freshness`), and times that share a tzinfo do so in C.
         observed_at=as_utc(parsed.status.observed_at),
         body=obj,
+        lease_uid=parsed.status.agent.lease_uid or "",
     )
 
 
@@ -129,24 +155,38 @@ class Trust:
     #: The cluster's lease epoch after this judgement; None while no agent ever reported.
     epoch: int | None
     accepted: tuple[AgentReport, ...]
-    #: Reports of an epoch lower than `epoch`: ignored.
+    #: Reports not of the fence (an older epoch, or another Lease incarnation): ignored.
     rejected: tuple[AgentReport, ...]
     #: Reports stamped beyond the clock-skew tolerance (`judge`'s `horizon`): not accepted,
     #: as if never sent; they count for no epoch.
     future: tuple[AgentReport, ...] = ()
+    #: The Lease incarnation the cluster is fenced to ("" when unknown), with `epoch`.
+    uid: str = ""
+    #: Another incarnation waits for the fenced one's silence: judged again as time passes.
+    is_contested: bool = False
     #: The newest accepted report, found once (a step asks for it many times).
     newest: AgentReport | None = field(init=False, default=None, compare=False, repr=False)
+    #: When the hub last heard from the agent: the latest `aged_from` of the accepted
+    #: reports (None without any).
+    heard_at: datetime | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # The newest by (observed_at, kind, name), the first of equals: found among the
         # reports of the latest time alone (picked at C speed: a cluster has ~90 reports).
         newest: AgentReport | None = None
+        heard: datetime | None = None
         if self.accepted:
             times = list(map(_AT, self.accepted))
             latest = max(times)
             tied = list(compress(self.accepted, map(latest.__eq__, times)))
             newest = tied[0] if len(tied) == 1 else max(tied, key=_NEWEST)
+            heard = max(map(_AGED, self.accepted))
         object.__setattr__(self, "newest", newest)
+        object.__setattr__(self, "heard_at", heard)
+
+    @property
+    def fence(self) -> Fence | None:
+        return Fence(self.uid, self.epoch) if self.epoch is not None else None
 
     @property
     def identity(self) -> str:
@@ -155,53 +195,67 @@ class Trust:
 
     @property
     def observed_at(self) -> datetime | None:
-        return self.newest.observed_at if self.newest is not None else None
+        """When the hub last heard from the agent (`heard_at`): what its freshness is judged
+        from, and what `status.agent.observedAt` publishes."""
+        return self.heard_at
 
 
 #: The sort keys of reports (attrgetters: a cluster is judged again on every heartbeat).
 _NEWEST: Final = operator.attrgetter("observed_at", "kind", "name")
 _AT: Final = operator.attrgetter("observed_at")
+_AGED: Final = operator.attrgetter("aged_from")
 _ORDER: Final = operator.attrgetter("kind", "name")
-_EPOCH: Final = operator.attrgetter("lease_epoch")
 
 
 def judge(
-    reports: Iterable[AgentReport], known_epoch: int | None, horizon: datetime | None = None
+    reports: Iterable[AgentReport],
+    known: Fence | int | None,
+    horizon: datetime | None = None,
+    *,
+    now: datetime | None = None,
+    heard_at: datetime | None = None,
+    silence_s: float | None = None,
 ) -> Trust:
-    """Accept the reports of the highest epoch seen (or remembered); reject older ones.
+    """Accept the reports of the cluster's fence (fence.py): its Lease incarnation's highest
+    epoch seen or remembered (`known`; an int is an epoch of an unknown incarnation); ignore
+    the others. Another incarnation takes over once the fenced one, last heard at `heard_at`
+    or in its reports, has been silent for `silence_s` at `now`.
 
     Reports stamped after `horizon` (now plus the clock-skew tolerance) are set aside first:
-    they are not accepted and count for no epoch (fail closed). One of an epoch lower than the
-    cluster's is rejected as any older report is; the others are `future`."""
+    they are not accepted and count for no fence (fail closed). One of the fenced incarnation
+    at an older epoch is rejected as any older report is; the others are `future`."""
+    if isinstance(known, int):
+        known = Fence("", known)
     reports = sorted(reports, key=_ORDER)
     if horizon is not None and reports and max(map(_AT, reports)) > horizon:
-        judged = judge([r for r in reports if r.observed_at <= horizon], known_epoch)
+        present = [r for r in reports if r.observed_at <= horizon]
+        judged = judge(present, known, now=now, heard_at=heard_at, silence_s=silence_s)
         ahead = [r for r in reports if r.observed_at > horizon]
-        epoch = judged.epoch
-        old = [r for r in ahead if epoch is not None and r.lease_epoch < epoch]
-        future = tuple(r for r in ahead if epoch is None or r.lease_epoch >= epoch)
+        fence = judged.fence
+        old = [r for r in ahead if fence is not None and _is_older(r, fence)]
+        future = tuple(r for r in ahead if fence is None or not _is_older(r, fence))
         rejected = tuple(sorted([*judged.rejected, *old], key=_ORDER))
-        return Trust(epoch, judged.accepted, rejected, future)
-    epochs = list(map(_EPOCH, reports))
-    if known_epoch is not None:
-        epochs.append(known_epoch)
-    epoch = max(epochs, default=None)
-    if epoch is None:
+        return Trust(
+            judged.epoch, judged.accepted, rejected, future, judged.uid, judged.is_contested
+        )
+    fence, is_contested = choose_fence(reports, known, heard_at, now, silence_s)
+    if fence is None:
         return Trust(None, (), ())
-    if min(epochs) >= epoch:  # all of one epoch, as between lease changes
-        return Trust(epoch, tuple(reports), ())
+    if all(is_fenced(r, fence) for r in reports):  # all of one epoch, as between lease changes
+        return Trust(fence.epoch, tuple(reports), (), (), fence.uid, is_contested)
     return Trust(
-        epoch,
-        tuple(r for r in reports if r.lease_epoch >= epoch),
-        tuple(r for r in reports if r.lease_epoch < epoch),
+        fence.epoch,
+        tuple(r for r in reports if is_fenced(r, fence)),
+        tuple(r for r in reports if not is_fenced(r, fence)),
+        (),
+        fence.uid,
+        is_contested,
     )
 
 
-def known_epoch(cluster: ReadObj) -> int | None:
-    """The lease epoch persisted in a cluster's `status.agent.leaseEpoch`."""
-    agent = (cluster.get("status") or {}).get("agent") or {}
-    epoch = agent.get("leaseEpoch")
-    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+def _is_older(report: AgentReport, fence: Fence) -> bool:
+    """Of the fenced incarnation at an older epoch (a future report's one is still stale)."""
+    return report.lease_uid == fence.uid and report.lease_epoch < fence.epoch
 
 
 def parse_time(value: object) -> datetime | None:
@@ -254,7 +308,7 @@ def published_observation(
         if implausible is not None:
             return _refused(report, now, config, pool_ceiling(pool), implausible.message)
     status = report.body["status"]
-    age_s, state = freshness(report.observed_at, now, config)
+    age_s, state = freshness(report.aged_from, now, config)
     conditions: list[Obj] = copy_json(list(status.get("conditions") or []))
     observation: Obj = {
         "observedAt": status["observedAt"],
@@ -286,7 +340,7 @@ def _refused(
 ) -> Obj:
     """An implausible pool report published as unobserved: whole-node accounting."""
     status = report.body["status"]
-    age_s, state = freshness(report.observed_at, now, config)
+    age_s, state = freshness(report.aged_from, now, config)
     observed = status.get("observedNodes")
     in_range = isinstance(observed, int) and 0 <= observed <= ceiling
     refused = condition(HISTOGRAM_AVAILABLE, "False", IMPLAUSIBLE_REPORT, message)
@@ -390,6 +444,7 @@ def cluster_status(
         desired["agent"] = {
             "identity": trust.identity,
             "leaseEpoch": trust.epoch,
+            **({"leaseUID": trust.uid} if trust.uid else {}),
             **({"observedAt": format_time(observed_at)} if observed_at else {}),
         }
     elif agent is not None:
@@ -502,7 +557,7 @@ def cluster_times(cluster: ReadObj, trust: Trust) -> tuple[datetime | None, ...]
         trust.observed_at,
         parse_time((current.get("agent") or {}).get("observedAt")),
     ]
-    times += [r.observed_at for r in trust.accepted if r.kind == "PoolObservation"]
+    times += [r.aged_from for r in trust.accepted if r.kind == "PoolObservation"]
     times += [
         parse_time((pool.get("observation") or {}).get("observedAt"))
         for pool in current.get("gpuPools") or []
@@ -511,7 +566,7 @@ def cluster_times(cluster: ReadObj, trust: Trust) -> tuple[datetime | None, ...]
 
 
 def cluster_inputs(trust: Trust, is_refresh_due: bool) -> tuple[object, ...]:
-    """What `cluster_status` reads of the judged reports, for `SettledCache`: the epoch and
+    """What `cluster_status` reads of the judged reports, for `SettledCache`: the fence and
     identity, and each pool report but for its time. The times enter through the freshness
     states (`cluster_states`), and themselves only when a refresh is due, so a heartbeat
     that changed nothing else leaves these inputs equal."""
@@ -523,7 +578,7 @@ def cluster_inputs(trust: Trust, is_refresh_due: bool) -> tuple[object, ...]:
     rejected = tuple(r.name for r in trust.rejected if r.kind == "PoolObservation")
     future = tuple((r.kind, r.name) for r in trust.future)
     when = trust.observed_at if is_refresh_due else None
-    return (trust.epoch, trust.identity, pools, rejected, future, is_refresh_due, when)
+    return (trust.fence, trust.identity, pools, rejected, future, is_refresh_due, when)
 
 
 def _untimed(body: ReadObj) -> dict[str, Any]:

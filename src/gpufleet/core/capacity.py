@@ -3,9 +3,14 @@
 Model.
 - A pool with a usable observation is counted by *free GPU*: a histogram from free-device
   vector to node count. A vector holds, per DRA driver of the pool's class (sorted by driver
-  name), the devices one node has free. The histogram is the agent's buckets plus
-  `max(0, nodes - observed_nodes)` empty nodes of growth at the class's full count per driver
-  (`nodes` is the autoscaler ceiling, trusted as at Modelplane HEAD; ScaleUpBlocked is ignored).
+  name), the devices one node has free. The histogram is the agent's buckets plus the pool's
+  *growth* (`growth_nodes`): for an autoscaled pool (`max_node_count` set),
+  `max(0, max_node_count - observed_nodes)` empty nodes at the class's full count per driver
+  (the autoscaler ceiling, trusted as at Modelplane HEAD; ScaleUpBlocked is ignored). Growth is
+  what an autoscaler can add: a fixed-size pool (no `max_node_count`) has no growth, so an
+  observed fixed pool has exactly the nodes its agent reports (a removed node is not counted
+  back as an empty one; issue 14, section 4). A pool observed at zero nodes is no exception:
+  an autoscaled one is all growth (scale from zero), a fixed one has nothing.
   Nodes are never listed one by one, so every operation costs O(buckets), not O(nodes).
 - A pool without an observation, or whose observation has no histogram (`buckets is None`),
   more buckets than `max_histogram_buckets`, or a class whose two DRA device kinds share a
@@ -25,7 +30,9 @@ Model.
   the same best fit and steers kube-scheduler there; one that does not is predicted by its
   `SchedulingConfig.node_choice` (default Spread).
 
-Which way it errs. Growth up to the ceiling is trusted (may over-promise during stockouts).
+Which way it errs. Growth up to an autoscaled pool's ceiling is trusted (may over-promise
+during stockouts); a fixed pool's declared size is not (a node its agent does not report is
+not counted, which errs toward full while a node is briefly unlisted).
 Unknown bucket drivers are ignored and missing ones read 0 free (errs toward full). Negative
 counts read 0. Naive datetimes are read as UTC.
 
@@ -173,6 +180,15 @@ def cluster_freshness(cluster: Cluster, now: datetime, config: SchedulingConfig)
     return Freshness(ObservationState.FRESH, age_s)
 
 
+def growth_nodes(pool: Pool, observation: PoolObservation) -> int:
+    """Empty nodes an observed pool may still gain: what its autoscaler can add up to
+    `max_node_count` beyond the nodes the agent reports; 0 for a fixed-size pool, whose
+    declared `node_count` is no promise of nodes that are not there."""
+    if pool.max_node_count is None:
+        return 0
+    return max(0, pool.max_node_count - max(0, observation.observed_nodes))
+
+
 def _fallback_reason(pool: Pool, config: SchedulingConfig) -> Reason | None:
     observation = pool.observation
     if observation is None:
@@ -274,7 +290,7 @@ class PoolLedger:
             if nodes:
                 vector = tuple(max(0, bucket.free.get(d, 0)) for d in self.drivers)
                 self.free[vector] = self.free.get(vector, 0) + nodes
-        growth = max(0, pool.nodes - observation.observed_nodes)
+        growth = growth_nodes(pool, observation)
         if growth:
             self.free[self.full] = self.free.get(self.full, 0) + growth
 

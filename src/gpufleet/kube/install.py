@@ -381,8 +381,12 @@ def agent_hub_access(cluster: str) -> list[Manifest]:
         _rule([GROUP], _OBSERVATIONS, _MANAGE),
         _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["update", "patch"]),
     ]
-    # It watches the ModelReplicas labelled with its cluster, in every namespace.
-    read_rules = [_rule([GROUP], ["modelreplicas"], _WATCH)]
+    # It watches the ModelReplicas labelled with its cluster, in every namespace, and reads its
+    # own InferenceCluster (the pools it declares: each is reported, also at zero nodes).
+    read_rules = [
+        _rule([GROUP], ["modelreplicas"], _WATCH),
+        {**_rule([GROUP], ["inferenceclusters"], ["get"]), "resourceNames": [cluster]},
+    ]
     return [
         _namespace(ns, component),
         _service_account(name, ns, component),

@@ -18,8 +18,11 @@ The Lease spec is the election record: `holderIdentity`, `leaseDurationSeconds`,
 A leader that has not renewed successfully for `renew_deadline_s` stops leading (it must stop
 acting: another candidate may take over once `lease_duration_s` passes on its clock, and
 `renew_deadline_s < lease_duration_s` leaves the margin). `leaseTransitions` after a
-successful acquisition is the leader's *epoch*: the agent stamps it on its reports, and the
-controller rejects reports of an older epoch.
+successful acquisition is the leader's *epoch*: the agent stamps it on its reports with the
+Lease's uid (`lease_uid`, the Lease's *incarnation*), and the controller rejects reports of an
+older epoch of the same incarnation. A Lease deleted and created again (a reinstalled agent, a
+rebuilt cluster) counts its transitions from 0 again under a new uid: the controller lets the
+new incarnation take over once the old one has gone silent (controller/fence.py).
 
 `decide` is the whole decision as a pure function of (Lease, identity, now, state, config);
 `LeaderElector` is a thin runner that reads and writes the Lease through a `Store` and keeps the
@@ -214,6 +217,9 @@ class LeaderElector:
     state: ElectorState = field(default_factory=ElectorState)
     #: The epoch (`leaseTransitions`) of the current leadership, None when not leading.
     epoch: int | None = None
+    #: The uid of the Lease the epoch counts in (its incarnation), None when not leading. A
+    #: Lease deleted and created again is another incarnation, whose transitions start at 0.
+    lease_uid: str | None = None
 
     def step(self) -> bool:
         """One attempt to acquire or renew; returns whether this candidate leads now."""
@@ -226,7 +232,7 @@ class LeaderElector:
         decision = decide(lease, self.identity, now, self.state, self.config)
         self.state = decision.state
         if decision.lease is None:
-            self.epoch = None
+            self.epoch = self.lease_uid = None
             return False
         try:
             if decision.action is Action.CREATE:
@@ -249,6 +255,8 @@ class LeaderElector:
                 record.lease_transitions,
             )
         self.epoch = record.lease_transitions
+        uid = (written.get("metadata") or {}).get("uid")
+        self.lease_uid = uid if isinstance(uid, str) and uid else None
         return True
 
     def is_leading(self) -> bool:
@@ -256,7 +264,7 @@ class LeaderElector:
 
     def release(self) -> None:
         """Give the Lease up so a standby takes over at once (call when shutting down)."""
-        self.epoch = None
+        self.epoch = self.lease_uid = None
         self.state = replace(self.state, renewed_at=None)
         try:
             lease = self.store.get(LEASE, self.config.lease_name, self.config.namespace)

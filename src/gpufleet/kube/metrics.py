@@ -288,7 +288,8 @@ class ControllerMetrics:
         )
         self._rejected = Counter(
             "gpufleet_rejected_reports",
-            "Agent observations ignored because their lease epoch is older than the cluster's.",
+            "Agent observations ignored: an older lease epoch, another Lease incarnation, or "
+            "stamped in the future.",
             registry=registry,
         )
         if fleet is not None:

@@ -201,6 +201,11 @@ def _agent(fleet: Fleet, action: Action) -> None:
         fleet.restart_agent(action.cluster)
 
 
+def _reinstall(fleet: Fleet, action: Action) -> None:
+    """The agent reinstalled: its Lease created again (a new incarnation, epoch 0)."""
+    fleet.restart_agent(action.cluster, new_lease=True)
+
+
 def _link(fleet: Fleet, action: Action) -> None:
     is_partitioned = fleet.agents[action.cluster].link.is_partitioned
     if is_partitioned == (action.kind is ActionKind.PARTITION):
@@ -221,6 +226,7 @@ _HUB_ACTIONS: Final[dict[ActionKind, Callable[[Fleet, Action], None]]] = {
     ActionKind.SCALE: lambda fleet, a: scale_deployment(fleet.hub, a.deployment, a.replicas),
     ActionKind.KILL_AGENT: _agent,
     ActionKind.START_AGENT: _agent,
+    ActionKind.REINSTALL_AGENT: _reinstall,
     ActionKind.PARTITION: _link,
     ActionKind.HEAL: _link,
     ActionKind.ADD_NODE: _add_node,

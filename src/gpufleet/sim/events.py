@@ -55,6 +55,7 @@ KIND_COLOURS: dict[EventKind, str] = {
 _AGENT_ACTIONS = {
     ActionKind.KILL_AGENT,
     ActionKind.START_AGENT,
+    ActionKind.REINSTALL_AGENT,
     ActionKind.PARTITION,
     ActionKind.HEAL,
 }

@@ -17,14 +17,16 @@ can be partitioned). It publishes the fleet's InferenceClasses and InferenceClus
 
 Agent lifecycle for scenarios: `crash_agent` drops the Agent object (its memory, including
 the allocation clock, is lost; its reports stay on the hub and go stale), `restart_agent` makes
-a new one with an empty clock and the next lease epoch, `partition` makes every hub call of
-that agent fail (`HubUnreachable`) until healed; the agent retries on its next step.
+a new one with an empty clock and the next lease epoch (or, reinstalled, a new Lease: a new
+incarnation at epoch 0), `partition` makes every hub call of that agent fail
+(`HubUnreachable`) until healed; the agent retries on its next step.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -88,6 +90,12 @@ class FleetSpec:
     reuses_agent_work: bool = True
 
 
+def lease_uid(cluster: str, incarnation: int) -> str:
+    """The uid of a cluster's agent Lease, its `incarnation`-th (deterministic, UUID-shaped
+    as an API server's)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpufleet-sim/{cluster}/lease/{incarnation}"))
+
+
 @dataclass(slots=True)
 class AgentSlot:
     """A cluster's agent: the current Agent (None while crashed), its link and lease epoch."""
@@ -95,6 +103,8 @@ class AgentSlot:
     link: HubLink
     agent: Agent | None = None
     lease_epoch: int = 0
+    #: The incarnations of the agent's Lease so far (a reinstall creates a new Lease).
+    leases: int = 1
     pushes: int = 0
     failed_pushes: int = 0
     #: For quiet steps: the last report and the replicas it was made from, the cluster
@@ -277,9 +287,18 @@ class Fleet:
     def crash_agent(self, cluster: str) -> None:
         self.agents[cluster].agent = None
 
-    def restart_agent(self, cluster: str) -> Agent:
+    def restart_agent(self, cluster: str, new_lease: bool = False) -> Agent:
+        """A new Agent for `cluster`: the next leader of its Lease (the next epoch), or with
+        `new_lease` the first leader of a Lease created again (a reinstalled agent: a new
+        incarnation, epoch 0), which the hub accepts once the old one has been silent."""
         slot = self.agents[cluster]
-        slot.lease_epoch += 1
+        if slot.agent is not None:
+            self.crash_agent(cluster)
+        if new_lease:
+            slot.leases += 1
+            slot.lease_epoch = 0
+        else:
+            slot.lease_epoch += 1
         # A new agent observes afresh (its allocation clock is empty) and materializes.
         slot.last_report, slot.settled_revisions = None, None
         behaviour = self.clusters[cluster].behaviour
@@ -295,6 +314,7 @@ class Fleet:
             config,
             identity=f"agent-{cluster}-{slot.lease_epoch}",
             lease_epoch=slot.lease_epoch,
+            lease_uid=lease_uid(cluster, slot.leases),
         )
         return slot.agent
 

@@ -48,6 +48,7 @@ _AUTOSCALER_EVENTS: Final = ("TriggeredScaleUp", "NotTriggerScaleUp")
 _AGENT_DOWN: Final = {
     ActionKind.KILL_AGENT: True,
     ActionKind.START_AGENT: False,
+    ActionKind.REINSTALL_AGENT: False,
 }
 _PARTITIONED: Final = {
     ActionKind.PARTITION: True,

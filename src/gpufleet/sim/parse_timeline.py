@@ -32,6 +32,7 @@ _NODE_ACTIONS: Final = (
 _AGENT_ACTIONS: Final = (
     ActionKind.KILL_AGENT,
     ActionKind.START_AGENT,
+    ActionKind.REINSTALL_AGENT,
     ActionKind.PARTITION,
     ActionKind.HEAL,
 )

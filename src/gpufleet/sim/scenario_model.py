@@ -61,6 +61,7 @@ class ActionKind(StrEnum):
     REMOVE_NODE = "removeNode"
     KILL_AGENT = "killAgent"
     START_AGENT = "startAgent"
+    REINSTALL_AGENT = "reinstallAgent"
     PARTITION = "partition"
     HEAL = "heal"
     ADD_FOREIGN_CLAIM = "addForeignClaim"

@@ -241,7 +241,9 @@ class FleetState:
             free_nodes = (state.free_nodes or 0) - max(0, state.nodes - existing)
             return free_nodes * full
         total = sum(sum(b.free.values()) * b.nodes for b in state.histogram)
-        growth = max(0, state.nodes - self._observed_nodes(cluster, pool))
+        # Growth is what the autoscaler can add: a fixed pool has none (core/capacity.py).
+        is_autoscaled = self.fleet.clusters[cluster].pools[pool].max_node_count is not None
+        growth = max(0, state.nodes - self._observed_nodes(cluster, pool)) if is_autoscaled else 0
         return total - growth * full
 
     def _observed_nodes(self, cluster: str, pool: str) -> int:
