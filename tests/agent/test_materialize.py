@@ -113,6 +113,34 @@ def pod_template(role: str, claim: str | None) -> Obj:
     }
 
 
+GANG_ANTI_AFFINITY = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "labelSelector": {
+                    "matchLabels": {
+                        "gpufleet.io/replica": "llama-3f9a1",
+                        "gpufleet.io/engine": "main",
+                        "gpufleet.io/claiming": "true",
+                    }
+                },
+                "matchLabelKeys": ["leaderworkerset.sigs.k8s.io/group-key"],
+                "topologyKey": "kubernetes.io/hostname",
+            }
+        ]
+    }
+}
+
+
+def gang_pod_template(role: str, claim: str) -> Obj:
+    """A claiming gang member's template: labelled claiming, kept off its copy's other
+    claiming pods' nodes."""
+    out = pod_template(role, claim)
+    out["metadata"]["labels"]["gpufleet.io/claiming"] = "true"
+    out["spec"]["affinity"] = GANG_ANTI_AFFINITY
+    return out
+
+
 STANDALONE = {
     "role": "Standalone",
     "nodePoolName": "l4",
@@ -200,8 +228,8 @@ CASES = [
                     "replicas": 2,
                     "leaderWorkerTemplate": {
                         "size": 4,
-                        "leaderTemplate": pod_template("Leader", "llama-3f9a1-main-leader"),
-                        "workerTemplate": pod_template("Worker", "llama-3f9a1-main-worker"),
+                        "leaderTemplate": gang_pod_template("Leader", "llama-3f9a1-main-leader"),
+                        "workerTemplate": gang_pod_template("Worker", "llama-3f9a1-main-worker"),
                     },
                 },
             },

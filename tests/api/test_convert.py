@@ -56,6 +56,7 @@ from gpufleet.core.model import (
     Role,
     SchedulingConfig,
     Snapshot,
+    Steering,
     Taint,
     TaintEffect,
     Toleration,
@@ -128,6 +129,7 @@ def test_cluster_with_observation() -> None:
             ),
         ),
         agent_observed_at=AT_10,
+        steering=Steering.PREFERRED,  # the API's default
     )
 
 

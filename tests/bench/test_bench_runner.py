@@ -75,7 +75,7 @@ def test_optimum_on_a_hand_instance() -> None:
 
 def test_packing_replay_never_overcommits() -> None:
     trace = packing.static_trace(3, 6, 8)
-    for policy in (packing.SPREAD, packing.PACK):
+    for policy in (packing.SPREAD, packing.PACK, packing.STEERED):
         model = packing.PoolModel(policy, 6, 8)
         for arrival in trace:
             model.offer(arrival)
@@ -86,7 +86,8 @@ def test_packing_replay_never_overcommits() -> None:
 def test_misprediction_shares_are_shares(quick_sections: list[Section]) -> None:
     b5 = quick_sections[4].numbers
     shares = [v for k, v in b5.items() if k.endswith("/share")]
-    assert len(shares) == 4 and all(0.0 <= s <= 1.0 for s in shares)
+    # Steering off: predict x cluster (2 x 2); steering Preferred and Required x cluster (2 x 2).
+    assert len(shares) == 8 and all(0.0 <= s <= 1.0 for s in shares)
     assert all(v > 0 for k, v in b5.items() if k.endswith("/replicas"))
 
 

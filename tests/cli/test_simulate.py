@@ -129,3 +129,23 @@ def test_json_has_the_hub_view_samples() -> None:
     assert east["observation"][0] == "Fresh" and east["observation"][-1] == "Expired"
     assert east["agent"][-1] == "down" and samples["clusters"]["west"]["agent"][-1] == "up"
     assert samples["pools"]["east/l4"]["reportedFree"][-1] == 3
+
+
+def test_compare_steering_runs_it_steered_and_not(tmp_path: Path) -> None:
+    report = tmp_path / "steer.html"
+    result = runner.invoke(
+        app, ["simulate", "mixed-churn", "--compare", "steering", "--report", str(report)]
+    )
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "compared: steering Preferred vs steering Off" in out
+    rows = {line.split("  ")[1].strip(): line for line in out.splitlines() if line.startswith("  ")}
+    assert rows["GPUs allocated / published (end)"].split()[-3:] == ["32/32", "16/32", "differs"]
+    assert "steering Preferred: holds" in out
+    assert "steering Preferred: event timeline" in report.read_text()
+
+
+def test_compare_rejects_a_single_steering_mode() -> None:
+    result = runner.invoke(app, ["simulate", "quickstart", "--compare", "Off"])
+    assert result.exit_code == 2
+    assert "give two steering modes" in result.output

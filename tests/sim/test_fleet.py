@@ -15,7 +15,7 @@ import pytest
 from sim_builders import ReplicaWriter, cluster, fleet, histogram, model_replica, pool, pool_status
 
 from gpufleet.core import labels
-from gpufleet.core.model import NodeChoice
+from gpufleet.core.model import NodeChoice, Steering
 from gpufleet.sim.cluster import ClusterSpec
 from gpufleet.sim.engine import EPOCH
 from gpufleet.sim.fleet import Fleet
@@ -100,8 +100,9 @@ CASES = [
         "replica-takes-and-frees-gpus",
         cluster("a", pool(nodes=2, gpus=4)),
         (
+            # Steered (the default): best fit puts both copies on one node.
             Step(0, {4: 2}, do=create(gpus=2, copies=2)),
-            Step(30, {2: 2}, do=delete()),
+            Step(30, {0: 1, 4: 1}, do=delete()),
             Step(60, {4: 2}),
         ),
         nodes=2,
@@ -232,7 +233,8 @@ def test_timeline(case: Case) -> None:
 
 
 def test_replica_is_materialized_bound_with_dra_and_observed() -> None:
-    f, w = fleet(cluster("a", pool(nodes=2, gpus=4)))
+    # Unsteered: the cluster's own scheduler spreads the two copies of one owner.
+    f, w = fleet(cluster("a", pool(nodes=2, gpus=4), steering=Steering.OFF))
     w.create(model_replica(gpus=2, copies=2))
     f.run_for(30)
     store = f.clusters["a"].store
@@ -284,7 +286,10 @@ class ChoiceCase:
     ids=lambda c: c.id,
 )
 def test_node_choice(case: ChoiceCase) -> None:
-    f, w = fleet(cluster("a", pool(nodes=2, gpus=4), node_choice=case.choice))
+    """The cluster's own choice: its agent does not steer."""
+    f, w = fleet(
+        cluster("a", pool(nodes=2, gpus=4), node_choice=case.choice, steering=Steering.OFF)
+    )
     w.create(model_replica(gpus=1, copies=2))
     f.run_for(30)
     assert histogram(f) == case.want
@@ -538,7 +543,8 @@ def test_fleet_publishes_its_inventory_on_the_hub() -> None:
                     "minNodeCount": 0,
                     "maxNodeCount": 5,
                 }
-            ]
+            ],
+            "steering": "Preferred",
         }
     }
     assert [n["metadata"]["name"] for n in f.clusters["a"].store.list(NODE)] == ["l4-0", "l4-1"]

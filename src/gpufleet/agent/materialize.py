@@ -33,10 +33,13 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from gpufleet.agent.policy import ClusterPolicy, Violation, check_replica, summary
+from gpufleet.agent.steer import Choice, gang_anti_affinity, steer_template
 from gpufleet.core import labels
+from gpufleet.core.model import Steering
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -89,8 +92,17 @@ def claim_template_name(replica_name: str, engine: str, role: str) -> str:
     return dns_name(replica_name, engine, role)
 
 
-def materialize(replica: Mapping[str, Any], policy: ClusterPolicy | None = None) -> list[Obj]:
+def materialize(
+    replica: Mapping[str, Any],
+    policy: ClusterPolicy | None = None,
+    steering: Choice | None = None,
+    mode: Steering = Steering.PREFERRED,
+) -> list[Obj]:
     """The desired local objects for one ModelReplica, sorted by (kind, name).
+
+    `steering` (`gpufleet.agent.steer`): per (engine, role), the nodes chosen for the member's
+    pods; its pod template is steered to them (`mode`). The claiming members of a gang carry
+    the anti-affinity that keeps one copy's claiming pods on distinct nodes, steered or not.
 
     Raises `ReplicaInvalid` when a required field is missing (the hub's validation should
     make that impossible; the agent skips such a replica and says so), and `PolicyDenied`
@@ -127,22 +139,9 @@ def materialize(replica: Mapping[str, Any], policy: ClusterPolicy | None = None)
                 templates[role] = rct
         wname = workload_name(name, engine_name)
 
+        made = _Made(name, engine_name, base, generation, templates, steering or {}, mode)
         if set(by_role) == {"Standalone"}:
-            out.append(
-                _deployment(
-                    wname,
-                    namespace,
-                    base,
-                    copies,
-                    _pod_template(
-                        by_role["Standalone"],
-                        "Standalone",
-                        base,
-                        generation,
-                        templates.get("Standalone"),
-                    ),
-                )
-            )
+            out.append(_deployment(wname, namespace, base, copies, made.pod(by_role, "Standalone")))
         elif set(by_role) == {"Leader", "Worker"}:
             worker_nodes = int((by_role["Worker"].get("worker") or {}).get("nodes", 1))
             out.append(
@@ -152,12 +151,8 @@ def materialize(replica: Mapping[str, Any], policy: ClusterPolicy | None = None)
                     base,
                     copies,
                     worker_nodes,
-                    _pod_template(
-                        by_role["Leader"], "Leader", base, generation, templates.get("Leader")
-                    ),
-                    _pod_template(
-                        by_role["Worker"], "Worker", base, generation, templates.get("Worker")
-                    ),
+                    made.pod(by_role, "Leader"),
+                    made.pod(by_role, "Worker"),
                 )
             )
         else:
@@ -167,6 +162,29 @@ def materialize(replica: Mapping[str, Any], policy: ClusterPolicy | None = None)
             )
     out.sort(key=lambda o: (o["kind"], o["metadata"]["name"]))
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Made:
+    """What one engine's pod templates are made with."""
+
+    replica: str
+    engine: str
+    base: Mapping[str, str]
+    generation: int
+    templates: Mapping[str, Obj]
+    steering: Choice
+    mode: Steering
+
+    def pod(self, by_role: Mapping[str, Mapping[str, Any]], role: str) -> Obj:
+        """The member's pod template: a claiming gang member's keeps off its copy's other
+        claiming pods' nodes; steered to the nodes chosen for the member, if any."""
+        claim = self.templates.get(role)
+        made = _pod_template(by_role[role], role, self.base, self.generation, claim)
+        if role != "Standalone" and claim is not None:
+            made = gang_anti_affinity(made, self.replica, self.engine)
+        nodes = self.steering.get((self.engine, role), ())
+        return steer_template(made, nodes, self.mode) if nodes else made
 
 
 def _required(obj: Mapping[str, Any], key: str, path: str) -> str:

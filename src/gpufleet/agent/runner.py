@@ -77,12 +77,13 @@ from gpufleet.agent.model import (
 from gpufleet.agent.policy import ClusterPolicy
 from gpufleet.agent.reads import declared_pools
 from gpufleet.agent.scaleup import ScaleUpVerdicts
+from gpufleet.agent.steer import Steerer, steering_of
 from gpufleet.agent.table import FreeDeviceTable
 from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
 from gpufleet.api.models import STANDALONE_LEASE
 from gpufleet.api.names import cluster_namespace, replica_object_name
 from gpufleet.core import labels
-from gpufleet.core.model import PoolName
+from gpufleet.core.model import PoolName, Steering
 from gpufleet.store.merge import merge_patch
 from gpufleet.store.port import (
     INFERENCE_CLUSTER,
@@ -128,6 +129,10 @@ class AgentConfig:
     observe: ObserveConfig = field(default_factory=ObserveConfig)
     #: What tenant pod templates may do here (docs/agent.md, "Cluster policy").
     policy: ClusterPolicy = field(default_factory=ClusterPolicy)
+    #: Whether claiming pods are steered to the nodes the agent chose (`gpufleet.agent.steer`)
+    #: while the agent has not read its InferenceCluster; once read, its `spec.steering` (what
+    #: the hub predicts by) is followed.
+    steering: Steering = Steering.PREFERRED
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,7 +204,10 @@ class Agent:
         #: The versions of the ReplicaObservations the last push viewed, and by name.
         self._hub_versions: tuple[list[object] | None, dict[str, object]] = (None, {})
         #: The materialize half of the step.
-        self._workloads = Workloads(local, self._retry, self.config.policy)
+        #: Chooses the nodes of new replicas' claiming pods; its mode follows the
+        #: InferenceCluster's `spec.steering` (read with the declared pools).
+        self._steerer = Steerer(self.config.steering, self.table.free_devices, self._allocated_pods)
+        self._workloads = Workloads(local, self._retry, self.config.policy, self._steerer)
         #: Per observation (kind, name), the object as our last write left it, and the status
         #: content (without agent/observedAt) written then. The next write patches it blind,
         #: guarded by its resourceVersion, instead of reading it again.
@@ -266,6 +274,7 @@ class Agent:
             log.debug("get InferenceCluster %s: %s", self.cluster_name, e)
             return self._declared_pools
         self._declared_pools = declared_pools(found)
+        self._steerer.mode = steering_of(found, self.config.steering)
         self._declared_read_at = now if now is not None else last
         return self._declared_pools
 
@@ -561,6 +570,13 @@ class Agent:
     ) -> None:
         """Make the local workloads equal the desired set for `replicas` (`Workloads`)."""
         self._workloads.materialize(replicas, outcome if outcome is not None else StepOutcome())
+
+    def _allocated_pods(self, key: tuple[str, str]) -> int | None:
+        """The replica's pods with allocated claims, as of the table's last snapshot."""
+        observed = self.table.observed_replica(key)
+        if observed is None:
+            return None
+        return sum(m.allocated_pods for p in observed.pools for m in p.members)
 
     def _retry(self, fn: Callable[[], _T]) -> _T:
         attempts = max(1, self.config.max_conflict_retries)

@@ -25,6 +25,11 @@ signature), `materialize` refuses a replica that breaks it (`PolicyDenied`, a `R
 nothing of it is made, and the pass says so as it does for an invalid replica. A namespace the
 agent creates carries the policy's Pod Security Admission labels (`namespace_body`); one that
 exists is left as it is.
+
+Given a `Steerer` (`gpufleet.agent.steer`), a replica's objects are made steered to the nodes it
+chooses for the replica's claiming pods, once per replica version (new replicas in key order,
+each against what the earlier ones took); a local workload equal to what is wanted but for its
+steering keeps its steering (`keep_steering`), so running pods are not rolled to move them.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from typing import Any, Final, TypeVar
 from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
 from gpufleet.agent.model import keys_and_versions, versions_of
 from gpufleet.agent.policy import ClusterPolicy, namespace_body
+from gpufleet.agent.steer import Steerer, keep_steering
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -109,8 +115,11 @@ class DesiredSet:
 class DesiredState:
     """The desired set, kept between calls by replica key and version (see the module)."""
 
-    def __init__(self, policy: ClusterPolicy | None = None) -> None:
+    def __init__(self, policy: ClusterPolicy | None = None, steerer: Steerer | None = None) -> None:
         self.policy = policy or ClusterPolicy()
+        #: Chooses the nodes of a replica's claiming pods when its objects are made (None: no
+        #: steering).
+        self.steerer = steerer
         self._keys: list[_ReplicaKey] = []
         self._versions: list[object] = []
         self._wants: dict[_ReplicaKey, _Wants] = {}
@@ -167,7 +176,7 @@ class DesiredState:
         held = self._wants.get(key)
         if held is not None and signature is not None and held.signature == signature:
             return held
-        return _Wants(signature, _desired_of(replica, self.policy))
+        return _Wants(signature, _desired_of(replica, self.policy, self.steerer))
 
     def _patched(
         self, changed: set[_ReplicaKey], by_key: Mapping[_ReplicaKey, Mapping[str, Any]]
@@ -177,7 +186,8 @@ class DesiredState:
         assert self._owners is not None
         owners = self._owners
         kinds: dict[Kind, set[_Key]] = {}
-        made = {k: self._wants_of(k, by_key[k]) for k in changed if k in by_key}
+        # In key order: a new replica's steering is chosen here, against what earlier ones took.
+        made = {k: self._wants_of(k, by_key[k]) for k in sorted(changed, key=_order) if k in by_key}
         if any(isinstance(w.desired, ReplicaInvalid) for w in made.values()):
             return None
         for key in changed:
@@ -256,13 +266,22 @@ class DesiredState:
         )
 
 
+def _order(key: _ReplicaKey) -> tuple[str, str]:
+    return (str(key[0]), str(key[1]))
+
+
 def _desired_of(
-    replica: Mapping[str, Any], policy: ClusterPolicy
+    replica: Mapping[str, Any], policy: ClusterPolicy, steerer: Steerer | None = None
 ) -> tuple[_Desired, ...] | ReplicaInvalid:
-    """`materialize(replica, policy)` keyed for the diff; the error when the replica is invalid
-    or refused."""
+    """`materialize(replica, policy)` keyed for the diff, steered to the nodes `steerer`
+    chooses; the error when the replica is invalid or refused."""
     try:
-        objs = materialize(replica, policy)
+        if steerer is None or not steerer.is_on:
+            objs = materialize(replica, policy)
+        else:
+            check = materialize(replica, policy)  # refused or invalid: nothing is chosen
+            choice = steerer.choose(replica)
+            objs = materialize(replica, policy, choice, steerer.mode) if choice else check
     except ReplicaInvalid as e:
         return e
     return tuple((_kind(o), (o["metadata"]["namespace"], o["metadata"]["name"]), o) for o in objs)
@@ -291,15 +310,19 @@ class Workloads:
         local: Store,
         retry: Callable[[Callable[[], Any]], Any],
         policy: ClusterPolicy | None = None,
+        steerer: Steerer | None = None,
     ) -> None:
         self.local = local
         self._retry = retry
         self.policy = policy or ClusterPolicy()
-        self.desired = DesiredState(self.policy)
+        self.steerer = steerer
+        self.desired = DesiredState(self.policy, steerer)
         self._passes: dict[Kind, _KindPass] = {}
 
     def materialize(self, replicas: Sequence[Mapping[str, Any]], outcome: PassOutcome) -> None:
         """Make the local workloads equal the desired set for `replicas`."""
+        if self.steerer is not None:
+            self.steerer.begin(replicas)
         wanted = self.desired.update(replicas)
         outcome.errors.extend(wanted.errors)
         for ns in wanted.namespaces:
@@ -422,7 +445,12 @@ class Workloads:
                 return False
             if _contains(current, {"metadata": {"labels": want["metadata"]["labels"]}}) and (
                 _contains(current.get("spec"), want["spec"])
+                or (
+                    kind != RESOURCE_CLAIM_TEMPLATE
+                    and _contains(current.get("spec"), keep_steering(want, current)["spec"])
+                )
             ):
+                # Equal but for its steering: running pods are not rolled to move them.
                 return True
             if kind == RESOURCE_CLAIM_TEMPLATE:
                 # Immutable spec: replace it. Pods already running keep the claims they have.

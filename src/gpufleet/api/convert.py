@@ -179,6 +179,7 @@ def cluster_from_manifest(
         gateway_address=status.gateway.address if status and status.gateway else "",
         pools=tuple(pools),
         agent_observed_at=status.agent.observed_at if status and status.agent else None,
+        steering=cluster.spec.steering,
     )
 
 

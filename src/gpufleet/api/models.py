@@ -47,7 +47,15 @@ from gpufleet.api.names import (
 from gpufleet.api.rules import RULE_ERROR_TYPE, ApiModel, Loc, Rules, raise_rule, rule_error
 from gpufleet.cel import CelCompileError, compile_selector
 from gpufleet.core.labels import RESERVED_LABEL_PREFIX
-from gpufleet.core.model import ClaimMode, Phase, Role, ServingMode, TaintEffect, TolerationOperator
+from gpufleet.core.model import (
+    ClaimMode,
+    Phase,
+    Role,
+    ServingMode,
+    Steering,
+    TaintEffect,
+    TolerationOperator,
+)
 from gpufleet.core.quantity import parse_quantity
 from gpufleet.core.semver import parse_semver
 
@@ -324,6 +332,8 @@ class InferenceClusterSpec(ApiModel):
     """Cluster taints; deployments must tolerate them. Unique by key and effect."""
     node_pools: Annotated[list[NodePoolSpec], Field(min_length=1, max_length=8)]
     """The cluster's pools of identical GPU nodes, 1-8, unique by name."""
+    steering: Steering = Steering.PREFERRED
+    """Agent steers pods to its best-fit nodes: Preferred (default), Required, or Off."""
 
     def check(self, rules: Rules) -> None:
         rules.unique("taints", self.taints, lambda t: f"{t.key}:{t.effect}", "key and effect")

@@ -21,6 +21,12 @@ real `plan(snapshot, now, record=True)` against a snapshot holding only that dep
 - *whole-node*: the pool has no observation and the snapshot carries every live replica
   (converted from the decision's placements), so the core charges one node per claiming pod
   (Modelplane HEAD). Where its pods land does not matter to its decisions.
+- *free-GPU steered, Spread cluster* (issue 14): the cluster's agent steers (the hub predicts
+  Pack), and the ground truth is not the prediction: the agent's real `Steerer` chooses each
+  claiming pod's node by best fit from the ground truth and writes preferred node affinity,
+  and the emulated default-profile kube-scheduler (`gpufleet.sim.kube_scoring`) binds each pod
+  in creation order (`gpufleet.bench.steered`). A placed replica with a pod no node takes is
+  released and counted as refused (the note says how many).
 
 **Static instances** (no departures): arrivals totalling 1.25x the pool's GPUs are offered in
 order. "At first refusal" is the GPUs allocated when the first replica is refused; "all
@@ -39,6 +45,7 @@ pool's GPUs; a refused arrival is lost. Reported: the time-weighted average of G
 
 from __future__ import annotations
 
+import collections
 import functools
 import random
 from collections.abc import Sequence
@@ -47,6 +54,7 @@ from dataclasses import dataclass, field
 from gpufleet.bench import optimum
 from gpufleet.bench.common import Figure, Section, Table, count, measure, percent, seconds
 from gpufleet.bench.speed import NOW
+from gpufleet.bench.steered import SteeredCluster
 from gpufleet.bench.svg import bar_plot, line_plot
 from gpufleet.core.decision import Placement
 from gpufleet.core.model import (
@@ -73,6 +81,7 @@ from gpufleet.core.model import (
     SchedulingConfig,
     ServingMode,
     Snapshot,
+    Steering,
 )
 from gpufleet.core.schedule import plan
 
@@ -82,7 +91,8 @@ POOL = PoolName("gpus")
 WHOLE_NODE = "whole-node"
 SPREAD = "free-GPU Spread"
 PACK = "free-GPU Pack"
-POLICIES = (WHOLE_NODE, SPREAD, PACK)
+STEERED = "free-GPU steered, Spread cluster"
+POLICIES = (WHOLE_NODE, SPREAD, PACK, STEERED)
 STATIC_LOAD = 1.25
 DYNAMIC_LOAD = 1.1
 
@@ -208,9 +218,15 @@ class PoolModel:
     live: dict[int, tuple[Placement, list[tuple[int, int]], int]] = field(default_factory=dict)
     allocated: int = 0
     calls: int = 0
+    #: The steered cluster's ground truth (STEERED only; then `free` is its list).
+    cluster: SteeredCluster | None = None
 
     def __post_init__(self) -> None:
-        self.free = [self.gpus_per_node] * self.nodes
+        if self.policy == STEERED:
+            self.cluster = SteeredCluster(self.nodes, self.gpus_per_node, pool=POOL, driver=GPU)
+            self.free = self.cluster.free
+        else:
+            self.free = [self.gpus_per_node] * self.nodes
 
     def _pool(self) -> Pool:
         device = Device("gpu", GPU, ClaimMode.DRA, "gpu.nvidia.com", self.gpus_per_node)
@@ -236,6 +252,7 @@ class PoolModel:
             gateway_address="10.0.0.1",
             pools=(self._pool(),),
             agent_observed_at=None if is_whole else NOW,
+            steering=Steering.PREFERRED if self.cluster is not None else Steering.OFF,
         )
         choice = NodeChoice.PACK if self.policy == PACK else NodeChoice.SPREAD
         snapshot = Snapshot(
@@ -249,7 +266,12 @@ class PoolModel:
         if not created:
             return False
         pods: list[tuple[int, int]] = []
-        if not is_whole:
+        if self.cluster is not None:
+            bound = self.cluster.bind(created[0], arrival.index)
+            if bound is None:
+                return False
+            pods = bound
+        elif not is_whole:
             trace = result.traces[(CLUSTER, POOL)]
             used: dict[tuple[str, int], set[int]] = {}
             for a in trace.assignments:
@@ -269,8 +291,11 @@ class PoolModel:
         if found is None:
             return
         _, pods, gpus = found
-        for node, taken in pods:
-            self.free[node] += taken
+        if self.cluster is not None:
+            self.cluster.release(pods, index)
+        else:
+            for node, taken in pods:
+                self.free[node] += taken
         self.allocated -= gpus
 
 
@@ -297,6 +322,8 @@ class StaticResult:
     policy: str
     at_first_refusal: int
     all_offered: int
+    #: Replicas the hub placed whose pods the steered cluster did not all bind.
+    stranded: int = 0
 
 
 def replay_static(policy: str, trace: Sequence[Arrival], nodes: int, g: int) -> StaticResult:
@@ -305,7 +332,10 @@ def replay_static(policy: str, trace: Sequence[Arrival], nodes: int, g: int) -> 
     for arrival in trace:
         if not model.offer(arrival) and first is None:
             first = model.allocated
-    return StaticResult(policy, model.allocated if first is None else first, model.allocated)
+    stranded = model.cluster.stranded if model.cluster is not None else 0
+    return StaticResult(
+        policy, model.allocated if first is None else first, model.allocated, stranded
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +346,7 @@ class DynamicResult:
     calls: int
     #: (time, GPUs allocated) after each event.
     series: tuple[tuple[float, int], ...]
+    stranded: int = 0
 
 
 def replay_dynamic(policy: str, trace: Sequence[Arrival], nodes: int, g: int) -> DynamicResult:
@@ -352,6 +383,7 @@ def replay_dynamic(policy: str, trace: Sequence[Arrival], nodes: int, g: int) ->
         refused / offered if offered else 0.0,
         model.calls,
         tuple(series),
+        model.cluster.stranded if model.cluster is not None else 0,
     )
 
 
@@ -420,6 +452,8 @@ def run(quick: bool = False, with_optimum: bool | None = None) -> Section:
     dynamic_series: dict[str, list[tuple[float, float]]] = {}
     notes: list[str] = []
     groups: list[str] = []
+    #: Placed replicas the steered cluster did not bind (only STEERED can have any).
+    stranded: dict[str, int] = collections.defaultdict(int)
     for g in (8, 4):
         capacity = sizes.nodes * g
         label = f"{sizes.nodes} x {g}-GPU"
@@ -473,6 +507,7 @@ def run(quick: bool = False, with_optimum: bool | None = None) -> Section:
             )
             numbers[f"static/{g}/{policy}/first"] = first
             numbers[f"static/{g}/{policy}/all"] = every
+            stranded[f"{label}, static"] += sum(r.stranded for r in results)
         if opt_first is not None and opt_all is not None:
             proven = all(o.is_proven for o in optima)
             static_rows.append(
@@ -511,8 +546,15 @@ def run(quick: bool = False, with_optimum: bool | None = None) -> Section:
                 )
             )
             numbers[f"dynamic/{g}/{policy}/average"] = d.average_allocated
+            numbers[f"dynamic/{g}/{policy}/share"] = d.average_allocated / capacity
+            stranded[f"{label}, dynamic"] += d.stranded
             if g == 8:
                 dynamic_series[policy] = _thin(d.series, 400)
+    notes.append(
+        f"{STEERED}: placed replicas the cluster did not bind (counted as refused): "
+        + "; ".join(f"{k}: {v}" for k, v in stranded.items())
+        + "."
+    )
     if not solve:
         notes.append(
             "Optimum column skipped: highspy is not installed (pip install highspy==1.15.1)."

@@ -37,7 +37,7 @@ from typing import Any
 
 from gpufleet.bench.common import Section, Table, count, percent, seconds
 from gpufleet.core import labels
-from gpufleet.core.model import NodeChoice
+from gpufleet.core.model import NodeChoice, Steering
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
 from gpufleet.sim.engine import EPOCH
 from gpufleet.sim.fleet import FleetSpec
@@ -268,13 +268,21 @@ POLL_S = 5.0
 
 
 def burst_scenario(
-    predict: NodeChoice, cluster_choice: NodeChoice, nodes: int, window_s: float, seed: int
+    predict: NodeChoice,
+    cluster_choice: NodeChoice,
+    nodes: int,
+    window_s: float,
+    seed: int,
+    steering: Steering = Steering.OFF,
 ) -> tuple[Scenario, dict[str, int]]:
     """The B5 scenario and each deployment's GPUs per pod."""
     rng = random.Random(seed)
     del predict  # the prediction is the controller's setting, applied by the caller
     behaviour = ClusterBehaviour(
-        node_choice=cluster_choice, report_interval_s=10.0, is_autoscaling=False
+        node_choice=cluster_choice,
+        steering=steering,
+        report_interval_s=10.0,
+        is_autoscaling=False,
     )
     pool = PoolSpec(name="h100", devices=(DeviceSpec(count=8),), node_count=nodes)
     gpus_of: dict[str, int] = {}
@@ -316,6 +324,7 @@ def burst_scenario(
 class Misprediction:
     predict: NodeChoice
     cluster: NodeChoice
+    steering: Steering
     replicas: int
     stuck: int
     fragmented: int
@@ -332,9 +341,15 @@ def _created(pod: Obj) -> datetime:
 
 
 def misprediction(
-    predict: NodeChoice, cluster_choice: NodeChoice, nodes: int, window_s: float, seed: int
+    predict: NodeChoice,
+    cluster_choice: NodeChoice,
+    nodes: int,
+    window_s: float,
+    seed: int,
+    steering: Steering = Steering.OFF,
 ) -> Misprediction:
-    scenario, gpus_of = burst_scenario(predict, cluster_choice, nodes, window_s, seed)
+    """One B5 cell; with steering on, the hub predicts Pack whatever `predict` says."""
+    scenario, gpus_of = burst_scenario(predict, cluster_choice, nodes, window_s, seed, steering)
     started = time.perf_counter()
     fleet, hub_step = build_fleet(scenario, Accounting.FREE_GPU)
     controller = hub_step.controller
@@ -373,6 +388,7 @@ def misprediction(
     return Misprediction(
         predict,
         cluster_choice,
+        steering,
         len(replicas),
         len(stuck),
         causes.count("fragmented"),
@@ -391,30 +407,45 @@ def run_misprediction(quick: bool = False) -> Section:
     nodes, window, seeds = (4, 300.0, 1) if quick else (8, 1200.0, 2)
     rows = []
     numbers: dict[str, float] = {}
-    for predict in (NodeChoice.SPREAD, NodeChoice.PACK):
-        for choice in (NodeChoice.SPREAD, NodeChoice.PACK):
-            runs = [misprediction(predict, choice, nodes, window, seed) for seed in range(seeds)]
-            replicas = sum(r.replicas for r in runs)
-            stuck = sum(r.stuck for r in runs)
-            share = stuck / replicas if replicas else 0.0
-            rows.append(
-                (
-                    predict.value,
-                    choice.value,
-                    count(replicas),
-                    count(stuck),
-                    percent(share),
-                    count(sum(r.fragmented for r in runs)),
-                    count(sum(r.overcommitted for r in runs)),
-                    seconds(sum(r.wall_s for r in runs)),
-                )
+    cells = [
+        (Steering.OFF, predict, choice)
+        for predict in (NodeChoice.SPREAD, NodeChoice.PACK)
+        for choice in (NodeChoice.SPREAD, NodeChoice.PACK)
+    ] + [
+        (steering, NodeChoice.PACK, choice)
+        for steering in (Steering.PREFERRED, Steering.REQUIRED)
+        for choice in (NodeChoice.SPREAD, NodeChoice.PACK)
+    ]
+    for steering, predict, choice in cells:
+        runs = [
+            misprediction(predict, choice, nodes, window, seed, steering) for seed in range(seeds)
+        ]
+        replicas = sum(r.replicas for r in runs)
+        stuck = sum(r.stuck for r in runs)
+        share = stuck / replicas if replicas else 0.0
+        rows.append(
+            (
+                steering.value,
+                predict.value,
+                choice.value,
+                count(replicas),
+                count(stuck),
+                percent(share),
+                count(sum(r.fragmented for r in runs)),
+                count(sum(r.overcommitted for r in runs)),
+                seconds(sum(r.wall_s for r in runs)),
             )
-            numbers[f"{predict.value}/{choice.value}/share"] = share
-            numbers[f"{predict.value}/{choice.value}/replicas"] = replicas
+        )
+        cell = f"{predict.value}/{choice.value}"
+        if steering is not Steering.OFF:
+            cell = f"steering {steering.value}/{cell}"
+        numbers[f"{cell}/share"] = share
+        numbers[f"{cell}/replicas"] = replicas
     table = Table(
         f"B5: replicas Pending > {STUCK_AFTER_S:g} s ({seeds} seed(s) x {window:,.0f} s, "
         f"1 pool of {nodes} x 8-GPU nodes)",
         (
+            "steering",
             "predicted",
             "cluster",
             "replicas",

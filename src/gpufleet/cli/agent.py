@@ -64,6 +64,7 @@ from gpufleet.cli.controller import (
     leader_config,
 )
 from gpufleet.core import labels
+from gpufleet.core.model import Steering
 from gpufleet.kube import logs
 from gpufleet.kube.daemon import (
     DaemonLoop,
@@ -324,6 +325,15 @@ def command(
             "only, every namespace but kube-* and gpufleet-system.",
         ),
     ] = None,
+    steering: Annotated[
+        Steering,
+        typer.Option(
+            "--steering",
+            help="Steer claiming pods to the nodes the agent chose by best fit: Preferred "
+            "(node affinity weight 100), Required, or Off; only until the agent has read its "
+            "InferenceCluster, whose spec.steering it then follows.",
+        ),
+    ] = Steering.PREFERRED,
     log_format: LogFormatOption = LogFormat.JSON,
     log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
@@ -362,6 +372,7 @@ def command(
             heartbeat_interval_s=heartbeat_interval,
             min_push_interval_s=min_push_interval,
             policy=policy,
+            steering=steering,
         ),
     )
     log.info(

@@ -10,6 +10,8 @@ self-contained HTML report with an event timeline and charts. `--compare whole-n
 runs the scenario under both accounting modes and compares them: one summary table, how each
 mode makes a cluster Ready when they differ, and the checks whose outcome differs between the
 modes (a difference, not a failure: checks are reported, not enforced, in that mode).
+`--compare steering` (or steering modes, `--compare Required,Off`) runs it with every cluster's
+steering set to each mode instead (`Preferred,Off` for `steering`), the same way.
 `--list` names the built-in scenarios with one sentence each (`-o json`: name, summary and
 the whole description).
 
@@ -34,12 +36,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpufleet.cli.paths import writable
 from gpufleet.cli.render import OutputFormat, Printer, Table, plural
+from gpufleet.core.model import Steering
 from gpufleet.sim.compare import (
     READY_MEANING,
     check_outcomes,
     metrics,
     ready_differs,
     ready_story,
+    run_names,
+    with_steering,
 )
 from gpufleet.sim.report import render_html
 from gpufleet.sim.run import RunResult, run_scenario
@@ -201,7 +206,7 @@ def _print_checks(printer: Printer, result: RunResult) -> None:
 
 
 def print_comparison(printer: Printer, results: list[RunResult]) -> None:
-    names = [r.accounting.value for r in results]
+    names = run_names(results)
     s = results[0].scenario
     printer.line(
         f"{s.name}: {format_duration(s.end_s)} simulated, compared: {' vs '.join(names)}",
@@ -222,7 +227,7 @@ def print_comparison(printer: Printer, results: list[RunResult]) -> None:
 
 
 def _print_ready(printer: Printer, results: list[RunResult]) -> None:
-    stories = [ready_story(r) for r in results]
+    stories = [ready_story(r, n) for r, n in zip(results, run_names(results), strict=True)]
     if not ready_differs(stories):
         return
     printer.line("The modes make clusters Ready differently", style="bold")
@@ -234,7 +239,7 @@ def _print_ready(printer: Printer, results: list[RunResult]) -> None:
 
 
 def _print_deployments(printer: Printer, results: list[RunResult]) -> None:
-    names = [r.accounting.value for r in results]
+    names = run_names(results)
     deployments = sorted({d.name for r in results for d in r.deployments})
     placed = [{d.name: d for d in r.deployments} for r in results]
     rows = []
@@ -275,10 +280,10 @@ def _print_compared_checks(printer: Printer, results: list[RunResult]) -> None:
     )
     for outcome in differ:
         printer.line(f"{outcome.path} at {format_duration(outcome.at_s)} differs:", indent=2)
-        for result, failures in zip(results, outcome.per_run, strict=True):
+        for name, failures in zip(run_names(results), outcome.per_run, strict=True):
             first = failures[0] if failures else "holds"
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-            printer.line(f"{result.accounting.value}: {first}{more}", indent=6)
+            printer.line(f"{name}: {first}{more}", indent=6)
     for outcome in same:
         printer.line(
             f"{outcome.path} at {format_duration(outcome.at_s)} fails in every mode: "
@@ -316,6 +321,21 @@ def _print_list(console: Console, printer: Printer, output: OutputFormat) -> Non
         printer.line(f"{row['name']:<{width}}{row['summary']}")
 
 
+def _parse_steering(value: str) -> list[Steering] | None:
+    """`steering` (Preferred,Off) or a list of steering modes; None: not a steering comparison."""
+    parts = [p.strip() for p in value.split(",")]
+    if parts == ["steering"]:
+        return [Steering.PREFERRED, Steering.OFF]
+    choices = {s.value for s in Steering}
+    if not all(p in choices for p in parts):
+        return None
+    if len(parts) < 2:
+        raise typer.BadParameter(
+            "give two steering modes, e.g. Preferred,Off", param_hint="--compare"
+        )
+    return [Steering(p) for p in parts]
+
+
 def _parse_compare(value: str) -> list[Accounting]:
     modes: list[Accounting] = []
     for part in value.split(","):
@@ -325,7 +345,9 @@ def _parse_compare(value: str) -> list[Accounting]:
         except ValueError:
             choices = ", ".join(a.value for a in Accounting)
             raise typer.BadParameter(
-                f"{part!r} is not an accounting mode ({choices})", param_hint="--compare"
+                f"{part!r} is not an accounting mode ({choices}); or compare steering: "
+                "'steering' or steering modes (Preferred, Required, Off)",
+                param_hint="--compare",
             ) from None
     if len(modes) < 2:
         raise typer.BadParameter("give two modes, e.g. whole-node,free-gpu", param_hint="--compare")
@@ -352,7 +374,10 @@ def command(
     compare: Annotated[
         str | None,
         typer.Option(
-            "--compare", metavar="MODE,MODE", help="Run under both modes: whole-node,free-gpu."
+            "--compare",
+            metavar="MODE,MODE",
+            help="Run under both accounting modes (whole-node,free-gpu), or with steering on "
+            "and off ('steering', or steering modes: Preferred,Required,Off).",
         ),
     ] = None,
     list_: Annotated[
@@ -368,27 +393,31 @@ def command(
     if list_:
         _print_list(console, printer, output)
         return
-    modes = _parse_compare(compare) if compare else None
+    steerings = _parse_steering(compare) if compare else None
+    modes = _parse_compare(compare) if compare and steerings is None else None
     try:
         loaded = load_scenario(scenario or DEFAULT_SCENARIO)
     except ScenarioInvalid as error:
         errors.print(f"✗ {error}", markup=False)
         raise typer.Exit(code=2) from None
     progress_console = errors
-    if modes is None:
+    if steerings is not None:
+        results = [_run(progress_console, with_steering(loaded, s), None) for s in steerings]
+    elif modes is None:
         results = [_run(progress_console, loaded, None)]
     else:
         results = [_run(progress_console, loaded, m) for m in modes]
+    is_compared = modes is not None or steerings is not None
     if report is not None:
         report.write_text(render_html(results), encoding="utf-8")
     if output is OutputFormat.JSON:
-        body = _json(results[0]) if modes is None else {"runs": [_json(r) for r in results]}
+        body = _json(results[0]) if not is_compared else {"runs": [_json(r) for r in results]}
         console.print_json(json.dumps(body))
-    elif modes is None:
+    elif not is_compared:
         print_summary(printer, results[0])
     else:
         print_comparison(printer, results)
     if report is not None and output is not OutputFormat.JSON:
         printer.line(f"Report: {report}")
-    if modes is None and not results[0].is_passed:
+    if not is_compared and not results[0].is_passed:
         raise typer.Exit(code=1)

@@ -23,9 +23,12 @@ Model.
   expires. A cluster with observations but no time at all is treated as Stale (used, flagged,
   never expired): there is no age to expire it by.
 - Node choice predicts where the cluster's own scheduler binds a DRA pod, as a swappable
-  `NodeChoicePolicy`: `Spread` (default; the node with the most free devices that fits, since
+  `NodeChoicePolicy`: `Spread` (the node with the most free devices that fits, since
   kube-scheduler does not pack DRA devices) or `Pack` (the fullest node that fits). Ties break
-  on the free vector, so the choice is deterministic.
+  on the free vector, so the choice is deterministic. A cluster whose agent steers (the
+  default, `Cluster.steering`) is predicted `Pack`: its agent picks each claiming pod's node by
+  the same best fit and steers kube-scheduler there; one that does not is predicted by its
+  `SchedulingConfig.node_choice` (default Spread).
 
 Which way it errs. Growth up to an autoscaled pool's ceiling is trusted (may over-promise
 during stockouts); a fixed pool's declared size is not (a node its agent does not report is
@@ -60,6 +63,7 @@ from gpufleet.core.model import (
     Pool,
     PoolObservation,
     SchedulingConfig,
+    Steering,
 )
 
 #: Free devices of one node, per driver of the pool (aligned to `PoolLedger.drivers`).
@@ -125,8 +129,13 @@ _POLICIES: Mapping[NodeChoice, NodeChoicePolicy] = {
 }
 
 
-def policy_for(cluster: ClusterName, config: SchedulingConfig) -> NodeChoicePolicy:
-    return _POLICIES[config.node_choice.get(cluster, NodeChoice.SPREAD)]
+def policy_for(cluster: Cluster, config: SchedulingConfig) -> NodeChoicePolicy:
+    """The prediction for `cluster`: `Pack` when its agent steers pods to the nodes it chose
+    by best fit (the fullest that fits, which is what `Pack` predicts); otherwise how its own
+    scheduler chooses (`config.node_choice`, default Spread)."""
+    if cluster.steering is not Steering.OFF:
+        return _POLICIES[NodeChoice.PACK]
+    return _POLICIES[config.node_choice.get(cluster.name, NodeChoice.SPREAD)]
 
 
 def as_utc(moment: datetime) -> datetime:

@@ -161,6 +161,16 @@ class Pool:
         return self.max_node_count if self.max_node_count is not None else self.node_count
 
 
+class Steering(StrEnum):
+    """Whether a cluster's agent steers kube-scheduler to the nodes it chose by best fit
+    (node affinity on `kubernetes.io/hostname`): preferred (weight 100), required, or not at
+    all. A steered cluster is predicted `Pack`; one that is not, by its `node_choice`."""
+
+    PREFERRED = "Preferred"
+    REQUIRED = "Required"
+    OFF = "Off"
+
+
 @dataclass(frozen=True, slots=True)
 class Cluster:
     name: ClusterName
@@ -171,6 +181,10 @@ class Cluster:
     pools: tuple[Pool, ...] = ()
     #: When the cluster's agent last reported (any pool); None when no agent has reported.
     agent_observed_at: datetime | None = None
+    #: Whether its agent steers pods to the nodes it chose (then the fleet predicts `Pack`).
+    #: The API's default is Preferred (`InferenceClusterSpec.steering`); a cluster built
+    #: without one here is predicted by `SchedulingConfig.node_choice`.
+    steering: Steering = Steering.OFF
 
 
 # --- deployments ------------------------------------------------------------------------
@@ -371,7 +385,8 @@ class SchedulingConfig:
     stale_after_s: float = 60.0
     #: A cluster whose agent is silent longer than this takes no new replicas.
     expire_after_s: float = 300.0
-    #: Per cluster name, how its scheduler chooses nodes; default Spread.
+    #: Per cluster name, how its scheduler chooses nodes when its agent does not steer
+    #: (`Cluster.steering` Off; a steered cluster is predicted Pack); default Spread.
     node_choice: Mapping[str, NodeChoice] = field(default_factory=dict)
     max_histogram_buckets: int = MAX_HISTOGRAM_BUCKETS
 

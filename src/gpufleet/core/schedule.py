@@ -449,7 +449,7 @@ def _build_ledgers(
             cluster,
             tuple(pools),
             cluster_freshness(cluster, now, config),
-            policy_for(cluster.name, config),
+            policy_for(cluster, config),
             memo,
         )
     return ledgers

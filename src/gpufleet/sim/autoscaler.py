@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 from gpufleet.core import labels
 from gpufleet.sim import dra
 from gpufleet.sim.cluster_spec import PoolSpec
+from gpufleet.sim.kube_scoring import HOSTNAME_KEY, required_affinity_matches
 from gpufleet.sim.objects import GPU_TAINT, LWS_GROUP_KEY, allocation_nodes, is_alive, untolerated
 from gpufleet.store import format_time
 from gpufleet.store.port import (
@@ -207,6 +208,12 @@ class ClusterAutoscaler:
         """Devices per driver the pod needs, or None when an empty node of the pool can't fit it."""
         node = {"spec": {"taints": [dict(GPU_TAINT)] if self.behaviour.has_gpu_taint else []}}
         if untolerated(node, pod["spec"]):
+            return None
+        # A new node has a new hostname: a pod required onto existing nodes (the agent's
+        # Required steering) does not fit it, as cluster-autoscaler's simulation finds.
+        labels_ = {**(pod["spec"].get("nodeSelector") or {}), HOSTNAME_KEY: "<new node>"}
+        new_node = {"metadata": {"name": "<new node>", "labels": labels_}, **node}
+        if not required_affinity_matches(new_node, pod["spec"]):
             return None
         demand: dict[str, int] = defaultdict(int)
         taken: set[dra.DeviceKey] = set()

@@ -11,9 +11,10 @@ kubelet), each reading the store and writing through it:
   labels, be Ready and schedulable, tolerate-check every NoSchedule/NoExecute taint, and have
   devices for the pod's claim (`gpufleet.sim.dra`). Node choice per cluster: Spread (the
   default profile's scoring, `gpufleet.sim.kube_scoring`) or Pack (fewest free devices that
-  fit, ties by name). Pods of one LeaderWorkerSet group go to distinct nodes, decided pod by pod: a group is
-  not scheduled all-or-nothing, so part of a gang can bind while the rest stays Pending (what a
-  real cluster with pod anti-affinity and no gang scheduler does). It writes the claim's
+  fit, ties by name); required node affinity and required pod anti-affinity filter nodes (the
+  agent writes both: steering, and the claiming pods of one gang copy on distinct nodes). Pods
+  are scheduled one by one: a group is not scheduled all-or-nothing, so part of a gang can bind
+  while the rest stays Pending (what a real cluster with no gang scheduler does). It writes the claim's
   `status.allocation` and `reservedFor`, then the pod's `spec.nodeName`; an unschedulable pod
   gets `PodScheduled=False, reason Unschedulable` (what cluster-autoscaler looks for).
 - **resourceclaim controller** makes claim `<pod>-<claim>` from the pod's template, owned by the

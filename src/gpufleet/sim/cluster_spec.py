@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpufleet.core.model import NodeChoice
+from gpufleet.core.model import NodeChoice, Steering
 from gpufleet.store.port import (
     Obj,
 )
@@ -73,6 +73,9 @@ class ClusterBehaviour:
     #: How its kube-scheduler picks a node: Spread, the default profile's scoring
     #: (`gpufleet.sim.kube_scoring`); Pack, a packing scheduler (fewest free devices that fit).
     node_choice: NodeChoice = NodeChoice.SPREAD
+    #: Whether its agent steers claiming pods to the nodes it chose (the InferenceCluster's
+    #: `spec.steering`): node affinity preferred (weight 100), required, or none.
+    steering: Steering = Steering.PREFERRED
     #: Cadence of the in-cluster controllers (scheduler, kubelet, controllers, driver).
     tick_s: float = 1.0
     pod_start_delay_s: float = 5.0

@@ -1,6 +1,9 @@
-"""Comparing runs of one scenario under different accounting modes (`simulate --compare`): the
-numbers, the checks that differ, and how each mode makes a cluster Ready. The terminal output
-and the HTML report both read them from here.
+"""Comparing runs of one scenario under different accounting modes, or with steering on and off
+(`simulate --compare`): the numbers, the checks that differ, and how each mode makes a cluster
+Ready. The terminal output and the HTML report both read them from here.
+
+A steering comparison runs the scenario once per steering mode with every cluster's `steering`
+set to it (`with_steering`); each cluster keeps its `nodeChoice` (what its own scheduler does).
 
 A scenario's checks are written for one mode, so under `--compare` a check that holds in one
 mode and not in the other is a *difference* between the modes, not a failure of a run. Only a
@@ -9,11 +12,40 @@ check that fails the same way in every mode is a failure.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpufleet.core.model import Steering
 from gpufleet.sim.run import RunResult, Series
 from gpufleet.sim.scenario import format_duration
+from gpufleet.sim.scenario_model import Scenario
+
+
+def with_steering(scenario: Scenario, steering: Steering) -> Scenario:
+    """The scenario with every cluster's steering set to `steering`."""
+    clusters = tuple(
+        dataclasses.replace(c, behaviour=dataclasses.replace(c.behaviour, steering=steering))
+        for c in scenario.fleet.clusters
+    )
+    return dataclasses.replace(
+        scenario, fleet=dataclasses.replace(scenario.fleet, clusters=clusters)
+    )
+
+
+def steering_of(result: RunResult) -> str:
+    """ "steering <mode>" of the run's clusters (modes joined by "/" when they differ)."""
+    modes = sorted({str(c.behaviour.steering) for c in result.scenario.fleet.clusters})
+    return "steering " + "/".join(modes)
+
+
+def run_names(results: Sequence[RunResult]) -> list[str]:
+    """A name per compared run: its accounting mode when those tell the runs apart, else its
+    steering."""
+    names = [r.accounting.value for r in results]
+    if len(set(names)) == len(names):
+        return names
+    return [steering_of(r) for r in results]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +211,7 @@ class ReadyStory:
         return frozenset((s, r) for s, r, _, _ in self.states)
 
 
-def ready_story(result: RunResult) -> ReadyStory:
+def ready_story(result: RunResult, name: str = "") -> ReadyStory:
     first: dict[tuple[str, str], tuple[float, list[str]]] = {}
     samples = result.samples
     for cluster in sorted(samples.ready):
@@ -195,7 +227,7 @@ def ready_story(result: RunResult) -> ReadyStory:
         (s, r, at, tuple(clusters))
         for (s, r), (at, clusters) in sorted(first.items(), key=lambda kv: (kv[1][0], kv[0]))
     )
-    return ReadyStory(result.accounting.value, states)
+    return ReadyStory(name or result.accounting.value, states)
 
 
 #: What each known `Ready` reason means, for the comparison's note.

@@ -302,10 +302,12 @@ class Fleet:
             slot.lease_epoch += 1
         # A new agent observes afresh (its allocation clock is empty) and materializes.
         slot.last_report, slot.settled_revisions = None, None
-        config = self.spec.agent
-        heartbeat_s = self.clusters[cluster].behaviour.heartbeat_interval_s
-        if heartbeat_s is not None:
-            config = dataclasses.replace(config, heartbeat_interval_s=heartbeat_s)
+        behaviour = self.clusters[cluster].behaviour
+        config = dataclasses.replace(self.spec.agent, steering=behaviour.steering)
+        if behaviour.heartbeat_interval_s is not None:
+            config = dataclasses.replace(
+                config, heartbeat_interval_s=behaviour.heartbeat_interval_s
+            )
         slot.agent = Agent(
             cluster,
             self.clusters[cluster].store,
@@ -394,7 +396,7 @@ def inventory(clusters: Sequence[ClusterSpec]) -> list[Obj]:
             if p.max_node_count is not None:
                 pool["maxNodeCount"] = p.max_node_count
             pools.append(pool)
-        spec: Obj = {"nodePools": pools}
+        spec: Obj = {"nodePools": pools, "steering": str(c.behaviour.steering)}
         if c.taints:
             spec["taints"] = [dict(t) for t in c.taints]
         out.append(

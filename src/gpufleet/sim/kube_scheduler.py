@@ -1,12 +1,16 @@
 """Emulated kube-scheduler for one workload cluster: binds a Pending pod to a node.
 
-A node must carry the pod's nodeSelector labels, be Ready and schedulable, tolerate-check every
-NoSchedule/NoExecute taint, and have devices for the pod's claims (`gpufleet.sim.dra`). Node
+A node must carry the pod's nodeSelector labels, match one of its required node affinity terms
+(the agent's `Required` steering), be Ready and schedulable, tolerate-check every
+NoSchedule/NoExecute taint, hold no pod that the pod's required pod anti-affinity selects in the
+same topology domain (the gang rule the agent writes: `kube_scoring.anti_affinity_selectors`),
+and have devices for the pod's claims (`gpufleet.sim.dra`). Node
 choice per cluster: Spread, the default profile's scoring of every node that passes
 (`gpufleet.sim.kube_scoring`: taints, preferred node affinity, default topology spread,
 LeastAllocated and balanced CPU/memory; no DRA scoring), ties by a hash of the pod's and the
 nodes' names; or Pack, a packing scheduler (the fewest free devices that fit, ties by name).
-Pods of one LeaderWorkerSet group go to distinct nodes. It writes the claim's
+LeaderWorkerSet groups are not spread by themselves: only the pods' own anti-affinity keeps them
+apart (so a claimless Leader may share a node with its Worker). It writes the claim's
 `status.allocation` and `reservedFor`, then the pod's `spec.nodeName`; an unschedulable pod
 gets `PodScheduled=False, reason Unschedulable`.
 """
@@ -20,7 +24,7 @@ from gpufleet.core.model import NodeChoice
 from gpufleet.sim import dra, kube_scoring
 from gpufleet.sim.cluster_spec import ClusterBehaviour
 from gpufleet.sim.engine import EventLoop
-from gpufleet.sim.objects import LWS_GROUP_KEY, allocation_status, is_alive, node_filter
+from gpufleet.sim.objects import allocation_status, is_alive, node_filter
 from gpufleet.sim.sim_store import SimStore
 from gpufleet.store import format_time
 from gpufleet.store.port import (
@@ -62,16 +66,7 @@ class KubeScheduler:
             return  # its claims are not made yet
         published = self.store.published()
         taken = self.store.taken()
-        group = (meta.get("labels") or {}).get(LWS_GROUP_KEY)
-        gang_nodes = (
-            {
-                p["spec"].get("nodeName")
-                for p in self.store.peek(POD, meta["namespace"], {LWS_GROUP_KEY: group})
-                if is_alive(p)
-            }
-            if group
-            else set()
-        )
+        avoid = self._anti_affinity(pod, nodes)
         claim_requests = [dra.claim_requests(c, self.class_drivers) for c in claims]
         reasons: dict[str, int] = defaultdict(int)
         # The nodes that pass the filters, with their free devices (what Pack orders by).
@@ -79,8 +74,12 @@ class KubeScheduler:
         for node in nodes:
             name = node["metadata"]["name"]
             reason = node_filter(node, spec)
-            if reason is None and name in gang_nodes:
-                reason = "node(s) already had a pod of the same group"
+            if reason is None and not kube_scoring.required_affinity_matches(node, spec):
+                reason = "node(s) didn't match Pod's node affinity/selector"
+            if reason is None and any(
+                (node["metadata"].get("labels") or {}).get(key) in values for key, values in avoid
+            ):
+                reason = "node(s) didn't match pod anti-affinity rules"
             if reason is not None:
                 reasons[reason] += 1
                 continue
@@ -128,6 +127,27 @@ class KubeScheduler:
         self.store.patch_status_shared(
             POD, meta["name"], meta["namespace"], {"conditions": conditions}
         )
+
+    def _anti_affinity(self, pod: Obj, nodes: Sequence[Obj]) -> list[tuple[str, set[str]]]:
+        """Per required anti-affinity term of the pod, its topology key and the values of
+        that key on the nodes of the live, bound pods it selects (the pod itself aside)."""
+        terms = kube_scoring.anti_affinity_selectors(pod)
+        if not terms:
+            return []
+        meta = pod["metadata"]
+        by_name = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
+        out: list[tuple[str, set[str]]] = []
+        for key, selected in terms:
+            values: set[str] = set()
+            for other in self.store.peek(POD, meta["namespace"], selected):
+                bound = other["spec"].get("nodeName")
+                if not bound or other["metadata"]["name"] == meta["name"] or not is_alive(other):
+                    continue
+                value = by_name.get(bound, {}).get(key)
+                if value is not None:
+                    values.add(value)
+            out.append((key, values))
+        return out
 
     def _pack(
         self,

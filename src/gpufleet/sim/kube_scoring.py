@@ -25,7 +25,9 @@ Approximations, each said where it is made:
   (the real plugin would use those instead of the defaults).
 - Pod requests are the containers' sum and the init containers' maximum plus `overhead`;
   restartable (sidecar) init containers and pod-level `resources` are not modelled.
-- InterPodAffinity (weight 2) scores 0 everywhere (our pods carry no pod (anti-)affinity), and
+- InterPodAffinity (weight 2) scores 0 everywhere (our pods carry only required pod
+  anti-affinity, a filter: `anti_affinity_selectors`; the symmetric check of existing pods'
+  anti-affinity against the new pod is not modelled, as our gang pods carry matching terms), and
   ImageLocality (weight 1) is not modelled: the emulated nodes hold no images, where a real node
   that already pulled the engine image would get up to 100 more.
 - DRA devices are not scored (kube-scheduler has none; KEP-4970 is open): allocation stays
@@ -213,6 +215,34 @@ def _term_matches(term: Mapping[str, Any], node: Obj) -> bool:
     return all(_requirement_matches(r, labels.get(r.get("key", ""))) for r in expressions) and all(
         r.get("key") == "metadata.name" and _requirement_matches(r, name) for r in fields
     )
+
+
+def required_affinity_matches(node: Obj, pod_spec: Mapping[str, Any]) -> bool:
+    """NodeAffinity's filter: the node matches one of the pod's required terms (they are
+    ORed); true when the pod has none."""
+    affinity = (pod_spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return True
+    return any(_term_matches(t, node) for t in required.get("nodeSelectorTerms") or [])
+
+
+def anti_affinity_selectors(pod: Obj) -> list[tuple[str, dict[str, str]]]:
+    """The pod's required pod anti-affinity terms as (topology key, labels a pod must carry
+    to count): `matchLabels` plus, per `matchLabelKeys` key the pod carries, its own value
+    (a key it lacks is ignored, as the API server does). `matchExpressions` and `namespaces`
+    are not modelled (the pod's namespace is used)."""
+    spec = pod["spec"]
+    anti = (spec.get("affinity") or {}).get("podAntiAffinity") or {}
+    own = pod["metadata"].get("labels") or {}
+    out: list[tuple[str, dict[str, str]]] = []
+    for term in anti.get("requiredDuringSchedulingIgnoredDuringExecution") or []:
+        selected = dict((term.get("labelSelector") or {}).get("matchLabels") or {})
+        for key in term.get("matchLabelKeys") or []:
+            if key in own:
+                selected[key] = own[key]
+        out.append((str(term.get("topologyKey") or HOSTNAME_KEY), selected))
+    return out
 
 
 def preferred_affinity_weight(node: Obj, pod_spec: Mapping[str, Any]) -> int:

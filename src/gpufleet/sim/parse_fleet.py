@@ -13,7 +13,7 @@ from typing import Any, Final
 from gpufleet.agent.runner import AgentConfig
 from gpufleet.api import ValidationFailed, parse_object
 from gpufleet.api.names import is_dns_label, is_dns_subdomain
-from gpufleet.core.model import NodeChoice
+from gpufleet.core.model import NodeChoice, Steering
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
 from gpufleet.sim.fields import (
     Problems,
@@ -36,6 +36,7 @@ from gpufleet.sim.scenario_model import (
 _BEHAVIOUR_FIELDS: Final = {
     # yaml key: (ClusterBehaviour field, kind)
     "nodeChoice": ("node_choice", "choice"),
+    "steering": ("steering", "steering"),
     "tick": ("tick_s", "duration"),
     "podStartDelay": ("pod_start_delay_s", "duration"),
     "terminationGrace": ("termination_grace_s", "duration"),
@@ -72,12 +73,13 @@ def _behaviour(data: Mapping[str, Any], path: str, problems: Problems) -> Cluste
         elif kind == "bool":
             kwargs[attr] = get_bool(data, key, path, problems, False)
         else:
+            enum = NodeChoice if kind == "choice" else Steering
             value = data[key]
-            choices = [c.value for c in NodeChoice]
+            choices = [c.value for c in enum]
             if value not in choices:
                 problems.add(f"{path}.{key}", f"must be one of {', '.join(choices)}")
             else:
-                kwargs[attr] = NodeChoice(value)
+                kwargs[attr] = enum(value)
     return ClusterBehaviour(**kwargs)
 
 

@@ -18,6 +18,7 @@ from gpufleet.sim.compare import (
     metrics,
     ready_differs,
     ready_story,
+    run_names,
 )
 from gpufleet.sim.events import Event, Marker, marker_instants, run_events
 from gpufleet.sim.report_run import (
@@ -43,11 +44,11 @@ HALF = 590
 
 
 def _modes(results: Sequence[RunResult]) -> list[str]:
-    return [r.accounting.value for r in results]
+    return run_names(results)
 
 
 def ready_section(results: Sequence[RunResult]) -> list[str]:
-    stories = [ready_story(r) for r in results]
+    stories = [ready_story(r, n) for r, n in zip(results, _modes(results), strict=True)]
     if not ready_differs(stories):
         return [
             '<h2 id="ready">How a cluster becomes Ready</h2>',
@@ -145,23 +146,12 @@ def charts_section(
         "timeline below.</p>",
         kinds_legend([e for run in events for e in run]),
     ]
+    runs = list(zip(results, markers, run_names(results), strict=True))
     pairs = [
-        [
-            gpu_chart(r, m, width=HALF, y_max=gpu_top, label=f"{r.accounting.value}: ")
-            for r, m in zip(results, markers, strict=True)
-        ],
-        [
-            replica_chart(r, m, width=HALF, y_max=replica_top, label=f"{r.accounting.value}: ")
-            for r, m in zip(results, markers, strict=True)
-        ],
-        [
-            deployment_lanes(r, m, width=HALF, label=f"{r.accounting.value}: ")
-            for r, m in zip(results, markers, strict=True)
-        ],
-        [
-            cluster_lanes(r, m, width=HALF, label=f"{r.accounting.value}: ")
-            for r, m in zip(results, markers, strict=True)
-        ],
+        [gpu_chart(r, m, width=HALF, y_max=gpu_top, label=f"{n}: ") for r, m, n in runs],
+        [replica_chart(r, m, width=HALF, y_max=replica_top, label=f"{n}: ") for r, m, n in runs],
+        [deployment_lanes(r, m, width=HALF, label=f"{n}: ") for r, m, n in runs],
+        [cluster_lanes(r, m, width=HALF, label=f"{n}: ") for r, m, n in runs],
     ]
     for pair in pairs:
         out.append('<div class="pair">' + "".join(pair) + "</div>")
@@ -179,8 +169,8 @@ def comparison(results: Sequence[RunResult]) -> list[str]:
     markers = [marker_instants(e) for e in events]
     out += charts_section(results, events, markers)
     out.append('<h2 id="runs">Each run</h2>')
-    for r, e, m in zip(results, events, markers, strict=True):
-        out.append(f"<details><summary>{esc(r.accounting.value)}: event timeline and tables")
+    for r, e, m, name in zip(results, events, markers, modes, strict=True):
+        out.append(f"<details><summary>{esc(name)}: event timeline and tables")
         out.append("</summary>")
         out.append(verdict(r, is_compared=True))
         out.append(event_table(e, m))

@@ -1,0 +1,449 @@
+"""Steering: the agent chooses each claiming pod's node, and steers kube-scheduler there.
+
+kube-scheduler has no DRA scoring (KEP-4970 is open), so on its own it spreads DRA pods and
+fragments nodes, and the hub's exact fit is only a guess. The agent knows every node's free
+devices exactly (`FreeDeviceTable.free_devices`), so when it materializes a replica it picks
+the nodes itself and writes them into the pod templates:
+
+- **Choice** (`Steerer.choose`). A replica's claiming pods, per pool, are fitted as the hub's
+  fit does (`gpufleet.core.fit`): units (one pod of a Standalone copy; the claiming pods of one
+  gang copy, on distinct nodes) largest first, each pod on the *fullest node that fits* (the
+  fewest free devices; ties by the free devices, then by name), which is what the hub's `Pack`
+  prediction assumes. A member whose every pod found a node is steered; one with a pod that fits
+  nowhere is left to the scheduler (nothing is steered or assumed for it).
+- **Assume.** What a choice takes is held against the table's free devices until the
+  replica's observation shows its claiming pods allocated (the table then counts them), the
+  replica goes, or `assume_passes` passes go by; so two replicas materialized in one pass, or
+  in two passes before the first one's pods bind, never choose the same free devices.
+- **Steer** (`steer_template`). The copies of one member share one pod template, so it is
+  steered to the *set* of nodes chosen for them, by node affinity on `kubernetes.io/hostname`:
+  `Preferred` adds one preferred term of weight 100 listing them (kube-scheduler's NodeAffinity
+  score then outweighs its spreading; a node that filled up first is passed over for another
+  that fits); `Required` adds `hostname In (set)` to every required term (ANDed with the
+  tenant's own; a pod whose nodes filled up first stays Pending until it is re-placed or the
+  devices free up). Never inter-pod affinity (slow at scale). The nodes are also written in the
+  annotation `gpufleet.io/steered-nodes`, which is how the steering is found again.
+- **Kept.** A choice is made once per replica version (the materializer holds what a replica
+  wants while its uid, generation and labels stay); a local workload that already holds the
+  same object but for its steering keeps its steering (`keep_steering`), so a restarted agent
+  does not roll running pods to move them.
+- **Gangs.** The claiming pods of one gang copy (LeaderWorkerSet group) must land on distinct
+  nodes, as the hub's fit assumes: each claiming member's template carries a required pod
+  anti-affinity on `kubernetes.io/hostname` over the claiming pods of its engine with the same
+  LeaderWorkerSet group key (`matchLabelKeys`, Kubernetes 1.31+ by default). A claimless Leader
+  is not in it: it may share a node with a Worker of its group, as the fit lets it ride free.
+
+Which way it errs: the choice is greedy, like the hub's fit; selectors are not looked at (a pool
+is one device kind), and a request without a driver is charged to the node's only driver (or not
+steered). Pods that kube-scheduler puts elsewhere despite a preferred term are counted where
+they land by the next observation.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from gpufleet.core import labels
+from gpufleet.core.model import DriverName, Steering
+
+HOSTNAME_KEY: Final = "kubernetes.io/hostname"
+#: The pod-template annotation that lists the nodes a template is steered to (comma-separated).
+STEERED_NODES: Final = "gpufleet.io/steered-nodes"
+#: The label of the pods of a claiming member of a gang (what its anti-affinity selects).
+CLAIMING: Final = "gpufleet.io/claiming"
+#: The LeaderWorkerSet label that tells the groups (copies) of one set apart.
+LWS_GROUP_KEY: Final = "leaderworkerset.sigs.k8s.io/group-key"
+#: The weight of the preferred term: the most NodeAffinity allows.
+PREFERRED_WEIGHT: Final = 100
+#: How many passes a choice stays assumed when its pods are never seen allocated.
+DEFAULT_ASSUME_PASSES: Final = 24
+
+#: (engine, role) of a member.
+MemberKey = tuple[str, str]
+#: Per member, the nodes chosen for its pods (one per pod, sorted).
+Choice = Mapping[MemberKey, tuple[str, ...]]
+#: Free devices per driver of each node of a pool.
+FreeNodes = Mapping[str, Mapping[DriverName, int]]
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def _natural(name: str) -> tuple[tuple[int, str], ...]:
+    return tuple((int(p), "") if p.isdigit() else (0, p) for p in _DIGITS.split(name))
+
+
+@dataclass(frozen=True, slots=True)
+class _Pod:
+    member: MemberKey
+    pool: str
+    demand: tuple[tuple[str, int], ...]  # (driver, devices), sorted by driver
+
+    @property
+    def size(self) -> int:
+        return sum(n for _, n in self.demand)
+
+
+def member_demand(member: Mapping[str, Any]) -> tuple[tuple[str, int], ...] | None:
+    """Devices per driver one pod of `member` claims; () when it claims nothing; None when a
+    request has no driver (then the node's only driver is assumed: see `_resolve`)."""
+    out: dict[str, int] = {}
+    for request in member.get("deviceRequests") or ():
+        driver = request.get("driver") if isinstance(request, Mapping) else None
+        count = request.get("count", 1) if isinstance(request, Mapping) else 1
+        if not isinstance(count, int) or count < 1:
+            return None
+        key = str(driver) if driver else ""
+        out[key] = out.get(key, 0) + count
+    return tuple(sorted(out.items()))
+
+
+def _units(replica: Mapping[str, Any]) -> list[list[_Pod]]:
+    """The replica's claiming pods as units (see the module docstring), in no order."""
+    units: list[list[_Pod]] = []
+    for engine in (replica.get("spec") or {}).get("engines") or ():
+        name = str(engine.get("name", ""))
+        copies = int(engine.get("copies", 1))
+        members = engine.get("members") or ()
+        per_copy: list[_Pod] = []
+        for member in members:
+            demand = member_demand(member)
+            if not demand:
+                continue
+            role = str(member.get("role", "Standalone"))
+            pods = int((member.get("worker") or {}).get("nodes", 1)) if role == "Worker" else 1
+            pod = _Pod((name, role), str(member.get("nodePoolName", "")), demand)
+            per_copy.extend([pod] * pods)
+        if not per_copy:
+            continue
+        is_gang = any(str(m.get("role", "Standalone")) != "Standalone" for m in members)
+        for _ in range(copies):
+            if is_gang:
+                units.append(list(per_copy))
+            else:
+                units.extend([p] for p in per_copy)
+    return units
+
+
+def _unit_key(unit: Sequence[_Pod]) -> tuple[int, int, int, tuple[Any, ...]]:
+    return (
+        unit[0].size,
+        sum(p.size for p in unit),
+        len(unit),
+        tuple((p.demand, p.member) for p in unit),
+    )
+
+
+def _fits(free: Mapping[str, int], demand: Iterable[tuple[str, int]]) -> bool:
+    return all(free.get(d, 0) >= n for d, n in demand)
+
+
+def _resolve(free: Mapping[str, int], demand: tuple[tuple[str, int], ...]) -> tuple[Any, ...]:
+    """The demand with a driverless request charged to the node's only driver."""
+    if not any(d == "" for d, _ in demand):
+        return demand
+    drivers = [d for d in free if d]
+    if len(drivers) != 1:
+        return (("", 1),)  # cannot tell: fits nowhere
+    merged: dict[str, int] = {}
+    for d, n in demand:
+        merged[d or drivers[0]] = merged.get(d or drivers[0], 0) + n
+    return tuple(sorted(merged.items()))
+
+
+def best_fit(free: Mapping[str, dict[str, int]], pod: _Pod, taken: set[str]) -> str | None:
+    """The fullest node that fits `pod` (fewest free devices, then the free devices, then the
+    name), not in `taken`."""
+    best: str | None = None
+    best_key: tuple[Any, ...] | None = None
+    for node, devices in free.items():
+        if node in taken or not _fits(devices, _resolve(devices, pod.demand)):
+            continue
+        key = (sum(devices.values()), tuple(sorted(devices.items())), _natural(node))
+        if best_key is None or key < best_key:
+            best, best_key = node, key
+    return best
+
+
+def place(
+    units: Sequence[Sequence[_Pod]], free: Mapping[str, dict[str, dict[str, int]]]
+) -> tuple[dict[MemberKey, list[str]], dict[str, dict[str, int]], set[MemberKey]]:
+    """Fit `units` (largest first) on `free` (pool -> node -> driver -> free; changed in
+    place): the nodes per member, what was taken per node, and the members with a pod that fit
+    nowhere."""
+    chosen: dict[MemberKey, list[str]] = {}
+    taken: dict[str, dict[str, int]] = {}
+    failed: set[MemberKey] = set()
+    for unit in sorted(units, key=_unit_key, reverse=True):
+        aside: set[str] = set()
+        for pod in sorted(unit, key=lambda p: (p.size, p.demand, p.member), reverse=True):
+            nodes = free.get(pod.pool)
+            node = None if nodes is None else best_fit(nodes, pod, aside)
+            if node is None or nodes is None:
+                failed.add(pod.member)
+                continue
+            aside.add(node)
+            chosen.setdefault(pod.member, []).append(node)
+            for driver, n in _resolve(nodes[node], pod.demand):
+                nodes[node][driver] = nodes[node].get(driver, 0) - n
+                took = taken.setdefault(node, {})
+                took[driver] = took.get(driver, 0) + n
+    return chosen, taken, failed
+
+
+@dataclass(slots=True)
+class _Assumed:
+    #: node -> driver -> devices the choice takes.
+    taken: dict[str, dict[str, int]]
+    claiming_pods: int
+    passes_left: int
+
+
+@dataclass(slots=True)
+class Steerer:
+    """Chooses nodes for replicas' claiming pods against a cluster's free devices (see the
+    module docstring). `free_devices(pool)` and `allocated_pods((namespace, name))` read the
+    agent's table as of its last snapshot."""
+
+    mode: Steering
+    free_devices: Callable[[str], FreeNodes]
+    allocated_pods: Callable[[tuple[str, str]], int | None]
+    assume_passes: int = DEFAULT_ASSUME_PASSES
+    _assumed: dict[tuple[str, str], _Assumed] = field(default_factory=dict)
+
+    @property
+    def is_on(self) -> bool:
+        return self.mode is not Steering.OFF
+
+    def begin(self, replicas: Iterable[Mapping[str, Any]]) -> None:
+        """Start a pass: forget the choices of replicas that are gone, whose claiming pods are
+        all allocated (the table counts them now), or whose time is up."""
+        present = {_key(r) for r in replicas}
+        for key in list(self._assumed):
+            assumed = self._assumed[key]
+            assumed.passes_left -= 1
+            allocated = self.allocated_pods(key)
+            if (
+                key not in present
+                or assumed.passes_left <= 0
+                or (allocated is not None and allocated >= assumed.claiming_pods)
+            ):
+                del self._assumed[key]
+
+    def choose(self, replica: Mapping[str, Any]) -> Choice:
+        """The nodes for the replica's claiming pods, per member (only members whose every pod
+        found a node), assumed until its pods are seen allocated."""
+        key = _key(replica)
+        self._assumed.pop(key, None)  # a new choice replaces an older one of the replica
+        units = _units(replica)
+        if not self.is_on or not units:
+            return {}
+        pools = sorted({p.pool for u in units for p in u})
+        chosen, taken, failed = place(units, {pool: self._free(pool) for pool in pools})
+        if failed:
+            # Members with a pod that fits nowhere are not steered and take nothing: fit the
+            # others again without them.
+            units = [[p for p in u if p.member not in failed] for u in units]
+            units = [u for u in units if u]
+            chosen, taken, again = place(units, {pool: self._free(pool) for pool in pools})
+            failed |= again
+        kept = {m: tuple(sorted(n, key=_natural)) for m, n in chosen.items() if m not in failed}
+        if kept:
+            pods = sum(len(u) for u in units)
+            self._assumed[key] = _Assumed(taken, pods, max(1, self.assume_passes))
+        return kept
+
+    def _free(self, pool: str) -> dict[str, dict[str, int]]:
+        """The pool's free devices minus what the held choices take."""
+        free = {
+            node: {str(d): n for d, n in devices.items()}
+            for node, devices in self.free_devices(pool).items()
+        }
+        for assumed in self._assumed.values():
+            for node, devices in assumed.taken.items():
+                if node in free:
+                    for driver, n in devices.items():
+                        free[node][driver] = free[node].get(driver, 0) - n
+        return free
+
+
+def steering_of(cluster: Mapping[str, Any] | None, default: Steering) -> Steering:
+    """The InferenceCluster's `spec.steering` (read as untrusted: absent is the API's default,
+    Preferred; a value that is not a mode is `default`); `default` when there is none."""
+    if not isinstance(cluster, Mapping):
+        return default
+    spec = cluster.get("spec")
+    value = spec.get("steering", Steering.PREFERRED.value) if isinstance(spec, Mapping) else None
+    if not isinstance(value, str) or value not in {s.value for s in Steering}:
+        return default
+    return Steering(value)
+
+
+def _key(replica: Mapping[str, Any]) -> tuple[str, str]:
+    meta = replica.get("metadata") or {}
+    return (str(meta.get("namespace", "")), str(meta.get("name", "")))
+
+
+# --- the pod template ---------------------------------------------------------------------
+
+
+def _hostname_in(nodes: Sequence[str]) -> dict[str, Any]:
+    return {"key": HOSTNAME_KEY, "operator": "In", "values": list(nodes)}
+
+
+def steer_template(
+    template: Mapping[str, Any], nodes: Sequence[str], mode: Steering
+) -> dict[str, Any]:
+    """A copy of the pod template steered to `nodes` (distinct, in order); unchanged when
+    `nodes` is empty or `mode` is Off."""
+    out = copy.deepcopy(dict(template))
+    distinct = list(dict.fromkeys(nodes))
+    if not distinct or mode is Steering.OFF:
+        return out
+    meta = out.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), STEERED_NODES: ",".join(distinct)}
+    spec = out.setdefault("spec", {})
+    affinity = spec["affinity"] = dict(spec.get("affinity") or {})
+    node_affinity = affinity["nodeAffinity"] = dict(affinity.get("nodeAffinity") or {})
+    if mode is Steering.PREFERRED:
+        key = "preferredDuringSchedulingIgnoredDuringExecution"
+        node_affinity[key] = [
+            *(node_affinity.get(key) or []),
+            {
+                "weight": PREFERRED_WEIGHT,
+                "preference": {"matchExpressions": [_hostname_in(distinct)]},
+            },
+        ]
+        return out
+    key = "requiredDuringSchedulingIgnoredDuringExecution"
+    required = dict(node_affinity.get(key) or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    for term in terms:  # terms are ORed: the hostname goes into each (ANDed with the tenant's)
+        term["matchExpressions"] = [*(term.get("matchExpressions") or []), _hostname_in(distinct)]
+    required["nodeSelectorTerms"] = terms
+    node_affinity[key] = required
+    return out
+
+
+def steered_nodes(template: Mapping[str, Any]) -> tuple[str, ...]:
+    """The nodes a pod template is steered to (its annotation); () when it is not."""
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(STEERED_NODES)
+    return tuple(n for n in str(text).split(",") if n) if text else ()
+
+
+def unsteer_template(template: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the pod template without the steering `steer_template` added (either mode)."""
+    out = copy.deepcopy(dict(template))
+    nodes = steered_nodes(out)
+    if not nodes:
+        return out
+    expression = _hostname_in(nodes)
+    meta = out["metadata"]
+    annotations = {k: v for k, v in meta["annotations"].items() if k != STEERED_NODES}
+    _set_or_drop(meta, "annotations", annotations)
+    _set_or_drop(out, "metadata", meta)
+    spec = out.get("spec") or {}
+    node_affinity = dict(((spec.get("affinity") or {}).get("nodeAffinity")) or {})
+    pkey = "preferredDuringSchedulingIgnoredDuringExecution"
+    ours = {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": [expression]}}
+    preferred = [t for t in node_affinity.get(pkey) or [] if t != ours]
+    rkey = "requiredDuringSchedulingIgnoredDuringExecution"
+    required = dict(node_affinity.get(rkey) or {})
+    terms = []
+    for term in required.get("nodeSelectorTerms") or []:
+        t = dict(term)
+        t["matchExpressions"] = [e for e in t.get("matchExpressions") or [] if e != expression]
+        if not t["matchExpressions"]:
+            del t["matchExpressions"]
+        if t:
+            terms.append(t)
+    _set_or_drop(node_affinity, pkey, preferred)
+    _set_or_drop(node_affinity, rkey, {**required, "nodeSelectorTerms": terms} if terms else {})
+    affinity = {**(spec.get("affinity") or {}), "nodeAffinity": node_affinity}
+    _set_or_drop(affinity, "nodeAffinity", node_affinity)
+    _set_or_drop(spec, "affinity", affinity)
+    return out
+
+
+def _set_or_drop(obj: dict[str, Any], key: str, value: Any) -> None:
+    if value:
+        obj[key] = value
+    else:
+        obj.pop(key, None)
+
+
+def gang_anti_affinity(template: Mapping[str, Any], replica: str, engine: str) -> dict[str, Any]:
+    """A copy of a claiming gang member's pod template that keeps it off the nodes of the
+    other claiming pods of its copy (LeaderWorkerSet group), and labels it as claiming."""
+    out = copy.deepcopy(dict(template))
+    meta = out.setdefault("metadata", {})
+    meta["labels"] = {**(meta.get("labels") or {}), CLAIMING: "true"}
+    spec = out.setdefault("spec", {})
+    affinity = spec["affinity"] = dict(spec.get("affinity") or {})
+    anti = affinity["podAntiAffinity"] = dict(affinity.get("podAntiAffinity") or {})
+    key = "requiredDuringSchedulingIgnoredDuringExecution"
+    term = {
+        "labelSelector": {
+            "matchLabels": {labels.REPLICA: replica, labels.ENGINE: engine, CLAIMING: "true"}
+        },
+        "matchLabelKeys": [LWS_GROUP_KEY],
+        "topologyKey": HOSTNAME_KEY,
+    }
+    anti[key] = [*(anti.get(key) or []), term]
+    return out
+
+
+def keep_steering(want: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
+    """`want` (a Deployment or LeaderWorkerSet) with each pod template steered as `current`'s
+    is (not steered when current's is not): what to compare with `current`, so that a workload
+    equal to what is wanted but for its steering is left as it is."""
+    out = copy.deepcopy(dict(want))
+    for path in _TEMPLATE_PATHS:
+        w, c = _at(out, path), _at(current, path)
+        if w is None or c is None:
+            continue
+        base = unsteer_template(w)
+        mode = _mode_of(c)
+        kept = steer_template(base, steered_nodes(c), mode) if mode is not None else base
+        _put(out, path, kept)
+    return out
+
+
+_TEMPLATE_PATHS: Final = (
+    ("spec", "template"),
+    ("spec", "leaderWorkerTemplate", "leaderTemplate"),
+    ("spec", "leaderWorkerTemplate", "workerTemplate"),
+)
+
+
+def _mode_of(template: Mapping[str, Any]) -> Steering | None:
+    nodes = steered_nodes(template)
+    if not nodes:
+        return None
+    node_affinity = ((template.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    ours = {
+        "weight": PREFERRED_WEIGHT,
+        "preference": {"matchExpressions": [_hostname_in(nodes)]},
+    }
+    preferred = node_affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+    return Steering.PREFERRED if ours in preferred else Steering.REQUIRED
+
+
+def _at(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = obj
+    for part in path:
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node if isinstance(node, Mapping) else None
+
+
+def _put(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    node = obj
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
