@@ -30,7 +30,7 @@ def test_deploy_crds_are_up_to_date_with_the_generator() -> None:
 
 
 def test_every_kind_has_a_crd_with_status_and_printer_columns() -> None:
-    from gpufleet.api.models import KINDS
+    from gpufleet.api.kinds import KINDS
 
     generated = {c["spec"]["names"]["kind"]: c for c in crds.generate()}
     assert sorted(generated) == sorted(KINDS)

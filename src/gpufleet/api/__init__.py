@@ -16,17 +16,7 @@ from gpufleet.api.convert import (
     snapshot_from_manifests,
 )
 from gpufleet.api.errors import FieldError, LimitExceeded, ManifestsInvalid, ValidationFailed
-from gpufleet.api.loader import (
-    Manifest,
-    Skipped,
-    Source,
-    check_paths,
-    load_manifests,
-    load_yaml_documents,
-    read_bounded,
-)
-from gpufleet.api.models import (
-    API_VERSION,
+from gpufleet.api.kinds import (
     KINDS,
     ApiObject,
     InferenceClass,
@@ -36,6 +26,16 @@ from gpufleet.api.models import (
     PoolObservation,
     ReplicaObservation,
 )
+from gpufleet.api.loader import (
+    Manifest,
+    Skipped,
+    Source,
+    check_paths,
+    load_manifests,
+    load_yaml_documents,
+    read_bounded,
+)
+from gpufleet.api.models import API_VERSION
 from gpufleet.api.validation import parse_object, parse_status_change, validate
 
 __all__ = [

@@ -24,19 +24,21 @@ What is carried over, and the choices where the API and the core differ:
 
 from collections.abc import Iterable, Mapping
 
+from gpufleet.api.kinds import (
+    ApiObject,
+    InferenceClass,
+    InferenceCluster,
+    ModelDeployment,
+    ModelReplica,
+)
 from gpufleet.api.loader import Manifest
 from gpufleet.api.models import (
-    ApiObject,
     AttributeValue,
     Condition,
     ConditionStatus,
     DeviceSpec,
     GpuPoolStatus,
-    InferenceClass,
-    InferenceCluster,
     MemberSpec,
-    ModelDeployment,
-    ModelReplica,
     PublishedObservation,
     ReplicaPoolPodsStatus,
     is_condition_true,

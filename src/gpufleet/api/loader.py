@@ -44,7 +44,8 @@ from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from gpufleet.api.errors import FieldError, LimitExceeded, ManifestsInvalid, ValidationFailed
-from gpufleet.api.models import API_GROUP, ApiObject
+from gpufleet.api.kinds import ApiObject
+from gpufleet.api.models import API_GROUP
 from gpufleet.api.validation import parse_object
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")

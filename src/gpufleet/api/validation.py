@@ -26,17 +26,8 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from gpufleet.api.errors import FieldError, ValidationFailed
-from gpufleet.api.models import (
-    API_VERSION,
-    KINDS,
-    LEGACY_POOL_NAMES,
-    RULE_ERROR_TYPE,
-    ApiObject,
-    InferenceCluster,
-    ModelReplica,
-    ObjectMeta,
-    _Object,
-)
+from gpufleet.api.kinds import KINDS, ApiObject, InferenceCluster, ModelReplica, _Object
+from gpufleet.api.models import API_VERSION, LEGACY_POOL_NAMES, RULE_ERROR_TYPE, ObjectMeta
 
 SUPPORTED_KINDS: Final = ", ".join(sorted(KINDS))
 

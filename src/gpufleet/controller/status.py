@@ -36,7 +36,7 @@ from itertools import compress
 from typing import Any, Final
 
 from gpufleet.api import parse_object
-from gpufleet.api.models import PoolObservation, ReplicaObservation
+from gpufleet.api.kinds import PoolObservation, ReplicaObservation
 from gpufleet.controller.conditions import Obj, ReadObj, condition, find_condition, set_condition
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.fence import Fence, choose_fence, is_fenced

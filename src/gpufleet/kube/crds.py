@@ -442,7 +442,7 @@ def _object_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 def generate() -> list[dict[str, Any]]:
     """One CRD per API kind, in a stable order."""
-    from gpufleet.api.models import KINDS  # models import CEL; load them only when asked
+    from gpufleet.api.kinds import KINDS  # models import CEL; load them only when asked
 
     crds: list[dict[str, Any]] = []
     for info in INFOS:
