@@ -26,7 +26,7 @@ from gpufleet.kube.fleet_metrics import (
 )
 from gpufleet.kube.metrics import CONTENT_TYPE_LATEST, ControllerMetrics, render
 from gpufleet.kube.store import KubeStore
-from gpufleet.store.port import INFERENCE_CLUSTER, Obj, kind_of
+from gpufleet.store.port import INFERENCE_CLUSTER, Kind, Obj, kind_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -430,25 +430,79 @@ def _noop(_now: datetime, _trigger: Trigger) -> datetime | None:
     return None
 
 
+def until_cached(store: KubeStore, kind: Kind, name: str, timeout_s: float = 10.0) -> Obj:
+    """Wait (bounded) until the store's watch cache holds the API server's current version of
+    `name`, and return it: what a reader of the cache (`view`) sees from then on."""
+    current = store.get(kind, name)
+    assert current is not None
+    version = current["metadata"]["resourceVersion"]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        cursor = store.cursor  # before looking: a change after the look moves it on
+        cached = {o["metadata"]["name"]: o for o in store.view(kind)}.get(name)
+        if cached is not None and cached["metadata"]["resourceVersion"] == version:
+            return cached
+        remaining_s = deadline - time.monotonic()
+        assert remaining_s > 0, f"the watch cache never caught up with {kind.kind} {name}"
+        store.wait_for_changes(cursor, remaining_s)
+
+
 def test_only_the_leader_exports_the_fleet(make_store: Callable[..., KubeStore]) -> None:
     store = make_store()
-    create(store, cluster("a", pool("h100", nodes=2)))
+    device = gpus(8) | {"claim": "DRA", "deviceClassName": GPU}
+    store.create(
+        {
+            "apiVersion": API,
+            "kind": "InferenceClass",
+            "metadata": {"name": "c"},
+            "spec": {"devices": [device]},
+        }
+    )
+    body = cluster("a", pool("h100", nodes=2))
+    body["spec"]["nodePools"][0]["maxNodeCount"] = 2  # what the controller publishes as nodes
+    create(store, body)
     daemon = ControllerDaemon(
         store, "ctl-0", lambda: T0, leader=None, loop_config=LoopConfig(resync_period_s=60.0)
     )
+    assert daemon.loop.sync()
+    # The cache holds the pool: a standby leaves it out because it does not lead.
+    assert until_cached(store, INFERENCE_CLUSTER, "a")["status"]["gpuPools"][0]["nodes"] == 2
     before = render(daemon.registry).decode()
     assert "gpufleet_pool_max_nodes{" not in before
     assert "gpufleet_leader" in before  # the daemon's own metrics are there either way
     daemon.loop.tick()  # without an elector the first tick starts a term: it leads
     assert daemon.loop.is_leading()
-    # The metrics read the watch caches, which see the step's status write a moment later.
-    key = 'gpufleet_pool_max_nodes{cluster="a",pool="h100"}'
-    deadline = time.monotonic() + 10
+    assert daemon.last_result is not None and daemon.last_result.errors == []
+    # The metrics read the watch cache: wait until it holds what the leader's step wrote (the
+    # pool as the controller publishes it), then the leader exports it.
+    published = until_cached(store, INFERENCE_CLUSTER, "a")["status"]
+    assert published["gpuPools"] == [{"name": "h100", "nodes": 2, "devices": [device]}]
     after = samples(render(daemon.registry).decode())
-    while key not in after and time.monotonic() < deadline:
-        time.sleep(0.02)
-        after = samples(render(daemon.registry).decode())
-    assert after[key] == 2
+    assert after['gpufleet_pool_max_nodes{cluster="a",pool="h100"}'] == 2
+    assert after['gpufleet_replicas_placed{cluster="a"}'] == 0
+
+
+def test_the_leader_exports_what_its_step_left_on_the_hub(
+    make_store: Callable[..., KubeStore],
+) -> None:
+    """A pool whose InferenceClass is missing is unpublished by the leader's first step
+    (docs/controller.md): once the watch cache holds that write, the pool's metrics are gone.
+    (The earlier form of the test above had no class, and passed only when it scraped before
+    the watch delivered this write.)"""
+    store = make_store()
+    create(store, cluster("a", pool("h100", nodes=2)))
+    daemon = ControllerDaemon(
+        store, "ctl-0", lambda: T0, leader=None, loop_config=LoopConfig(resync_period_s=60.0)
+    )
+    daemon.loop.tick()
+    assert daemon.loop.is_leading()
+    status = until_cached(store, INFERENCE_CLUSTER, "a")["status"]
+    assert status["gpuPools"] == []
+    assert [(c["type"], c["reason"]) for c in status["conditions"]] == [
+        ("PoolsPublished", "ClassNotFound")
+    ]
+    after = samples(render(daemon.registry).decode())
+    assert not any(k.startswith("gpufleet_pool_") for k in after)
     assert after['gpufleet_replicas_placed{cluster="a"}'] == 0
 
 
