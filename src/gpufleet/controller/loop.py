@@ -227,7 +227,8 @@ class _ClusterState:
     """What a cluster's status was last computed from, and when it falls due again."""
 
     #: (resourceVersion, classes, `cluster_inputs`, freshness states) of the last status
-    #: found in place: the same again needs no computing.
+    #: found in place, or of the object just written (its status is the one desired of it):
+    #: the same again needs no computing.
     settled: tuple[object, ...] | None = None
     #: When a time of the cluster's crosses into another freshness state, or its status
     #: refresh falls due (None: never).
@@ -520,18 +521,7 @@ class Controller(DecisionWriter):
         record = self.index.records[INFERENCE_CLUSTER][("", name)]
         cluster = record.obj
         trust = self.trusts.get(name) or NO_TRUST
-        times = cluster_times(cluster, trust)
-        states = states_at(times, now, self.config)
-        is_due = is_refresh_due(cluster, now, self.config)
-        settled = (
-            version_of(cluster),
-            tuple((k, version_of(v)) for k, v in classes.items()),
-            cluster_inputs(trust, is_due),
-            states,
-        )
-        state.due = self._due(cluster, times, states, now)
-        if state.due is not None:
-            heapq.heappush(self._dues, (state.due, name))
+        settled, is_due = self._settle(state, name, cluster, classes, trust, now)
         if settled == state.settled:
             return
         self._report_implausible(cluster, classes, trust, now, result)
@@ -544,17 +534,49 @@ class Controller(DecisionWriter):
             INFERENCE_CLUSTER, cluster, desire, CLUSTER_OWNED, now, result, normalize
         )
         state.settled = settled if written is cluster else None
-        if written is not cluster:
-            self._dirty.clusters.add(name)  # compute again next step, from what was written
-            if not is_owned_equal(
-                without_times(cluster.get("status") or {}),
-                without_times(written.get("status") or {}),
-                CLUSTER_OWNED,
-            ):
-                # The core reads the status (Ready, observations). A write that moved only
-                # report times (a refresh, which needs accepted reports) changes nothing it
-                # reads but through freshness, from the reports' newest time (`_reported`).
-                self._dirty.cores.add(name)
+        if written is cluster:
+            return
+        if (INFERENCE_CLUSTER, ("", name)) in self._unstored:
+            self._dirty.clusters.add(name)  # compute again next step, from the store's version
+        else:
+            # What was written is the status desired of it (`cluster_status` keeps its own
+            # output): settled at its own inputs, so that the next step computes nothing
+            # unless one of them moves.
+            state.settled, _ = self._settle(state, name, written, classes, trust, now)
+        if not is_owned_equal(
+            without_times(cluster.get("status") or {}),
+            without_times(written.get("status") or {}),
+            CLUSTER_OWNED,
+        ):
+            # The core reads the status (Ready, observations). A write that moved only
+            # report times (a refresh, which needs accepted reports) changes nothing it
+            # reads but through freshness, from the reports' newest time (`_reported`).
+            self._dirty.cores.add(name)
+
+    def _settle(
+        self,
+        state: _ClusterState,
+        name: str,
+        cluster: ReadObj,
+        classes: Mapping[str, ReadObj],
+        trust: Trust,
+        now: datetime,
+    ) -> tuple[tuple[object, ...], bool]:
+        """The inputs' signature of `cluster`'s status at `now` (`_ClusterState.settled`)
+        and whether a refresh is due; sets when its status next falls due by time alone."""
+        times = cluster_times(cluster, trust)
+        states = states_at(times, now, self.config)
+        is_due = is_refresh_due(cluster, now, self.config)
+        settled = (
+            version_of(cluster),
+            tuple((k, version_of(v)) for k, v in classes.items()),
+            cluster_inputs(trust, is_due),
+            states,
+        )
+        state.due = self._due(cluster, times, states, now)
+        if state.due is not None:
+            heapq.heappush(self._dues, (state.due, name))
+        return settled, is_due
 
     def _due(
         self,

@@ -555,15 +555,25 @@ def next_state_change(
 
 def cluster_times(cluster: ReadObj, trust: Trust) -> tuple[datetime | None, ...]:
     """The times whose freshness `cluster_states` judges, in its order: a function of the
-    cluster object and the Trust alone."""
+    cluster object and the Trust alone. A time `cluster_status` does not read is None in its
+    place: the agent's published report time while the Trust has a report time of its own
+    (`_ready` reads that one), and a published pool observation's time unless the pool's
+    report is rejected with none accepted (`_aged` reads that one)."""
     current = cluster.get("status") or {}
+    accepted = [r for r in trust.accepted if r.kind == POOL]
     times: list[datetime | None] = [
         trust.observed_at,
-        parse_time((current.get("agent") or {}).get("observedAt")),
+        None
+        if trust.observed_at is not None
+        else parse_time((current.get("agent") or {}).get("observedAt")),
     ]
-    times += [r.aged_from for r in trust.accepted if r.kind == "PoolObservation"]
+    times += [r.aged_from for r in accepted]
+    aged = {r.name for r in (*trust.rejected, *trust.future) if r.kind == POOL}
+    aged -= {r.name for r in accepted}
     times += [
         parse_time((pool.get("observation") or {}).get("observedAt"))
+        if pool.get("name") in aged
+        else None
         for pool in current.get("gpuPools") or []
     ]
     return tuple(times)
