@@ -223,24 +223,8 @@ def free_text(state: PoolState) -> str:
 
 
 def top_reason(diagnosis: Diagnosis) -> tuple[Reason, str] | None:
-    """The reason to show first, with where it was found (`cluster solo, pool l4`).
-
-    A deployment-wide reason first; else the first non-fitting cluster (by name) carrying the
-    diagnosis' dominant code, naming the pool whose verdict carries the same reason.
-    """
-    if diagnosis.reasons:
-        return diagnosis.reasons[0], ""
-    code = diagnosis.dominant_code()
-    for verdict in diagnosis.clusters:
-        if verdict.fits:
-            continue
-        for reason in verdict.reasons:
-            if reason.code is not code:
-                continue
-            pools = [p.pool for p in verdict.pools if reason in p.reasons]
-            where = f"cluster {verdict.cluster}" + (f", pool {pools[0]}" if pools else "")
-            return reason, where
-    return None
+    """The reason to show first, with where it was found (`Diagnosis.top_reason`)."""
+    return diagnosis.top_reason()
 
 
 # --- the decision as text -----------------------------------------------------------------

@@ -233,6 +233,24 @@ class Diagnosis:
         top = max(n for _, n in candidates)
         return min((c for c, n in candidates if n == top), key=_root_cause_rank)
 
+    def top_reason(self) -> tuple[Reason, str] | None:
+        """The reason to show first, with where it was found (`cluster solo, pool l4`): a
+        deployment-wide reason first; else the first non-fitting cluster (by name) carrying
+        the dominant code, naming the pool whose verdict carries the same reason."""
+        if self.reasons:
+            return self.reasons[0], ""
+        code = self.dominant_code()
+        for verdict in self.clusters:
+            if verdict.fits:
+                continue
+            for reason in verdict.reasons:
+                if reason.code is not code:
+                    continue
+                pools = [p.pool for p in verdict.pools if reason in p.reasons]
+                where = f"cluster {verdict.cluster}" + (f", pool {pools[0]}" if pools else "")
+                return reason, where
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class PlacedMember:

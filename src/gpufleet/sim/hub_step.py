@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from gpufleet.controller.loop import Controller, StepResult
-from gpufleet.core.decision import Decision, Diagnosis, Reason
+from gpufleet.core.decision import Decision
 from gpufleet.sim.engine import EPOCH
 from gpufleet.sim.results import Refusal
 from gpufleet.store import MemoryStore, format_time
@@ -240,7 +240,7 @@ class HubStep:
                 self._last.pop(key, None)
                 continue
             placed = decided.desired - decided.shortfall
-            top = _top_reason(decided.diagnosis) if decided.diagnosis else None
+            top = decided.diagnosis.top_reason() if decided.diagnosis else None
             reason = decided.condition.reason
             if decided.condition.status == "True" and top is not None:
                 reason = top[0].code.value  # partial shortfall: the condition stays True
@@ -265,22 +265,3 @@ class HubStep:
                     numbers=dict(top[0].details) if top else {},
                 )
             )
-
-
-def _top_reason(diagnosis: Diagnosis) -> tuple[Reason, str] | None:
-    """The reason to show first (as `gpufleet explain` picks it), with where it was found."""
-    if diagnosis.reasons:
-        return diagnosis.reasons[0], ""
-    code = diagnosis.dominant_code()
-    for verdict in diagnosis.clusters:
-        if verdict.fits:
-            continue
-        for reason in verdict.reasons:
-            if reason.code is not code:
-                continue
-            for pool in verdict.pools:
-                for pool_reason in pool.reasons:
-                    if pool_reason.code is code:
-                        return pool_reason, f"cluster {verdict.cluster}, pool {pool.pool}"
-            return reason, f"cluster {verdict.cluster}"
-    return None
