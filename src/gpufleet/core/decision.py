@@ -19,7 +19,6 @@ Invariants.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -202,31 +201,45 @@ class Diagnosis:
 
     def blocking_counts(self) -> list[tuple[ReasonCode, int]]:
         """Per blocking code, how many non-fitting clusters carry it; most frequent first."""
-        counts: Counter[ReasonCode] = Counter()
+        counts: dict[ReasonCode, int] = {}
+        informational = INFORMATIONAL_CODES
         for verdict in self.clusters:
             if verdict.fits:
                 continue
-            counts.update({r.code for r in verdict.reasons if r.code not in INFORMATIONAL_CODES})
+            reasons = verdict.reasons
+            if len(reasons) == 1:  # most verdicts: no set needed
+                code = reasons[0].code
+                if code not in informational:
+                    counts[code] = counts.get(code, 0) + 1
+                continue
+            for code in {r.code for r in reasons if r.code not in informational}:
+                counts[code] = counts.get(code, 0) + 1
         return sorted(counts.items(), key=lambda item: (-item[1], item[0].value))
 
-    def summary(self) -> str:
-        """The kube-style roll-up, e.g. "0/3 clusters fit: 2 InsufficientGPU, 1 Tainted"."""
+    def summary(self, counts: list[tuple[ReasonCode, int]] | None = None) -> str:
+        """The kube-style roll-up, e.g. "0/3 clusters fit: 2 InsufficientGPU, 1 Tainted".
+        `counts`: `blocking_counts()`, when the caller has it already."""
         fitting = sum(1 for v in self.clusters if v.fits)
         text = f"{fitting}/{len(self.clusters)} clusters fit"
-        counts = self.blocking_counts()
+        if counts is None:
+            counts = self.blocking_counts()
         if counts:
             text += ": " + ", ".join(f"{n} {code.value}" for code, n in counts)
         if self.reasons:
             text = "; ".join([*(f"{r.code.value}: {r.message}" for r in self.reasons), text])
         return text
 
-    def dominant_code(self) -> ReasonCode | None:
+    def dominant_code(
+        self, counts: list[tuple[ReasonCode, int]] | None = None
+    ) -> ReasonCode | None:
         """The code a condition's `reason` should carry: deployment-wide first, then the most
         frequent cluster code other than ClusterNotSelected; ties go to the code nearer the
-        root cause (`ROOT_CAUSE_ORDER`: a silent agent before the NotReady it leads to)."""
+        root cause (`ROOT_CAUSE_ORDER`: a silent agent before the NotReady it leads to).
+        `counts`: `blocking_counts()`, when the caller has it already."""
         if self.reasons:
             return self.reasons[0].code
-        counts = self.blocking_counts()
+        if counts is None:
+            counts = self.blocking_counts()
         candidates = [(c, n) for c, n in counts if c is not ReasonCode.CLUSTER_NOT_SELECTED]
         if not candidates:
             return counts[0][0] if counts else None

@@ -111,7 +111,7 @@ class ClusterLedger:
         self.failures: dict[int, int] = {}
         #: Whether its pools log every pod taken (then a fit needs the replica's name).
         self.records = any(p.log is not None for p in pools)
-        #: The id of what gates a deployment here (set once by schedule.py's `_gate_profile`).
+        #: The id of what gates a deployment here (set once by verdicts.py's `gate_profile`).
         self.gate_profile: int | None = None
 
 

@@ -75,13 +75,11 @@ from gpufleet.core.charging import (
     replica_order,
 )
 from gpufleet.core.decision import (
-    ClusterVerdict,
     Condition,
     Decision,
     DeploymentDecision,
     Diagnosis,
     DroppedReplica,
-    ObservationState,
     PlacedEngine,
     PlacedMember,
     Placement,
@@ -90,7 +88,7 @@ from gpufleet.core.decision import (
     replica_name,
 )
 from gpufleet.core.fit import Assignment
-from gpufleet.core.matching import DRAINS, REPELS_NEW, Matcher, is_selected, untolerated
+from gpufleet.core.matching import DRAINS, Matcher, is_selected, untolerated
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
     Avoid,
@@ -109,10 +107,8 @@ from gpufleet.core.placement import (
     FillOrder,
     PlacementMemo,
     can_ever_host,
-    explain_cluster,
-    place_replica,
-    ungated_verdict,
 )
+from gpufleet.core.verdicts import Diagnoser, gate_profile, gates
 
 CONDITION_TYPE = "ReplicasScheduled"
 #: The reason of a True condition (Modelplane HEAD: partial shortfall is still True).
@@ -639,109 +635,6 @@ def _retain(
     )
 
 
-def _gates(ledger: ClusterLedger, deployment: Deployment, expire_after_s: float) -> list[Reason]:
-    """Why the cluster takes no new replica of the deployment, besides capacity."""
-    reasons: list[Reason] = []
-    cluster = ledger.cluster
-    taints = untolerated(cluster.taints, deployment.tolerations, REPELS_NEW)
-    if taints:
-        reasons.append(diagnosis.tainted(taints))
-    if not cluster.is_ready:
-        reasons.append(diagnosis.not_ready())
-    if not cluster.gateway_address:
-        reasons.append(diagnosis.no_gateway())
-    if ledger.freshness.state is ObservationState.EXPIRED:
-        reasons.append(diagnosis.expired(ledger.freshness.age_s, expire_after_s))
-    return reasons
-
-
-def _avoided_verdict(
-    ledger: ClusterLedger,
-    deployment: Deployment,
-    memo: PlacementMemo,
-    avoided: Mapping[PoolName, Reason],
-    gates: tuple[Reason, ...],
-    notes: tuple[Reason, ...],
-) -> ClusterVerdict:
-    """The verdict on a cluster where the deployment avoids pools: explained for this
-    deployment alone (the verdicts shared per explain profile know nothing of its backoff)."""
-    fitted = place_replica(ledger, deployment, memo, explain=True, avoid=avoided)
-    fits = not gates and fitted.engines is not None
-    reasons = gates or fitted.reasons
-    return ClusterVerdict(ledger.cluster.name, fits, (*reasons, *notes), fitted.verdicts)
-
-
-def _diagnose(
-    deployment: Deployment,
-    ledgers: Mapping[ClusterName, ClusterLedger],
-    memo: PlacementMemo,
-    snapshot: Snapshot,
-    avoid: Mapping[ClusterName, Mapping[PoolName, Reason]],
-) -> Diagnosis:
-    config = snapshot.config
-    verdicts: list[ClusterVerdict] = []
-    selected = 0
-    # Per gate profile (selector labels, taints, readiness, gateway, expiry): whether the
-    # deployment selects such a cluster and what gates it; the capacity verdicts per
-    # (explain profile, cluster version) from `explain_cluster`.
-    gated: dict[int, tuple[bool, tuple[Reason, ...]]] = {}
-    not_selected: tuple[Reason, ...] | None = None
-    profiles: dict[int, int] = {}
-    for name, ledger in ledgers.items():
-        profile = ledger.gate_profile or _gate_profile(ledger, memo)
-        found = gated.get(profile)
-        if found is None or (found[1] and ledger.freshness.state is ObservationState.EXPIRED):
-            # An expired cluster's gate names its own age: not shared.
-            is_in = is_selected(ledger.cluster, deployment.cluster_selector)
-            gates = tuple(_gates(ledger, deployment, config.expire_after_s)) if is_in else ()
-            found = gated[profile] = (is_in, gates)
-        if not found[0]:
-            if not_selected is None:
-                not_selected = (diagnosis.not_selected(deployment.cluster_selector),)
-            verdicts.append(ClusterVerdict(name, False, not_selected))
-            continue
-        selected += 1
-        gates = found[1]
-        notes: tuple[Reason, ...] = ()
-        if ledger.freshness.state is ObservationState.STALE:
-            notes = (diagnosis.stale(ledger.freshness.age_s, config.stale_after_s),)
-        avoided = avoid.get(name)
-        if avoided:
-            verdicts.append(_avoided_verdict(ledger, deployment, memo, avoided, gates, notes))
-            continue
-        if not gates:
-            verdicts.append(ungated_verdict(ledger, deployment, memo, profiles, notes))
-            continue
-        _, _, pools = explain_cluster(ledger, deployment, memo, profiles)
-        verdicts.append(ClusterVerdict(name, False, (*gates, *notes), pools))
-    wide: list[Reason] = []
-    if selected == 0:
-        wide.append(diagnosis.no_clusters(len(ledgers)))
-    if not deployment.fill:
-        wide.append(diagnosis.fill_disabled())
-    return Diagnosis(tuple(verdicts), tuple(wide))
-
-
-def _gate_profile(ledger: ClusterLedger, memo: PlacementMemo) -> int:
-    """The id (`PlacementMemo.gate_id`, by value) of everything `is_selected` and whether
-    `_gates` says anything read of a cluster, with its shape: clusters of one profile take a
-    deployment or not alike (and are gated by the same reasons, but for an expired cluster's
-    age). Kept on the ledger: it never changes."""
-    found = ledger.gate_profile
-    if found is None:
-        cluster = ledger.cluster
-        profile = (
-            ledger.shape,
-            tuple(sorted(cluster.labels.items())),
-            cluster.taints,
-            cluster.is_ready,
-            bool(cluster.gateway_address),
-            ledger.freshness.state is ObservationState.EXPIRED,
-        )
-        found = ledger.gate_profile = memo.gate_id(profile)
-    return found
-
-
 def _find_candidates(
     works: list[_Work],
     ledgers: Mapping[ClusterName, ClusterLedger],
@@ -759,13 +652,13 @@ def _find_candidates(
     want, and asking costs a match of every engine against every class of pool. Which
     clusters may take a deployment depends only on its selector and tolerations (the gates)
     and on which pool shapes it can match: deployments that share them share the scan, which
-    asks one cluster of each profile (`_gate_profile`) rather than every cluster.
+    asks one cluster of each profile (`verdicts.gate_profile`) rather than every cluster.
     """
     if not works:
         return
     profiles: dict[int, tuple[ClusterLedger, list[ClusterName]]] = {}
     for name, ledger in ledgers.items():
-        profiles.setdefault(_gate_profile(ledger, memo), (ledger, []))[1].append(name)
+        profiles.setdefault(gate_profile(ledger, memo), (ledger, []))[1].append(name)
     by_shape = {ledger.shape: ledger for ledger in ledgers.values()}
     eligible: dict[object, tuple[tuple[ClusterName, ...], dict[ClusterName, int]]] = {}
     for work in works:
@@ -782,7 +675,7 @@ def _find_candidates(
                     for sample, members in profiles.values()
                     if sample.shape in hostable
                     and is_selected(sample.cluster, d.cluster_selector)
-                    and not _gates(sample, d, config.expire_after_s)
+                    and not gates(sample, d, config.expire_after_s)
                     for name in members
                 )
             )
@@ -830,9 +723,10 @@ def _condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
         return Condition(
             CONDITION_TYPE, "True", REPLICAS_CREATED, f"Scheduled {placed} of {desired}"
         )
-    summary = diag.summary() if diag is not None else ""
+    counts = diag.blocking_counts() if diag is not None else []
+    summary = diag.summary(counts) if diag is not None else ""
     if placed == 0:
-        code = diag.dominant_code() if diag is not None else None
+        code = diag.dominant_code(counts) if diag is not None else None
         reason = code.value if code is not None else ReasonCode.NO_CLUSTERS.value
         return Condition(
             CONDITION_TYPE, "False", reason, f"0 of {desired} replicas scheduled: {summary}"
@@ -869,6 +763,7 @@ def _fill(
     ledgers: Mapping[ClusterName, ClusterLedger],
     memo: PlacementMemo,
     snapshot: Snapshot,
+    diagnoser: Diagnoser,
 ) -> None:
     """Step 4: round-robin over the deployments with replicas pending."""
     active = [w for w in works if w.deployment.fill and w.pending > 0]
@@ -877,22 +772,17 @@ def _fill(
         for work in active:
             if not _fill_one(work, ledgers, memo):
                 work.is_stopped = True
-                work.diagnosis = _diagnose(work.deployment, ledgers, memo, snapshot, work.avoid)
+                work.diagnosis = diagnoser.diagnose(work.deployment, work.avoid)
         active = [w for w in active if not w.is_stopped and w.pending > 0]
 
 
-def _decide(
-    work: _Work,
-    ledgers: Mapping[ClusterName, ClusterLedger],
-    memo: PlacementMemo,
-    snapshot: Snapshot,
-) -> DeploymentDecision:
+def _decide(work: _Work, diagnoser: Diagnoser) -> DeploymentDecision:
     desired = max(0, work.deployment.replicas)
     placed = len(work.retained) + len(work.created)
     shortfall = max(0, desired - placed)
     diag = work.diagnosis
     if shortfall > 0 and diag is None:
-        diag = _diagnose(work.deployment, ledgers, memo, snapshot, work.avoid)
+        diag = diagnoser.diagnose(work.deployment, work.avoid)
     if shortfall == 0:
         diag = None
     return DeploymentDecision(
@@ -949,11 +839,10 @@ def plan(
         charges.extend(kept)
         outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
     apply_charges(charges, ledgers)
-    _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, placing, snapshot)
+    diagnoser = Diagnoser(ledgers, placing, snapshot.config)
+    _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, placing, snapshot, diagnoser)
 
-    decisions = [
-        _decide(o, ledgers, placing, snapshot) if isinstance(o, _Work) else o for o in outcomes
-    ]
+    decisions = [_decide(o, diagnoser) if isinstance(o, _Work) else o for o in outcomes]
 
     pools = []
     traces: dict[tuple[ClusterName, PoolName], PoolTrace] = {}
@@ -970,12 +859,8 @@ def plan(
     if explain:
         satisfied = {d.key for d in decisions if d.shortfall == 0}
         one_more = {
-            d.key: _diagnose(
-                d,
-                ledgers,
-                placing,
-                snapshot,
-                avoiding.get((d.key.namespace, d.key.name), _NOT_AVOIDING).pools,
+            d.key: diagnoser.diagnose(
+                d, avoiding.get((d.key.namespace, d.key.name), _NOT_AVOIDING).pools
             )
             for d in deployments
             if d.key in explain and d.key in satisfied

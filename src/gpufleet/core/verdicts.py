@@ -1,0 +1,212 @@
+"""Diagnosing a deployment against the whole fleet: a `ClusterVerdict` per cluster (step 5 of
+`schedule`, and a deployment's diagnosis at its first failure in the fill).
+
+Model. A cluster's verdict for a deployment is, in order: `ClusterNotSelected` when the
+deployment's selector does not take it; else its gates (untolerated NoSchedule/NoExecute
+taints, not Ready, no gateway, Expired: `gates`) with its pools' verdicts; else the verdict of
+explaining a replica there (`placement.ungated_verdict`). A Stale cluster's age is a note after
+the reasons. A cluster where the deployment avoids pools (re-placement backoff) is explained
+for that deployment alone.
+
+Reuse within one call (`Diagnoser`). Everything a verdict reads of the deployment is its
+selector, its tolerations and its engines (by value: equal engines have the same explain
+profile on every cluster shape, placement.py), plus the pools it avoids; everything it reads
+of a cluster is fixed for the call but its ledger's `version`. So deployments with equal
+(selector, tolerations, engines) and nothing avoided get the same verdicts, and a later one
+asks again only for the clusters whose version moved since the earlier one was diagnosed
+(the others' verdicts are the very same values). The plain scan (`Diagnoser.scan`) is the
+oracle: `tests/core/test_diagnoser.py`.
+
+Mutable: a `Diagnoser` (its kept scans), for one call; every verdict is frozen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpufleet.core import diagnosis
+from gpufleet.core.decision import ClusterVerdict, Diagnosis, ObservationState, Reason
+from gpufleet.core.matching import REPELS_NEW, is_selected, untolerated
+from gpufleet.core.model import ClusterName, Deployment, PoolName, SchedulingConfig
+from gpufleet.core.placement import (
+    ClusterLedger,
+    PlacementMemo,
+    explain_cluster,
+    place_replica,
+    ungated_verdict,
+)
+
+
+def gates(ledger: ClusterLedger, deployment: Deployment, expire_after_s: float) -> list[Reason]:
+    """Why the cluster takes no new replica of the deployment, besides capacity."""
+    reasons: list[Reason] = []
+    cluster = ledger.cluster
+    taints = untolerated(cluster.taints, deployment.tolerations, REPELS_NEW)
+    if taints:
+        reasons.append(diagnosis.tainted(taints))
+    if not cluster.is_ready:
+        reasons.append(diagnosis.not_ready())
+    if not cluster.gateway_address:
+        reasons.append(diagnosis.no_gateway())
+    if ledger.freshness.state is ObservationState.EXPIRED:
+        reasons.append(diagnosis.expired(ledger.freshness.age_s, expire_after_s))
+    return reasons
+
+
+def gate_profile(ledger: ClusterLedger, memo: PlacementMemo) -> int:
+    """The id (`PlacementMemo.gate_id`, by value) of everything `is_selected` and whether
+    `gates` says anything read of a cluster, with its shape: clusters of one profile take a
+    deployment or not alike (and are gated by the same reasons, but for an expired cluster's
+    age). Kept on the ledger: it never changes."""
+    found = ledger.gate_profile
+    if found is None:
+        cluster = ledger.cluster
+        profile = (
+            ledger.shape,
+            tuple(sorted(cluster.labels.items())),
+            cluster.taints,
+            cluster.is_ready,
+            bool(cluster.gateway_address),
+            ledger.freshness.state is ObservationState.EXPIRED,
+        )
+        found = ledger.gate_profile = memo.gate_id(profile)
+    return found
+
+
+def _avoided_verdict(
+    ledger: ClusterLedger,
+    deployment: Deployment,
+    memo: PlacementMemo,
+    avoided: Mapping[PoolName, Reason],
+    gated: tuple[Reason, ...],
+    notes: tuple[Reason, ...],
+) -> ClusterVerdict:
+    """The verdict on a cluster where the deployment avoids pools: explained for this
+    deployment alone (the verdicts shared per explain profile know nothing of its backoff)."""
+    fitted = place_replica(ledger, deployment, memo, explain=True, avoid=avoided)
+    fits = not gated and fitted.engines is not None
+    reasons = gated or fitted.reasons
+    return ClusterVerdict(ledger.cluster.name, fits, (*reasons, *notes), fitted.verdicts)
+
+
+class _Scan:
+    """One deployment's scan of the fleet (mutable, for one call): per cluster (ledger
+    order) its verdict and the cluster's version when it was given; what the deployment's
+    selector and gates say per gate profile; its explain profile per cluster shape."""
+
+    __slots__ = ("deployment", "gated", "not_selected", "profiles", "selected", "verdicts")
+
+    def __init__(self, deployment: Deployment) -> None:
+        self.deployment = deployment
+        #: Per gate profile: whether the deployment selects such a cluster, and its gates.
+        self.gated: dict[int, tuple[bool, tuple[Reason, ...]]] = {}
+        self.not_selected: tuple[Reason, ...] | None = None
+        #: The deployment's explain profile per cluster shape (`placement._profile`).
+        self.profiles: dict[int, int] = {}
+        self.selected = 0
+        self.verdicts: list[ClusterVerdict] = []
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """A scan kept for deployments alike, with each cluster's version at its verdict."""
+
+    scan: _Scan
+    versions: list[int]
+
+
+class Diagnoser:
+    """Diagnoses deployments against the fleet's ledgers within one call (module docstring):
+    a deployment alike an earlier one (selector, tolerations, engines; nothing avoided) is
+    answered from that one's scan, asked again only on the clusters whose version moved.
+
+    Mutable: its kept scans, for one call (the ledgers it reads change between asks)."""
+
+    __slots__ = ("_config", "_kept", "_ledgers", "_memo")
+
+    def __init__(
+        self,
+        ledgers: Mapping[ClusterName, ClusterLedger],
+        memo: PlacementMemo,
+        config: SchedulingConfig,
+    ) -> None:
+        self._ledgers = tuple(ledgers.values())
+        self._memo = memo
+        self._config = config
+        self._kept: dict[tuple[object, ...], _Kept] = {}
+
+    def diagnose(
+        self, deployment: Deployment, avoid: Mapping[ClusterName, Mapping[PoolName, Reason]]
+    ) -> Diagnosis:
+        """The deployment's diagnosis against the ledgers as they are now."""
+        if avoid:
+            return self._finish(deployment, self.scan(deployment, avoid))
+        key = (
+            tuple(sorted(deployment.cluster_selector.items())),
+            deployment.tolerations,
+            deployment.engines,
+        )
+        versions = [ledger.version for ledger in self._ledgers]
+        kept = self._kept.get(key)
+        if kept is None:
+            scan = self.scan(deployment, {})
+        else:
+            scan = kept.scan
+            for i, (was, now) in enumerate(zip(kept.versions, versions, strict=True)):
+                if was != now:
+                    scan.verdicts[i] = self._verdict(scan, self._ledgers[i], {})[1]
+        self._kept[key] = _Kept(scan, versions)
+        return self._finish(deployment, scan)
+
+    def scan(
+        self, deployment: Deployment, avoid: Mapping[ClusterName, Mapping[PoolName, Reason]]
+    ) -> _Scan:
+        """Every cluster's verdict, one by one (the plain computation)."""
+        scan = _Scan(deployment)
+        for ledger in self._ledgers:
+            is_in, verdict = self._verdict(scan, ledger, avoid)
+            scan.selected += is_in
+            scan.verdicts.append(verdict)
+        return scan
+
+    def _finish(self, deployment: Deployment, scan: _Scan) -> Diagnosis:
+        wide: list[Reason] = []
+        if scan.selected == 0:
+            wide.append(diagnosis.no_clusters(len(self._ledgers)))
+        if not deployment.fill:
+            wide.append(diagnosis.fill_disabled())
+        return Diagnosis(tuple(scan.verdicts), tuple(wide))
+
+    def _verdict(
+        self,
+        scan: _Scan,
+        ledger: ClusterLedger,
+        avoid: Mapping[ClusterName, Mapping[PoolName, Reason]],
+    ) -> tuple[bool, ClusterVerdict]:
+        """Whether the scan's deployment selects the cluster, and its verdict there."""
+        deployment, memo, config = scan.deployment, self._memo, self._config
+        name = ledger.cluster.name
+        freshness = ledger.freshness
+        profile = ledger.gate_profile or gate_profile(ledger, memo)
+        found = scan.gated.get(profile)
+        if found is None or (found[1] and freshness.state is ObservationState.EXPIRED):
+            # An expired cluster's gate names its own age: not shared.
+            is_in = is_selected(ledger.cluster, deployment.cluster_selector)
+            gated = tuple(gates(ledger, deployment, config.expire_after_s)) if is_in else ()
+            found = scan.gated[profile] = (is_in, gated)
+        if not found[0]:
+            if scan.not_selected is None:
+                scan.not_selected = (diagnosis.not_selected(deployment.cluster_selector),)
+            return False, ClusterVerdict(name, False, scan.not_selected)
+        gated = found[1]
+        notes: tuple[Reason, ...] = ()
+        if freshness.state is ObservationState.STALE:
+            notes = (diagnosis.stale(freshness.age_s, config.stale_after_s),)
+        avoided = avoid.get(name)
+        if avoided:
+            return True, _avoided_verdict(ledger, deployment, memo, avoided, gated, notes)
+        if not gated:
+            return True, ungated_verdict(ledger, deployment, memo, scan.profiles, notes)
+        _, _, pools = explain_cluster(ledger, deployment, memo, scan.profiles)
+        return True, ClusterVerdict(name, False, (*gated, *notes), pools)
