@@ -41,7 +41,7 @@ The ledger is the one mutable structure of the core; it lives inside one `schedu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -58,6 +58,7 @@ from gpufleet.core.model import (
     ClaimMode,
     Cluster,
     ClusterName,
+    Device,
     DriverName,
     NodeChoice,
     Pool,
@@ -189,7 +190,33 @@ def growth_nodes(pool: Pool, observation: PoolObservation) -> int:
     return max(0, pool.max_node_count - max(0, observation.observed_nodes))
 
 
-def _fallback_reason(pool: Pool, config: SchedulingConfig) -> Reason | None:
+@dataclass(frozen=True, slots=True)
+class ClassFacts:
+    """What a ledger reads of its pool's devices alone, the same for every pool of a class
+    (`class_facts`): the DRA drivers (sorted), the full vector (devices per driver on an empty
+    node) and, when two DRA devices share a driver, that driver and the first two names."""
+
+    drivers: tuple[DriverName, ...]
+    full: Vector
+    shared: tuple[DriverName, str, str] | None
+
+
+def class_facts(devices: Sequence[Device]) -> ClassFacts:
+    full: dict[DriverName, int] = {}
+    seen: dict[DriverName, str] = {}
+    shared: tuple[DriverName, str, str] | None = None
+    for device in devices:
+        if device.claim is not ClaimMode.DRA:
+            continue
+        full[device.driver] = full.get(device.driver, 0) + max(0, device.count or 0)
+        if shared is None and device.driver in seen:
+            shared = (device.driver, seen[device.driver], device.name)
+        seen.setdefault(device.driver, device.name)
+    drivers = tuple(sorted(full))
+    return ClassFacts(drivers, tuple(full[d] for d in drivers), shared)
+
+
+def _fallback_reason(pool: Pool, config: SchedulingConfig, facts: ClassFacts) -> Reason | None:
     observation = pool.observation
     if observation is None:
         return None
@@ -211,18 +238,14 @@ def _fallback_reason(pool: Pool, config: SchedulingConfig) -> Reason | None:
                 "max_buckets": config.max_histogram_buckets,
             },
         )
-    seen: dict[DriverName, str] = {}
-    for device in pool.devices:
-        if device.claim is not ClaimMode.DRA:
-            continue
-        if device.driver in seen:
-            return Reason(
-                ReasonCode.AMBIGUOUS_DRIVER,
-                f"devices {seen[device.driver]} and {device.name} of pool {pool.name} share "
-                f"driver {device.driver}: whole-node accounting",
-                {"driver": device.driver, "devices": f"{seen[device.driver]},{device.name}"},
-            )
-        seen[device.driver] = device.name
+    if facts.shared is not None:
+        driver, first, second = facts.shared
+        return Reason(
+            ReasonCode.AMBIGUOUS_DRIVER,
+            f"devices {first} and {second} of pool {pool.name} share "
+            f"driver {driver}: whole-node accounting",
+            {"driver": driver, "devices": f"{first},{second}"},
+        )
     return None
 
 
@@ -260,39 +283,48 @@ class PoolLedger:
         config: SchedulingConfig,
         *,
         record: bool = False,
+        facts: ClassFacts | None = None,
     ) -> None:
+        """`facts`: `class_facts(pool.devices)`, when the caller has it for the class."""
         self.cluster = cluster
         self.pool = pool
         self.class_id = class_id
-        self.observation: PoolObservation | None = pool.observation
-        full: dict[DriverName, int] = {}
-        for device in pool.devices:
-            if device.claim is ClaimMode.DRA:
-                full[device.driver] = full.get(device.driver, 0) + max(0, device.count or 0)
-        self.drivers: tuple[DriverName, ...] = tuple(sorted(full))
-        self.full: Vector = tuple(full[d] for d in self.drivers)
-        fallback = _fallback_reason(pool, config)
+        observation = self.observation = pool.observation
+        if facts is None:
+            facts = class_facts(pool.devices)
+        drivers = self.drivers = facts.drivers
+        self.full = facts.full
+        fallback = _fallback_reason(pool, config, facts)
         self.reasons: tuple[Reason, ...] = (fallback,) if fallback else ()
-        self.free: dict[Vector, int] = {}
+        free: dict[Vector, int] = {}
+        self.free = free
         self.free_nodes = max(0, pool.nodes)
         self.version = 0
         self.log: list[object] | None = [] if record else None
         #: Results computed from the current state (fits, reasons, summary); cleared on change.
         self.memo: dict[object, object] = {}
         self.origin: PoolLedger | None = None
-        observation = pool.observation
         if observation is None or fallback is not None or observation.buckets is None:
             self.accounting = Accounting.WHOLE_NODE
             return
         self.accounting = Accounting.FREE_GPU
-        for bucket in observation.buckets:
-            nodes = max(0, bucket.nodes)
-            if nodes:
-                vector = tuple(max(0, bucket.free.get(d, 0)) for d in self.drivers)
-                self.free[vector] = self.free.get(vector, 0) + nodes
+        if len(drivers) == 1:  # the common case, without a generator per bucket
+            driver = drivers[0]
+            for bucket in observation.buckets:
+                nodes = bucket.nodes
+                if nodes > 0:
+                    count = bucket.free.get(driver, 0)
+                    one: Vector = (count if count > 0 else 0,)
+                    free[one] = free.get(one, 0) + nodes
+        else:
+            for bucket in observation.buckets:
+                nodes = bucket.nodes
+                if nodes > 0:
+                    vector = tuple(max(0, bucket.free.get(d, 0)) for d in drivers)
+                    free[vector] = free.get(vector, 0) + nodes
         growth = growth_nodes(pool, observation)
         if growth:
-            self.free[self.full] = self.free.get(self.full, 0) + growth
+            free[self.full] = free.get(self.full, 0) + growth
 
     def copy(self, *, record: bool = False) -> PoolLedger:
         """A new ledger in this one's state, with its own histogram, memo and log; everything
@@ -376,19 +408,28 @@ class PoolLedger:
         (frozen values) between the pools of one decision, by drivers, vector and nodes
         (nested: no key object per bucket, for the garbage collector's sake)."""
         drivers = self.drivers
-        free = self.free
         by_vector = buckets.setdefault(drivers, {}) if buckets is not None else None
+        single = drivers[0] if len(drivers) == 1 else None
         histogram: list[FreeBucket] = []
-        for vector in sorted(free, reverse=True):  # largest free first
-            nodes = free[vector]
+        # Largest free first (vectors are unique: sorting the items sorts by vector).
+        for vector, nodes in sorted(self.free.items(), reverse=True):
             if nodes <= 0:
                 continue
-            by_nodes = by_vector.setdefault(vector, {}) if by_vector is not None else None
-            bucket = by_nodes.get(nodes) if by_nodes is not None else None
-            if bucket is None:
+            by_nodes = None
+            if by_vector is not None:
+                by_nodes = by_vector.get(vector)
+                if by_nodes is None:
+                    by_nodes = by_vector[vector] = {}
+                bucket = by_nodes.get(nodes)
+                if bucket is not None:
+                    histogram.append(bucket)
+                    continue
+            if single is not None:
+                bucket = FreeBucket({single: vector[0]}, nodes)
+            else:
                 bucket = FreeBucket(dict(zip(drivers, vector, strict=True)), nodes)
-                if by_nodes is not None:
-                    by_nodes[nodes] = bucket
+            if by_nodes is not None:
+                by_nodes[nodes] = bucket
             histogram.append(bucket)
         return PoolState(
             cluster=self.cluster,

@@ -27,7 +27,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.core import diagnosis
-from gpufleet.core.capacity import Freshness, NodeChoicePolicy, PoolLedger, Vector
+from gpufleet.core.capacity import (
+    ClassFacts,
+    Freshness,
+    NodeChoicePolicy,
+    PoolLedger,
+    Vector,
+    class_facts,
+)
 from gpufleet.core.compile import (
     CompiledDeployment,
     EngineOnClass,
@@ -204,6 +211,7 @@ class PlacementMemo:
         "_classes",
         "_config",
         "_engines",
+        "_facts",
         "_gate_ids",
         "_next_profile_id",
         "_next_shape_id",
@@ -233,6 +241,8 @@ class PlacementMemo:
         #: matched on a class (`compile_deployment`'s `engines`).
         self._classes: dict[int, tuple[Device, ...]] = {}
         self._engines: dict[tuple[Engine, int], EngineOnClass] = {}
+        #: For one call: what a ledger reads of a class's devices (`class_facts`), by class id.
+        self._facts: dict[int, ClassFacts] = {}
         #: For one call: ids of the gate profiles of its clusters (schedule.py), by value.
         self._gate_ids: dict[tuple[object, ...], int] = {}
         self.hosts: Generations[tuple[object, int], bool] = Generations()
@@ -263,6 +273,7 @@ class PlacementMemo:
         self.compiled.advance()
         self._classes = {}
         self._engines = {}
+        self._facts = {}
         self._gate_ids = {}
         self.on_shapes.advance()
         self.hosts.advance()
@@ -294,9 +305,12 @@ class PlacementMemo:
                 return kept.copy(record=record)
         key, class_id = matcher.class_of(pool.devices)
         self._classes.setdefault(class_id, pool.devices)
+        facts = self._facts.get(class_id)
+        if facts is None:
+            facts = self._facts[class_id] = class_facts(pool.devices)
         if not self.keeps_ledgers or not signature:
-            return PoolLedger(cluster, pool, class_id, config, record=record)
-        kept = PoolLedger(cluster, pool, class_id, config)
+            return PoolLedger(cluster, pool, class_id, config, record=record, facts=facts)
+        kept = PoolLedger(cluster, pool, class_id, config, facts=facts)
         self.ledgers.put(signature, (kept, key))
         return kept.copy(record=record)
 
