@@ -141,3 +141,34 @@ def test_charge_keeps_nodes_and_never_goes_negative(
     assert sum(after.values()) == sum(free.values())
     assert all(f >= 0 for v in after for f in v)
     replay(free, log)
+
+
+def _plain_choice(free: dict[Vector, int], pod: Vector, *, largest: bool) -> Vector | None:
+    """The node choice as specified: among node kinds with nodes that fit, the largest
+    (Spread) or smallest (Pack) by (free devices, vector)."""
+    fitting = [
+        v for v, n in free.items() if n > 0 and all(f >= d for f, d in zip(v, pod, strict=True))
+    ]
+    if not fitting:
+        return None
+    return max(fitting, key=_by_free) if largest else min(fitting, key=_by_free)
+
+
+def _by_free(vector: Vector) -> tuple[int, Vector]:
+    return (sum(vector), vector)
+
+
+@given(
+    st.integers(1, 3).flatmap(
+        lambda k: st.tuples(
+            st.dictionaries(st.tuples(*[st.integers(0, 8)] * k), st.integers(-1, 3), max_size=6),
+            st.tuples(*[st.integers(0, 8)] * k),
+        )
+    )
+)
+def test_node_choice_is_the_plain_choice(case: tuple[dict[Vector, int], Vector]) -> None:
+    """One driver takes a shortcut (no key tuple per node kind); any number chooses as
+    specified."""
+    free, pod = case
+    assert SPREAD.choose(free, pod) == _plain_choice(free, pod, largest=True)
+    assert PACK.choose(free, pod) == _plain_choice(free, pod, largest=False)

@@ -95,6 +95,8 @@ class Spread:
     name: str = "Spread"
 
     def choose(self, free: Mapping[Vector, int], pod: Vector) -> Vector | None:
+        if len(pod) == 1:
+            return _largest_one(free, pod[0])
         best: Vector | None = None
         best_key: tuple[int, Vector] | None = None
         for vector, nodes in free.items():
@@ -113,6 +115,8 @@ class Pack:
     name: str = "Pack"
 
     def choose(self, free: Mapping[Vector, int], pod: Vector) -> Vector | None:
+        if len(pod) == 1:
+            return _smallest_one(free, pod[0])
         best: Vector | None = None
         best_key: tuple[int, Vector] | None = None
         for vector, nodes in free.items():
@@ -122,6 +126,27 @@ class Pack:
             if best_key is None or key < best_key:
                 best, best_key = vector, key
         return best
+
+
+# One driver (the common case): a vector's sum is its one count, so ordering by (sum,
+# vector) is ordering by the count; the same choice as the general loop, without a
+# generator per node kind.
+
+
+def _largest_one(free: Mapping[Vector, int], need: int) -> Vector | None:
+    best: Vector | None = None
+    for vector, nodes in free.items():
+        if nodes > 0 and vector[0] >= need and (best is None or vector[0] > best[0]):
+            best = vector
+    return best
+
+
+def _smallest_one(free: Mapping[Vector, int], need: int) -> Vector | None:
+    best: Vector | None = None
+    for vector, nodes in free.items():
+        if nodes > 0 and vector[0] >= need and (best is None or vector[0] < best[0]):
+            best = vector
+    return best
 
 
 _POLICIES: Mapping[NodeChoice, NodeChoicePolicy] = {

@@ -207,6 +207,7 @@ class PlacementMemo:
     """
 
     __slots__ = (
+        "_alike",
         "_buckets",
         "_classes",
         "_config",
@@ -241,6 +242,8 @@ class PlacementMemo:
         #: matched on a class (`compile_deployment`'s `engines`).
         self._classes: dict[int, tuple[Device, ...]] = {}
         self._engines: dict[tuple[Engine, int], EngineOnClass] = {}
+        #: For one call: `on_shape` per (engines, cluster shape), shared by equal engines.
+        self._alike: dict[tuple[tuple[Engine, ...], int], tuple[EngineOnShape, ...]] = {}
         #: For one call: what a ledger reads of a class's devices (`class_facts`), by class id.
         self._facts: dict[int, ClassFacts] = {}
         #: For one call: ids of the gate profiles of its clusters (schedule.py), by value.
@@ -273,6 +276,7 @@ class PlacementMemo:
         self.compiled.advance()
         self._classes = {}
         self._engines = {}
+        self._alike = {}
         self._facts = {}
         self._gate_ids = {}
         self.on_shapes.advance()
@@ -338,12 +342,20 @@ class PlacementMemo:
         )
 
     def on_shape(self, deployment: Deployment, ledger: ClusterLedger) -> tuple[EngineOnShape, ...]:
-        """Per engine, the deployment against the cluster's shape (kept per shape)."""
+        """Per engine, the deployment against the cluster's shape (kept per shape). Within a
+        call, deployments with equal engines (by value) share it: it is a function of the
+        engines and the shape's classes only, so a thousand deployments of a few dozen
+        shapes compile a few dozen."""
         memo_key = (self.matcher.ref(deployment), ledger.shape)
         found = self.on_shapes.get(memo_key)
         if found is None:
-            class_ids = tuple(p.class_id for p in ledger.pools)
-            found = self.on_shapes.put(memo_key, self.compile(deployment).on_shape(class_ids))
+            alike_key = (deployment.engines, ledger.shape)
+            found = self._alike.get(alike_key)
+            if found is None:
+                class_ids = tuple(p.class_id for p in ledger.pools)
+                found = self.compile(deployment).on_shape(class_ids)
+                self._alike[alike_key] = found
+            self.on_shapes.put(memo_key, found)
         return found
 
     def gate_id(self, profile: tuple[object, ...]) -> int:
