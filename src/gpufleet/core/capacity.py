@@ -224,6 +224,10 @@ class ClassFacts:
     drivers: tuple[DriverName, ...]
     full: Vector
     shared: tuple[DriverName, str, str] | None
+    #: With one driver: the vectors (0,), (1,), ... (full,), one object each, shared by
+    #: every histogram of the class. Fewer objects for the garbage collector to follow: a
+    #: dict whose keys are all shared, untracked tuples is not tracked itself.
+    ones: tuple[Vector, ...] = ()
 
 
 def class_facts(devices: Sequence[Device]) -> ClassFacts:
@@ -238,7 +242,9 @@ def class_facts(devices: Sequence[Device]) -> ClassFacts:
             shared = (device.driver, seen[device.driver], device.name)
         seen.setdefault(device.driver, device.name)
     drivers = tuple(sorted(full))
-    return ClassFacts(drivers, tuple(full[d] for d in drivers), shared)
+    vector = tuple(full[d] for d in drivers)
+    ones = tuple((n,) for n in range(vector[0] + 1)) if len(drivers) == 1 else ()
+    return ClassFacts(drivers, vector, shared, ones)
 
 
 def _fallback_reason(pool: Pool, config: SchedulingConfig, facts: ClassFacts) -> Reason | None:
@@ -284,6 +290,7 @@ class PoolLedger:
     """
 
     __slots__ = (
+        "_summary",
         "accounting",
         "class_id",
         "cluster",
@@ -326,20 +333,25 @@ class PoolLedger:
         self.free_nodes = max(0, pool.nodes)
         self.version = 0
         self.log: list[object] | None = [] if record else None
-        #: Results computed from the current state (fits, reasons, summary); cleared on change.
+        #: Results computed from the current state (fits, reasons); cleared on change.
         self.memo: dict[object, object] = {}
+        #: `summary()` of the current state (a slot, not in `memo`: a pool asked only for
+        #: its summary keeps an empty memo, which the garbage collector does not follow).
+        self._summary: Mapping[str, int] | None = None
         self.origin: PoolLedger | None = None
         if observation is None or fallback is not None or observation.buckets is None:
             self.accounting = Accounting.WHOLE_NODE
             return
         self.accounting = Accounting.FREE_GPU
         if len(drivers) == 1:  # the common case, without a generator per bucket
-            driver = drivers[0]
+            driver, ones = drivers[0], facts.ones
             for bucket in observation.buckets:
                 nodes = bucket.nodes
                 if nodes > 0:
                     count = bucket.free.get(driver, 0)
-                    one: Vector = (count if count > 0 else 0,)
+                    if count < 0:
+                        count = 0
+                    one = ones[count] if type(count) is int and count < len(ones) else (count,)
                     free[one] = free.get(one, 0) + nodes
         else:
             for bucket in observation.buckets:
@@ -369,6 +381,7 @@ class PoolLedger:
         copied.version = self.version
         copied.log = [] if record else None
         copied.memo = {}
+        copied._summary = None
         copied.origin = self
         copied.accounting = self.accounting
         return copied
@@ -399,17 +412,19 @@ class PoolLedger:
         self.free = free
         self.version += 1
         self.memo.clear()
+        self._summary = None
 
     def take_nodes(self, nodes: int) -> None:
         self.free_nodes -= nodes
         self.version += 1
         self.memo.clear()
+        self._summary = None
 
     def summary(self) -> Mapping[str, int]:
         """Numbers for a verdict's `free` field (shared while the pool does not change)."""
-        found = self.memo.get("summary")
+        found = self._summary
         if found is not None:
-            return found  # type: ignore[return-value]
+            return found
         if not self.is_free_gpu:
             summary = {"nodes": max(0, self.pool.nodes), "free_nodes": self.free_nodes}
         else:
@@ -421,7 +436,7 @@ class PoolLedger:
                 if n > 0 and devices > best:
                     best = devices
             summary = {"nodes": nodes, "free_devices": free_devices, "best_node_free": best}
-        self.memo["summary"] = summary
+        self._summary = summary
         return summary
 
     def state(

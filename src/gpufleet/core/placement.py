@@ -89,6 +89,7 @@ class ClusterLedger:
         "pools",
         "records",
         "shape",
+        "unusable",
         "verdicts",
         "version",
     )
@@ -111,6 +112,11 @@ class ClusterLedger:
         self.shape = memo.shape_id(tuple((p.class_id, p.is_free_gpu) for p in pools))
         self.version = 0
         self.explained: dict[int, tuple[int, Explained]] = {}
+        #: Per (pool name, pool version, explain profile, engine index): the verdict on a pool
+        #: the engine cannot use (one dict per cluster rather than one per pool: fewer
+        #: objects for the garbage collector; an entry of an older pool version is never
+        #: asked again).
+        self.unusable: dict[tuple[PoolName, int, int | None, int], PoolVerdict] = {}
         #: Per explain profile, the `ungated_verdict` at a version.
         self.verdicts: dict[int, tuple[int, ClusterVerdict]] = {}
         #: Per explain profile, the version at which a replica of it did not fit: every
@@ -416,15 +422,16 @@ def _mismatch(
     shape: EngineOnClass,
     claimable: tuple[bool, ...],
     memo: PlacementMemo,
-) -> Reason | None:
-    """Why the engine cannot use the pool at all; the same for every pool of that name and
-    class, so explaining a thousand clusters builds each reason once."""
+) -> tuple[Reason, ...]:
+    """Why the engine cannot use the pool at all, as a tuple of one reason (or none); the
+    same for every pool of that name and class, so explaining a thousand clusters builds
+    each reason, and its tuple, once."""
     memo_key = (ref, pool.pool.name, pool.class_id, claimable)
     found = memo.mismatches.get(memo_key)
     if found is None:
         reason = _first_mismatch(engine, pool, shape, claimable)
         found = memo.mismatches.put(memo_key, (reason,) if reason else ())
-    return found[0] if found else None
+    return found
 
 
 def _first_mismatch(
@@ -464,6 +471,7 @@ def _can_host(
 
 
 def _unusable_verdict(
+    ledger: ClusterLedger,
     engine: Engine,
     ref: EngineRef,
     pool: PoolLedger,
@@ -473,24 +481,19 @@ def _unusable_verdict(
     profile: int | None,
 ) -> PoolVerdict:
     """The verdict on a pool the engine cannot use; with the deployment's explain `profile`,
-    kept in the pool's memo (cleared when the pool changes) for every deployment of it."""
-    memo_key = ("unusable", profile, ref[1])
+    kept on the cluster's ledger per (pool, its version) for every deployment of it."""
+    memo_key = (pool.pool.name, pool.version, profile, ref[1])
     if profile is not None:
-        found = pool.memo.get(memo_key)
+        found = ledger.unusable.get(memo_key)
         if found is not None:
-            assert isinstance(found, PoolVerdict)
             return found
     mismatch = _mismatch(engine, ref, pool, shape, claimable, memo)
+    reasons = (*mismatch, *pool.reasons) if pool.reasons else mismatch
     verdict = PoolVerdict(
-        pool.pool.name,
-        engine.name,
-        pool.accounting,
-        False,
-        (*((mismatch,) if mismatch else ()), *pool.reasons),
-        pool.summary(),
+        pool.pool.name, engine.name, pool.accounting, False, reasons, pool.summary()
     )
     if profile is not None:
-        pool.memo[memo_key] = verdict
+        ledger.unusable[memo_key] = verdict
     return verdict
 
 
@@ -563,7 +566,7 @@ def _place_engine(
             if verdicts is not None:
                 verdicts.append(
                     _unusable_verdict(
-                        engine, ref, pool, shape, on_shape.claimable, memo, trial.profile
+                        ledger, engine, ref, pool, shape, on_shape.claimable, memo, trial.profile
                     )
                 )
             continue
@@ -708,7 +711,9 @@ def ungated_verdict(
     if found is not None and found[0] == ledger.version:
         return found[1]
     fits, reasons, pools = _explained(ledger, deployment, memo, profile)
-    verdict = ClusterVerdict(ledger.cluster.name, fits, (*reasons, *notes), pools)
+    verdict = ClusterVerdict(
+        ledger.cluster.name, fits, (*reasons, *notes) if notes else reasons, pools
+    )
     ledger.verdicts[profile] = (ledger.version, verdict)
     return verdict
 
