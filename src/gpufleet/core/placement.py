@@ -224,6 +224,7 @@ class PlacementMemo:
         "_next_shape_id",
         "_profile_ids",
         "_shape_ids",
+        "alike_profiles",
         "compiled",
         "hosts",
         "keeps_ledgers",
@@ -250,6 +251,8 @@ class PlacementMemo:
         self._engines: dict[tuple[Engine, int], EngineOnClass] = {}
         #: For one call: `on_shape` per (engines, cluster shape), shared by equal engines.
         self._alike: dict[tuple[tuple[Engine, ...], int], tuple[EngineOnShape, ...]] = {}
+        #: For one call: the explain profile id per (engines, cluster shape).
+        self.alike_profiles: dict[tuple[tuple[Engine, ...], int], int] = {}
         #: For one call: what a ledger reads of a class's devices (`class_facts`), by class id.
         self._facts: dict[int, ClassFacts] = {}
         #: For one call: ids of the gate profiles of its clusters (schedule.py), by value.
@@ -283,6 +286,7 @@ class PlacementMemo:
         self._classes = {}
         self._engines = {}
         self._alike = {}
+        self.alike_profiles = {}
         self._facts = {}
         self._gate_ids = {}
         self.on_shapes.advance()
@@ -674,13 +678,19 @@ def explain_profile(ledger: ClusterLedger, deployment: Deployment, memo: Placeme
     found = memo.profiles.get(memo_key)
     if found is not None:
         return found
-    profile = tuple(
-        (engine.name, tuple(m.role for m in engine.members), on_shape)
-        for engine, on_shape in zip(
-            deployment.engines, memo.on_shape(deployment, ledger), strict=True
+    # The profile is a function of the engines and the shape: deployments with equal engines
+    # share it within a call (hashing the engines costs less than hashing what they match).
+    alike_key = (deployment.engines, ledger.shape)
+    found = memo.alike_profiles.get(alike_key)
+    if found is None:
+        profile = tuple(
+            (engine.name, tuple(m.role for m in engine.members), on_shape)
+            for engine, on_shape in zip(
+                deployment.engines, memo.on_shape(deployment, ledger), strict=True
+            )
         )
-    )
-    return memo.profiles.put(memo_key, memo.profile_id(profile))
+        found = memo.alike_profiles[alike_key] = memo.profile_id(profile)
+    return memo.profiles.put(memo_key, found)
 
 
 def explain_cluster(
