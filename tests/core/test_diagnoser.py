@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from builders import NOW, ago, cluster, deployment, observed
 from gpufleet.core.decision import Diagnosis
 from gpufleet.core.model import Cluster, ClusterName, Deployment, SchedulingConfig, Snapshot
-from gpufleet.core.placement import ClusterLedger, PlacementMemo, commit, place_replica
+from gpufleet.core.placement import (
+    ClusterLedger,
+    PlacementMemo,
+    commit,
+    explain_profile,
+    place_replica,
+)
 from gpufleet.core.schedule import _build_ledgers, schedule
 from gpufleet.core.verdicts import Diagnoser
 
@@ -141,3 +147,27 @@ def test_schedule_diagnoses_deployments_alike_as_alone() -> None:
     for d in short:
         assert d.diagnosis is not None
         assert d.diagnosis.summary() == "0/4 clusters fit: 4 InsufficientGPU"
+
+
+@SETTINGS
+@given(fleets(), alike())
+def test_deployments_alike_share_what_each_would_compute(
+    clusters: tuple[Cluster, ...], ds: tuple[Deployment, ...]
+) -> None:
+    """Within a call, deployments with equal engines share their per-shape matches and
+    explain profile (placement.py): each is what a memo of its own computes, and two share a
+    profile id exactly when their profiles are equal by value."""
+    ledgers, memo = _ledgers(clusters)
+    ids: dict[tuple[object, ...], int] = {}
+    for d in ds:
+        own_ledgers, own = _ledgers(clusters)
+        for name, ledger in ledgers.items():
+            on_shape = memo.on_shape(d, ledger)
+            assert on_shape == own.on_shape(d, own_ledgers[name])
+            profile = tuple(
+                (e.name, tuple(m.role for m in e.members), s)
+                for e, s in zip(d.engines, on_shape, strict=True)
+            )
+            got = explain_profile(ledger, d, memo)
+            assert ids.setdefault(profile, got) == got
+    assert len(set(ids.values())) == len(ids)
