@@ -232,6 +232,7 @@ class PlacementMemo:
         "matcher",
         "mismatches",
         "on_shapes",
+        "placed",
         "profiles",
         "states",
     )
@@ -251,6 +252,8 @@ class PlacementMemo:
         self._engines: dict[tuple[Engine, int], EngineOnClass] = {}
         #: For one call: `on_shape` per (engines, cluster shape), shared by equal engines.
         self._alike: dict[tuple[tuple[Engine, ...], int], tuple[EngineOnShape, ...]] = {}
+        #: For one call: a placed engine per (deployment ref, engine index, pool name, class).
+        self.placed: dict[tuple[tuple[object, ...], int, PoolName, int], PlacedEngine] = {}
         #: For one call: the explain profile id per (engines, cluster shape).
         self.alike_profiles: dict[tuple[tuple[Engine, ...], int], int] = {}
         #: For one call: what a ledger reads of a class's devices (`class_facts`), by class id.
@@ -286,6 +289,7 @@ class PlacementMemo:
         self._classes = {}
         self._engines = {}
         self._alike = {}
+        self.placed = {}
         self.alike_profiles = {}
         self._facts = {}
         self._gate_ids = {}
@@ -658,7 +662,14 @@ def place_replica(
         else:
             trial.units[name] = units
         commits[name] = outcome
-        placed.append(_placed(_stamp(engine, shape.matches, name)))
+        # What a replica's engine looks like on a pool is a function of the engine and the
+        # pool's name and class: shared by the deployment's replicas within a call.
+        placed_key = (deployment_ref, i, name, pool.class_id)
+        engine_placed = memo.placed.get(placed_key)
+        if engine_placed is None:
+            engine_placed = _placed(_stamp(engine, shape.matches, name))
+            memo.placed[placed_key] = engine_placed
+        placed.append(engine_placed)
     return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts or ()))
 
 

@@ -56,6 +56,7 @@ from typing import Final
 from gpufleet.core import diagnosis
 from gpufleet.core.accounting import demand_shape
 from gpufleet.core.capacity import (
+    Freshness,
     PoolLedger,
     Vector,
     cluster_freshness,
@@ -433,6 +434,8 @@ def _build_ledgers(
     ledgers: dict[ClusterName, ClusterLedger] = {}
     config = snapshot.config
     memo.use_config(config)
+    # Equal freshness values are shared (frozen): clusters that reported together have one.
+    freshness: dict[Freshness, Freshness] = {}
     for cluster in sorted(snapshot.clusters, key=lambda c: c.name):
         pools: list[PoolLedger] = []
         seen: set[str] = set()
@@ -441,10 +444,11 @@ def _build_ledgers(
                 continue
             seen.add(pool.name)
             pools.append(memo.pool_ledger(cluster.name, pool, config, record=record))
+        fresh = cluster_freshness(cluster, now, config)
         ledgers[cluster.name] = ClusterLedger(
             cluster,
             tuple(pools),
-            cluster_freshness(cluster, now, config),
+            freshness.setdefault(fresh, fresh),
             policy_for(cluster, config),
             memo,
         )
