@@ -171,3 +171,20 @@ def test_deployments_alike_share_what_each_would_compute(
             got = explain_profile(ledger, d, memo)
             assert ids.setdefault(profile, got) == got
     assert len(set(ids.values())) == len(ids)
+
+
+def test_clusters_a_selector_leaves_out_share_their_verdict() -> None:
+    """A `ClusterNotSelected` verdict is a function of the cluster and the selector: two
+    deployments with one selector and different engines get the same verdict object there."""
+    clusters = (
+        cluster("eu1").label("region", "eu").pool(nodes=1, gpus=8).build(),
+        cluster("us1").label("region", "us").pool(nodes=1, gpus=8).build(),
+    )
+    ledgers, memo = _ledgers(clusters)
+    diagnoser = Diagnoser(ledgers, memo, SchedulingConfig())
+    small = deployment("ml/a").select(region="eu").engine(gpus=1).build()
+    big = deployment("ml/b").select(region="eu").engine(gpus=8, copies=2).build()
+    first, second = diagnoser.diagnose(small, {}), diagnoser.diagnose(big, {})
+    assert second == _plain(ledgers, memo, big)
+    assert second.clusters[1] is first.clusters[1]
+    assert second.clusters[1].reasons[0].code.value == "ClusterNotSelected"

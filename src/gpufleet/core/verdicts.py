@@ -101,7 +101,8 @@ class _Scan:
         self.deployment = deployment
         #: Per gate profile: whether the deployment selects such a cluster, and its gates.
         self.gated: dict[int, tuple[bool, tuple[Reason, ...]]] = {}
-        self.not_selected: tuple[Reason, ...] | None = None
+        #: The `ClusterNotSelected` verdicts of its selector, per cluster (`Diagnoser`).
+        self.not_selected: dict[ClusterName, ClusterVerdict] = {}
         #: The deployment's explain profile per cluster shape (`placement._profile`).
         self.profiles: dict[int, int] = {}
         self.selected = 0
@@ -123,7 +124,7 @@ class Diagnoser:
 
     Mutable: its kept scans, for one call (the ledgers it reads change between asks)."""
 
-    __slots__ = ("_config", "_kept", "_ledgers", "_memo")
+    __slots__ = ("_config", "_kept", "_ledgers", "_memo", "_not_selected")
 
     def __init__(
         self,
@@ -135,6 +136,11 @@ class Diagnoser:
         self._memo = memo
         self._config = config
         self._kept: dict[tuple[object, ...], _Kept] = {}
+        #: Per selector: its `ClusterNotSelected` reason and verdicts by cluster.
+        self._not_selected: dict[
+            tuple[tuple[str, str], ...],
+            tuple[tuple[Reason, ...], dict[ClusterName, ClusterVerdict]],
+        ] = {}
 
     def diagnose(
         self, deployment: Deployment, avoid: Mapping[ClusterName, Mapping[PoolName, Reason]]
@@ -170,6 +176,21 @@ class Diagnoser:
             scan.verdicts.append(verdict)
         return scan
 
+    def _unselected(self, scan: _Scan, name: ClusterName) -> ClusterVerdict:
+        """The verdict on a cluster the scan's deployment does not select: a function of the
+        cluster's name and the selector, shared by every scan with that selector."""
+        selector = scan.deployment.cluster_selector
+        key = tuple(sorted(selector.items()))
+        shared = self._not_selected.get(key)
+        if shared is None:
+            shared = self._not_selected[key] = ((diagnosis.not_selected(selector),), {})
+        reasons, verdicts = shared
+        scan.not_selected = verdicts
+        verdict = verdicts.get(name)
+        if verdict is None:
+            verdict = verdicts[name] = ClusterVerdict(name, False, reasons)
+        return verdict
+
     def _finish(self, deployment: Deployment, scan: _Scan) -> Diagnosis:
         wide: list[Reason] = []
         if scan.selected == 0:
@@ -196,9 +217,10 @@ class Diagnoser:
             gated = tuple(gates(ledger, deployment, config.expire_after_s)) if is_in else ()
             found = scan.gated[profile] = (is_in, gated)
         if not found[0]:
-            if scan.not_selected is None:
-                scan.not_selected = (diagnosis.not_selected(deployment.cluster_selector),)
-            return False, ClusterVerdict(name, False, scan.not_selected)
+            found_verdict = scan.not_selected.get(name)
+            if found_verdict is None:
+                found_verdict = self._unselected(scan, name)
+            return False, found_verdict
         gated = found[1]
         notes: tuple[Reason, ...] = ()
         if freshness.state is ObservationState.STALE:
