@@ -181,9 +181,15 @@ def test_applying_a_decision_is_a_fixed_point(
 
 @SETTINGS
 @given(clusters(), deployments(), st.sampled_from([4, 8]), st.integers(0, 3), st.booleans())
-def test_adding_an_empty_cluster_never_places_fewer(
+def test_adding_an_empty_cluster_never_places_fewer_of_one_deployment(
     fleet: tuple[Cluster, ...], deps: tuple[Deployment, ...], gpus: int, nodes: int, obs: bool
 ) -> None:
+    """Alone, a deployment's replicas are alike and each cluster takes what it can of them, so
+    more clusters never place fewer. Among several deployments this does not hold: the fill is
+    greedy and ties are dealt from an offset that counts the candidates, so a new cluster can
+    move another deployment's replica onto the nodes this one needed
+    (`test_more_clusters_can_place_fewer_among_several`)."""
+    deps = deps[:1]
     extra = (
         cluster("z")
         .label("zone", "x")
@@ -242,3 +248,19 @@ def test_explaining_changes_no_decision_and_answers_for_every_satisfied_deployme
     assert set(explained.one_more) == satisfied
     for key in satisfied:
         assert len(explained.one_more[key].clusters) == len(fleet)
+
+
+def test_more_clusters_can_place_fewer_among_several() -> None:
+    """The greedy fill's known trade (docs/scheduling.md, Fill), pinned so that a change to it
+    is seen: with clusters a (3 whole nodes) and b (2), a two-node gang places twice and a
+    one-GPU replica takes a's third node; add a cluster of no nodes and the deal starts the
+    one-GPU replica on b, where the gang's second replica needed both nodes."""
+    a = cluster("a").pool("p0", nodes=3, gpus=4).build()
+    b = cluster("b").pool("p0", nodes=2, gpus=4).build()
+    z = cluster("z").pool("p0", nodes=0, gpus=4).build()
+    gang = deployment("ml/d0").replicas(4).gang(leader_gpus=4, worker_gpus=4).build()
+    one = deployment("ml/d2").replicas(1).engine(gpus=1, copies=1).build()
+    before = schedule(Snapshot(deployments=(gang, one), clusters=(a, b)), NOW)
+    after = schedule(Snapshot(deployments=(gang, one), clusters=(a, b, z)), NOW)
+    assert (placed(before), placed(after)) == (3, 2)
+    assert [p.cluster for p in after.deployments[1].placements] == ["b"]
