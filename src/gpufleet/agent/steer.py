@@ -42,6 +42,7 @@ they land by the next observation.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ FreeNodes = Mapping[str, Mapping[DriverName, int]]
 _DIGITS = re.compile(r"(\d+)")
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the name: node names recur
 def _natural(name: str) -> tuple[tuple[int, str], ...]:
     return tuple((int(p), "") if p.isdigit() else (0, p) for p in _DIGITS.split(name))
 

@@ -219,6 +219,8 @@ class FreeDeviceTable:
         #: Each pooled node's observation, and their names, sorted.
         self._observed_nodes: dict[str, ObservedNode] = {}
         self._node_order: list[str] = []
+        #: `free_devices` of each pool asked since the pool was last observed.
+        self._free: dict[str, Mapping[str, Mapping[DriverName, int]]] = {}
         #: Each pooled node's part of its pool's observation (`_node_part`).
         self._parts: dict[str, _NodePart] = {}
         #: The replicas' resourceVersions by key, and in order, as last taken.
@@ -296,10 +298,15 @@ class FreeDeviceTable:
     def free_devices(self, pool: str) -> Mapping[str, Mapping[DriverName, int]]:
         """Each node of `pool` and its free devices per driver (excluded nodes: none free),
         as of the last snapshot. Read-only."""
+        held = self._free.get(pool)
+        if held is not None:
+            return held
         found = self._pools.get(pool)
         if found is None:
             return MappingProxyType({})
-        return MappingProxyType({n.name: MappingProxyType(dict(n.free)) for n in found[1]})
+        free = MappingProxyType({n.name: MappingProxyType(dict(n.free)) for n in found[1]})
+        self._free[pool] = free  # until the pool is observed again (`_update_snapshot`)
+        return free
 
     def observed_replica(self, key: tuple[str, str]) -> ObservedReplica | None:
         """The observation of the replica (namespace, name) in the last snapshot."""
@@ -643,8 +650,10 @@ class FreeDeviceTable:
         gone = self._pools.keys() - pools
         for pool in gone:
             del self._pools[pool]
+            self._free.pop(pool, None)
         for pool in rebuilt:
             self._pools[pool] = self._observe_pool(pool, problems.get(pool, ()))
+            self._free.pop(pool, None)
         self._problems = problems
         changed = self._observe_replicas()
         last = self._last.result if self._last is not None else None
