@@ -223,6 +223,8 @@ class Steerer:
     def begin(self, replicas: Iterable[Mapping[str, Any]]) -> None:
         """Start a pass: forget the choices of replicas that are gone, whose claiming pods are
         all allocated (the table counts them now), or whose time is up."""
+        if not self._assumed:
+            return  # nothing to forget: the replicas need not be read
         present = {_key(r) for r in replicas}
         for key in list(self._assumed):
             assumed = self._assumed[key]
