@@ -27,6 +27,7 @@ it given the same policy); this module only reports.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -92,7 +93,7 @@ class PolicyGate:
             found is None
             or len(versions) != len(keys)
             or None in versions.values()
-            or not all(type(ns) is str and type(name) is str for ns, name in keys)
+            or not set(map(type, itertools.chain.from_iterable(keys))) <= {str}
         ):
             self._versions = None
             return self._refusals_whole(replicas)
