@@ -15,6 +15,7 @@ import pytest
 from observe_builders import pod as opod
 
 from gpufleet.agent.hub import as_deployed
+from gpufleet.agent.materialize import OWNED_SELECTOR
 from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, _status_patch
 from gpufleet.store import Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
 from gpufleet.store.forwarding import ForwardingStore
@@ -747,6 +748,16 @@ def test_materializing_what_changed_does_what_a_whole_pass_does() -> None:
             dep["spec"]["replicas"] = 7
             w.local.update(dep)
 
+        def relabel_local(name: str) -> None:
+            # A label write by someone else moves neither the spec nor its generation.
+            dep = w.local.get(DEPLOYMENT, name, "ml")
+            assert dep is not None
+            labels = dep["metadata"]["labels"]
+            key = next(k for k in sorted(labels) if k != OWNED_SELECTOR)
+            labels[key] = "edited"
+            generation = dep["metadata"]["generation"]
+            assert w.local.update(dep)["metadata"]["generation"] == generation
+
         def relabel(name: str) -> None:
             replica = w.hub.get(MODEL_REPLICA, f"ml.{name}", NS)
             assert replica is not None
@@ -764,6 +775,7 @@ def test_materializing_what_changed_does_what_a_whole_pass_does() -> None:
             lambda: edit_deployment("r1-main"),
             lambda: w.local.delete(RESOURCE_CLAIM_TEMPLATE, "r5-main-standalone", "ml"),
             lambda: w.local.patch_status(DEPLOYMENT, "r6-main", "ml", {"readyReplicas": 1}),
+            lambda: relabel_local("r6-main"),
             lambda: relabel("r2"),
             invalid,
             lambda: add("r8"),

@@ -193,7 +193,8 @@ def _observation(replica: Obj) -> ObservedReplica:
 
 
 def test_policy_gate_gives_what_checking_each_replica_gives() -> None:
-    """Oracle: over random edits (with and without resourceVersions), `refusals` equals
+    """Oracle: over random edits (with and without resourceVersions), replicas coming and
+    going, and empty listings, `refusals` equals
     `check_replica` on every replica, and `annotate` marks exactly the refused ones."""
     rng = random.Random(17)
     policy = ClusterPolicy()
@@ -202,18 +203,29 @@ def test_policy_gate_gives_what_checking_each_replica_gives() -> None:
     for i, r in enumerate(replicas):
         r["metadata"].update(uid=f"u{i}", resourceVersion="1", generation=1)
     last_refused: dict[tuple[str, str], tuple[Any, ...]] = {}
-    for step in range(200):
+    for step in range(300):
+        choice = rng.randrange(7)
+        if choice == 4 and len(replicas) > 1:  # a replica goes
+            replicas.pop(rng.randrange(len(replicas)))
+        elif choice == 5:  # one comes (allowed or refused)
+            new = model_replica(f"n{step}")
+            new["metadata"].update(uid=f"n{step}", resourceVersion=str(step + 2), generation=1)
+            if rng.random() < 0.5:
+                members = new["spec"]["engines"][0]["members"]
+                members[0]["template"]["spec"]["containers"][0]["securityContext"] = {
+                    "privileged": True
+                }
+            replicas.insert(rng.randrange(len(replicas) + 1), new)
         i = rng.randrange(len(replicas))
         edited = copy.deepcopy(replicas[i])
         container = edited["spec"]["engines"][0]["members"][0]["template"]["spec"]["containers"][0]
-        choice = rng.randrange(4)
         if choice == 0:
             container["securityContext"] = {"privileged": rng.random() < 0.5}
         elif choice == 1:
             container.pop("securityContext", None)
         elif choice == 2:
             edited["metadata"].pop("resourceVersion", None)
-        if choice != 3:
+        if choice < 3:
             meta = edited["metadata"]
             meta["generation"] = meta.get("generation", 1) + 1
             if "resourceVersion" in meta:
@@ -225,6 +237,9 @@ def test_policy_gate_gives_what_checking_each_replica_gives() -> None:
         }
         got = gate.refusals(replicas)
         assert dict(got) == {k: v for k, v in want.items() if v}
+        if choice == 6:  # every replica gone, and back (as an empty listing would say)
+            assert gate.refusals([]) == {}
+            assert dict(gate.refusals(replicas)) == {k: v for k, v in want.items() if v}
         result = ObservationResult((), tuple(_observation(r) for r in replicas), (), ())
         annotated = gate.annotate(result, replicas)
         for before, after in zip(result.replicas, annotated.replicas, strict=True):

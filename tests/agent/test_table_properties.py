@@ -105,6 +105,13 @@ def _check(
     assert got.result.pools == want[0].pools, (got.result.pools, want[0].pools)
     assert got.result.nodes == want[0].nodes
     assert (got.result, got.clock) == want
+    # The steering query (kept per pool until the pool is observed again): each node's free
+    # devices as `observe` gives them. Asked every other step, so that kept answers are
+    # asked again after later deltas.
+    if step % 2:
+        for pool in want[0].pools:
+            plain = {n.name: n.free for n in want[0].nodes if n.pool == pool.name}
+            assert table.free_devices(pool.name) == plain
     return want[1]
 
 

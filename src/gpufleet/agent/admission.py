@@ -3,7 +3,9 @@
 `PolicyGate` keeps one verdict per assigned ModelReplica (`gpufleet.agent.policy.check_replica`)
 between steps, keyed by the replica's (namespace, name) and reused while its signature (uid,
 resourceVersion, generation) is unchanged; a replica without a resourceVersion (not read from
-an API) is checked every time (no signature, no reuse). The plain computation is
+an API) is checked every time (no signature, no reuse). Replicas read from a store are diffed
+with the last call's by (namespace, name) and resourceVersion, so a call looks only at the
+replicas that came, went or moved. The plain computation is
 `check_replica` on each replica: `refusals` gives what it gives (an oracle test holds it to that).
 
 A refused replica's observation (`ObservedReplica`) says so: `podsScheduled: false` (it has
@@ -25,11 +27,17 @@ it given the same policy); this module only reports.
 from __future__ import annotations
 
 import dataclasses
-import operator
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.agent.model import Condition, ConditionStatus, ObservationResult, ObservedReplica
+from gpufleet.agent.model import (
+    Condition,
+    ConditionStatus,
+    ObservationResult,
+    ObservedReplica,
+    keys_and_versions,
+)
 from gpufleet.agent.policy import (
     POLICY_ALLOWED,
     REASON_POLICY_DENIED,
@@ -57,9 +65,10 @@ class PolicyGate:
         self.policy = policy
         #: Each replica's signature and violations (empty: allowed), by (namespace, name).
         self._verdicts: dict[_Key, tuple[_Signature, tuple[Violation, ...]]] = {}
-        #: The replicas of the last `refusals` call (held) and the refusals it gave.
-        self._last: tuple[tuple[Mapping[str, Any], ...], Mapping[_Key, tuple[Violation, ...]]]
-        self._last = ((), {})
+        #: The (namespace, name) -> resourceVersion of the replicas of the last `refusals`
+        #: call (None: none yet, or they could not be diffed), and the refusals it gave.
+        self._versions: dict[_Key, object] | None = None
+        self._refused_last: Mapping[_Key, tuple[Violation, ...]] = {}
         #: Each annotated observation: the one observed (held), its violations, the result.
         self._annotated: dict[_Key, tuple[ObservedReplica, tuple[Violation, ...], ObservedReplica]]
         self._annotated = {}
@@ -74,27 +83,69 @@ class PolicyGate:
         self, replicas: Sequence[Mapping[str, Any]]
     ) -> Mapping[_Key, tuple[Violation, ...]]:
         """The violations of each refused replica, by (namespace, name); the same mapping as
-        last call while the refusals are equal."""
-        held, last = self._last
-        if len(held) == len(replicas) and all(map(operator.is_, held, replicas)):
+        last call while the refusals are equal. Replicas read from a store (each with a
+        distinct (namespace, name) and a resourceVersion) are diffed with the last call's by
+        key and version, and only those that came, went or moved are looked at."""
+        found = keys_and_versions(replicas)
+        keys = found[0] if found is not None else []
+        versions = dict(zip(keys, found[1], strict=True)) if found is not None else {}
+        if (
+            found is None
+            or len(versions) != len(keys)
+            or None in versions.values()
+            or not set(map(type, itertools.chain.from_iterable(keys))) <= {str}
+        ):
+            self._versions = None
+            return self._refusals_whole(replicas)
+        last = self._refused_last
+        if self._versions is None:  # the last call looked at every replica (or there was none)
+            self._versions = versions
+            return self._refusals_whole(replicas)
+        if versions == self._versions:
             return last
+        changed = {k for k, _ in versions.items() ^ self._versions.items()}
+        self._versions = versions
+        by_key = dict(zip(keys, replicas, strict=True))
+        verdicts = self._verdicts
+        for key in changed:
+            replica = by_key.get(key)
+            if replica is None:
+                verdicts.pop(key, None)
+            else:
+                verdicts[key] = self._verdict(key, replica)
+        refused = {k: v[1] for k, v in verdicts.items() if v[1]}
+        self._refused_last = last if refused == last else refused
+        return self._refused_last
+
+    def _refusals_whole(
+        self, replicas: Sequence[Mapping[str, Any]]
+    ) -> Mapping[_Key, tuple[Violation, ...]]:
+        """`refusals` looking at every replica (reusing verdicts by signature)."""
         verdicts: dict[_Key, tuple[_Signature, tuple[Violation, ...]]] = {}
         refused: dict[_Key, tuple[Violation, ...]] = {}
         for replica in replicas:
             meta = replica.get("metadata")
             meta = meta if isinstance(meta, Mapping) else {}
             key = (str(meta.get("namespace")), str(meta.get("name")))
-            signature = (meta.get("uid"), meta.get("resourceVersion"), meta.get("generation"))
-            found = self._verdicts.get(key)
-            if found is None or found[0] != signature or signature[1] is None:
-                found = (signature, tuple(check_replica(replica, self.policy)))
-            verdicts[key] = found
+            found = verdicts[key] = self._verdict(key, replica)
             if found[1]:
                 refused[key] = found[1]
         self._verdicts = verdicts
-        result = last if refused == last else refused
-        self._last = (tuple(replicas), result)
-        return result
+        last = self._refused_last
+        self._refused_last = last if refused == last else refused
+        return self._refused_last
+
+    def _verdict(
+        self, key: _Key, replica: Mapping[str, Any]
+    ) -> tuple[_Signature, tuple[Violation, ...]]:
+        """The replica's verdict: the held one while its signature is the same."""
+        meta = replica.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        signature = (meta.get("uid"), meta.get("resourceVersion"), meta.get("generation"))
+        found = self._verdicts.get(key)
+        if found is None or found[0] != signature or signature[1] is None:
+            found = (signature, tuple(check_replica(replica, self.policy)))
+        return found
 
     def annotate(
         self, result: ObservationResult, replicas: Sequence[Mapping[str, Any]]

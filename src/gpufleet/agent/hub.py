@@ -14,7 +14,8 @@ replica's own name. That is where its workloads and pods go and what their
 `gpufleet.io/replica` label says, so the agent's workloads are named as before the replicas
 moved to the cluster's namespace.
 
-`HubReplicas` keeps each such view while the replica's (uid, resourceVersion) are unchanged, so
+`HubReplicas` keeps each such view while the replica's (uid, resourceVersion) are unchanged (a
+read diffs the signatures with the last read's, in C, and makes only the moved views again), so
 an unchanged replica is the same object step after step (what the agent derived from it is
 reused by identity, as for the store's own view); its oracle is `as_deployed` of the store's
 object (tests/agent/test_hub.py).
@@ -22,8 +23,9 @@ object (tests/agent/test_hub.py).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import operator
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from gpufleet.api.names import cluster_namespace, replica_origin_of
 from gpufleet.core import labels
@@ -49,24 +51,40 @@ class HubReplicas:
         self.hub = hub
         self.cluster = cluster
         self.namespace = cluster_namespace(cluster)
-        #: Per hub name: (uid, resourceVersion) and the view made of that version.
-        self._views: dict[str, tuple[tuple[object, object], Mapping[str, Any]]] = {}
+        #: Per hub name: (uid, resourceVersion) of the last read, and the view made of it.
+        self._signatures: dict[str, tuple[object, object]] = {}
+        self._views: dict[str, Mapping[str, Any]] = {}
 
     def read(self) -> list[Mapping[str, Any]]:
         """The cluster's replicas, each as its deployment sees it (raises `StoreError` when
         the hub cannot be read). Only the replicas labelled with the cluster: the namespace
         is the cluster's, the label guards against a replica written there by mistake."""
         found = self.hub.view(MODEL_REPLICA, self.namespace, {labels.CLUSTER: self.cluster})
+        metas = list(map(_METADATA, found))
+        names = list(map(_NAME, metas))
+        uids = list(map(_UID, metas))
+        versions = list(map(_VERSION, metas))
+        signatures = dict(zip(names, zip(uids, versions, strict=True), strict=True))
+        if len(signatures) != len(names) or None in uids or None in versions:
+            return self._read_each(found)  # not what a store holds: every view made again
+        # The views of replicas whose signature moved (compared in C) are made again.
         views = self._views
-        kept: dict[str, tuple[tuple[object, object], Mapping[str, Any]]] = {}
-        out: list[Mapping[str, Any]] = []
-        for replica in found:
-            meta = replica["metadata"]
-            signature = (meta.get("uid"), meta.get("resourceVersion"))
-            known = views.get(meta["name"])
-            if known is None or known[0] != signature or None in signature:
-                known = (signature, as_deployed(replica))
-            kept[meta["name"]] = known
-            out.append(known[1])
-        self._views = kept
-        return out
+        moved = {name for name, _ in signatures.items() ^ self._signatures.items()}
+        for replica, name in zip(found, names, strict=True):
+            if name in moved:
+                views[name] = as_deployed(replica)
+        for name in self._signatures.keys() - signatures.keys():
+            del views[name]
+        self._signatures = signatures
+        return list(map(views.__getitem__, names))
+
+    def _read_each(self, found: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """Each replica's view made again (no signature to keep it by)."""
+        self._signatures, self._views = {}, {}
+        return [as_deployed(replica) for replica in found]
+
+
+_METADATA: Final = operator.itemgetter("metadata")
+_NAME: Final = operator.itemgetter("name")
+_UID: Final = operator.methodcaller("get", "uid")
+_VERSION: Final = operator.methodcaller("get", "resourceVersion")

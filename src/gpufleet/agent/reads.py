@@ -632,6 +632,11 @@ class NodeState:
     #: The latest allocation time of a claim holding devices on it.
     last: datetime | None
 
+    @property
+    def drivers(self) -> frozenset[str]:
+        """The drivers the node adds to its pool's histogram."""
+        return frozenset(self.published) | self.poisoned
+
 
 def observe_pool(
     pool: str,
@@ -641,54 +646,88 @@ def observe_pool(
     problems: tuple[Problem, ...],
     max_buckets: int,
 ) -> tuple[ObservedPool, tuple[ObservedNode, ...]]:
-    """Per node free vectors and the pool's histogram (`nodes` sorted by name)."""
-    drivers: set[str] = set()
-    for n in nodes:
-        drivers.update(n.published)
-        drivers.update(n.poisoned)
-    driver_order = sorted(drivers)
-    zeros = (0,) * len(driver_order)
+    """Per node free vectors and the pool's histogram (`nodes` sorted by name): each node by
+    `observe_node` over the pool's drivers (`pool_drivers`), summed up by `pool_of_nodes`."""
+    driver_order = pool_drivers(n.drivers for n in nodes)
+    return pool_of_nodes(
+        pool,
+        [observe_node(pool, n, driver_order) for n in nodes],
+        [n.last for n in nodes],
+        driver_order,
+        (unnamed, extended, problems, max_buckets),
+    )
+
+
+def pool_drivers(drivers: Iterable[frozenset[str]]) -> tuple[str, ...]:
+    """The drivers of a pool's histogram: every driver its nodes publish or are poisoned of
+    (each node's `NodeState.drivers`), sorted."""
+    found: set[str] = set()
+    for d in drivers:
+        found |= d
+    return tuple(sorted(found))
+
+
+#: One node's part of its pool's histogram: its free vector over the pool's drivers, and its
+#: observation (its exclusion reason is the observation's).
+NodeView = tuple[tuple[int, ...], ObservedNode]
+
+
+def observe_node(pool: str, n: NodeState, driver_order: Sequence[str]) -> NodeView:
+    """The node's free vector over `driver_order` (all zero when it is excluded or has nothing
+    free of any driver) and its observation."""
+    reason = n.excluded
+    if reason is None and not n.published:
+        reason = str(ExclusionReason.NO_SLICES)
+    if reason is not None or n.is_poisoned_all:
+        vector: tuple[int, ...] = (0,) * len(driver_order)
+    else:
+        vector = _free_vector(n, driver_order)
+    observed = ObservedNode(
+        n.name,
+        PoolName(pool),
+        {DriverName(d): c for d, c in sorted(n.published.items())},
+        {DriverName(d): v for d, v in zip(driver_order, vector, strict=True)},
+        reason,
+    )
+    return vector, observed
+
+
+def pool_of_nodes(
+    pool: str,
+    views: Sequence[NodeView],
+    lasts: Iterable[datetime | None],
+    driver_order: Sequence[str],
+    rest: tuple[int, Mapping[str, int], tuple[Problem, ...], int],
+) -> tuple[ObservedPool, tuple[ObservedNode, ...]]:
+    """The pool's observation from its named nodes' views (sorted by name) and their latest
+    allocation times; `rest`: the unnamed nodes, extended resources, problems and the cap on
+    buckets."""
+    unnamed, extended, problems, max_buckets = rest
     counts: dict[tuple[int, ...], int] = defaultdict(int)
     excluded: dict[str, int] = defaultdict(int)
     if unnamed:
         excluded[str(ExclusionReason.NO_SLICES)] += unnamed
-        counts[zeros] += unnamed
-    last: datetime | None = None
-    observed_nodes: list[ObservedNode] = []
-    for n in nodes:
-        reason = n.excluded
-        if reason is None and not n.published:
-            reason = str(ExclusionReason.NO_SLICES)
-        vector = zeros if reason is not None or n.is_poisoned_all else _free_vector(n, driver_order)
+        counts[(0,) * len(driver_order)] += unnamed
+    for vector, observed_node in views:
         counts[vector] += 1
-        if reason is not None:
-            excluded[reason] += 1
-        if n.last is not None and (last is None or n.last > last):
-            last = n.last
-        observed_nodes.append(
-            ObservedNode(
-                n.name,
-                PoolName(pool),
-                {DriverName(d): c for d, c in sorted(n.published.items())},
-                {DriverName(d): v for d, v in zip(driver_order, vector, strict=True)},
-                reason,
-            )
-        )
+        if observed_node.excluded is not None:
+            excluded[observed_node.excluded] += 1
+    present = [t for t in lasts if t is not None]
     buckets = tuple(
         Bucket({DriverName(d): v for d, v in zip(driver_order, vector, strict=True)}, c)
         for vector, c in sorted(counts.items())
     )
     observed = ObservedPool(
         name=PoolName(pool),
-        observed_nodes=len(nodes) + unnamed,
+        observed_nodes=len(views) + unnamed,
         free_devices=buckets if len(buckets) <= max_buckets else None,
-        last_allocation_time=last,
+        last_allocation_time=max(present) if present else None,
         excluded_nodes=dict(sorted(excluded.items())),
         extended_resources=dict(extended),
         bucket_count=len(buckets),
         problems=problems,
     )
-    return observed, tuple(observed_nodes)
+    return observed, tuple(v[1] for v in views)
 
 
 def _free_vector(n: NodeState, driver_order: Sequence[str]) -> tuple[int, ...]:

@@ -42,6 +42,7 @@ they land by the next observation.
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ FreeNodes = Mapping[str, Mapping[DriverName, int]]
 _DIGITS = re.compile(r"(\d+)")
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the name: node names recur
 def _natural(name: str) -> tuple[tuple[int, str], ...]:
     return tuple((int(p), "") if p.isdigit() else (0, p) for p in _DIGITS.split(name))
 
@@ -221,6 +223,8 @@ class Steerer:
     def begin(self, replicas: Iterable[Mapping[str, Any]]) -> None:
         """Start a pass: forget the choices of replicas that are gone, whose claiming pods are
         all allocated (the table counts them now), or whose time is up."""
+        if not self._assumed:
+            return  # nothing to forget: the replicas need not be read
         present = {_key(r) for r in replicas}
         for key in list(self._assumed):
             assumed = self._assumed[key]

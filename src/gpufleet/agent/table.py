@@ -54,7 +54,7 @@ from gpufleet.agent.model import (
     ns_name,
     versions_of,
 )
-from gpufleet.agent.observe import read_replicas
+from gpufleet.agent.observe import pool_extended, read_replicas
 from gpufleet.agent.pods import (
     PodInfo,
     Replica,
@@ -70,11 +70,14 @@ from gpufleet.agent.reads import (
     Inventory,
     NodeInfo,
     NodeState,
+    NodeView,
     SliceInfo,
     claim_effect,
     claim_pools,
     keyless_slice_found,
-    observe_pool,
+    observe_node,
+    pool_drivers,
+    pool_of_nodes,
     read_claim,
     read_dra_pool,
     read_node,
@@ -130,6 +133,27 @@ class _Claim:
     obj: RawObject
     effect: ClaimEffect
     time: datetime
+
+
+@dataclass(slots=True, eq=False)
+class _NodePart:
+    """One node's part of its pool's observation, made at its entry's `generation` (the
+    entry moves its generation whenever any input of `NodeState` changes): its state, the
+    drivers it adds to the pool's, its extended resources, and its `observe_node` view over
+    the pool's drivers, kept while the pool and its drivers stay the same."""
+
+    generation: int
+    state: NodeState
+    drivers: frozenset[str]
+    info: NodeInfo
+    _view_key: tuple[str, tuple[str, ...]] | None = None
+    _view: NodeView | None = None
+
+    def view_in(self, pool: str, driver_order: tuple[str, ...]) -> NodeView:
+        key = (pool, driver_order)
+        if self._view is None or self._view_key != key:
+            self._view, self._view_key = observe_node(pool, self.state, driver_order), key
+        return self._view
 
 
 class FreeDeviceTable:
@@ -195,6 +219,10 @@ class FreeDeviceTable:
         #: Each pooled node's observation, and their names, sorted.
         self._observed_nodes: dict[str, ObservedNode] = {}
         self._node_order: list[str] = []
+        #: `free_devices` of each pool asked since the pool was last observed.
+        self._free: dict[str, Mapping[str, Mapping[DriverName, int]]] = {}
+        #: Each pooled node's part of its pool's observation (`_node_part`).
+        self._parts: dict[str, _NodePart] = {}
         #: The replicas' resourceVersions by key, and in order, as last taken.
         self._versions: dict[_Key, object] = {}
         self._version_list: list[object] | None = None
@@ -270,10 +298,15 @@ class FreeDeviceTable:
     def free_devices(self, pool: str) -> Mapping[str, Mapping[DriverName, int]]:
         """Each node of `pool` and its free devices per driver (excluded nodes: none free),
         as of the last snapshot. Read-only."""
+        held = self._free.get(pool)
+        if held is not None:
+            return held
         found = self._pools.get(pool)
         if found is None:
             return MappingProxyType({})
-        return MappingProxyType({n.name: MappingProxyType(dict(n.free)) for n in found[1]})
+        free = MappingProxyType({n.name: MappingProxyType(dict(n.free)) for n in found[1]})
+        self._free[pool] = free  # until the pool is observed again (`_update_snapshot`)
+        return free
 
     def observed_replica(self, key: tuple[str, str]) -> ObservedReplica | None:
         """The observation of the replica (namespace, name) in the last snapshot."""
@@ -617,8 +650,10 @@ class FreeDeviceTable:
         gone = self._pools.keys() - pools
         for pool in gone:
             del self._pools[pool]
+            self._free.pop(pool, None)
         for pool in rebuilt:
             self._pools[pool] = self._observe_pool(pool, problems.get(pool, ()))
+            self._free.pop(pool, None)
         self._problems = problems
         changed = self._observe_replicas()
         last = self._last.result if self._last is not None else None
@@ -650,6 +685,8 @@ class FreeDeviceTable:
                 and name not in inv.poisoned
             ):
                 del self._entries[name]
+            if e is None or e.info is None:
+                self._parts.pop(name, None)
 
     def _replicas_in_order(
         self, changed: frozenset[_Key], last: ObservationResult | None
@@ -701,22 +738,30 @@ class FreeDeviceTable:
     def _observe_pool(
         self, pool: str, problems: tuple[Problem, ...]
     ) -> tuple[ObservedPool, tuple[ObservedNode, ...]]:
+        """`observe_pool` of the pool's nodes, each node's part made again only when its
+        generation (or the pool's drivers) moved since it was last made (`_node_part`)."""
         names = sorted(self._members.get(pool, ()))
-        states = [self._node_state(n) for n in names]
-        extended: dict[str, int] = {}
-        for n in names:
-            info = self._entries[n].info
-            assert info is not None
-            for key, count in info.extended.items():
-                extended[key] = extended.get(key, 0) + count
-        return observe_pool(
+        parts = [self._node_part(n) for n in names]
+        driver_order = pool_drivers(p.drivers for p in parts)
+        views = [p.view_in(pool, driver_order) for p in parts]
+        extended = pool_extended(p.info for p in parts)
+        return pool_of_nodes(
             pool,
-            states,
-            0,
-            dict(sorted(extended.items())),
-            problems,
-            self.config.max_histogram_buckets,
+            views,
+            [p.state.last for p in parts],
+            driver_order,
+            (0, extended, problems, self.config.max_histogram_buckets),
         )
+
+    def _node_part(self, name: str) -> _NodePart:
+        """The node's part of its pool's observation, as of its entry's generation."""
+        entry = self._entries[name]
+        part = self._parts.get(name)
+        if part is None or part.generation != entry.generation:
+            assert entry.info is not None
+            state = self._node_state(name)
+            part = self._parts[name] = _NodePart(entry.generation, state, state.drivers, entry.info)
+        return part
 
     def _node_state(self, name: str) -> NodeState:
         entry = self._entries[name]
@@ -726,10 +771,10 @@ class FreeDeviceTable:
         return NodeState(
             name,
             entry.info.excluded,
-            inv.published.get(name, {}),
+            dict(inv.published.get(name, {})),
             frozenset(poisoned),
             None in entry.poison,
-            entry.taken,
+            dict(entry.taken),
             max(entry.times) if entry.times else None,
         )
 

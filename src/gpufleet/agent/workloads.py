@@ -15,10 +15,11 @@ A pass costs what changed, told by versions, never by object identity:
   changed; otherwise it is made whole, in the replicas' order (the last replica wanting an
   object wins), and every key is looked at.
 - **Kind pass** (`Workloads._materialize_kind`). A wanted key whose local object was found to
-  hold it is not looked at again while the local object's resourceVersion and what the wanted
-  object was made from stay the same. With the changed keys known, only those, the keys of the
-  local objects whose version moved (or came or went) and the keys the last pass wrote are
-  looked at; none of those is a pass with nothing to do.
+  hold it is not compared again while the local object's (uid, generation, labels) and what
+  the wanted object was made from stay the same (a status write moves neither: the store
+  moves `generation` exactly when the spec changes). With the changed keys known, only
+  those, the keys of the local objects whose version moved (or came or went) and the keys the
+  last pass wrote are looked at; none of those is a pass with nothing to do.
 
 Given the cluster's policy (`gpufleet.agent.policy`; one per agent, so it is not part of a
 signature), `materialize` refuses a replica that breaks it (`PolicyDenied`, a `ReplicaInvalid`):
@@ -293,8 +294,8 @@ class _KindPass:
 
     #: Each listed local object's resourceVersion, by (namespace, name).
     versions: dict[_Key, object]
-    #: Each wanted key whose local object holds what is wanted: the local object's version
-    #: and what the wanted object was made from.
+    #: Each wanted key whose local object holds what is wanted: the local object's
+    #: `_spec_signature` and what the wanted object was made from.
     agreeing: dict[_Key, tuple[object, object]]
     #: The keys the pass wrote (or failed to).
     acted: set[_Key]
@@ -378,9 +379,7 @@ class Workloads:
             agreeing = dict(before)
             for key in looked_at:
                 agreeing.pop(key, None)
-        acted = self._write(
-            kind, wanted, sorted(looked_at), existing, versions, (before, agreeing), outcome
-        )
+        acted = self._write(kind, wanted, sorted(looked_at), existing, (before, agreeing), outcome)
         if len(existing) == len(listed):
             self._passes[kind] = _KindPass(versions, agreeing, acted, listing)
 
@@ -406,7 +405,6 @@ class Workloads:
         wanted: DesiredSet,
         looked_at: list[_Key],
         existing: Mapping[_Key, Mapping[str, Any]],
-        versions: Mapping[_Key, object],
         agreement: tuple[Mapping[_Key, tuple[object, object]], dict[_Key, tuple[object, object]]],
         outcome: PassOutcome,
     ) -> set[_Key]:
@@ -420,9 +418,9 @@ class Workloads:
             if want is None:
                 continue
             made_from = wanted.made_from.get((kind, key))
-            pair = (versions.get(key), made_from)
+            pair = (_spec_signature(existing.get(key)), made_from)
             if (
-                key in existing and made_from is not None and before.get(key) == pair
+                pair[0] is not None and made_from is not None and before.get(key) == pair
             ) or self._apply(kind, want, existing.get(key), outcome):
                 agreeing[key] = pair
             else:
@@ -508,6 +506,19 @@ def _contains(current: object, want: object) -> bool:
             and all(_contains(c, w) for c, w in zip(current, want, strict=True))
         )
     return current == want
+
+
+def _spec_signature(obj: Mapping[str, Any] | None) -> tuple[object, object, object] | None:
+    """What `_apply`'s comparison reads of a local object, signed: its (uid, generation,
+    labels). The store moves `generation` whenever the spec changes (the port's contract), so
+    a write of its status alone leaves it; None when the object is absent or unsigned."""
+    meta = obj.get("metadata") if obj is not None else None
+    if not isinstance(meta, Mapping):
+        return None
+    uid, generation = meta.get("uid"), meta.get("generation")
+    if uid is None or generation is None:
+        return None
+    return (uid, generation, meta.get("labels"))
 
 
 def _kind(obj: Mapping[str, Any]) -> Kind:

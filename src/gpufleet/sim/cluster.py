@@ -761,7 +761,7 @@ class WorkloadCluster:
         pending.sort(key=lambda p: (p["metadata"]["creationTimestamp"], natural_pod_key(p)))
         if not pending:
             return
-        nodes = self.store.peek(NODE)
+        nodes = self.scheduler.node_index()
         for pod in pending:
             self.scheduler.schedule_one(pod, nodes)
 

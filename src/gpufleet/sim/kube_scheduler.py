@@ -19,15 +19,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Container, Mapping, Sequence
+from typing import Any
 
 from gpufleet.core.model import NodeChoice
 from gpufleet.sim import dra, kube_scoring
 from gpufleet.sim.cluster_spec import ClusterBehaviour
 from gpufleet.sim.engine import EventLoop
-from gpufleet.sim.objects import allocation_status, is_alive, node_filter
+from gpufleet.sim.objects import SELECTOR_MISMATCH, allocation_status, is_alive, node_filter
 from gpufleet.sim.sim_store import SimStore
 from gpufleet.store import format_time
 from gpufleet.store.port import (
+    NODE,
     POD,
     RESOURCE_CLAIM,
     Conflict,
@@ -52,9 +54,12 @@ class KubeScheduler:
         self.behaviour = behaviour
         self.class_drivers = class_drivers
         self.loop = loop
+        self._node_index: NodeIndex | None = None
 
-    def schedule_one(self, pod: Obj, nodes: list[Obj]) -> None:
+    def schedule_one(self, pod: Obj, index: NodeIndex) -> None:
+        """Bind `pod` to a node of `index` (`node_index()`), or mark it unschedulable."""
         meta, spec = pod["metadata"], pod["spec"]
+        nodes = index.nodes
         claims: list[Obj] = []
         for entry in pod["status"].get("resourceClaimStatuses") or []:
             claim = self.store.peek_one(
@@ -71,7 +76,11 @@ class KubeScheduler:
         reasons: dict[str, int] = defaultdict(int)
         # The nodes that pass the filters, with their free devices (what Pack orders by).
         candidates: list[tuple[Obj, int]] = []
-        for node in nodes:
+        selected = index.selected(spec.get("nodeSelector") or {})
+        if len(selected) < len(nodes):
+            # `node_filter` says this first of every node the nodeSelector does not admit.
+            reasons[SELECTOR_MISMATCH] += len(nodes) - len(selected)
+        for node in selected:
             name = node["metadata"]["name"]
             reason = node_filter(node, spec)
             if reason is None and not kube_scoring.required_affinity_matches(node, spec):
@@ -127,6 +136,15 @@ class KubeScheduler:
         self.store.patch_status_shared(
             POD, meta["name"], meta["namespace"], {"conditions": conditions}
         )
+
+    def node_index(self) -> NodeIndex:
+        """The cluster's Nodes as listed now (`peek` order), indexed by label: made again only
+        when a Node changed (keyed by the store's revision of the Node kind)."""
+        revision = self.store.kind_revision(NODE)
+        index = self._node_index
+        if index is None or index.revision != revision:
+            index = self._node_index = NodeIndex(self.store.peek(NODE), revision)
+        return index
 
     def _anti_affinity(self, pod: Obj, nodes: Sequence[Obj]) -> list[tuple[str, set[str]]]:
         """Per required anti-affinity term of the pod, its topology key and the values of
@@ -298,3 +316,36 @@ class KubeScheduler:
         self.store.patch_status_shared(
             POD, pod["metadata"]["name"], pod["metadata"]["namespace"], {"conditions": conditions}
         )
+
+
+class NodeIndex:
+    """The Nodes of one listing, and by label (key -> value -> the nodes, in the listing's
+    order, made per key when first asked) for the nodeSelector filter; `revision` is the
+    store's revision of the Node kind the listing was made at."""
+
+    def __init__(self, nodes: list[Obj], revision: int) -> None:
+        self.nodes = nodes
+        self.revision = revision
+        self._by_key: dict[str, dict[object, list[Obj]]] = {}
+
+    def selected(self, selector: Mapping[str, Any]) -> Sequence[Obj]:
+        """The nodes whose labels hold every (key, value) of `selector`, in order (what
+        `node_filter`'s first check admits)."""
+        items = list(selector.items())
+        if not items:
+            return self.nodes
+        key, value = items[0]
+        if not isinstance(value, str):
+            return [n for n in self.nodes if _holds(n, items)]
+        by_value = self._by_key.get(key)
+        if by_value is None:
+            by_value = self._by_key[key] = defaultdict(list)
+            for node in self.nodes:
+                by_value[(node["metadata"].get("labels") or {}).get(key)].append(node)
+        found = by_value.get(value, [])
+        return found if len(items) == 1 else [n for n in found if _holds(n, items[1:])]
+
+
+def _holds(node: Obj, items: Sequence[tuple[str, Any]]) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in items)

@@ -145,12 +145,16 @@ def untolerated(node: Mapping[str, Any], pod_spec: Mapping[str, Any]) -> str | N
     return None
 
 
+#: `node_filter`'s reason for a node the pod's nodeSelector does not admit.
+SELECTOR_MISMATCH: Final = "node(s) didn't match Pod's node affinity/selector"
+
+
 def node_filter(node: Obj, pod_spec: Mapping[str, Any]) -> str | None:
     """Why the node cannot take the pod (kube-scheduler's wording), or None."""
     node_labels = node["metadata"].get("labels") or {}
     for key, value in (pod_spec.get("nodeSelector") or {}).items():
         if node_labels.get(key) != value:
-            return "node(s) didn't match Pod's node affinity/selector"
+            return SELECTOR_MISMATCH
     if not is_node_ready(node):
         return "node(s) were not ready"
     if node["spec"].get("unschedulable"):
