@@ -416,7 +416,7 @@ class Controller(DecisionWriter):
             _put(self._deployments, key, (record.obj, checked) if good else None)
             _put(self._invalid, key, None if good else (record.obj, checked))
             return
-        core, error = record.parsed
+        core, error, _ = record.parsed
         self._replica_objs[key] = record.obj
         _put(self._replica_errors, key, error or None)
         _put(self._replica_cores, key, core if not error else None)
