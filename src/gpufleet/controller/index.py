@@ -513,7 +513,7 @@ class Receipts:
         seen = self._at.get(at)
         if seen is None or seen[0] != version:
             seen = self._at[at] = (version, now)
-        return dataclasses.replace(read, report=read.report.received(seen[1]))
+        return Observation(read.cluster, read.report.received(seen[1]), read.error, read.replica)
 
     def keep(self, kind: Kind, keys: Iterable[Key]) -> None:
         """Forget the receipts of `kind` but those of `keys` (after a listing: the ones that

@@ -26,7 +26,6 @@ change.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -125,7 +124,18 @@ class AgentReport:
         """This report, received at `at` (its age judged from at most then)."""
         if at == self.received_at:
             return self
-        return dataclasses.replace(self, received_at=at)
+        # Built directly: `dataclasses.replace` costs several times as much, per heartbeat.
+        return AgentReport(
+            self.kind,
+            self.name,
+            self.namespace,
+            self.identity,
+            self.lease_epoch,
+            self.observed_at,
+            self.body,
+            self.lease_uid,
+            at,
+        )
 
 
 def parse_report(obj: ReadObj) -> AgentReport | None:
