@@ -83,6 +83,7 @@ from gpufleet.controller.status import (
     is_refresh_due,
     next_state_change,
     parse_time,
+    pool_verdicts,
     replica_status,
     states_at,
     without_ages,
@@ -531,10 +532,14 @@ class Controller(DecisionWriter):
         settled, is_due = self._settle(state, name, cluster, classes, trust, now)
         if settled == state.settled:
             return
-        self._report_implausible(cluster, classes, trust, now, result)
+        verdicts = pool_verdicts(cluster, classes, trust)  # once, for events and status
+        self._report_implausible(cluster, verdicts, now, result)
 
         def desire(current: ReadObj) -> Obj:
-            return cluster_status(current, classes, trust, now, self.config)
+            # The verdicts hold for `cluster` (its pools); a version read again on Conflict
+            # is checked again.
+            checked = verdicts if version_of(current) == version_of(cluster) else None
+            return cluster_status(current, classes, trust, now, self.config, checked)
 
         normalize = without_ages if is_due else without_times
         written = self._write_status(
