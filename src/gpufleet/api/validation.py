@@ -13,11 +13,8 @@ exempt from the DNS-label rule, so objects created before the rule still update 
 object that parsed (`last`, from `last_body`) and differs from it only in `status` and
 `metadata.resourceVersion` (a status write): it validates the metadata and the status alone and
 keeps the rest of `last`. The kinds with a status have no rule that spans the status and the
-rest (their `check` reads the metadata only), so that is the whole object's validation. Each
-part of the status equal to the same part of the last status is handed to pydantic as the model
-it validated into then (`_reused`): pydantic takes a model instance as it is (its rules run
-again), so a status write validates what it changed (a controller's publish moves report times
-and ages, not the histograms and devices beside them). It gives None, and the caller parses the whole body, whenever that does not hold or the parts do
+rest (their `check` reads the metadata only), so that is the whole object's validation. It
+gives None, and the caller parses the whole body, whenever that does not hold or the parts do
 not validate, so an error reads exactly as `parse_object`'s.
 """
 
@@ -25,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
 from gpufleet.api.errors import FieldError, ValidationFailed
@@ -219,55 +216,10 @@ def parse_status_change(
     context: dict[str, object] = {LEGACY_POOL_NAMES: frozenset()}
     try:
         parsed_meta = ObjectMeta.model_validate(meta, context=context)
-        given = _reused(status, last_status, getattr(last, "status", None))
-        parsed_status = _status_adapter(status_model).validate_python(given, context=context)
+        parsed_status = _status_adapter(status_model).validate_python(status, context=context)
     except ValidationError:
         return None
     return last.model_copy(update={"metadata": parsed_meta, "status": parsed_status})
-
-
-def _reused(raw: Any, last_raw: Any, last: Any) -> Any:
-    """`raw` to validate, with each part that equals the same part of `last_raw` given as the
-    model that part validated into (`last` is what `last_raw` validated into): validation is a
-    function of the input, so that model is what the part would validate into again. Parts
-    that validated into anything but a model (a time, a number) are given raw."""
-    if isinstance(last, BaseModel):
-        if _same(raw, last_raw):
-            return last
-        if not isinstance(raw, Mapping) or not isinstance(last_raw, Mapping):
-            return raw
-        given = dict(raw)
-        for name, field in type(last).model_fields.items():
-            key = field.alias or name
-            if key in raw and key in last_raw:
-                given[key] = _reused(raw[key], last_raw[key], getattr(last, name))
-        return given
-    if isinstance(raw, list) and isinstance(last_raw, list) and isinstance(last, list | tuple):
-        if len(last) != len(last_raw):
-            return raw
-        return [
-            _reused(item, last_raw[i], last[i]) if i < len(last_raw) else item
-            for i, item in enumerate(raw)
-        ]
-    return raw
-
-
-def _same(a: object, b: object) -> bool:
-    """`a == b` with the types alike all the way down: `True == 1`, yet a strict integer
-    field takes only the one."""
-    if a != b:
-        return False
-    return _same_types(a, b)
-
-
-def _same_types(a: Any, b: Any) -> bool:
-    if type(a) is not type(b):
-        return False
-    if type(a) is dict:
-        return all(_same_types(v, b[k]) for k, v in a.items())
-    if type(a) is list:
-        return all(map(_same_types, a, b))
-    return True
 
 
 _STATUS_ADAPTERS: dict[object, TypeAdapter[Any]] = {}
