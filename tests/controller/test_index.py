@@ -29,6 +29,7 @@ from gpufleet.store import MemoryStore
 from gpufleet.store.port import (
     INFERENCE_CLUSTER,
     MODEL_DEPLOYMENT,
+    MODEL_REPLICA,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     Kind,
@@ -38,8 +39,50 @@ from gpufleet.store.port import (
 _NAMES = ("a", "b", "c")
 
 
+def _replica(name: str, step: int) -> Obj:
+    """A ModelReplica as the controller writes one (its spec moves with `step`)."""
+    request = {"name": "gpu", "deviceClassName": "gpu.nvidia.com", "count": 1 + step % 2}
+    template = {"spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai"}]}}
+    member = {
+        "role": "Standalone",
+        "nodePoolName": "l4",
+        "deviceRequests": [request],
+        "template": template,
+    }
+    return {
+        "apiVersion": "gpufleet.io/v1alpha1",
+        "kind": "ModelReplica",
+        "metadata": {
+            "name": f"ml.{name}",
+            "namespace": "gpufleet-cluster-a",
+            "labels": {"gpufleet.io/deployment-namespace": "ml", "gpufleet.io/deployment": name},
+        },
+        "spec": {
+            "deploymentName": name,
+            "clusterName": "a",
+            "engines": [{"name": "engine", "copies": 1, "members": [member]}],
+        },
+    }
+
+
+def _replica_status(step: int) -> dict[str, Any]:
+    """A status patch of a replica: valid (as the controller writes them) but every fifth."""
+    if step % 5 == 4:
+        return {"note": step}
+    scheduled = {
+        "type": "ModelPodsScheduled",
+        "status": "True" if step % 2 else "False",
+        "reason": "AllPodsAllocated" if step % 2 else "PodsPending",
+        "message": f"step {step}",
+        "lastTransitionTime": "2026-11-29T10:00:01Z",
+    }
+    return {"observedGeneration": 1 + step % 3, "conditions": [scheduled], "note": None}
+
+
 def _body(kind: Kind, name: str, step: int) -> Obj:
     at = T0 + timedelta(seconds=step)
+    if kind == MODEL_REPLICA:
+        return _replica(name, step)
     if kind == INFERENCE_CLUSTER:
         return cluster(name)
     if kind == MODEL_DEPLOYMENT:
@@ -51,7 +94,7 @@ def _body(kind: Kind, name: str, step: int) -> Obj:
     return gpu_class(f"class-{name}")
 
 
-_KINDS = (INFERENCE_CLUSTER, MODEL_DEPLOYMENT, POOL_OBSERVATION, REPLICA_OBSERVATION)
+_KINDS = (INFERENCE_CLUSTER, MODEL_DEPLOYMENT, MODEL_REPLICA, POOL_OBSERVATION, REPLICA_OBSERVATION)
 _VERBS = ("put", "heartbeat", "status", "delete", "sync", "compact")
 
 
@@ -70,7 +113,7 @@ def _apply(store: MemoryStore, verb: str, kind: Kind, name: str, step: int) -> N
         stamp = {"observedAt": body["status"]["observedAt"]}
         store.patch_status(kind, meta["name"], meta.get("namespace"), stamp, None)
     elif verb == "status":
-        patch: dict[str, Any] = {"note": step}
+        patch: dict[str, Any] = _replica_status(step) if kind == MODEL_REPLICA else {"note": step}
         store.patch_status(kind, meta["name"], meta.get("namespace"), patch, None)
     else:
         store.update({**current, "spec": body["spec"]})
@@ -100,6 +143,30 @@ _OPS = st.lists(
 def test_an_index_fed_by_changes_equals_one_built_from_a_listing(
     ops: list[tuple[str, Kind, str]],
 ) -> None:
+    _check_against_a_listing(ops)
+
+
+_STATUS_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(("put", "status", "status", "sync", "sync", "delete")),
+        st.just(MODEL_REPLICA),
+        st.sampled_from(_NAMES[:2]),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=_STATUS_OPS)
+def test_replica_status_writes_read_as_a_listing_reads_them(
+    ops: list[tuple[str, Kind, str]],
+) -> None:
+    """A replica's status write validates only its status (`parse_status_change`) after a
+    version that was read: it reads what a listing reads, valid or not."""
+    _check_against_a_listing(ops)
+
+
+def _check_against_a_listing(ops: list[tuple[str, Kind, str]]) -> None:
     store = MemoryStore(clock=lambda: T0, uid_seed="hub")
     store.create(gpu_class())
     ledger = AssumeLedger(300)
@@ -107,6 +174,7 @@ def test_an_index_fed_by_changes_equals_one_built_from_a_listing(
     for step, (verb, kind, name) in enumerate(ops):
         if verb == "sync":
             index.overlay(store, ledger, index.sync(store))
+            _state(index)  # read every record, as a step does: the next versions reuse them
         elif verb == "compact":
             store.compact(store.revision)  # the next sync meets Expired and lists again
         else:

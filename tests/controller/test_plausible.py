@@ -4,6 +4,7 @@ its pool is counted whole-node."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from gpufleet.api.models import INT64_MAX
 from gpufleet.controller import Controller
 from gpufleet.controller.plausible import check_pool_report, devices_per_node, pool_ceiling
+from gpufleet.controller.status import cluster_status, judge, parse_report, pool_verdicts
 from gpufleet.store import Obj
 from gpufleet.store.port import EVENT, INFERENCE_CLUSTER, MODEL_REPLICA
 
@@ -233,3 +235,24 @@ def test_an_implausible_report_draws_no_more_than_whole_node_accounting(
     assert event["involvedObject"]["kind"] == "InferenceCluster"
     assert event["count"] == 1  # once per situation, not every step
     assert rule in event["message"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_status_given_the_verdicts_is_the_status_that_checks_them(case: Case) -> None:
+    """`cluster_status` given `pool_verdicts` (checked once per publish, for the events too)
+    is the status that checks each report itself."""
+    body = pool_obs(free=((4, 1),))
+    counts = ("freeDevices", "observedNodes", "excludedNodes", "extendedResources")
+    base = {k: v for k, v in body["status"].items() if k not in counts}
+    report = parse_report(body)
+    assert report is not None
+    # The numbers as they are (the API bounds them; the check reads them raw, as here).
+    report = dataclasses.replace(report, body={**body, "status": {**base, **case.status}})
+    trust = judge([report], None)
+    obj = cluster(pools=[case.pool])
+    classes = {"l4-4x": gpu_class()}
+    verdicts = pool_verdicts(obj, classes, trust)
+    assert (verdicts["l4"] is None) == (case.rule is None)
+    assert cluster_status(obj, classes, trust, at(5), SIM, verdicts) == cluster_status(
+        obj, classes, trust, at(5), SIM
+    )

@@ -11,10 +11,11 @@ Model.
   The step also puts the objects its status patches return in place (`put_written`), so the
   same version arriving later through the feed is no change.
 - Each effective object is parsed once per version into what the step needs of it (`Record`):
-  classes and clusters by (uid, resourceVersion), where a cluster version that differs from
-  the last read one only in its status validates only that (`parse_status_change`); deployments by (uid, generation) and the
-  metadata the check reads (a status write does not check a deployment again); replicas by
-  (uid, resourceVersion); observations by (uid, resourceVersion), where a version that differs
+  classes, clusters and replicas by (uid, resourceVersion), where a cluster or replica version
+  that differs from the last read one only in its status (the controller's own status
+  writes) validates only its status and metadata (`parse_status_change`);
+  deployments by (uid, generation) and the metadata the check reads (a status write does not
+  check a deployment again); observations by (uid, resourceVersion), where a version that differs
   from the last only in `status.observedAt` (a heartbeat) keeps the last report at the new time.
 
 Invariant (tests/controller/test_index.py): after any sequence of changes the effective tables
@@ -114,12 +115,25 @@ def check_deployment(obj: ReadObj) -> Deployment | list[FieldError]:
 
 def read_replica(obj: ReadObj) -> tuple[Replica | None, str]:
     """A replica object as scheduling reads it, and the error that keeps it from being read."""
+    core, error, _ = _read_replica_model(obj, None)
+    return core, error
+
+
+def _read_replica_model(
+    obj: ReadObj, last: tuple[ReadObj, ModelReplica] | None
+) -> tuple[Replica | None, str, ModelReplica | None]:
+    """`read_replica`, and the validated replica; after a status write to `last` (its body
+    and validated replica), only the status and metadata are validated again
+    (`parse_status_change`)."""
     try:
-        replica = parse_object(obj)
-        core = replica_from_manifest(replica) if isinstance(replica, ModelReplica) else None
+        replica = parse_status_change(*last, obj) if last is not None else None
+        if replica is None:
+            replica = parse_object(obj)
+        if not isinstance(replica, ModelReplica):
+            return None, "", None
+        return replica_from_manifest(replica), "", replica
     except (ValidationFailed, ValueError, CelCompileError) as e:
-        return None, f"ModelReplica {name_of(obj)}: {e}"
-    return core, ""
+        return None, f"ModelReplica {name_of(obj)}: {e}", None
 
 
 def read_object(obj: ReadObj) -> tuple[object, str]:
@@ -300,16 +314,23 @@ def _read_deployment(obj: ReadObj, last: Record | None) -> object:
 
 
 def _read_replica(obj: ReadObj, last: Record | None) -> object:
-    """`read_replica`, the core's Replica signed with (uid, resourceVersion)."""
-    core, error = read_replica(obj)
+    """`read_replica`, the core's Replica signed with (uid, resourceVersion), and the
+    validated replica (the next version's status write validates only what it changed)."""
+    known = None
+    if last is not None and last.parsed[2] is not None:
+        known = (last.obj, last.parsed[2])
+    core, error, model = _read_replica_model(obj, known)
     if core is None:
-        return core, error
-    return dataclasses.replace(core, signature=_version_signature(obj)), error
+        return core, error, model
+    return dataclasses.replace(core, signature=_version_signature(obj)), error, model
 
 
 def _read_observation(obj: ReadObj, last: Record | None) -> object:
     return read_observation(obj, (last.obj, last.parsed) if last is not None else None)
 
+
+#: The kinds whose status writes validate only what they change (`parse_status_change`).
+_STATUS_WRITTEN: Final = (INFERENCE_CLUSTER, MODEL_REPLICA)
 
 #: Per kind: the signature a parse is kept by, and the parse (given the last record).
 _READERS: Final[
@@ -437,8 +458,9 @@ class HubIndex:
             is_observation = kind in (POOL_OBSERVATION, REPLICA_OBSERVATION)
             if last is not None and is_observation:
                 last.parsed  # noqa: B018
-            # A cluster's status write reuses the last version's parse, when it was read.
-            is_reused = is_observation or (kind == INFERENCE_CLUSTER and _is_read(last))
+            # A cluster's or replica's status write reuses the last version's parse, when
+            # it was read.
+            is_reused = is_observation or (kind in _STATUS_WRITTEN and _is_read(last))
             record = Record(obj, signature, read, last if is_reused else None, self._reads)
         self.records[kind][key] = record
         return record
@@ -491,7 +513,7 @@ class Receipts:
         seen = self._at.get(at)
         if seen is None or seen[0] != version:
             seen = self._at[at] = (version, now)
-        return dataclasses.replace(read, report=read.report.received(seen[1]))
+        return Observation(read.cluster, read.report.received(seen[1]), read.error, read.replica)
 
     def keep(self, kind: Kind, keys: Iterable[Key]) -> None:
         """Forget the receipts of `kind` but those of `keys` (after a listing: the ones that

@@ -70,6 +70,7 @@ from gpufleet.controller.index import (
 )
 from gpufleet.controller.ledger import AssumeLedger
 from gpufleet.controller.replace import Replacer, is_waiting
+from gpufleet.controller.replicas import OrphanWatch
 from gpufleet.controller.reports import NO_TRUST, FleetReports
 from gpufleet.controller.status import (
     CLUSTER_OWNED,
@@ -82,6 +83,7 @@ from gpufleet.controller.status import (
     is_refresh_due,
     next_state_change,
     parse_time,
+    pool_verdicts,
     replica_status,
     states_at,
     without_ages,
@@ -218,8 +220,6 @@ class _Dirty:
     deployments: set[Key] = field(default_factory=set)
     #: Whether a scheduling input changed.
     schedule: bool = False
-    #: Whether a deployment or replica moved: look for replicas to collect (`_collect`).
-    orphans: bool = False
 
 
 @dataclass(slots=True)
@@ -304,6 +304,8 @@ class Controller(DecisionWriter):
         self._replica_objs: dict[Key, ReadObj] = {}
         self._replica_cores: dict[Key, Replica] = {}
         self._replica_errors: dict[Key, str] = {}
+        #: The replicas by deployment, and those `_collect` judges again.
+        self.orphans = OrphanWatch()
         #: The replicas that may be or become stuck (`replace.is_waiting`).
         self._waiting: dict[Key, tuple[Replica, ReadObj]] = {}
         #: Per deployment with a shortfall in the last decision: (reason, shortfall); their
@@ -330,9 +332,7 @@ class Controller(DecisionWriter):
         for name in self._clusters_to_publish(now):
             self._publish_cluster(name, classes, now, result)
         self._publish_replicas(now, result)
-        if self._dirty.orphans:
-            self._dirty.orphans = False
-            self._dirty.schedule = self._collect(now, result) or self._dirty.schedule
+        self._dirty.schedule = self._collect(now, result) or self._dirty.schedule
         if is_complete:
             self._schedule(classes, now, result)
         else:
@@ -364,7 +364,6 @@ class Controller(DecisionWriter):
             dirty.cores.add(key[1])
             if not is_first:  # then every replica is dirty anyway
                 self._replicas_on(key[1])
-        dirty.orphans = dirty.orphans or bool(moved[MODEL_DEPLOYMENT] or moved[MODEL_REPLICA])
         for key in moved[MODEL_DEPLOYMENT]:
             dirty.deployments.add(key)
             record, last = (
@@ -409,19 +408,28 @@ class Controller(DecisionWriter):
         if record is None or is_deleting(record.obj):
             for table in tables:
                 table.pop(key, None)
+            self._watch(kind, key, None)
             return
+        self._watch(kind, key, record.obj)
         if kind == MODEL_DEPLOYMENT:
             checked = record.parsed
             good = isinstance(checked, Deployment)
             _put(self._deployments, key, (record.obj, checked) if good else None)
             _put(self._invalid, key, None if good else (record.obj, checked))
             return
-        core, error = record.parsed
+        core, error, _ = record.parsed
         self._replica_objs[key] = record.obj
         _put(self._replica_errors, key, error or None)
         _put(self._replica_cores, key, core if not error else None)
         waits = not error and is_waiting(core, record.obj)
         _put(self._waiting, key, (core, record.obj) if waits else None)
+
+    def _watch(self, kind: Kind, key: Key, obj: ReadObj | None) -> None:
+        """Tell `orphans` of a change of the step's deployment or replica at `key`."""
+        if kind == MODEL_DEPLOYMENT:
+            self.orphans.deployment(key)
+        else:
+            self.orphans.replica(key, obj)
 
     def _replicas_on(self, cluster: str) -> None:
         """Mark dirty the replicas of `cluster` (their reports come and go with its trust)."""
@@ -439,7 +447,7 @@ class Controller(DecisionWriter):
         dirty.replicas.update(records[MODEL_REPLICA])
         dirty.deployments.update(records[MODEL_DEPLOYMENT])
         dirty.schedule = True
-        dirty.orphans = True
+        self.orphans.everything()
         self._applied = {}
         self._clusters = {}
 
@@ -524,10 +532,14 @@ class Controller(DecisionWriter):
         settled, is_due = self._settle(state, name, cluster, classes, trust, now)
         if settled == state.settled:
             return
-        self._report_implausible(cluster, classes, trust, now, result)
+        verdicts = pool_verdicts(cluster, classes, trust)  # once, for events and status
+        self._report_implausible(cluster, verdicts, now, result)
 
         def desire(current: ReadObj) -> Obj:
-            return cluster_status(current, classes, trust, now, self.config)
+            # The verdicts hold for `cluster` (its pools); a version read again on Conflict
+            # is checked again.
+            checked = verdicts if version_of(current) == version_of(cluster) else None
+            return cluster_status(current, classes, trust, now, self.config, checked)
 
         normalize = without_ages if is_due else without_times
         written = self._write_status(

@@ -109,6 +109,59 @@ def orphaned(replica: ReadObj, deployments: Mapping[tuple[str, str], ReadObj]) -
     return None
 
 
+class OrphanWatch:
+    """Which replicas `orphaned` must judge again: those whose object changed, and those of a
+    deployment (by `deployment_of`) whose entry changed (came, went, began deleting, was
+    re-created with another uid). `orphaned` reads nothing else, so a replica judged to stay
+    stays until one of these moves: the replicas `take` returns, judged, find what a judgement
+    of every replica finds (tests/controller/test_orphan_watch.py holds it to that full scan).
+
+    An index, not a cache: keyed by the replica's (namespace, name) and its deployment's
+    (namespace, name), both read from the object it was last given."""
+
+    __slots__ = ("_by_owner", "_due", "_owner")
+
+    def __init__(self) -> None:
+        #: Per replica present, its deployment; per deployment, its replicas present.
+        self._owner: dict[tuple[str, str], tuple[str, str]] = {}
+        self._by_owner: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        #: The replicas to judge again.
+        self._due: set[tuple[str, str]] = set()
+
+    def replica(self, key: tuple[str, str], obj: ReadObj | None) -> None:
+        """The replica at `key` is now `obj` (None: gone, or being deleted)."""
+        owner = self._owner.pop(key, None)
+        if owner is not None:
+            mine = self._by_owner[owner]
+            mine.discard(key)
+            if not mine:
+                del self._by_owner[owner]
+        if obj is None:
+            self._due.discard(key)
+            return
+        owner = deployment_of(obj)
+        self._owner[key] = owner
+        self._by_owner.setdefault(owner, set()).add(key)
+        self._due.add(key)
+
+    def deployment(self, key: tuple[str, str]) -> None:
+        """The deployment at `key` changed: judge its replicas again."""
+        self._due |= self._by_owner.get(key, set())
+
+    def everything(self) -> None:
+        """Judge every replica again."""
+        self._due |= self._owner.keys()
+
+    def owner(self, key: tuple[str, str]) -> tuple[str, str] | None:
+        """The deployment of the replica at `key` (None: no such replica)."""
+        return self._owner.get(key)
+
+    def take(self) -> list[tuple[str, str]]:
+        """The replicas to judge again, in key order; none is due afterwards."""
+        due, self._due = self._due, set()
+        return sorted(due)
+
+
 def _templates(deployment: ReadObj) -> dict[tuple[str, str], Any]:
     engines = deployment["spec"]["template"]["spec"]["engines"]
     return {

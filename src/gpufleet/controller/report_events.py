@@ -13,6 +13,7 @@ from typing import Protocol
 from gpufleet.controller.conditions import ReadObj
 from gpufleet.controller.events import Event, EventReason, EventType
 from gpufleet.controller.fence import rejection
+from gpufleet.controller.plausible import Implausible
 from gpufleet.controller.status import Trust, future_message, implausible_pools
 from gpufleet.controller.writes import HubWriter, StepErrors
 from gpufleet.store.port import INFERENCE_CLUSTER
@@ -83,15 +84,15 @@ class ReportEvents(HubWriter):
     def _report_implausible(
         self,
         cluster: ReadObj,
-        classes: Mapping[str, ReadObj],
-        trust: Trust,
+        verdicts: Mapping[str, Implausible | None],
         now: datetime,
         result: ReportedSteps,
     ) -> None:
         """A Warning event per pool whose report is refused as implausible (once per
-        message); a pool whose report is plausible again is forgotten."""
+        message; `verdicts` by pool, `status.pool_verdicts`); a pool whose report is
+        plausible again is forgotten."""
         name = cluster["metadata"]["name"]
-        refused = implausible_pools(cluster, classes, trust)
+        refused = implausible_pools(verdicts)
         for pool in (cluster.get("spec") or {}).get("nodePools") or []:
             pool_name = str(pool.get("name"))
             subject = ("implausible", name, pool_name)

@@ -26,7 +26,6 @@ change.
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +39,12 @@ from gpufleet.api.kinds import PoolObservation, ReplicaObservation
 from gpufleet.controller.conditions import Obj, ReadObj, condition, find_condition, set_condition
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.fence import Fence, choose_fence, is_fenced
-from gpufleet.controller.plausible import IMPLAUSIBLE_REPORT, check_pool_report, pool_ceiling
+from gpufleet.controller.plausible import (
+    IMPLAUSIBLE_REPORT,
+    Implausible,
+    check_pool_report,
+    pool_ceiling,
+)
 from gpufleet.core.capacity import as_utc
 from gpufleet.store import copy_json, copy_obj, format_time
 
@@ -125,7 +129,18 @@ class AgentReport:
         """This report, received at `at` (its age judged from at most then)."""
         if at == self.received_at:
             return self
-        return dataclasses.replace(self, received_at=at)
+        # Built directly: `dataclasses.replace` costs several times as much, per heartbeat.
+        return AgentReport(
+            self.kind,
+            self.name,
+            self.namespace,
+            self.identity,
+            self.lease_epoch,
+            self.observed_at,
+            self.body,
+            self.lease_uid,
+            at,
+        )
 
 
 def parse_report(obj: ReadObj) -> AgentReport | None:
@@ -294,6 +309,7 @@ def published_observation(
     config: ControllerConfig,
     pool: ReadObj | None = None,
     klass: ReadObj | None = None,
+    checked: Mapping[str, Implausible | None] | None = None,
 ) -> Obj:
     """A pool report as `status.gpuPools[].observation` (shapes.md), in one piece.
 
@@ -305,10 +321,15 @@ def published_observation(
     With the declared `pool` and its `klass`, a report whose numbers cannot be true of them
     (`plausible.check_pool_report`) is refused the same way: no histogram, no excluded nodes or
     extended resources, `observedNodes` at most the pool's ceiling, and
-    `HistogramAvailable=False` / `ImplausibleReport` with the rule and the numbers.
+    `HistogramAvailable=False` / `ImplausibleReport` with the rule and the numbers. `checked`
+    holds what `check_pool_report` found already, by pool name (`pool_verdicts`).
     """
     if pool is not None and klass is not None:
-        implausible = check_pool_report(report.body["status"], pool, klass)
+        name = str(pool.get("name"))
+        if checked is not None and name in checked:
+            implausible = checked[name]
+        else:
+            implausible = check_pool_report(report.body["status"], pool, klass)
         if implausible is not None:
             return _refused(report, now, config, pool_ceiling(pool), implausible.message)
     status = report.body["status"]
@@ -409,10 +430,13 @@ def cluster_status(
     trust: Trust,
     now: datetime,
     config: ControllerConfig,
+    checked: Mapping[str, Implausible | None] | None = None,
 ) -> Obj:
     """The desired `CLUSTER_OWNED` keys of one InferenceCluster's status.
 
-    `trust` holds the cluster's judged reports (pool reports among them, named after pools).
+    `trust` holds the cluster's judged reports (pool reports among them, named after pools);
+    `checked` what `check_pool_report` found of them already (`pool_verdicts` of this cluster
+    object, classes and trust), by pool name.
     """
     name = cluster["metadata"]["name"]
     current: Obj = cluster.get("status") or {}
@@ -436,7 +460,7 @@ def cluster_status(
         report = pool_reports.get(pool_name)
         previous = (published.get(pool_name) or {}).get("observation")
         if report is not None:
-            entry["observation"] = published_observation(report, now, config, pool, klass)
+            entry["observation"] = published_observation(report, now, config, pool, klass, checked)
         elif pool_name in rejected_pools and previous is not None:
             entry["observation"] = _aged(previous, now, config)
         gpu_pools.append(entry)
@@ -501,21 +525,26 @@ def _report_times(
     return set_condition(conditions, future, now, generation)
 
 
-def implausible_pools(
+def pool_verdicts(
     cluster: ReadObj, classes: Mapping[str, ReadObj], trust: Trust
-) -> dict[str, str]:
-    """Pool name -> why its accepted report was refused (`plausible`), for events."""
+) -> dict[str, Implausible | None]:
+    """Pool name -> what `check_pool_report` finds of its accepted report (None: plausible),
+    for each pool with an accepted report and a class: checked once per publish, for its
+    events (`implausible_pools`) and its status (`cluster_status`)."""
     reports = {r.name: r for r in trust.accepted if r.kind == "PoolObservation"}
-    refused: dict[str, str] = {}
+    verdicts: dict[str, Implausible | None] = {}
     for pool in (cluster.get("spec") or {}).get("nodePools") or []:
         report = reports.get(pool["name"])
         klass = classes.get(pool["className"])
         if report is None or klass is None:
             continue
-        implausible = check_pool_report(report.body["status"], pool, klass)
-        if implausible is not None:
-            refused[pool["name"]] = implausible.message
-    return refused
+        verdicts[pool["name"]] = check_pool_report(report.body["status"], pool, klass)
+    return verdicts
+
+
+def implausible_pools(verdicts: Mapping[str, Implausible | None]) -> dict[str, str]:
+    """Pool name -> why its accepted report was refused (`plausible`), for events."""
+    return {name: v.message for name, v in verdicts.items() if v is not None}
 
 
 def cluster_states(

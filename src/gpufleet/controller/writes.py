@@ -23,7 +23,13 @@ from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import Event, Recorder, event_body, repeated
 from gpufleet.controller.index import HubIndex, Key, is_deleting, key_of, name_of
 from gpufleet.controller.ledger import AssumeLedger
-from gpufleet.controller.replicas import orphaned, replica_body, replica_key
+from gpufleet.controller.replicas import (
+    OrphanWatch,
+    deployment_of,
+    orphaned,
+    replica_body,
+    replica_key,
+)
 from gpufleet.controller.status import REPLICA_OWNED, replica_status
 from gpufleet.core import labels
 from gpufleet.core.decision import Placement
@@ -67,6 +73,8 @@ class HubWriter:
     _replica_objs: dict[Key, ReadObj]
     _replica_cores: dict[Key, Any]
     _replica_errors: dict[Key, str]
+    #: The replicas `_collect` judges again (their object or deployment moved).
+    orphans: OrphanWatch
 
     def _track(self, kind: Kind, key: Key) -> None:
         """Bring what the step derives from the index's record at `key` up to date."""
@@ -235,13 +243,18 @@ class HubWriter:
 
     def _collect(self, now: datetime, result: StepErrors) -> bool:
         """Delete the replicas whose deployment is gone and those outside their cluster's hub
-        namespace (`replicas.orphaned`); the step calls it once a deployment or replica
-        moved. What an owner reference would have the garbage collector do, had the replica
-        been allowed one. True when one was deleted (a scheduling input changed)."""
-        existing = {k: obj for k, (obj, _) in self._deployments.items()}
-        existing.update((k, obj) for k, (obj, _) in self._invalid.items())
+        namespace (`replicas.orphaned`), of the replicas whose object or deployment moved
+        since they were last judged (`OrphanWatch`). What an owner reference would have the
+        garbage collector do, had the replica been allowed one. True when one was deleted (a
+        scheduling input changed)."""
+        due = [(key, self._replica_objs[key]) for key in self.orphans.take()]
+        existing: dict[Key, ReadObj] = {}
+        for deployment in {deployment_of(obj) for _, obj in due}:
+            found = self._deployments.get(deployment) or self._invalid.get(deployment)
+            if found is not None:
+                existing[deployment] = found[0]
         is_collected = False
-        for key, obj in sorted(self._replica_objs.items()):
+        for key, obj in due:
             why = orphaned(obj, existing)
             if why is None:
                 continue
@@ -251,6 +264,7 @@ class HubWriter:
             log.info("deleted ModelReplica %s: %s", name_of(obj), why.value)
             for table in (self._replica_objs, self._replica_cores, self._replica_errors):
                 table.pop(key, None)  # gone for this step's decision too
+            self.orphans.replica(key, None)
             is_collected = True
         return is_collected
 

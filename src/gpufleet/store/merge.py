@@ -76,7 +76,9 @@ def _copy_list(value: list[Any]) -> list[Any]:
 
 def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
     """The merge patch turning `old` into `new`: removed keys map to None, lists are replaced
-    whole, and an empty patch means nothing changed."""
+    whole, and an empty patch means nothing changed. The patch shares the values it takes
+    from `new` (no copies: a patch is sent, and whoever applies it copies what it keeps, as
+    `merged` does); neither may be changed while the other is in use."""
     patch: Obj = {}
     for key in old:
         if key not in new:
@@ -88,7 +90,7 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
             if sub:
                 patch[key] = sub
         elif key not in old or before != value:
-            patch[key] = copy_json(value)
+            patch[key] = value
     return patch
 
 
