@@ -20,14 +20,16 @@ not validate, so an error reads exactly as `parse_object`'s.
 
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from types import NoneType
+from typing import Any, Final, get_args
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from gpufleet.api.errors import FieldError, ValidationFailed
 from gpufleet.api.kinds import KINDS, ApiObject, InferenceCluster, ModelReplica, _Object
 from gpufleet.api.models import API_VERSION, LEGACY_POOL_NAMES, RULE_ERROR_TYPE, ObjectMeta
+from gpufleet.api.rules import ApiModel, validate_model
 
 SUPPORTED_KINDS: Final = ", ".join(sorted(KINDS))
 
@@ -183,7 +185,7 @@ def parse_object(
             source=source,
         )
     try:
-        return KINDS[kind].model_validate(body, context={LEGACY_POOL_NAMES: legacy_pool_names})
+        return validate_model(KINDS[kind], body, {LEGACY_POOL_NAMES: legacy_pool_names})
     except ValidationError as error:
         errors = field_errors(error, body)
         raise ValidationFailed(errors, kind=kind, name=name, source=source) from None
@@ -215,21 +217,18 @@ def parse_status_change(
     status_model = model.model_fields["status"].annotation
     context: dict[str, object] = {LEGACY_POOL_NAMES: frozenset()}
     try:
-        parsed_meta = ObjectMeta.model_validate(meta, context=context)
-        parsed_status = _status_adapter(status_model).validate_python(status, context=context)
+        parsed_meta = validate_model(ObjectMeta, meta, context)
+        parsed_status = validate_model(_model_of(status_model), status, context)
     except ValidationError:
         return None
     return last.model_copy(update={"metadata": parsed_meta, "status": parsed_status})
 
 
-_STATUS_ADAPTERS: dict[object, TypeAdapter[Any]] = {}
-
-
-def _status_adapter(annotation: object) -> TypeAdapter[Any]:
-    adapter = _STATUS_ADAPTERS.get(annotation)
-    if adapter is None:
-        adapter = _STATUS_ADAPTERS[annotation] = TypeAdapter(annotation)
-    return adapter
+def _model_of(annotation: object) -> type[ApiModel]:
+    """The model of an optional status field (`Status | None`), for a status that is a mapping."""
+    (model,) = (a for a in get_args(annotation) if a is not NoneType)
+    assert isinstance(model, type) and issubclass(model, ApiModel)
+    return model
 
 
 def validate(new: ApiObject | Mapping[str, Any], old: ApiObject | None = None) -> ApiObject:
