@@ -49,6 +49,25 @@ class _Cluster:
     is_replaced: bool = False
     #: The reports' keys in (kind, name) order; None when one came or went since.
     order: list[tuple[str, str]] | None = None
+    #: The latest `observed_at` of the reports (`latest_stamp`); None: to compute again.
+    latest: datetime | None = None
+
+    def latest_stamp(self) -> datetime | None:
+        """The latest stamp of the reports (None without reports), kept across replacements."""
+        if self.latest is None and self.reports:
+            self.latest = max(map(_AT, self.reports.values()))
+        return self.latest
+
+    def restamp(self, old: datetime | None, new: datetime) -> None:
+        """One report's stamp moved from `old` (None: it was not filed) to `new`: the latest
+        stamp is then still known unless `old` may have been it and `new` is earlier."""
+        latest = self.latest
+        if latest is None:
+            return
+        if new >= latest:
+            self.latest = new
+        elif old is not None and old >= latest:
+            self.latest = None
 
 
 def _is_replacement(old: Observation, new: Observation) -> bool:
@@ -112,7 +131,8 @@ class FleetReports:
         report = observation.report
         if not is_added:
             self.errors.pop(order, None)
-            entry.reports.pop((kind, key[1]), None)
+            if entry.reports.pop((kind, key[1]), None) is not None:
+                entry.latest = None
             if report is not None and observation.replica is not None:
                 self._unfile_replica(cluster, observation.replica, key[1])
             return
@@ -120,6 +140,10 @@ class FleetReports:
             self.errors[order] = (cluster, observation.error)
         if report is None:
             return
+        overwritten = entry.reports.get((kind, key[1]))
+        entry.restamp(
+            overwritten.observed_at if overwritten is not None else None, report.observed_at
+        )
         entry.reports[(kind, key[1])] = report
         if observation.replica is not None:
             named = self._replicas.setdefault((cluster, *observation.replica), {})
@@ -137,6 +161,8 @@ class FleetReports:
         and replica (see `_is_replacement`)."""
         assert new.cluster is not None and new.report is not None
         entry = self._clusters.setdefault(new.cluster, _Cluster())
+        last = entry.reports.get((kind, key[1]))
+        entry.restamp(last.observed_at if last is not None else None, new.report.observed_at)
         entry.reports[(kind, key[1])] = new.report
         entry.is_replaced = True
         if new.replica is not None:
@@ -170,7 +196,7 @@ class FleetReports:
             horizon is not None
             and (
                 (last is not None and last[0].future)
-                or (entry.reports and max(map(_AT, entry.reports.values())) > horizon)
+                or ((latest := entry.latest_stamp()) is not None and latest > horizon)
             )
         ):
             trust = judge(
