@@ -19,7 +19,11 @@ from gpufleet.api.names import (
 
 _label = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True)
 _cluster = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,44}[a-z0-9])?", fullmatch=True)
-_replica = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?", fullmatch=True)
+# A replica is named after its deployment, an object name: a DNS subdomain (dot-separated
+# labels, never two dots in a row), here of at most 3 x 20 + 2 = 62 characters.
+_replica = st.from_regex(
+    r"[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,18}[a-z0-9])?){0,2}", fullmatch=True
+)
 
 
 @given(_cluster)
