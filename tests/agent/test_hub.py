@@ -75,7 +75,7 @@ def test_an_unchanged_replica_is_the_same_view_step_after_step() -> None:
 
 _ops = st.lists(
     st.tuples(
-        st.sampled_from(["create", "status", "relabel", "delete"]),
+        st.sampled_from(["create", "status", "relabel", "delete", "recreate"]),
         st.sampled_from(["r1", "r2", "r3"]),
         st.sampled_from(["ml", "search"]),
     ),
@@ -102,9 +102,14 @@ def test_kept_views_are_what_a_fresh_read_makes(ops: list[tuple[str, str, str]])
             hub.update(current)
         elif op == "delete" and current is not None:
             hub.delete(MODEL_REPLICA, f"{tenant}.{name}", ns)
+        elif op == "recreate" and current is not None:
+            # The same name at the same place in the listing, another object (uid).
+            hub.delete(MODEL_REPLICA, f"{tenant}.{name}", ns)
+            hub.create(replica(name, tenant=tenant))
         got = reads.read()
         want = [as_deployed(r) for r in hub.view(MODEL_REPLICA, ns, {"gpufleet.io/cluster": "a"})]
         assert got == want
+        assert [g["metadata"].get("uid") for g in got] == [w["metadata"].get("uid") for w in want]
 
 
 def observation(name: str, cluster: str) -> Obj:

@@ -15,7 +15,9 @@ replica's own name. That is where its workloads and pods go and what their
 moved to the cluster's namespace.
 
 `HubReplicas` keeps each such view while the replica's (uid, resourceVersion) are unchanged (a
-read diffs the signatures with the last read's, in C, and makes only the moved views again), so
+read compares them with the last read's, in C: pair by pair when the names are the same, in
+the same order, as they are but when a replica came or went; else as sets; and makes only the
+moved views again), so
 an unchanged replica is the same object step after step (what the agent derived from it is
 reused by identity, as for the store's own view); its oracle is `as_deployed` of the store's
 object (tests/agent/test_hub.py).
@@ -31,6 +33,7 @@ oracle is the plain read of the namespace's versions (tests/agent/test_hub.py).
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -67,8 +70,11 @@ class HubReplicas:
         self.hub = hub
         self.cluster = cluster
         self.namespace = cluster_namespace(cluster)
-        #: Per hub name: (uid, resourceVersion) of the last read, and the view made of it.
-        self._signatures: dict[str, tuple[object, object]] = {}
+        #: The names, uids and resourceVersions of the last read (in its order), and per
+        #: name the view made of it.
+        self._names: list[str] = []
+        self._uids: list[object] = []
+        self._versions: list[object] = []
         self._views: dict[str, Mapping[str, Any]] = {}
 
     def read(self) -> list[Mapping[str, Any]]:
@@ -80,23 +86,36 @@ class HubReplicas:
         names = list(map(_NAME, metas))
         uids = list(map(_UID, metas))
         versions = list(map(_VERSION, metas))
+        views = self._views
+        if names == self._names and None not in uids and None not in versions:
+            # The same names in the same order (compared in C): only the views whose (uid,
+            # resourceVersion) moved are made again, found pair by pair (in C too).
+            moved = map(
+                operator.or_,
+                map(operator.ne, uids, self._uids),
+                map(operator.ne, versions, self._versions),
+            )
+            for i in itertools.compress(range(len(names)), moved):
+                views[names[i]] = as_deployed(found[i])
+            self._uids, self._versions = uids, versions
+            return list(map(views.__getitem__, names))
         signatures = dict(zip(names, zip(uids, versions, strict=True), strict=True))
         if len(signatures) != len(names) or None in uids or None in versions:
             return self._read_each(found)  # not what a store holds: every view made again
         # The views of replicas whose signature moved (compared in C) are made again.
-        views = self._views
-        moved = {name for name, _ in signatures.items() ^ self._signatures.items()}
+        last = dict(zip(self._names, zip(self._uids, self._versions, strict=True), strict=True))
+        moved_names = {name for name, _ in signatures.items() ^ last.items()}
         for replica, name in zip(found, names, strict=True):
-            if name in moved:
+            if name in moved_names:
                 views[name] = as_deployed(replica)
-        for name in self._signatures.keys() - signatures.keys():
+        for name in last.keys() - signatures.keys():
             del views[name]
-        self._signatures = signatures
+        self._names, self._uids, self._versions = names, uids, versions
         return list(map(views.__getitem__, names))
 
     def _read_each(self, found: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """Each replica's view made again (no signature to keep it by)."""
-        self._signatures, self._views = {}, {}
+        self._names, self._uids, self._versions, self._views = [], [], [], {}
         return [as_deployed(replica) for replica in found]
 
 
