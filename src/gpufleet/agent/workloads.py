@@ -161,6 +161,16 @@ class DesiredState:
         self, keys: list[_ReplicaKey], versions: list[object]
     ) -> set[_ReplicaKey] | None:
         """The replicas that came, went or have another version; None when two share a key."""
+        if (
+            self._owners is not None
+            and keys == self._keys
+            and None not in versions
+            and None not in self._versions
+        ):
+            # The same keys in the same order as last time (compared in C; a plain set's
+            # replicas have no key twice): the moved ones found pair by pair, in C too.
+            moved = itertools.compress(range(len(keys)), map(operator.ne, versions, self._versions))
+            return set(map(keys.__getitem__, moved))
         now = dict(zip(keys, versions, strict=True))
         if len(now) != len(keys):
             return None
