@@ -15,23 +15,42 @@ replica's own name. That is where its workloads and pods go and what their
 moved to the cluster's namespace.
 
 `HubReplicas` keeps each such view while the replica's (uid, resourceVersion) are unchanged (a
-read diffs the signatures with the last read's, in C, and makes only the moved views again), so
+read compares them with the last read's, in C: pair by pair when the names are the same, in
+the same order, as they are but when a replica came or went; else as sets; and makes only the
+moved views again), so
 an unchanged replica is the same object step after step (what the agent derived from it is
 reused by identity, as for the store's own view); its oracle is `as_deployed` of the store's
 object (tests/agent/test_hub.py).
+
+`ObservationVersions` keeps the name -> resourceVersion of the ReplicaObservations in the
+cluster's hub namespace (what a push compares its last writes with) from the hub's change feed
+(`Store.changes`, the ReplicaObservations of every namespace, of which only its own are looked
+at), so a push reads only what changed since the last one instead of viewing every
+observation again. Its first read, and a read whose cursor the feed no longer holds
+(`Expired`), views the namespace instead (the cursor taken before, as `ClusterFeed` does). Its
+oracle is the plain read of the namespace's versions (tests/agent/test_hub.py).
 """
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from gpufleet.api.names import cluster_namespace, replica_origin_of
 from gpufleet.core import labels
-from gpufleet.store.port import MODEL_REPLICA, Store
+from gpufleet.store.port import (
+    LATEST,
+    MODEL_REPLICA,
+    REPLICA_OBSERVATION,
+    Change,
+    ChangeType,
+    Expired,
+    Store,
+)
 
-__all__ = ["HubReplicas", "as_deployed"]
+__all__ = ["HubReplicas", "ObservationVersions", "as_deployed"]
 
 
 def as_deployed(replica: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -51,8 +70,11 @@ class HubReplicas:
         self.hub = hub
         self.cluster = cluster
         self.namespace = cluster_namespace(cluster)
-        #: Per hub name: (uid, resourceVersion) of the last read, and the view made of it.
-        self._signatures: dict[str, tuple[object, object]] = {}
+        #: The names, uids and resourceVersions of the last read (in its order), and per
+        #: name the view made of it.
+        self._names: list[str] = []
+        self._uids: list[object] = []
+        self._versions: list[object] = []
         self._views: dict[str, Mapping[str, Any]] = {}
 
     def read(self) -> list[Mapping[str, Any]]:
@@ -64,24 +86,89 @@ class HubReplicas:
         names = list(map(_NAME, metas))
         uids = list(map(_UID, metas))
         versions = list(map(_VERSION, metas))
+        views = self._views
+        if names == self._names and None not in uids and None not in versions:
+            # The same names in the same order (compared in C): only the views whose (uid,
+            # resourceVersion) moved are made again, found pair by pair (in C too).
+            moved = map(
+                operator.or_,
+                map(operator.ne, uids, self._uids),
+                map(operator.ne, versions, self._versions),
+            )
+            for i in itertools.compress(range(len(names)), moved):
+                views[names[i]] = as_deployed(found[i])
+            self._uids, self._versions = uids, versions
+            return list(map(views.__getitem__, names))
         signatures = dict(zip(names, zip(uids, versions, strict=True), strict=True))
         if len(signatures) != len(names) or None in uids or None in versions:
             return self._read_each(found)  # not what a store holds: every view made again
         # The views of replicas whose signature moved (compared in C) are made again.
-        views = self._views
-        moved = {name for name, _ in signatures.items() ^ self._signatures.items()}
+        last = dict(zip(self._names, zip(self._uids, self._versions, strict=True), strict=True))
+        moved_names = {name for name, _ in signatures.items() ^ last.items()}
         for replica, name in zip(found, names, strict=True):
-            if name in moved:
+            if name in moved_names:
                 views[name] = as_deployed(replica)
-        for name in self._signatures.keys() - signatures.keys():
+        for name in last.keys() - signatures.keys():
             del views[name]
-        self._signatures = signatures
+        self._names, self._uids, self._versions = names, uids, versions
         return list(map(views.__getitem__, names))
 
     def _read_each(self, found: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         """Each replica's view made again (no signature to keep it by)."""
-        self._signatures, self._views = {}, {}
+        self._names, self._uids, self._versions, self._views = [], [], [], {}
         return [as_deployed(replica) for replica in found]
+
+
+class ObservationVersions:
+    """Name -> resourceVersion of the ReplicaObservations in one hub namespace, kept from the
+    hub's change feed (module docstring)."""
+
+    _KINDS: Final = (REPLICA_OBSERVATION,)
+
+    def __init__(self, hub: Store, namespace: str) -> None:
+        self.hub = hub
+        self.namespace = namespace
+        #: The cursor to read the changes after; None: view the namespace first.
+        self._cursor: int | None = None
+        #: The versions as of the cursor; a mapping handed out is never changed afterwards.
+        self._versions: dict[str, object] = {}
+        #: How many times the namespace was viewed (the first read included); for tests.
+        self.relists = 0
+
+    def read(self) -> Mapping[str, object]:
+        """The observations' versions by name (raises what the store raises): the mapping of
+        the last read while none of the namespace's observations changed, a new one else."""
+        if self._cursor is not None:
+            try:
+                changes, cursor = self.hub.changes(self._cursor, self._KINDS)
+            except Expired:
+                self._cursor = None
+            else:
+                self._apply(changes)
+                self._cursor = cursor
+                return self._versions
+        cursor = self.hub.changes(LATEST, self._KINDS)[1]
+        metas = list(map(_METADATA, self.hub.view(REPLICA_OBSERVATION, self.namespace)))
+        self._versions = dict(zip(map(_NAME, metas), map(_VERSION, metas), strict=True))
+        self._cursor = cursor
+        self.relists += 1
+        return self._versions
+
+    def _apply(self, changes: Sequence[Change]) -> None:
+        """Take in the changes of the namespace's observations (oldest first: the last change
+        of a name is its newest version)."""
+        namespace = self.namespace
+        mine = [c for c in changes if c.obj["metadata"].get("namespace") == namespace]
+        if not mine:
+            return
+        versions = dict(self._versions)
+        for change in mine:
+            meta = change.obj["metadata"]
+            if change.type is ChangeType.DELETED:
+                versions.pop(meta["name"], None)
+            else:
+                versions[meta["name"]] = meta.get("resourceVersion")
+        self._versions = versions
 
 
 _METADATA: Final = operator.itemgetter("metadata")

@@ -42,7 +42,8 @@ entries are made again. Materialize looks only at the replicas and local objects
 resourceVersion moved (or that came or went) since its last call and at what it wrote last
 (`Workloads`); and a push patches the observations it wrote last without reading them back
 (guarded by their resourceVersion), and leaves alone those the hub holds at the version its
-last push left.
+last push left (the versions on the hub are kept from the hub's change feed,
+`ObservationVersions`, not read again).
 
 The cluster's policy for tenant pod templates (`AgentConfig.policy`, `gpufleet.agent.policy`)
 is enforced in both halves: a replica that breaks it is not materialized, and its observation
@@ -64,7 +65,7 @@ from typing import Any, Final, TypeVar
 
 from gpufleet.agent.admission import PolicyGate
 from gpufleet.agent.feed import ClusterFeed
-from gpufleet.agent.hub import HubReplicas
+from gpufleet.agent.hub import HubReplicas, ObservationVersions
 from gpufleet.agent.model import (
     AllocationClock,
     ObservationResult,
@@ -72,7 +73,6 @@ from gpufleet.agent.model import (
     ObservedPool,
     ObservedReplica,
     format_time,
-    versions_of,
 )
 from gpufleet.agent.policy import ClusterPolicy
 from gpufleet.agent.reads import declared_pools
@@ -201,8 +201,8 @@ class Agent:
         #: unchanged is reused, so that it too compares by identity.
         self._last_report_pools: dict[str, Obj] = {}
         self._last_report_replicas: Mapping[str, tuple[Obj, Obj]] = {}
-        #: The versions of the ReplicaObservations the last push viewed, and by name.
-        self._hub_versions: tuple[list[object] | None, dict[str, object]] = (None, {})
+        #: The versions of the ReplicaObservations on the hub, by name, kept from its feed.
+        self._hub_versions = ObservationVersions(hub, self.namespace)
         #: The materialize half of the step.
         #: Chooses the nodes of new replicas' claiming pods; its mode follows the
         #: InferenceCluster's `spec.steering` (read with the declared pools).
@@ -402,7 +402,7 @@ class Agent:
                 self._write_observation(POOL_OBSERVATION, pool, spec, content, stamp)
             # What is on the hub now: an observation someone else wrote since our last write
             # has another resourceVersion, and is written again even when ours is unchanged.
-            on_hub = self._versions_on_hub(self.hub.view(REPLICA_OBSERVATION, self.namespace))
+            on_hub = self._hub_versions.read()
             left = self._write_replica_observations(report, stamp, on_hub)
         except StoreError as e:
             # Unreachable hub or a write refused: try again on the next step.
@@ -416,17 +416,6 @@ class Agent:
         self._replicas_left = left
         outcome.is_pushed = True
         return True
-
-    def _versions_on_hub(self, viewed: Sequence[Mapping[str, Any]]) -> dict[str, object]:
-        """Name -> resourceVersion of the viewed observations (read in C; the last push's
-        mapping when the versions are the same)."""
-        versions = versions_of(viewed)
-        if versions is not None and versions == self._hub_versions[0]:
-            return self._hub_versions[1]
-        metas = list(map(_METADATA, viewed))
-        found = dict(zip(map(_NAME, metas), map(_VERSION, metas), strict=True))
-        self._hub_versions = (versions, found)
-        return found
 
     def _write_replica_observations(
         self, report: Report, stamp: Mapping[str, Any], on_hub: Mapping[str, object]
@@ -634,6 +623,4 @@ def _status_patch(
 
 _STAMP_KEYS: Final = frozenset({"agent", "observedAt"})
 _METADATA: Final = operator.itemgetter("metadata")
-_NAME: Final = operator.itemgetter("name")
-_VERSION: Final = operator.methodcaller("get", "resourceVersion")
 _DELETING: Final = operator.methodcaller("get", "deletionTimestamp")

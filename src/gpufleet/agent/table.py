@@ -33,6 +33,7 @@ free devices per driver, as of the last snapshot (read-only).
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -226,6 +227,8 @@ class FreeDeviceTable:
         #: The replicas' resourceVersions by key, and in order, as last taken.
         self._versions: dict[_Key, object] = {}
         self._version_list: list[object] | None = None
+        #: The keys of `_version_list`, in its order (empty while it is None).
+        self._key_list: list[_Key] = []
 
     # --- deltas ---------------------------------------------------------------------------
 
@@ -583,24 +586,35 @@ class FreeDeviceTable:
         C: a replica whose version is unchanged is not read); whether the set of replicas or
         the pools they name changed."""
         fast = versions_of(objects)
-        if fast is not None and fast == self._version_list and None not in fast:
+        last, self._version_list = self._version_list, fast
+        if fast is not None and fast == last and None not in fast:
             return False  # the same replicas, at the same versions
-        self._version_list = fast
         try:
             metas = list(map(_META, objects))
-            names = list(map(_NAME, metas))
-            namespaces = list(map(_NAMESPACE, metas))
-            now = dict(zip(zip(namespaces, names, strict=True), map(_VERSION, metas), strict=True))
+            keys = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
         except (AttributeError, TypeError):  # not mappings: never from a store
             return self._read_replicas_whole(objects)
-        if len(now) != len(objects) or None in names or "" in names or None in namespaces:
+        if fast is not None and last is not None and None not in fast and keys == self._key_list:
+            # The same keys in the same order (compared in C), as between most reads: the
+            # replicas whose version moved are found pair by pair (in C too).
+            moved = list(itertools.compress(range(len(keys)), map(operator.ne, fast, last)))
+            by_key = {keys[i]: objects[i] for i in moved}
+            self._versions.update((keys[i], fast[i]) for i in moved)
+            return self._take_replicas(by_key.keys(), by_key)
+        now = dict(zip(keys, map(_VERSION, metas), strict=True))
+        if len(now) != len(objects) or any(k[1] in (None, "") or k[0] is None for k in keys):
             return self._read_replicas_whole(objects)  # never from a store either
+        self._key_list = keys if fast is not None else []
         if now == self._versions and None not in now.values():
             return False
         changed = {key for key, _ in now.items() ^ self._versions.items()}
         changed.update(key for key, version in now.items() if version is None)
         self._versions = now
-        by_key = dict(zip(now, objects, strict=True))
+        return self._take_replicas(changed, dict(zip(now, objects, strict=True)))
+
+    def _take_replicas(self, changed: Iterable[_Key], by_key: Mapping[_Key, RawObject]) -> bool:
+        """Take the changed replicas (`by_key`: the objects read; a key not in it is gone);
+        whether the set of replicas or the pools they name changed."""
         is_moved = False
         for key in changed:
             is_moved = self._take_replica(key, by_key.get(key)) or is_moved
@@ -633,7 +647,7 @@ class FreeDeviceTable:
         `observe` reads them, every one looked at again."""
         problems = Problems()
         reads, pools = read_replicas(objects, problems)
-        self._version_list = None
+        self._version_list, self._key_list = None, []
         self._dirty_replicas.update(self._replicas.keys() | reads.keys())
         self._replicas = {key: (None, rep) for key, rep in reads.items()}
         self._versions = dict.fromkeys(reads)  # no version: every one is read again next time

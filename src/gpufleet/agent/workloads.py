@@ -35,6 +35,7 @@ steering keeps its steering (`keep_steering`), so running pods are not rolled to
 
 from __future__ import annotations
 
+import itertools
 import logging
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -160,6 +161,16 @@ class DesiredState:
         self, keys: list[_ReplicaKey], versions: list[object]
     ) -> set[_ReplicaKey] | None:
         """The replicas that came, went or have another version; None when two share a key."""
+        if (
+            self._owners is not None
+            and keys == self._keys
+            and None not in versions
+            and None not in self._versions
+        ):
+            # The same keys in the same order as last time (compared in C; a plain set's
+            # replicas have no key twice): the moved ones found pair by pair, in C too.
+            moved = itertools.compress(range(len(keys)), map(operator.ne, versions, self._versions))
+            return set(map(keys.__getitem__, moved))
         now = dict(zip(keys, versions, strict=True))
         if len(now) != len(keys):
             return None
@@ -292,8 +303,10 @@ def _desired_of(
 class _KindPass:
     """What one kind's last pass found (`Workloads._materialize_kind`)."""
 
-    #: Each listed local object's resourceVersion, by (namespace, name).
-    versions: dict[_Key, object]
+    #: Each listed local object's (namespace, name) and resourceVersion, in the listing's
+    #: order (the keys are unique: a listing with two of one key is not kept).
+    keys: list[_Key]
+    version_list: list[object]
     #: Each wanted key whose local object holds what is wanted: the local object's
     #: `_spec_signature` and what the wanted object was made from.
     agreeing: dict[_Key, tuple[object, object]]
@@ -366,11 +379,10 @@ class Workloads:
                 list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True)),
                 list(map(_VERSION, metas)),
             )
-        keys = found[0]
-        versions = dict(zip(keys, found[1], strict=True))
+        keys, version_list = found
         existing = dict(zip(keys, listed, strict=True))
         self._passes.pop(kind, None)
-        looked_at = self._keys_to_look_at(kind, wanted, versions, last)
+        looked_at = self._keys_to_look_at(kind, wanted, (keys, version_list), last)
         before = {} if last is None else last.agreeing
         if looked_at is None:
             agreeing, looked_at = {}, set(wanted.desired[kind]) | existing.keys()
@@ -381,22 +393,32 @@ class Workloads:
                 agreeing.pop(key, None)
         acted = self._write(kind, wanted, sorted(looked_at), existing, (before, agreeing), outcome)
         if len(existing) == len(listed):
-            self._passes[kind] = _KindPass(versions, agreeing, acted, listing)
+            self._passes[kind] = _KindPass(keys, version_list, agreeing, acted, listing)
 
     def _keys_to_look_at(
         self,
         kind: Kind,
         wanted: DesiredSet,
-        versions: Mapping[_Key, object],
+        listed: tuple[list[_Key], list[object]],
         last: _KindPass | None,
     ) -> set[_Key] | None:
-        """The keys a pass must look at; None: every one."""
+        """The keys a pass must look at; None: every one. `listed`: the keys and versions
+        of the local objects, in the listing's order."""
         changed = wanted.changed.get(kind, set())
         if last is None or changed is None:
             return None
-        # A set of the pairs that differ, without one of every pair (both compared in C).
-        moved = {k for k, _ in versions.items() - last.versions.items()}
-        moved.update(last.versions.keys() - versions.keys())
+        keys, versions = listed
+        if keys == last.keys and None not in versions:
+            # The same keys in the same order (compared in C): the objects whose version
+            # moved, found pair by pair (in C too).
+            ne = map(operator.ne, versions, last.version_list)
+            moved = set(map(keys.__getitem__, itertools.compress(range(len(keys)), ne)))
+        else:
+            # A set of the pairs that differ, without one of every pair (both compared in C).
+            now = dict(zip(keys, versions, strict=True))
+            before = dict(zip(last.keys, last.version_list, strict=True))
+            moved = {k for k, _ in now.items() - before.items()}
+            moved.update(before.keys() - now.keys())
         return last.acted | changed | moved
 
     def _write(
