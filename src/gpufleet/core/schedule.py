@@ -529,8 +529,9 @@ def _retain_all(
     every kept replica.
 
     The common case, a deployment whose memo entry the previous call checked and whose
-    signature, replicas and pools did not change since, is answered in this loop (one lookup
-    and three comparisons); anything else asks `_retain_and_charge`."""
+    signature and replicas did not change, and whose charges still hold (none of their pools
+    changed its view, or each stays in its window), is answered in this loop (one lookup and
+    a few comparisons); anything else asks `_retain_and_charge`."""
     outcomes: list[DeploymentDecision | _Work] = []
     charges: list[Charge] = []
     carry = on.memo.deployments.carry
@@ -547,8 +548,8 @@ def _retain_all(
             if (
                 carried is not None
                 and carried.fleet == on.fleet
-                and carried.charges.pools.isdisjoint(changed)
                 and carried.replicas == tuple(map(_SIGNATURE, group))
+                and (carried.charges.pools.isdisjoint(changed) or carried.charges.hold(on.views))
             ):
                 retained = carried.retained
                 charges.extend(carried.charges.charges)
