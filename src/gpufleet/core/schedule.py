@@ -541,7 +541,8 @@ def _retain_all(
         mine = avoiding.get(_KEY_OF(d), _NOT_AVOIDING) if avoiding else _NOT_AVOIDING
         retained: _Retained | None = None
         found: _Remembered | _NotLooked | None = _NOT_LOOKED
-        if group and changed is not None and not _is_doomed(group, mine.doomed):
+        doomed = mine.doomed
+        if group and changed is not None and not (doomed and _is_doomed(group, doomed)):
             found = carried = carry(ref_of(d))
             # A carried entry held for the previous call's pools; its replicas are stored
             # only when every one declares a signature, so equal ones are all declared.
@@ -554,7 +555,7 @@ def _retain_all(
                 retained = carried.retained
                 charges.extend(carried.charges.charges)
         if retained is None:
-            retained, kept = _retain_and_charge(d, group, on, mine.doomed, found)
+            retained, kept = _retain_and_charge(d, group, on, doomed, found)
             charges.extend(kept)
         outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
     return outcomes, charges
