@@ -387,3 +387,36 @@ def test_a_kept_memo_still_refuses_deployments_that_share_a_key() -> None:
     assert schedule(Snapshot(deployments=(d,), clusters=fleet), NOW, memo=memo) == schedule(
         Snapshot(deployments=(d,), clusters=fleet), NOW
     )
+
+
+@settings(SETTINGS, max_examples=2 * EXAMPLES)
+@given(st.data())
+def test_a_kept_memo_decides_as_a_fresh_one_when_replicas_come_and_go_unsigned(
+    data: st.DataObject,
+) -> None:
+    # A caller may fail to sign a replica on one call and sign it again (the same signature)
+    # on the next: the memo must not trust what it stored on the call the replica was
+    # unsigned, nor what it stored before that, as the previous call's checked entry.
+    names = data.draw(st.lists(st.sampled_from("abc"), min_size=1, max_size=3, unique=True))
+    fleet = tuple(data.draw(a_cluster(n)) for n in sorted(names))
+    deps = tuple(data.draw(a_deployment(f"ml/d{i}")) for i in range(data.draw(st.integers(1, 3))))
+    snap = Snapshot(deployments=deps, clusters=fleet)
+    memo = ScheduleMemo()
+    now = NOW
+    steps = st.tuples(st.sampled_from(SETTLES), st.sampled_from(CHANGES))
+    history = data.draw(st.lists(steps, min_size=1, max_size=10))
+    sign = Signer()
+    for step, (how, kind) in enumerate([("none", "nothing"), *history]):
+        decision = schedule(snap, now)
+        signed = sign(snap)
+        unsigned = data.draw(st.sets(st.integers(0, max(0, len(signed.replicas) - 1))))
+        replicas = tuple(
+            replace(r, signature=()) if i in unsigned else r for i, r in enumerate(signed.replicas)
+        )
+        partly = replace(signed, replicas=replicas)
+        assert schedule(partly, now, memo=memo) == decision, f"step {step}: after {how}, {kind}"
+        if how != "none":
+            snap = settle(snap, decision, report=how == "reported")
+        if kind == "later":
+            now += timedelta(seconds=data.draw(st.sampled_from([30, 120, 600])))
+        snap = change(data.draw, kind, snap, step)

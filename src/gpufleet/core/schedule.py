@@ -164,7 +164,8 @@ class _Retained:
 class _Remembered:
     """A deployment's memo entry: what its retain result was derived from besides the
     deployment (the fleet's retain view id and its replicas' declared signatures in snapshot
-    order), that result, and its kept replicas' charges with the pool states they hold for."""
+    order; none when one of them declares none, so that it is never reused), that result,
+    and its kept replicas' charges with the pool states they hold for."""
 
     fleet: int
     replicas: tuple[tuple[object, ...], ...]
@@ -400,9 +401,11 @@ def _check(snapshot: Snapshot, memo: ScheduleMemo) -> tuple[Deployment, ...]:
     if known is not None and known[0] == signatures and all(signatures):
         ordered = tuple(map(deployments.__getitem__, known[1]))
     else:
-        if len({(d.key.namespace, d.key.name) for d in deployments}) < len(deployments):
+        keys = list(map(_KEY_OF, deployments))
+        if len(set(keys)) < len(keys):
             _check_keys(deployments)
-        positions = sorted(range(len(deployments)), key=lambda i: _deployment_order(deployments[i]))
+        # Sorted by (namespace, name) tuples made in C: no Python call per comparison key.
+        positions = sorted(range(len(keys)), key=keys.__getitem__)
         ordered = tuple(map(deployments.__getitem__, positions))
         if not memo.for_one_call:
             memo.order = (signatures, tuple(positions))
@@ -414,6 +417,10 @@ def _check(snapshot: Snapshot, memo: ScheduleMemo) -> tuple[Deployment, ...]:
 
 
 _SIGNATURE: Final = operator.attrgetter("signature")
+#: A deployment's key, and a replica's deployment's key, as a tuple of strings (which hashes
+#: and compares without Python code, unlike a `DeploymentKey`), made in C.
+_KEY_OF: Final = operator.attrgetter("key.namespace", "key.name")
+_DEPLOYMENT_OF: Final = operator.attrgetter("deployment.namespace", "deployment.name")
 
 
 def _check_keys(deployments: tuple[Deployment, ...]) -> None:
@@ -422,10 +429,6 @@ def _check_keys(deployments: tuple[Deployment, ...]) -> None:
     for key, n in sorted(keys.items(), key=lambda kv: (kv[0].namespace, kv[0].name)):
         if n > 1:
             raise SnapshotError(f"deployments[{key}]", f"{n} deployments share this key")
-
-
-def _deployment_order(d: Deployment) -> tuple[str, str]:
-    return (d.key.namespace, d.key.name)
 
 
 def _build_ledgers(
@@ -502,18 +505,84 @@ def _placed_engines(engines: tuple[ReplicaEngine, ...]) -> tuple[PlacedEngine, .
     )
 
 
+@dataclass(slots=True)
+class _Fleetwide:
+    """What retaining and charging read besides one deployment and its replicas, on one
+    call: the ledgers, the memo, the fleet's retain view id, the pools' views and which of
+    them changed since the previous call (None: unknown)."""
+
+    ledgers: Mapping[ClusterName, ClusterLedger]
+    memo: ScheduleMemo
+    fleet: int
+    views: Mapping[PoolKey, PoolView]
+    changed: frozenset[PoolKey] | None
+
+
+def _retain_all(
+    deployments: Sequence[Deployment],
+    groups: list[list[Replica]],
+    on: _Fleetwide,
+    avoiding: Mapping[tuple[str, str], _Avoiding],
+) -> tuple[list[DeploymentDecision | _Work], list[Charge]]:
+    """Steps 2 and 3 for every deployment (in key order, with its replicas): per deployment,
+    its decision when retaining settles it, else its work for the round; and the charges of
+    every kept replica.
+
+    The common case, a deployment whose memo entry the previous call checked and whose
+    signature and replicas did not change, and whose charges still hold (none of their pools
+    changed its view, or each stays in its window), is answered in this loop (one lookup and
+    a few comparisons); anything else asks `_retain_and_charge`."""
+    outcomes: list[DeploymentDecision | _Work] = []
+    charges: list[Charge] = []
+    carry = on.memo.deployments.carry
+    ref_of = on.memo.placement.matcher.ref
+    changed = on.changed
+    for d, group in zip(deployments, groups, strict=True):
+        mine = avoiding.get(_KEY_OF(d), _NOT_AVOIDING) if avoiding else _NOT_AVOIDING
+        retained: _Retained | None = None
+        found: _Remembered | _NotLooked | None = _NOT_LOOKED
+        doomed = mine.doomed
+        if group and changed is not None and not (doomed and _is_doomed(group, doomed)):
+            found = carried = carry(ref_of(d))
+            # A carried entry held for the previous call's pools; its replicas are stored
+            # only when every one declares a signature, so equal ones are all declared.
+            if (
+                carried is not None
+                and carried.fleet == on.fleet
+                and carried.replicas == tuple(map(_SIGNATURE, group))
+                and (carried.charges.pools.isdisjoint(changed) or carried.charges.hold(on.views))
+            ):
+                retained = carried.retained
+                charges.extend(carried.charges.charges)
+        if retained is None:
+            retained, kept = _retain_and_charge(d, group, on, doomed, found)
+            charges.extend(kept)
+        outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
+    return outcomes, charges
+
+
+class _NotLooked:
+    """The memo was not asked yet (`_retain_and_charge` asks it)."""
+
+
+_NOT_LOOKED: Final = _NotLooked()
+
+
+def _is_doomed(replicas: Sequence[Replica], doomed: Mapping[str, Reason]) -> bool:
+    """Whether one of `replicas` is being re-placed (`Snapshot.avoid`)."""
+    return bool(doomed) and any(r.name in doomed for r in replicas)
+
+
 def _retain_and_charge(
     deployment: Deployment,
     replicas: Sequence[Replica],
-    ledgers: Mapping[ClusterName, ClusterLedger],
-    memo: ScheduleMemo,
-    fleet: int,
-    views: Mapping[PoolKey, PoolView],
-    changed: frozenset[PoolKey] | None,
+    on: _Fleetwide,
     doomed: Mapping[str, Reason],
+    carried: _Remembered | _NotLooked | None = _NOT_LOOKED,
 ) -> tuple[_Retained, tuple[Charge, ...]]:
     """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
     ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
+    `carried`: what `Generations.carry` answered for it, when the caller asked already.
 
     Keyed by the deployment's `Matcher.ref` with its latest result, which holds for replicas
     of the same declared signatures: with a replica that declares none, nothing is reused.
@@ -522,30 +591,29 @@ def _retain_and_charge(
     carried from the previous call held for that call's pool views: its charges still hold
     when none of their pools' views `changed` since (a set operation instead of a walk over
     the windows, which is what most calls see)."""
+    ledgers, memo, views = on.ledgers, on.memo, on.views
     if not replicas:
         # Nothing to retain or charge: cheaper to derive than to remember.
         return _retain(deployment, (), ledgers, memo.placement.matcher), ()
-    if doomed and any(r.name in doomed for r in replicas):
+    if _is_doomed(replicas, doomed):
         # A replica is being re-placed: derived, not remembered (it happens once).
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher, doomed)
         return retained, held_charges(retained.kept, ledgers, views).charges
     entries = memo.deployments
     ref = memo.placement.matcher.ref(deployment)
-    found = entries.carry(ref)
+    found = entries.carry(ref) if isinstance(carried, _NotLooked) else carried
     is_carried = found is not None
     if found is None:
         found = entries.get(ref)
     signatures = tuple(map(_SIGNATURE, replicas))
+    is_signed = all(signatures)
     is_same = (
-        found is not None
-        and found.fleet == fleet
-        and found.replicas == signatures
-        and all(signatures)
+        found is not None and found.fleet == on.fleet and found.replicas == signatures and is_signed
     )
     known = found if is_same else None
     if known is not None and (
-        (is_carried and changed is not None and known.charges.pools.isdisjoint(changed))
+        (is_carried and on.changed is not None and known.charges.pools.isdisjoint(on.changed))
         or known.charges.hold(views)
     ):
         return known.retained, known.charges.charges
@@ -555,7 +623,9 @@ def _retain_and_charge(
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher)
     charges = held_charges(retained.kept, ledgers, views)
-    remembered = _Remembered(fleet, signatures, retained, charges)
+    # Stored even when not reusable (it replaces an entry the next call must not trust),
+    # with no replicas then: no group of replicas is equal to none.
+    remembered = _Remembered(on.fleet, signatures if is_signed else (), retained, charges)
     entries.put(ref, remembered)
     return retained, charges.charges
 
@@ -747,13 +817,11 @@ def _by_deployment(
     not), and in canonical order the replicas whose deployment is gone (their devices are
     not, yet: they are still charged)."""
     # Keyed by (namespace, name): a tuple of strings hashes and compares without Python code.
-    groups: dict[tuple[str, str], list[Replica]] = {
-        (d.key.namespace, d.key.name): [] for d in deployments
-    }
+    groups: dict[tuple[str, str], list[Replica]] = {key: [] for key in map(_KEY_OF, deployments)}
     orphans: list[Replica] = []
-    for replica in replicas:
-        key = replica.deployment
-        group = groups.get((key.namespace, key.name))
+    find = groups.get
+    for replica, key in zip(replicas, map(_DEPLOYMENT_OF, replicas), strict=True):
+        group = find(key)
         if group is None:
             orphans.append(replica)
         else:
@@ -833,15 +901,10 @@ def plan(
         if ledger is not None:
             charges.extend(charges_of(replica, replica.engines, True, ledger))
     # Per deployment, its decision when retaining settles it, else its work for the round.
-    outcomes: list[DeploymentDecision | _Work] = []
     avoiding = _avoiding(snapshot, now, ledgers) if snapshot.avoid else {}
-    for d, group in zip(deployments, groups, strict=True):
-        mine = avoiding.get((d.key.namespace, d.key.name), _NOT_AVOIDING)
-        retained, kept = _retain_and_charge(
-            d, group, ledgers, memo, fleet, pool_views, changed, mine.doomed
-        )
-        charges.extend(kept)
-        outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
+    on = _Fleetwide(ledgers, memo, fleet, pool_views, changed)
+    outcomes, kept = _retain_all(deployments, groups, on, avoiding)
+    charges.extend(kept)
     apply_charges(charges, ledgers)
     diagnoser = Diagnoser(ledgers, placing, snapshot.config)
     _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, placing, snapshot, diagnoser)
