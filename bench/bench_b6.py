@@ -44,6 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "kube"))
 
+from gpufleet.api.names import replica_origin_of  # noqa: E402
 from gpufleet.kube.store import KubeStore, KubeStoreConfig  # noqa: E402
 from gpufleet.store.port import (  # noqa: E402
     DEPLOYMENT,
@@ -414,7 +415,11 @@ def one_run(
         ),
         f"run {index}: the new replica",
     )
-    name = [c for _, c in hub_seen.changes if replica_added(c)][index].obj["metadata"]["name"]
+    # The agent labels what it makes with the replica's name as scheduling knows it (its hub
+    # name without the tenant namespace the hub name carries: `replica_origin_of`).
+    _, name = replica_origin_of(
+        [c for _, c in hub_seen.changes if replica_added(c)][index].obj["metadata"]
+    )
     materialized = workload_seen.first(
         started,
         lambda c: (
