@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from gpufleet.agent.model import (
@@ -25,6 +25,7 @@ from gpufleet.agent.model import (
     as_str,
     ns_name,
 )
+from gpufleet.api.times import parse_time
 from gpufleet.core.model import MemberPods, PoolName, ReplicaPoolStatus, Role
 
 # --- replicas ---------------------------------------------------------------------------
@@ -225,17 +226,6 @@ PodInfo = tuple[
     datetime | None,
 ]
 _NO_REPLICA: Final = (None, "", "", None, (), False, False, False, "", False, None)
-
-
-def parse_time(value: object) -> datetime | None:
-    """An RFC 3339 timestamp as the API server writes it; None when absent or unparsable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _unschedulable(

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from gpufleet.agent.model import ObservationResult, ObservedReplica
-from gpufleet.agent.pods import parse_time
+from gpufleet.api.times import parse_time
 from gpufleet.core.model import ScaleUp
 from gpufleet.store.port import EVENT, LATEST, ChangeType, Expired, Store
 

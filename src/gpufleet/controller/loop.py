@@ -52,6 +52,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from gpufleet.api import FieldError, InferenceClass, InferenceCluster, cluster_from_manifest
+from gpufleet.api.times import parse_time
 from gpufleet.controller import replicas as replica_docs
 from gpufleet.controller.apply import DecisionWriter
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
@@ -82,7 +83,6 @@ from gpufleet.controller.status import (
     cluster_times,
     is_refresh_due,
     next_state_change,
-    parse_time,
     pool_verdicts,
     replica_status,
     states_at,

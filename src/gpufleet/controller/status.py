@@ -29,13 +29,14 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 from itertools import compress
 from typing import Any, Final
 
 from gpufleet.api import parse_object
 from gpufleet.api.kinds import PoolObservation, ReplicaObservation
+from gpufleet.api.times import parse_time
 from gpufleet.controller.conditions import Obj, ReadObj, condition, find_condition, set_condition
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.fence import Fence, choose_fence, is_fenced
@@ -275,17 +276,6 @@ def judge(
 def _is_older(report: AgentReport, fence: Fence) -> bool:
     """Of the fenced incarnation at an older epoch (a future report's one is still stale)."""
     return report.lease_uid == fence.uid and report.lease_epoch < fence.epoch
-
-
-def parse_time(value: object) -> datetime | None:
-    """An RFC 3339 timestamp as the API server writes it; None when absent or unparsable."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def freshness(observed_at: datetime, now: datetime, config: ControllerConfig) -> tuple[int, str]:

@@ -32,9 +32,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from gpufleet.api.times import parse_time
 from gpufleet.store.port import INFERENCE_CLUSTER, MODEL_DEPLOYMENT, MODEL_REPLICA, Store
 
 __all__ = [
@@ -103,16 +104,6 @@ def _mapping(value: object) -> Mapping[str, Any]:
 
 def _sequence(value: object) -> Sequence[Any]:
     return value if isinstance(value, list | tuple) else ()
-
-
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def _condition(obj: ReadObj, type_: str) -> Mapping[str, Any] | None:
@@ -189,7 +180,7 @@ def _driver(
 def _pool(cluster: str, status: Mapping[str, Any], now: datetime) -> PoolCapacity:
     observation = _mapping(status.get("observation"))
     observed_nodes = _count(observation.get("observedNodes"))
-    observed_at = _time(observation.get("observedAt"))
+    observed_at = parse_time(observation.get("observedAt"))
     excluded: dict[str, int] = {}
     for reason, value in _mapping(observation.get("excludedNodes")).items():
         nodes = _count(value)
