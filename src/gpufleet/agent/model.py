@@ -8,11 +8,12 @@ codes, and the readers of untrusted dicts. Pure: standard library and `gpufleet.
 
 from __future__ import annotations
 
+import itertools
 import json
 import operator
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -406,6 +407,26 @@ def keys_and_versions(
         return keys, list(map(_RESOURCE_VERSION, metas))
     except (KeyError, TypeError):
         return None
+
+
+def moved_keys(
+    keys: Sequence[Hashable],
+    versions: Sequence[object],
+    last_keys: Sequence[Hashable],
+    last_versions: Sequence[object],
+) -> set[Any]:
+    """The keys that came, went or whose version differs between the last listing and this one
+    (each listing's keys distinct, as `keys_and_versions` reads them from a store; a key whose
+    version is None now always counts as moved). Compared in C: pair by pair when the keys are
+    the same in the same order, as between most reads; else as sets of pairs."""
+    if keys == last_keys and None not in versions:
+        ne = map(operator.ne, versions, last_versions)
+        return set(map(keys.__getitem__, itertools.compress(range(len(keys)), ne)))
+    now = dict(zip(keys, versions, strict=True))
+    before = dict(zip(last_keys, last_versions, strict=True))
+    moved = {key for key, _ in now.items() ^ before.items()}
+    moved.update(key for key, version in now.items() if version is None)
+    return moved
 
 
 def parse_count_quantity(value: object) -> int | None:

@@ -35,7 +35,6 @@ steering keeps its steering (`keep_steering`), so running pods are not rolled to
 
 from __future__ import annotations
 
-import itertools
 import logging
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -44,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
-from gpufleet.agent.model import keys_and_versions, versions_of
+from gpufleet.agent.model import keys_and_versions, moved_keys, versions_of
 from gpufleet.agent.policy import ClusterPolicy, namespace_body
 from gpufleet.agent.steer import Steerer, keep_steering
 from gpufleet.store.port import (
@@ -161,23 +160,10 @@ class DesiredState:
         self, keys: list[_ReplicaKey], versions: list[object]
     ) -> set[_ReplicaKey] | None:
         """The replicas that came, went or have another version; None when two share a key."""
-        if (
-            self._owners is not None
-            and keys == self._keys
-            and None not in versions
-            and None not in self._versions
-        ):
-            # The same keys in the same order as last time (compared in C; a plain set's
-            # replicas have no key twice): the moved ones found pair by pair, in C too.
-            moved = itertools.compress(range(len(keys)), map(operator.ne, versions, self._versions))
-            return set(map(keys.__getitem__, moved))
-        now = dict(zip(keys, versions, strict=True))
-        if len(now) != len(keys):
+        is_same_set = self._owners is not None and keys == self._keys  # no key twice, then
+        if not is_same_set and len(set(keys)) != len(keys):
             return None
-        before = dict(zip(self._keys, self._versions, strict=True))
-        changed = {k for k, v in now.items() ^ before.items()}
-        changed.update(k for k, v in now.items() if v is None)
-        return changed
+        return moved_keys(keys, versions, self._keys, self._versions)
 
     def _wants_of(self, key: _ReplicaKey, replica: Mapping[str, Any]) -> _Wants:
         """What the replica wants: the held desired objects when made from the same inputs."""
@@ -408,18 +394,7 @@ class Workloads:
         if last is None or changed is None:
             return None
         keys, versions = listed
-        if keys == last.keys and None not in versions:
-            # The same keys in the same order (compared in C): the objects whose version
-            # moved, found pair by pair (in C too).
-            ne = map(operator.ne, versions, last.version_list)
-            moved = set(map(keys.__getitem__, itertools.compress(range(len(keys)), ne)))
-        else:
-            # A set of the pairs that differ, without one of every pair (both compared in C).
-            now = dict(zip(keys, versions, strict=True))
-            before = dict(zip(last.keys, last.version_list, strict=True))
-            moved = {k for k, _ in now.items() - before.items()}
-            moved.update(before.keys() - now.keys())
-        return last.acted | changed | moved
+        return last.acted | changed | moved_keys(keys, versions, last.keys, last.version_list)
 
     def _write(
         self,
