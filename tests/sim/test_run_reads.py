@@ -4,8 +4,8 @@
 - `SimStore.unschedulable_pods` (an index kept as pods are written) against a scan of every
   pod with `is_unschedulable`.
 - `FleetState.truth`, kept across instants by the revisions of what `pool_truth` reads
-  (`truth_signature`), and `pool_truth` itself (from the cached `published_keys`), against
-  the plain count over every node's published devices.
+  (`KeptTruth`), and `pool_truth` itself (from the cached `published_keys`), against the
+  plain count over every node's published devices.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from gpufleet.sim.cluster import WorkloadCluster
 from gpufleet.sim.objects import is_unschedulable
 from gpufleet.sim.run import build_fleet, timeline_runner
 from gpufleet.sim.scenario import load_scenario
-from gpufleet.sim.state import FleetState, PoolTruth, pool_truth
+from gpufleet.sim.state import FleetState, KeptTruth, PoolTruth, pool_truth
 from gpufleet.store.port import NODE, POD
 
 
@@ -53,7 +53,7 @@ def test_cached_reads_equal_the_plain_ones_at_every_instant(name: str) -> None:
     scenario = load_scenario(name)
     fleet, _ = build_fleet(scenario, scenario.controller.accounting)
     run_to = timeline_runner(fleet, scenario)
-    truths: dict[str, tuple[tuple[object, ...], dict[str, PoolTruth]]] = {}
+    truths: dict[str, KeptTruth] = {}
     seen_unschedulable = 0
     at_s = 0.0
     while at_s <= scenario.end_s:

@@ -58,7 +58,7 @@ from gpufleet.sim.scenario import (
     Action,
     Scenario,
 )
-from gpufleet.sim.state import FleetState, PoolTruth, observed_histogram, pool_truth
+from gpufleet.sim.state import FleetState, KeptTruth, PoolTruth, observed_histogram, pool_truth
 from gpufleet.store import MemoryStore, format_time
 from gpufleet.store.port import (
     INFERENCE_CLUSTER,
@@ -227,7 +227,7 @@ def _run_scenario(
 
     series = Series()
     samples = Samples()
-    truths: dict[str, tuple[tuple[object, ...], dict[str, PoolTruth]]] = {}
+    truths: dict[str, KeptTruth] = {}
     failures: list[CheckFailure] = []
     names = scenario.deployment_names()
     for at_s in instants:

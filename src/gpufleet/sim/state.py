@@ -14,6 +14,7 @@ from gpufleet.core import labels
 from gpufleet.core.decision import Accounting as DecisionAccounting
 from gpufleet.core.decision import Decision, PoolState
 from gpufleet.sim.cluster import WorkloadCluster
+from gpufleet.sim.dra import DeviceKey
 from gpufleet.sim.fleet import Fleet
 from gpufleet.sim.objects import is_unschedulable
 from gpufleet.store.port import (
@@ -62,12 +63,110 @@ def pool_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
     return out
 
 
-def truth_signature(cluster: WorkloadCluster) -> tuple[object, ...]:
-    """What `pool_truth` reads: the cluster's pools and the revisions of the kinds it reads
-    (Nodes, ResourceSlices, ResourceClaims). While they are the same, so is the truth."""
-    store = cluster.store
-    kinds = (NODE, RESOURCE_SLICE, RESOURCE_CLAIM)
-    return (tuple(cluster.pools), *(store.kind_revision(kind) for kind in kinds))
+class KeptTruth:
+    """`pool_truth(cluster)` kept up to date from one read to the next instead of counted
+    again over every node (the run reads it at every instant; claims change far more often
+    than nodes and slices do).
+
+    Keyed by declared revisions: while the cluster's pools and the revisions of its Nodes
+    and ResourceSlices stay the same (the layout: which node publishes which devices), a new
+    revision of the ResourceClaims only moves devices between free and taken, and each device
+    that moved (the difference of the two `taken` sets) moves its node one bucket of its
+    pool's histogram. A new layout counts everything again, as `pool_truth` does.
+
+    The truths are equal to `pool_truth`'s; a histogram's key order is the order free counts
+    were first met in (node order after a count, then as devices moved), which only a
+    fresh count (a new `KeptTruth`) has in common with `pool_truth`."""
+
+    __slots__ = (
+        "_allocated",
+        "_claims",
+        "_cluster",
+        "_histograms",
+        "_holders",
+        "_layout",
+        "_taken",
+        "_totals",
+        "_truth",
+        "_used",
+    )
+
+    def __init__(self, cluster: WorkloadCluster) -> None:
+        self._cluster = cluster
+        self._layout: tuple[object, ...] = ()
+        self._claims = -1
+        self._taken: frozenset[DeviceKey] = frozenset()
+        #: Per device, the (pool, node) of each node that publishes it (once per listing).
+        self._holders: dict[DeviceKey, list[tuple[str, str]]] = {}
+        #: Per node, its published devices and how many of them are taken.
+        self._totals: dict[str, int] = {}
+        self._used: dict[str, int] = {}
+        #: Per pool, {free devices on a node: nodes} (zero counts kept) and devices taken.
+        self._histograms: dict[str, Counter[int]] = {}
+        self._allocated: dict[str, int] = {}
+        self._truth: dict[str, PoolTruth] | None = None
+
+    def read(self) -> dict[str, PoolTruth]:
+        """What `pool_truth(cluster)` returns now (callers must not change it)."""
+        store = self._cluster.store
+        layout = (
+            tuple(self._cluster.pools),
+            store.kind_revision(NODE),
+            store.kind_revision(RESOURCE_SLICE),
+        )
+        claims = store.kind_revision(RESOURCE_CLAIM)
+        if layout != self._layout:
+            self._count(layout)
+        elif claims != self._claims:
+            taken = store.taken()
+            for device in taken - self._taken:
+                self._move(device, 1)
+            for device in self._taken - taken:
+                self._move(device, -1)
+            self._taken = taken
+        self._claims = claims
+        if self._truth is None:
+            self._truth = {
+                pool: PoolTruth(
+                    nodes=sum(histogram.values()),
+                    total=sum(free * n for free, n in histogram.items()) + self._allocated[pool],
+                    allocated=self._allocated[pool],
+                    histogram={free: n for free, n in histogram.items() if n},
+                )
+                for pool, histogram in self._histograms.items()
+            }
+        return self._truth
+
+    def _count(self, layout: tuple[object, ...]) -> None:
+        store = self._cluster.store
+        published = store.published_keys()
+        taken = store.taken()
+        by_pool = store.nodes_by_pool()
+        self._layout, self._taken, self._truth = layout, taken, None
+        self._holders, self._totals, self._used = {}, {}, {}
+        self._histograms, self._allocated = {}, {}
+        for pool in self._cluster.pools:
+            histogram = self._histograms[pool] = Counter()
+            allocated = 0
+            for name in by_pool.get(pool, ()):
+                devices = published.get(name, ())
+                for device in devices:
+                    self._holders.setdefault(device, []).append((pool, name))
+                total = self._totals[name] = len(devices)
+                used = self._used[name] = sum(map(taken.__contains__, devices))
+                histogram[total - used] += 1
+                allocated += used
+            self._allocated[pool] = allocated
+
+    def _move(self, device: DeviceKey, step: int) -> None:
+        """`device` became taken (`step` 1) or free (-1): each node publishing it moves."""
+        for pool, name in self._holders.get(device, ()):
+            histogram, used = self._histograms[pool], self._used[name]
+            histogram[self._totals[name] - used] -= 1
+            histogram[self._totals[name] - used - step] += 1
+            self._used[name] = used + step
+            self._allocated[pool] += step
+            self._truth = None
 
 
 def observed_histogram(hub: Store, cluster: str, pool: str) -> dict[int, int] | None:
@@ -119,7 +218,7 @@ class FleetState:
     def __init__(
         self,
         fleet: Fleet,
-        truths: dict[str, tuple[tuple[object, ...], dict[str, PoolTruth]]] | None = None,
+        truths: dict[str, KeptTruth] | None = None,
         decision: Decision | None = None,
     ) -> None:
         self.fleet = fleet
@@ -132,9 +231,9 @@ class FleetState:
         self._replicas: dict[str, Counter[str]] | None = None
         self._running: Counter[str] | None = None
         self._truth: dict[str, dict[str, PoolTruth]] = {}
-        #: Each cluster's truth by the revisions of what it reads (`truth_signature`), shared
-        #: by the instants of one run: a cluster whose nodes, slices and claims did not change
-        #: since the last sample is not counted again (pods come and go far more often).
+        #: Each cluster's truth, kept up to date by the revisions of what it reads
+        #: (`KeptTruth`) and shared by the instants of one run: a truth is not counted again
+        #: over every node at each instant, only moved by the devices taken or freed since.
         self._truths = truths if truths is not None else {}
 
     @property
@@ -159,13 +258,10 @@ class FleetState:
 
     def truth(self, cluster: str) -> dict[str, PoolTruth]:
         if cluster not in self._truth:
-            workload = self.fleet.clusters[cluster]
-            known = self._truths.get(cluster)
-            signature = truth_signature(workload)
-            if known is None or known[0] != signature:
-                known = (signature, pool_truth(workload))
-                self._truths[cluster] = known
-            self._truth[cluster] = known[1]
+            kept = self._truths.get(cluster)
+            if kept is None:
+                kept = self._truths[cluster] = KeptTruth(self.fleet.clusters[cluster])
+            self._truth[cluster] = kept.read()
         return self._truth[cluster]
 
     def desired(self, key: str) -> int:
@@ -193,7 +289,8 @@ class FleetState:
         return self._observations
 
     def pool_decision(self, cluster: str, pool: str) -> PoolState | None:
-        """The pool's state in the controller's last decision."""
+        """The pool's state in the controller's last decision (which lists each pool once:
+        its ledger is keyed by cluster and pool)."""
         if self._pool_decisions is None:
             pools = self.decision.pools if self.decision is not None else ()
             self._pool_decisions = {(p.cluster, p.pool): p for p in pools}
@@ -241,14 +338,7 @@ class FleetState:
         decision (charges included), or None before any. Growth (nodes the pool may still
         gain) counts as full nodes in that accounting; it is left out here, so that the
         number compares with the ground truth of the nodes that exist."""
-        state = next(
-            (
-                p
-                for p in (self.decision.pools if self.decision else ())
-                if p.cluster == cluster and p.pool == pool
-            ),
-            None,
-        )
+        state = self.pool_decision(cluster, pool)
         if state is None:
             return None
         full = _devices_per_node(self.fleet, cluster, pool)
