@@ -5,6 +5,7 @@ same cluster makes the same choices."""
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from typing import Any
 
 from hypothesis import given, settings
@@ -15,7 +16,7 @@ from gpufleet.sim import dra
 from gpufleet.sim import kube_scoring as ks
 from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
 from gpufleet.sim.engine import EventLoop
-from gpufleet.sim.kube_scheduler import KubeScheduler
+from gpufleet.sim.kube_scheduler import KubeScheduler, eligible_keys
 from gpufleet.sim.objects import node_filter
 from gpufleet.store.port import NODE, POD, Obj
 
@@ -176,23 +177,57 @@ def test_chosen_nodes_pass_the_filters_and_choices_repeat(
     assert build(setups, replicas, cpu, seed) == build(setups, replicas, cpu, seed)
 
 
+#: No selector, one some devices pass, and one that does not compile (matches nothing).
+SELECTORS = [(), ('device.attributes["a"].index % 2 == 0',), ("(",)]
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     drivers=st.lists(st.sampled_from(["a", "b"]), max_size=8),
     taken_at=st.sets(st.integers(0, 7)),
     requests=st.lists(
-        st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5)), min_size=1, max_size=2
+        st.tuples(st.sampled_from(["a", "b"]), st.integers(0, 5), st.sampled_from(SELECTORS)),
+        min_size=1,
+        max_size=2,
     ),
 )
 def test_the_fit_check_agrees_with_allocation(
-    drivers: list[str], taken_at: set[int], requests: list[tuple[str, int]]
+    drivers: list[str], taken_at: set[int], requests: list[tuple[str, int, tuple[str, ...]]]
 ) -> None:
-    """`_can_allocate` (no results built for one request) is `_allocate_on(...) is not None`."""
-    devices = [dra.PublishedDevice(d, "n", f"gpu-{i}", "n", {}, {}) for i, d in enumerate(drivers)]
+    """`_can_allocate` (no results built for one request, counting its `eligible_keys` that
+    are free) is `_allocate_on(...) is not None`."""
+    devices = [
+        dra.PublishedDevice(d, "n", f"gpu-{i}", "n", {"index": {"int": i}}, {})
+        for i, d in enumerate(drivers)
+    ]
     taken = {devices[i].key for i in taken_at if i < len(devices)}
-    claim_requests = [[dra.Request(f"r{i}", d, n, ()) for i, (d, n) in enumerate(requests)]]
+    claim_requests = [[dra.Request(f"r{i}", d, n, sel) for i, (d, n, sel) in enumerate(requests)]]
     claims: list[Obj] = [{"metadata": {"name": "c"}}]
     allocated = KubeScheduler._allocate_on(devices, taken, claims, claim_requests)
-    assert KubeScheduler._can_allocate(devices, taken, claims, claim_requests) == (
-        allocated is not None
+    can = KubeScheduler._can_allocate(
+        devices, taken, claims, claim_requests, partial(eligible_keys, devices)
     )
+    assert can == (allocated is not None)
+
+
+@settings(max_examples=30, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "remove", "run"]), st.integers(0, 5))))
+def test_the_eligible_keys_kept_per_slice_revision_are_the_plain_ones(
+    ops: list[tuple[str, int]],
+) -> None:
+    """`KubeScheduler._eligible` (kept per revision of the ResourceSlices) against
+    `eligible_keys` of the devices published now, as nodes and their slices come and go."""
+    loop, c = start(nodes=2)
+    requests = [dra.Request("r", "gpu.nvidia.com", 1, sel) for sel in SELECTORS]
+    requests.append(dra.Request("r", "other.driver", 1, ()))
+    for op, i in [*ops, ("run", 1)]:
+        names = sorted(n["metadata"]["name"] for n in c.store.peek(NODE))
+        if op == "add":
+            c.add_node("l4")
+        elif op == "remove" and names:
+            c.remove_node(names[i % len(names)])
+        loop.run_for(1.0 + i)
+        for name in [*names, "l4-9"]:
+            for r in requests:
+                plain = eligible_keys(c.store.published().get(name, []), r)
+                assert c.scheduler._eligible(name, r) == plain

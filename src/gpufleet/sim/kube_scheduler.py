@@ -18,7 +18,8 @@ gets `PodScheduled=False, reason Unschedulable`.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from gpufleet.core.model import NodeChoice
@@ -32,6 +33,7 @@ from gpufleet.store.port import (
     NODE,
     POD,
     RESOURCE_CLAIM,
+    RESOURCE_SLICE,
     Conflict,
     Obj,
 )
@@ -55,6 +57,9 @@ class KubeScheduler:
         self.class_drivers = class_drivers
         self.loop = loop
         self._node_index: NodeIndex | None = None
+        #: `_eligible`'s keys per (node, driver, selectors), at a revision of the slices.
+        self._eligible_at = -1
+        self._eligible_keys: dict[tuple[str, str, tuple[str, ...]], tuple[dra.DeviceKey, ...]] = {}
 
     def schedule_one(self, pod: Obj, index: NodeIndex) -> None:
         """Bind `pod` to a node of `index` (`node_index()`), or mark it unschedulable."""
@@ -69,7 +74,7 @@ class KubeScheduler:
                 claims.append(claim)
         if len(claims) < len(spec.get("resourceClaims") or []):
             return  # its claims are not made yet
-        published = self.store.published()
+        published = self.store.published_keys()
         taken = self.store.taken()
         avoid = self._anti_affinity(pod, nodes)
         claim_requests = [dra.claim_requests(c, self.class_drivers) for c in claims]
@@ -92,8 +97,8 @@ class KubeScheduler:
             if reason is not None:
                 reasons[reason] += 1
                 continue
-            free = sum(1 for d in published.get(name, []) if d.key not in taken)
-            candidates.append((node, free))
+            keys = published.get(name, ())
+            candidates.append((node, len(keys) - sum(map(taken.__contains__, keys))))
         if self.behaviour.node_choice is NodeChoice.PACK:
             chosen = self._pack(candidates, claims, claim_requests, reasons)
         else:
@@ -201,9 +206,14 @@ class KubeScheduler:
         feasible: list[Obj] = []
         needed = sum(r.count for requests in claim_requests for r in requests)
         for node, free in candidates:
+            name = node["metadata"]["name"]
             # Fewer free devices than requested cannot fit.
             if free >= needed and self._can_allocate(
-                published.get(node["metadata"]["name"], []), taken, claims, claim_requests
+                published.get(name, []),
+                taken,
+                claims,
+                claim_requests,
+                partial(self._eligible, name),
             ):
                 feasible.append(node)
             else:
@@ -241,20 +251,30 @@ class KubeScheduler:
         taken: Container[dra.DeviceKey],
         claims: Sequence[Obj],
         claim_requests: Sequence[Sequence[dra.Request]],
+        eligible: Callable[[dra.Request], Sequence[dra.DeviceKey]],
     ) -> bool:
         """Whether `_allocate_on` would succeed, without building its results when there is
-        one request: first fit then succeeds exactly when enough free devices qualify."""
+        one request: first fit then succeeds exactly when enough of the devices `eligible`
+        names for it (`eligible_keys` of `devices`) are free."""
         requests = [r for rs in claim_requests for r in rs]
         if len(requests) != 1:
             return cls._allocate_on(devices, taken, claims, claim_requests) is not None
         (r,) = requests
-        eligible = 0
-        for d in devices:
-            if eligible >= r.count:
-                break
-            if d.driver == r.driver and d.key not in taken and dra.selectors_match(r.selectors, d):
-                eligible += 1
-        return eligible >= r.count
+        keys = eligible(r)
+        return len(keys) - sum(map(taken.__contains__, keys)) >= r.count
+
+    def _eligible(self, node: str, request: dra.Request) -> tuple[dra.DeviceKey, ...]:
+        """`eligible_keys` of the devices published on `node`, made once per revision of the
+        ResourceSlices (the scheduler asks it of the same nodes for pod after pod)."""
+        revision = self.store.kind_revision(RESOURCE_SLICE)
+        if self._eligible_at != revision:
+            self._eligible_at, self._eligible_keys = revision, {}
+        key = (node, request.driver, request.selectors)
+        found = self._eligible_keys.get(key)
+        if found is None:
+            devices = self.store.published().get(node, [])
+            found = self._eligible_keys[key] = eligible_keys(devices, request)
+        return found
 
     def _zone_counts(
         self, pod: Obj, nodes: Sequence[Obj], key: tuple[str, ...] | None
@@ -316,6 +336,18 @@ class KubeScheduler:
         self.store.patch_status_shared(
             POD, pod["metadata"]["name"], pod["metadata"]["namespace"], {"conditions": conditions}
         )
+
+
+def eligible_keys(
+    devices: Sequence[dra.PublishedDevice], request: dra.Request
+) -> tuple[dra.DeviceKey, ...]:
+    """The keys of the `devices` that `request` may take when they are free: its driver's,
+    and every one of its selectors accepts them."""
+    return tuple(
+        d.key
+        for d in devices
+        if d.driver == request.driver and dra.selectors_match(request.selectors, d)
+    )
 
 
 class NodeIndex:

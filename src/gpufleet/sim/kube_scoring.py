@@ -182,10 +182,9 @@ def intolerable_prefer_no_schedule(node: Obj, pod_spec: Mapping[str, Any]) -> in
     )
 
 
-def _requirement_matches(req: Mapping[str, Any], value: str | None) -> bool:
-    """One NodeSelectorRequirement against a label (or field) value; None: absent."""
-    op = req.get("operator")
-    values = [str(v) for v in req.get("values") or []]
+def _requirement_matches(op: object, values: Sequence[str], value: str | None) -> bool:
+    """One NodeSelectorRequirement (its operator and values) against a label (or field)
+    value; None: absent."""
     if op == "In":
         return value is not None and value in values
     if op == "NotIn":
@@ -203,18 +202,44 @@ def _requirement_matches(req: Mapping[str, Any], value: str | None) -> bool:
     return False
 
 
-def _term_matches(term: Mapping[str, Any], node: Obj) -> bool:
-    """A NodeSelectorTerm: every expression and field requirement holds; an empty term
-    matches nothing."""
-    expressions = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not expressions and not fields:
-        return False
-    labels = node["metadata"].get("labels") or {}
-    name = node["metadata"]["name"]
-    return all(_requirement_matches(r, labels.get(r.get("key", ""))) for r in expressions) and all(
-        r.get("key") == "metadata.name" and _requirement_matches(r, name) for r in fields
+#: A NodeSelectorRequirement as read once: (key, operator, values as strings).
+_Requirement = tuple[Any, Any, tuple[str, ...]]
+
+
+def _requirements(reqs: Sequence[Mapping[str, Any]]) -> tuple[_Requirement, ...]:
+    return tuple(
+        (r.get("key", ""), r.get("operator"), tuple(str(v) for v in r.get("values") or []))
+        for r in reqs
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Term:
+    """A NodeSelectorTerm read once, to be matched against many nodes."""
+
+    expressions: tuple[_Requirement, ...]
+    fields: tuple[_Requirement, ...]
+
+    @classmethod
+    def of(cls, term: Mapping[str, Any]) -> _Term:
+        return cls(
+            _requirements(term.get("matchExpressions") or []),
+            _requirements(term.get("matchFields") or []),
+        )
+
+    def matches(self, node: Obj) -> bool:
+        """Every expression and field requirement holds; an empty term matches nothing."""
+        if not self.expressions and not self.fields:
+            return False
+        labels = node["metadata"].get("labels") or {}
+        name = node["metadata"]["name"]
+        return all(
+            _requirement_matches(op, values, labels.get(key))
+            for key, op, values in self.expressions
+        ) and all(
+            key == "metadata.name" and _requirement_matches(op, values, name)
+            for key, op, values in self.fields
+        )
 
 
 def required_affinity_matches(node: Obj, pod_spec: Mapping[str, Any]) -> bool:
@@ -224,7 +249,7 @@ def required_affinity_matches(node: Obj, pod_spec: Mapping[str, Any]) -> bool:
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if not required:
         return True
-    return any(_term_matches(t, node) for t in required.get("nodeSelectorTerms") or [])
+    return any(_Term.of(t).matches(node) for t in required.get("nodeSelectorTerms") or [])
 
 
 def anti_affinity_selectors(pod: Obj) -> list[tuple[str, dict[str, str]]]:
@@ -245,15 +270,24 @@ def anti_affinity_selectors(pod: Obj) -> list[tuple[str, dict[str, str]]]:
     return out
 
 
-def preferred_affinity_weight(node: Obj, pod_spec: Mapping[str, Any]) -> int:
-    """NodeAffinity's raw score: the summed weights of the pod's preferred terms the node
-    matches (a term of weight 0 is skipped)."""
+def preferred_affinity_weights(nodes: Sequence[Obj], pod_spec: Mapping[str, Any]) -> list[int]:
+    """NodeAffinity's raw score of each node: the summed weights of the pod's preferred
+    terms the node matches (a term of weight 0 is skipped). The terms are read once for
+    all the nodes."""
     affinity = (pod_spec.get("affinity") or {}).get("nodeAffinity") or {}
-    return sum(
-        int(t.get("weight") or 0)
+    terms = [
+        (int(t["weight"]), _Term.of(t.get("preference") or {}))
         for t in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []
-        if t.get("weight") and _term_matches(t.get("preference") or {}, node)
-    )
+        if t.get("weight")
+    ]
+    if not terms:
+        return [0 for _ in nodes]
+    return [sum(weight for weight, term in terms if term.matches(node)) for node in nodes]
+
+
+def preferred_affinity_weight(node: Obj, pod_spec: Mapping[str, Any]) -> int:
+    """`preferred_affinity_weights` of one node."""
+    return preferred_affinity_weights([node], pod_spec)[0]
 
 
 def default_normalize(scores: Sequence[int], is_reversed: bool) -> list[int]:
@@ -389,7 +423,7 @@ def total_scores(
     """Each feasible node's weighted sum over the default profile's score plugins."""
     spec = pod["spec"]
     taints = default_normalize([intolerable_prefer_no_schedule(n, spec) for n in nodes], True)
-    affinity = default_normalize([preferred_affinity_weight(n, spec) for n in nodes], False)
+    affinity = default_normalize(preferred_affinity_weights(nodes, spec), False)
     spread = spread_scores(pod, nodes, loads, zone_counts)
     non_zero = pod_requests(spec, is_non_zero=True)
     actual = pod_requests(spec, is_non_zero=False)
