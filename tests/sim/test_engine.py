@@ -49,3 +49,20 @@ def test_events_scheduled_from_events_run_in_the_same_run() -> None:
 
 def test_seeded_randomness_is_reproducible() -> None:
     assert [EventLoop(7).rng.random() for _ in range(2)] == [EventLoop(7).rng.random()] * 2
+
+
+def test_a_series_runs_again_after_what_was_scheduled_before_its_last_run() -> None:
+    """A periodic event is queued again when it runs (a new sequence number): at an instant
+    shared with others it runs after every event scheduled before its previous run."""
+    loop = EventLoop()
+    ran: list[str] = []
+
+    def log(tag: str) -> None:
+        ran.append(f"{tag}{(loop.now - EPOCH).total_seconds():g}")
+
+    loop.every(1, lambda: log("a"))
+    loop.every(2, lambda: log("b"))
+    loop.after(2, lambda: log("x"))
+    loop.run_for(2)
+    assert ran == ["a0", "b0", "a1", "x2", "b2", "a2"]
+    assert loop.pending == 2

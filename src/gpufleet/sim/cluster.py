@@ -209,8 +209,8 @@ class WorkloadCluster:
         since, and no timer is due: every component is a function of the store and its timers,
         so running it would change nothing (the same result, only faster).
         """
-        now = self.loop.now
-        if self.store.revision == self._settled_revision and (self._due is None or now < self._due):
+        due = self._due
+        if self.store.revision == self._settled_revision and (due is None or self.loop.now < due):
             self.ticks_skipped += 1
             return
         self._due = None

@@ -96,12 +96,14 @@ class EventLoop:
                 return
             action()
             # `after(period_s, tick, name)` without its checks and handle: the next run is
-            # never in the past, and a series is cancelled through its own handle.
+            # never in the past, and a series is cancelled through its own handle. The
+            # series' one queued event is the one running now (out of the queue, and no
+            # handle names it), so it goes back in with its new time and sequence.
             self._seq += 1
-            event = _Event(self._now + period, self._seq, name, tick)
+            event.at, event.seq = self._now + period, self._seq
             heapq.heappush(queue, (event.at, event.seq, event))
 
-        self.after(first_after_s, tick, name)
+        event = self.after(first_after_s, tick, name)._event
         return handle
 
     def run_until(self, until: datetime) -> None:
