@@ -17,6 +17,7 @@ gets `PodScheduled=False, reason Unschedulable`.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Container, Mapping, Sequence
 from functools import partial
@@ -85,9 +86,8 @@ class KubeScheduler:
         if len(selected) < len(nodes):
             # `node_filter` says this first of every node the nodeSelector does not admit.
             reasons[SELECTOR_MISMATCH] += len(nodes) - len(selected)
-        for node in selected:
+        for node, reason in zip(selected, index.node_filter(selected, spec), strict=True):
             name = node["metadata"]["name"]
-            reason = node_filter(node, spec)
             if reason is None and not kube_scoring.required_affinity_matches(node, spec):
                 reason = "node(s) didn't match Pod's node affinity/selector"
             if reason is None and any(
@@ -359,6 +359,21 @@ class NodeIndex:
         self.nodes = nodes
         self.revision = revision
         self._by_key: dict[str, dict[object, list[Obj]]] = {}
+        #: `node_filter`'s reason per node name, per what it reads of a pod (`_filter_inputs`).
+        self._reasons: dict[str, dict[str, str | None]] = {}
+
+    def node_filter(self, nodes: Sequence[Obj], pod_spec: Mapping[str, Any]) -> list[str | None]:
+        """`node_filter(node, pod_spec)` of each of `nodes` (nodes of this listing),
+        remembered per node and per what the filter reads of the pod: the pods of one
+        workload ask it of the same nodes, and the listing changes only with the Nodes."""
+        known = self._reasons.setdefault(_filter_inputs(pod_spec), {})
+        out: list[str | None] = []
+        for node in nodes:
+            name = node["metadata"]["name"]
+            if name not in known:
+                known[name] = node_filter(node, pod_spec)
+            out.append(known[name])
+        return out
 
     def selected(self, selector: Mapping[str, Any]) -> Sequence[Obj]:
         """The nodes whose labels hold every (key, value) of `selector`, in order (what
@@ -376,6 +391,13 @@ class NodeIndex:
                 by_value[(node["metadata"].get("labels") or {}).get(key)].append(node)
         found = by_value.get(value, [])
         return found if len(items) == 1 else [n for n in found if _holds(n, items[1:])]
+
+
+def _filter_inputs(pod_spec: Mapping[str, Any]) -> str:
+    """What `node_filter` reads of a pod (its nodeSelector and tolerations), as canonical
+    JSON."""
+    read = [pod_spec.get("nodeSelector"), pod_spec.get("tolerations")]
+    return json.dumps(read, sort_keys=True, separators=(",", ":"))
 
 
 def _holds(node: Obj, items: Sequence[tuple[str, Any]]) -> bool:
