@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final
 
@@ -54,16 +54,18 @@ class ClusterAutoscaler:
         self._last_scan: datetime | None = None
         self._has_unschedulable = False
 
-    def run(self, has_unschedulable: bool) -> datetime | None:
+    def run(self, has_unschedulable: Callable[[], bool]) -> datetime | None:
         """Scan if a scan is due; return when the cluster must tick again for the next one
         (None: a scan would find nothing to do).
 
         The autoscaler keeps its own cadence, as the real one scans every 10s whatever else
         happens: the next scan is due whenever one could act, which this tick's state says
-        (`has_unschedulable`: some pod is Unschedulable now, possibly since the last scan),
-        not only the last scan's. A cluster otherwise quiet is woken for it."""
+        (`has_unschedulable()`: some pod is Unschedulable now, possibly since the last scan;
+        asked only of an autoscaling cluster), not only the last scan's. A cluster otherwise
+        quiet is woken for it."""
         if not self.behaviour.is_autoscaling:
             return None
+        is_waiting = has_unschedulable()  # as this tick left it, before the scan
         if (
             self._last_scan is None
             or (self.loop.now - self._last_scan).total_seconds() >= self.behaviour.autoscaler_scan_s
@@ -71,7 +73,7 @@ class ClusterAutoscaler:
             self._last_scan = self.loop.now
             self._scan()
         if (
-            has_unschedulable
+            is_waiting
             or self._has_unschedulable
             or self._idle_since
             or any(self._provisioning.values())

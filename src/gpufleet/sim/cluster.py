@@ -299,7 +299,7 @@ class WorkloadCluster:
         self._node_lifecycle()
         self._scheduler()
         self._kubelet()
-        wake = self.autoscaler.run(self._has_unschedulable())
+        wake = self.autoscaler.run(self._has_unschedulable)
         if wake is not None:
             self._wake_at(wake)
 
