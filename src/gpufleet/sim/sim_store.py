@@ -134,6 +134,9 @@ class SimStore(MemoryStore):
         again each time cost more than the rest of its pass."""
         revision = self.kind_revision(RESOURCE_CLAIM)
         if self._taken[0] != revision:
+            # Most claim writes take or free no device (a claim made, `reservedFor`): the
+            # set is made again only when a device came to be held or stopped being held.
+            moved = False
             for change in self.changes_after(self._taken_cursor):
                 if change.kind != RESOURCE_CLAIM:
                     continue
@@ -142,6 +145,7 @@ class SimStore(MemoryStore):
                     self._taken_count[device] -= 1
                     if not self._taken_count[device]:
                         del self._taken_count[device]
+                        moved = True
                 if change.type is ChangeType.DELETED:
                     continue
                 devices = tuple(dra.taken_devices([change.obj]))
@@ -149,10 +153,12 @@ class SimStore(MemoryStore):
                     self._claim_devices[key] = devices
                     for device in devices:
                         self._taken_count[device] += 1
+                        moved = moved or self._taken_count[device] == 1
                         if self._taken_count[device] == 2:
                             self._record_double(device)
             self._taken_cursor = self.revision
-            self._taken = (revision, frozenset(self._taken_count))
+            taken = frozenset(self._taken_count) if moved else self._taken[1]
+            self._taken = (revision, taken)
         return self._taken[1]
 
     def _record_double(self, device: dra.DeviceKey) -> None:
