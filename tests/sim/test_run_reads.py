@@ -2,7 +2,8 @@
 (issue 13, B4): each against the plain computation, at every instant of a few scenarios.
 
 - `SimStore.unschedulable_pods` (an index kept as pods are written) against a scan of every
-  pod with `is_unschedulable`.
+  pod with `is_unschedulable`, and `SimStore.nodes_with_pods` (the scheduler takes any other
+  node's load as that of no pod) against the nodes the pods name.
 - `FleetState.truth`, kept across instants by the revisions of what `pool_truth` reads
   (`KeptTruth`), and `pool_truth` itself (from the cached `published_keys`), against the
   plain count over every node's published devices.
@@ -54,12 +55,17 @@ def test_cached_reads_equal_the_plain_ones_at_every_instant(name: str) -> None:
     fleet, _ = build_fleet(scenario, scenario.controller.accounting)
     run_to = timeline_runner(fleet, scenario)
     truths: dict[str, KeptTruth] = {}
-    seen_unschedulable = 0
+    seen_unschedulable = seen_bound = 0
     at_s = 0.0
     while at_s <= scenario.end_s:
         run_to(at_s)
         state = FleetState(fleet, truths)
         for cluster_name, cluster in sorted(fleet.clusters.items()):
+            bound = {
+                p["spec"]["nodeName"] for p in cluster.store.peek(POD) if p["spec"].get("nodeName")
+            }
+            assert cluster.store.nodes_with_pods() == bound
+            seen_bound += len(bound)
             scanned = [p for p in cluster.store.peek(POD) if is_unschedulable(p)]
             assert cluster.store.unschedulable_pods() == scanned
             seen_unschedulable += len(scanned)
@@ -67,3 +73,4 @@ def test_cached_reads_equal_the_plain_ones_at_every_instant(name: str) -> None:
         at_s += 7.0
     # The index held something, at least once, where pods wait for nodes.
     assert seen_unschedulable > 0 or name not in WITH_UNSCHEDULABLE
+    assert seen_bound > 0

@@ -230,8 +230,11 @@ class KubeScheduler:
 
     def _best(self, pod: Obj, nodes: Sequence[Obj], feasible: Sequence[Obj]) -> str:
         key = kube_scoring.spread_key(pod)
+        # Most nodes hold no pod: their load is that of none, made once.
+        busy, idle = self.store.nodes_with_pods(), kube_scoring.node_load([], key)
         loads = [
-            kube_scoring.node_load(self.store.pods_on(n["metadata"]["name"]), key) for n in feasible
+            kube_scoring.node_load(self.store.pods_on(name), key) if name in busy else idle
+            for name in (n["metadata"]["name"] for n in feasible)
         ]
         zone_counts = (
             self._zone_counts(pod, nodes, key)

@@ -100,6 +100,10 @@ class SimStore(MemoryStore):
         """The pods bound to `node`, in `peek` order."""
         return self.peek_indexed(POD, _BY_NODE, node)
 
+    def nodes_with_pods(self) -> set[str]:
+        """The nodes at least one pod is bound to (`pods_on` is empty for any other)."""
+        return {str(node) for node in self.indexed_values(POD, _BY_NODE)}
+
     def unschedulable_pods(self) -> list[Obj]:
         """The pods `is_unschedulable` holds for, in `peek` order: what the run's invariants
         look at every sample, among pods that are almost all running."""
