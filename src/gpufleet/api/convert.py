@@ -259,7 +259,6 @@ def _pool_status(pool: ReplicaPoolPodsStatus) -> ReplicaPoolStatus:
 
 
 def replica_from_manifest(replica: ModelReplica) -> Replica:
-    status = replica.status
     meta = replica.metadata
     # It lives in its cluster's hub namespace; scheduling knows it by its deployment's.
     namespace, name = replica_origin(
@@ -297,13 +296,19 @@ def replica_from_manifest(replica: ModelReplica) -> Replica:
             for e in replica.spec.engines
         ),
         generation=replica.metadata.generation or 1,
-        status=ReplicaStatus(
-            pods_scheduled=is_condition_true(status.conditions, MODEL_PODS_SCHEDULED),
-            observed_generation=status.observed_generation,
-            pools=tuple(_pool_status(p) for p in status.pools),
-        )
-        if status
-        else ReplicaStatus(),
+        status=replica_status_from_manifest(replica),
+    )
+
+
+def replica_status_from_manifest(replica: ModelReplica) -> ReplicaStatus:
+    """The `status` of `replica_from_manifest(replica)` (what a status write changes of it)."""
+    status = replica.status
+    if not status:
+        return ReplicaStatus()
+    return ReplicaStatus(
+        pods_scheduled=is_condition_true(status.conditions, MODEL_PODS_SCHEDULED),
+        observed_generation=status.observed_generation,
+        pools=tuple(_pool_status(p) for p in status.pools),
     )
 
 

@@ -39,6 +39,7 @@ from gpufleet.api import (
     parse_object,
     parse_status_change,
     replica_from_manifest,
+    replica_status_from_manifest,
     validate,
 )
 from gpufleet.cel import CelCompileError
@@ -115,23 +116,29 @@ def check_deployment(obj: ReadObj) -> Deployment | list[FieldError]:
 
 def read_replica(obj: ReadObj) -> tuple[Replica | None, str]:
     """A replica object as scheduling reads it, and the error that keeps it from being read."""
-    core, error, _ = _read_replica_model(obj, None)
+    core, error, _ = _read_replica_model(obj, None, ())
     return core, error
 
 
 def _read_replica_model(
-    obj: ReadObj, last: tuple[ReadObj, ModelReplica] | None
+    obj: ReadObj,
+    last: tuple[ReadObj, ModelReplica, Replica] | None,
+    signature: tuple[object, ...],
 ) -> tuple[Replica | None, str, ModelReplica | None]:
-    """`read_replica`, and the validated replica; after a status write to `last` (its body
-    and validated replica), only the status and metadata are validated again
-    (`parse_status_change`)."""
+    """`read_replica` signed with `signature`, and the validated replica. After a status write
+    to `last` (its body, validated replica and core Replica) only the status and metadata are
+    validated again (`parse_status_change`), and only the status is converted again: the rest
+    of the core Replica is read from the spec and metadata, which it did not change."""
     try:
-        replica = parse_status_change(*last, obj) if last is not None else None
-        if replica is None:
-            replica = parse_object(obj)
+        replica = parse_status_change(last[0], last[1], obj) if last is not None else None
+        if isinstance(replica, ModelReplica) and last is not None:
+            status = replica_status_from_manifest(replica)
+            return dataclasses.replace(last[2], status=status, signature=signature), "", replica
+        replica = parse_object(obj)
         if not isinstance(replica, ModelReplica):
             return None, "", None
-        return replica_from_manifest(replica), "", replica
+        core = replica_from_manifest(replica)
+        return (dataclasses.replace(core, signature=signature) if signature else core), "", replica
     except (ValidationFailed, ValueError, CelCompileError) as e:
         return None, f"ModelReplica {name_of(obj)}: {e}", None
 
@@ -315,14 +322,14 @@ def _read_deployment(obj: ReadObj, last: Record | None) -> object:
 
 def _read_replica(obj: ReadObj, last: Record | None) -> object:
     """`read_replica`, the core's Replica signed with (uid, resourceVersion), and the
-    validated replica (the next version's status write validates only what it changed)."""
+    validated replica (the next version's status write validates and converts only what it
+    changed)."""
     known = None
-    if last is not None and last.parsed[2] is not None:
-        known = (last.obj, last.parsed[2])
-    core, error, model = _read_replica_model(obj, known)
-    if core is None:
-        return core, error, model
-    return dataclasses.replace(core, signature=_version_signature(obj)), error, model
+    if last is not None:
+        core, _, model = last.parsed
+        if core is not None and model is not None:
+            known = (last.obj, model, core)
+    return _read_replica_model(obj, known, _version_signature(obj))
 
 
 def _read_observation(obj: ReadObj, last: Record | None) -> object:
