@@ -147,7 +147,10 @@ def cluster_from_manifest(
     cluster: InferenceCluster,
     classes: Mapping[str, InferenceClass],
     config: SchedulingConfig,
+    signature: tuple[object, ...] = (),
 ) -> Cluster:
+    """The cluster as the core reads it; each pool signed with `signature` (what it was
+    converted from, for the core's reuse across calls) and its name, when one is given."""
     status = cluster.status
     published: dict[str, GpuPoolStatus] = {p.name: p for p in status.gpu_pools} if status else {}
     pools: list[Pool] = []
@@ -171,6 +174,7 @@ def cluster_from_manifest(
                 max_node_count=spec.max_node_count,
                 min_node_count=spec.min_node_count,
                 observation=observation,
+                signature=(*signature, spec.name) if signature else (),
             )
         )
     return Cluster(

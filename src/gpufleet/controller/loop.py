@@ -150,13 +150,6 @@ def _put(table: dict[Key, Any], key: Key, value: object) -> None:
         table[key] = value
 
 
-def _signed(cluster: Cluster, signature: tuple[object, ...]) -> Cluster:
-    """`cluster` with each pool signed by what it was converted from (the cluster object's
-    signature, the classes) and its name, for the core's reuse across calls."""
-    pools = tuple(dataclasses.replace(p, signature=(*signature, p.name)) for p in cluster.pools)
-    return dataclasses.replace(cluster, pools=pools)
-
-
 def _untimed(cluster: Cluster) -> Cluster:
     """`cluster` without its report times: the core reads those only through the cluster's
     freshness (`cluster_freshness`), which the step compares on its own (`_freshness`)."""
@@ -659,7 +652,7 @@ class Controller(DecisionWriter):
             signature = (record.signature if record else (), signature_classes, config)
             known = self._core.get(name)
             if known is None or known[0] != signature:
-                core = _signed(cluster_from_manifest(parsed, typed, config), signature[:2])
+                core = cluster_from_manifest(parsed, typed, config, signature[:2])
                 untimed = _untimed(core)
                 if known is None or known[2] != untimed:
                     self._dirty.schedule = True
