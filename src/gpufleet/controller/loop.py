@@ -283,8 +283,9 @@ class Controller(DecisionWriter):
         self._fresh_due: datetime | None = None
         self._dirty = _Dirty()
         self._clusters: dict[str, _ClusterState] = {}
-        #: Per cluster: (resourceVersion, classes) converted with, the core Cluster, untimed.
-        self._core: dict[str, tuple[tuple[object, ...], Cluster, Cluster]] = {}
+        #: Per cluster: (resourceVersion, classes) converted with, the core Cluster, and the
+        #: same untimed (None: not needed yet, `_update_cores`).
+        self._core: dict[str, tuple[tuple[object, ...], Cluster, Cluster | None]] = {}
         #: The last decision, the clusters and freshness it was made with, and its numbers.
         self._decision: Decision | None = None
         self._scheduled_with: dict[str, tuple[object, ...]] | None = None
@@ -653,9 +654,14 @@ class Controller(DecisionWriter):
             known = self._core.get(name)
             if known is None or known[0] != signature:
                 core = cluster_from_manifest(parsed, typed, config, signature[:2])
-                untimed = _untimed(core)
-                if known is None or known[2] != untimed:
+                untimed = None
+                if known is None:
                     self._dirty.schedule = True
+                elif not self._dirty.schedule:  # (else the comparison would change nothing)
+                    untimed = _untimed(core)
+                    was = known[2] if known[2] is not None else _untimed(known[1])
+                    if was != untimed:
+                        self._dirty.schedule = True
                 known = (signature, core, untimed)
                 self._core[name] = known
             self._reported[name] = _reported(known[1], self.trusts.get(name))
