@@ -337,22 +337,31 @@ def _read_observation(obj: ReadObj, last: Record | None) -> object:
     return read_observation(obj, (last.obj, last.parsed) if last is not None else None)
 
 
-#: The kinds whose status writes validate only what they change (`parse_status_change`).
-_STATUS_WRITTEN: Final = (INFERENCE_CLUSTER, MODEL_REPLICA)
+#: How a kind's read uses the last record (`HubIndex.put`): not at all; when the last record
+#: was read (a status write validates only what it changed, `parse_status_change`); always
+#: (an observation's heartbeat keeps the last report: the last is read now, not kept alive).
+_NO_LAST: Final = 0
+_LAST_IF_READ: Final = 1
+_LAST: Final = 2
 
-#: Per kind: the signature a parse is kept by, and the parse (given the last record).
+#: Per kind: the signature a parse is kept by, the parse (given the last record), and how it
+#: uses the last record.
 _READERS: Final[
     dict[
         Kind,
-        tuple[Callable[[ReadObj], tuple[object, ...]], Callable[[ReadObj, Record | None], object]],
+        tuple[
+            Callable[[ReadObj], tuple[object, ...]],
+            Callable[[ReadObj, Record | None], object],
+            int,
+        ],
     ]
 ] = {
-    INFERENCE_CLASS: (_version_signature, _read_class_or_cluster),
-    INFERENCE_CLUSTER: (_version_signature, _read_class_or_cluster),
-    MODEL_DEPLOYMENT: (_deployment_signature, _read_deployment),
-    MODEL_REPLICA: (_version_signature, _read_replica),
-    POOL_OBSERVATION: (_version_signature, _read_observation),
-    REPLICA_OBSERVATION: (_version_signature, _read_observation),
+    INFERENCE_CLASS: (_version_signature, _read_class_or_cluster, _NO_LAST),
+    INFERENCE_CLUSTER: (_version_signature, _read_class_or_cluster, _LAST_IF_READ),
+    MODEL_DEPLOYMENT: (_deployment_signature, _read_deployment, _NO_LAST),
+    MODEL_REPLICA: (_version_signature, _read_replica, _LAST_IF_READ),
+    POOL_OBSERVATION: (_version_signature, _read_observation, _LAST),
+    REPLICA_OBSERVATION: (_version_signature, _read_observation, _LAST),
 }
 
 
@@ -456,21 +465,18 @@ class HubIndex:
     def put(self, kind: Kind, key: Key, obj: ReadObj, *, force: bool = False) -> Record:
         """Make `obj` the effective object at `key`, read again unless its signature is the
         last record's (`force`: read again anyway, for an object not as stored)."""
-        signature_of, read = _READERS[kind]
+        signature_of, read, uses_last = _READERS[kind]
         signature = signature_of(obj)
-        last = self.records[kind].get(key)
+        records = self.records[kind]
+        last = records.get(key)
         if not force and last is not None and last.signature == signature:
             record = Record.kept(obj, last)
         else:
-            # A heartbeat reads the last version's report: it is read now, not kept alive.
-            is_observation = kind in (POOL_OBSERVATION, REPLICA_OBSERVATION)
-            if last is not None and is_observation:
+            if last is not None and uses_last == _LAST:
                 last.parsed  # noqa: B018
-            # A cluster's or replica's status write reuses the last version's parse, when
-            # it was read.
-            is_reused = is_observation or (kind in _STATUS_WRITTEN and _is_read(last))
+            is_reused = uses_last == _LAST or (uses_last == _LAST_IF_READ and _is_read(last))
             record = Record(obj, signature, read, last if is_reused else None, self._reads)
-        self.records[kind][key] = record
+        records[key] = record
         return record
 
     @property
