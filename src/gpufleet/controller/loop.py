@@ -46,7 +46,7 @@ import itertools
 import logging
 import operator
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -281,6 +281,10 @@ class Controller(DecisionWriter):
         #: Each cluster's freshness as the decision reads it, and when one may move.
         self._fresh: dict[str, tuple[object, ...]] = {}
         self._fresh_due: datetime | None = None
+        #: Per cluster: when its Fresh state crosses into Stale (None: never by time alone),
+        #: and whether it ages (a quoted age moves every step); the clusters to compute again.
+        self._fresh_times: dict[str, tuple[datetime | None, bool]] = {}
+        self._fresh_moved: set[str] = set()
         self._dirty = _Dirty()
         self._clusters: dict[str, _ClusterState] = {}
         #: Per cluster: (resourceVersion, classes) converted with, the core Cluster, and the
@@ -638,7 +642,7 @@ class Controller(DecisionWriter):
                 typed[key[1]] = klass.parsed[0]
         signature_classes = tuple((k, version_of(v)) for k, v in classes.items())
         records = self.index.records[INFERENCE_CLUSTER]
-        self._fresh_due = None  # the freshness of some cluster may have moved
+        self._fresh_moved |= names  # their freshness may have moved
         for name in names:
             record = records.get(("", name))
             parsed, error = record.parsed if record is not None else (None, "")
@@ -668,25 +672,36 @@ class Controller(DecisionWriter):
 
     def _freshness(self, now: datetime, config: SchedulingConfig) -> dict[str, tuple[object, ...]]:
         """What the decision reads of `now`: each cluster's freshness state, and its age
-        where a reason quotes it (Stale, Expired). Computed again only when a cluster's
-        reports moved, a state may have crossed (`_fresh_due`), or an age is quoted."""
-        due = self._fresh_due
-        if due is not None and now < due:
+        where a reason quotes it (Stale, Expired). Computed again for the clusters whose
+        reports moved (`_fresh_moved`), and for all when a state may have crossed
+        (`_fresh_due`) or an age is quoted."""
+        due, moved = self._fresh_due, self._fresh_moved
+        if due is not None and now < due and not moved:
             return self._fresh
-        fresh: dict[str, tuple[object, ...]] = {}
-        next_due: datetime | None = None
-        is_aging = False
-        for name, cluster in self._reported.items():
+        if due is not None and now < due:
+            names: Iterable[str] = moved
+            fresh = dict(self._fresh)  # a new dict: the last decision keeps the one it read
+        else:
+            names, fresh, self._fresh_times = list(self._reported), {}, {}
+        for name in names:
+            cluster = self._reported.get(name)
+            if cluster is None:
+                fresh.pop(name, None)
+                self._fresh_times.pop(name, None)
+                continue
             state = cluster_freshness(cluster, now, config)
             quoted = state.state in (ObservationState.STALE, ObservationState.EXPIRED)
             fresh[name] = (state.state, state.age_s if quoted else None)
-            is_aging = is_aging or (quoted and state.age_s is not None)
             last = _last_report(cluster)
+            crossing = None
             if state.state is ObservationState.FRESH and last is not None:
                 crossing = last + timedelta(seconds=config.stale_after_s)
-                next_due = crossing if next_due is None else min(next_due, crossing)
-        self._fresh = fresh
-        self._fresh_due = None if is_aging else (next_due or _NEVER)
+            self._fresh_times[name] = (crossing, quoted and state.age_s is not None)
+        self._fresh, self._fresh_moved = fresh, set()
+        times = self._fresh_times.values()
+        is_aging = any(aging for _, aging in times)
+        crossings = [at for at, _ in times if at is not None]
+        self._fresh_due = None if is_aging else min(crossings, default=_NEVER)
         return fresh
 
     def _schedule(self, classes: Mapping[str, ReadObj], now: datetime, result: StepResult) -> None:
