@@ -13,7 +13,8 @@ Model.
 - Each effective object is parsed once per version into what the step needs of it (`Record`):
   classes, clusters and replicas by (uid, resourceVersion), where a cluster or replica version
   that differs from the last read one only in its status (the controller's own status
-  writes) validates only its status and metadata (`parse_status_change`);
+  writes) validates only its status and metadata (`parse_status_change`), and a replica's
+  converts only its status for the core (`replica_status_from_manifest`);
   deployments by (uid, generation) and the metadata the check reads (a status write does not
   check a deployment again); observations by (uid, resourceVersion), where a version that differs
   from the last only in `status.observedAt` (a heartbeat) keeps the last report at the new time.
