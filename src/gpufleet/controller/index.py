@@ -524,7 +524,7 @@ class Receipts:
         if record is None or read is None or read.report is None:
             self._at.pop(at, None)
             return read
-        version = _version_signature(record.obj)
+        version = record.signature  # (uid, resourceVersion): an observation's reader's
         seen = self._at.get(at)
         if seen is None or seen[0] != version:
             seen = self._at[at] = (version, now)
