@@ -133,6 +133,16 @@ def test_cluster_with_observation() -> None:
     )
 
 
+def test_a_signature_signs_each_pool_with_its_name_and_changes_nothing_else() -> None:
+    classes = {"h100-8x": parsed_class(inference_class())}
+    parsed = parsed_cluster(ready_cluster(bucket(3)))
+    plain = cluster_from_manifest(parsed, classes, SchedulingConfig())
+    signed = cluster_from_manifest(parsed, classes, SchedulingConfig(), ("uid", "7"))
+    assert signed == plain
+    assert [p.signature for p in plain.pools] == [()]
+    assert [p.signature for p in signed.pools] == [("uid", "7", "h100")]
+
+
 def test_published_devices_win_over_the_class() -> None:
     body = edited(
         inference_cluster(

@@ -13,6 +13,7 @@ from gpufleet.api.convert import (
     deployment_from_manifest,
     device_from_spec,
     replica_from_manifest,
+    replica_status_from_manifest,
     snapshot_from_manifests,
 )
 from gpufleet.api.errors import FieldError, LimitExceeded, ManifestsInvalid, ValidationFailed
@@ -65,6 +66,7 @@ __all__ = [
     "parse_status_change",
     "read_bounded",
     "replica_from_manifest",
+    "replica_status_from_manifest",
     "snapshot_from_manifests",
     "validate",
 ]

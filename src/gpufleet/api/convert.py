@@ -147,7 +147,10 @@ def cluster_from_manifest(
     cluster: InferenceCluster,
     classes: Mapping[str, InferenceClass],
     config: SchedulingConfig,
+    signature: tuple[object, ...] = (),
 ) -> Cluster:
+    """The cluster as the core reads it; each pool signed with `signature` (what it was
+    converted from, for the core's reuse across calls) and its name, when one is given."""
     status = cluster.status
     published: dict[str, GpuPoolStatus] = {p.name: p for p in status.gpu_pools} if status else {}
     pools: list[Pool] = []
@@ -171,6 +174,7 @@ def cluster_from_manifest(
                 max_node_count=spec.max_node_count,
                 min_node_count=spec.min_node_count,
                 observation=observation,
+                signature=(*signature, spec.name) if signature else (),
             )
         )
     return Cluster(
@@ -259,7 +263,6 @@ def _pool_status(pool: ReplicaPoolPodsStatus) -> ReplicaPoolStatus:
 
 
 def replica_from_manifest(replica: ModelReplica) -> Replica:
-    status = replica.status
     meta = replica.metadata
     # It lives in its cluster's hub namespace; scheduling knows it by its deployment's.
     namespace, name = replica_origin(
@@ -297,13 +300,19 @@ def replica_from_manifest(replica: ModelReplica) -> Replica:
             for e in replica.spec.engines
         ),
         generation=replica.metadata.generation or 1,
-        status=ReplicaStatus(
-            pods_scheduled=is_condition_true(status.conditions, MODEL_PODS_SCHEDULED),
-            observed_generation=status.observed_generation,
-            pools=tuple(_pool_status(p) for p in status.pools),
-        )
-        if status
-        else ReplicaStatus(),
+        status=replica_status_from_manifest(replica),
+    )
+
+
+def replica_status_from_manifest(replica: ModelReplica) -> ReplicaStatus:
+    """The `status` of `replica_from_manifest(replica)` (what a status write changes of it)."""
+    status = replica.status
+    if not status:
+        return ReplicaStatus()
+    return ReplicaStatus(
+        pods_scheduled=is_condition_true(status.conditions, MODEL_PODS_SCHEDULED),
+        observed_generation=status.observed_generation,
+        pools=tuple(_pool_status(p) for p in status.pools),
     )
 
 

@@ -296,7 +296,7 @@ def _breaks_length_bound(metadata: list[Any], raw: object) -> bool:
 # `cls.model_validate` builds, as every `check` passed (tests/api/test_fast_validation.py).
 
 _PLAIN: dict[type[ApiModel], SchemaValidator] = {}
-_WALKED: dict[type[ApiModel], tuple[str, ...]] = {}
+_WALKED: dict[type[ApiModel], tuple[bool, tuple[str, ...]]] = {}
 
 
 def validate_model(cls: type[M], data: object, context: Mapping[str, Any]) -> M:
@@ -338,20 +338,17 @@ def _strip_rules(schema: Any) -> Any:
 def _check_all(obj: ApiModel, rules: Rules) -> None:
     """Run `check` of `obj` and of every model inside it (they are all well-formed)."""
     cls = type(obj)
-    if cls.check is not ApiModel.check:
+    walk = _WALKED.get(cls)
+    if walk is None:
+        walk = _WALKED[cls] = _walk_of(cls)
+    has_check, fields = walk
+    if has_check:
         obj.check(rules)
-    fields = _WALKED.get(cls)
-    if fields is None:
-        fields = _WALKED[cls] = tuple(
-            name
-            for name, field in cls.model_fields.items()
-            if _may_hold_checked(field.annotation, frozenset())
-        )
     for name in fields:
         value = getattr(obj, name)
         if isinstance(value, ApiModel):
             _check_all(value, rules)
-        elif isinstance(value, list | tuple):
+        elif isinstance(value, _SEQUENCES):
             for item in value:
                 if isinstance(item, ApiModel):
                     _check_all(item, rules)
@@ -359,6 +356,19 @@ def _check_all(obj: ApiModel, rules: Rules) -> None:
             for item in value.values():
                 if isinstance(item, ApiModel):
                     _check_all(item, rules)
+
+
+_SEQUENCES: Final = (list, tuple)
+
+
+def _walk_of(cls: type[ApiModel]) -> tuple[bool, tuple[str, ...]]:
+    """Whether `cls` has rules of its own, and its fields that may hold a model with some."""
+    fields = tuple(
+        name
+        for name, field in cls.model_fields.items()
+        if _may_hold_checked(field.annotation, frozenset())
+    )
+    return cls.check is not ApiModel.check, fields
 
 
 def _may_hold_checked(annotation: object, seen: frozenset[object]) -> bool:

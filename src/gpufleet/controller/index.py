@@ -13,7 +13,8 @@ Model.
 - Each effective object is parsed once per version into what the step needs of it (`Record`):
   classes, clusters and replicas by (uid, resourceVersion), where a cluster or replica version
   that differs from the last read one only in its status (the controller's own status
-  writes) validates only its status and metadata (`parse_status_change`);
+  writes) validates only its status and metadata (`parse_status_change`), and a replica's
+  converts only its status for the core (`replica_status_from_manifest`);
   deployments by (uid, generation) and the metadata the check reads (a status write does not
   check a deployment again); observations by (uid, resourceVersion), where a version that differs
   from the last only in `status.observedAt` (a heartbeat) keeps the last report at the new time.
@@ -39,6 +40,7 @@ from gpufleet.api import (
     parse_object,
     parse_status_change,
     replica_from_manifest,
+    replica_status_from_manifest,
     validate,
 )
 from gpufleet.cel import CelCompileError
@@ -115,23 +117,29 @@ def check_deployment(obj: ReadObj) -> Deployment | list[FieldError]:
 
 def read_replica(obj: ReadObj) -> tuple[Replica | None, str]:
     """A replica object as scheduling reads it, and the error that keeps it from being read."""
-    core, error, _ = _read_replica_model(obj, None)
+    core, error, _ = _read_replica_model(obj, None, ())
     return core, error
 
 
 def _read_replica_model(
-    obj: ReadObj, last: tuple[ReadObj, ModelReplica] | None
+    obj: ReadObj,
+    last: tuple[ReadObj, ModelReplica, Replica] | None,
+    signature: tuple[object, ...],
 ) -> tuple[Replica | None, str, ModelReplica | None]:
-    """`read_replica`, and the validated replica; after a status write to `last` (its body
-    and validated replica), only the status and metadata are validated again
-    (`parse_status_change`)."""
+    """`read_replica` signed with `signature`, and the validated replica. After a status write
+    to `last` (its body, validated replica and core Replica) only the status and metadata are
+    validated again (`parse_status_change`), and only the status is converted again: the rest
+    of the core Replica is read from the spec and metadata, which it did not change."""
     try:
-        replica = parse_status_change(*last, obj) if last is not None else None
-        if replica is None:
-            replica = parse_object(obj)
+        replica = parse_status_change(last[0], last[1], obj) if last is not None else None
+        if isinstance(replica, ModelReplica) and last is not None:
+            status = replica_status_from_manifest(replica)
+            return dataclasses.replace(last[2], status=status, signature=signature), "", replica
+        replica = parse_object(obj)
         if not isinstance(replica, ModelReplica):
             return None, "", None
-        return replica_from_manifest(replica), "", replica
+        core = replica_from_manifest(replica)
+        return (dataclasses.replace(core, signature=signature) if signature else core), "", replica
     except (ValidationFailed, ValueError, CelCompileError) as e:
         return None, f"ModelReplica {name_of(obj)}: {e}", None
 
@@ -168,7 +176,8 @@ def _is_heartbeat(old: ReadObj, new: ReadObj) -> bool:
         and old_meta.get("annotations") == new_meta.get("annotations")
         and old_meta.get("deletionTimestamp") == new_meta.get("deletionTimestamp")
         and old_status.keys() == new_status.keys()
-        and all(v == old_status[k] for k, v in new_status.items() if k != "observedAt")
+        # (Compared as whole dicts, at C speed: the stamps set alike on both sides.)
+        and {**old_status, "observedAt": None} == {**new_status, "observedAt": None}
     )
 
 
@@ -315,36 +324,45 @@ def _read_deployment(obj: ReadObj, last: Record | None) -> object:
 
 def _read_replica(obj: ReadObj, last: Record | None) -> object:
     """`read_replica`, the core's Replica signed with (uid, resourceVersion), and the
-    validated replica (the next version's status write validates only what it changed)."""
+    validated replica (the next version's status write validates and converts only what it
+    changed)."""
     known = None
-    if last is not None and last.parsed[2] is not None:
-        known = (last.obj, last.parsed[2])
-    core, error, model = _read_replica_model(obj, known)
-    if core is None:
-        return core, error, model
-    return dataclasses.replace(core, signature=_version_signature(obj)), error, model
+    if last is not None:
+        core, _, model = last.parsed
+        if core is not None and model is not None:
+            known = (last.obj, model, core)
+    return _read_replica_model(obj, known, _version_signature(obj))
 
 
 def _read_observation(obj: ReadObj, last: Record | None) -> object:
     return read_observation(obj, (last.obj, last.parsed) if last is not None else None)
 
 
-#: The kinds whose status writes validate only what they change (`parse_status_change`).
-_STATUS_WRITTEN: Final = (INFERENCE_CLUSTER, MODEL_REPLICA)
+#: How a kind's read uses the last record (`HubIndex.put`): not at all; when the last record
+#: was read (a status write validates only what it changed, `parse_status_change`); always
+#: (an observation's heartbeat keeps the last report: the last is read now, not kept alive).
+_NO_LAST: Final = 0
+_LAST_IF_READ: Final = 1
+_LAST: Final = 2
 
-#: Per kind: the signature a parse is kept by, and the parse (given the last record).
+#: Per kind: the signature a parse is kept by, the parse (given the last record), and how it
+#: uses the last record.
 _READERS: Final[
     dict[
         Kind,
-        tuple[Callable[[ReadObj], tuple[object, ...]], Callable[[ReadObj, Record | None], object]],
+        tuple[
+            Callable[[ReadObj], tuple[object, ...]],
+            Callable[[ReadObj, Record | None], object],
+            int,
+        ],
     ]
 ] = {
-    INFERENCE_CLASS: (_version_signature, _read_class_or_cluster),
-    INFERENCE_CLUSTER: (_version_signature, _read_class_or_cluster),
-    MODEL_DEPLOYMENT: (_deployment_signature, _read_deployment),
-    MODEL_REPLICA: (_version_signature, _read_replica),
-    POOL_OBSERVATION: (_version_signature, _read_observation),
-    REPLICA_OBSERVATION: (_version_signature, _read_observation),
+    INFERENCE_CLASS: (_version_signature, _read_class_or_cluster, _NO_LAST),
+    INFERENCE_CLUSTER: (_version_signature, _read_class_or_cluster, _LAST_IF_READ),
+    MODEL_DEPLOYMENT: (_deployment_signature, _read_deployment, _NO_LAST),
+    MODEL_REPLICA: (_version_signature, _read_replica, _LAST_IF_READ),
+    POOL_OBSERVATION: (_version_signature, _read_observation, _LAST),
+    REPLICA_OBSERVATION: (_version_signature, _read_observation, _LAST),
 }
 
 
@@ -448,21 +466,18 @@ class HubIndex:
     def put(self, kind: Kind, key: Key, obj: ReadObj, *, force: bool = False) -> Record:
         """Make `obj` the effective object at `key`, read again unless its signature is the
         last record's (`force`: read again anyway, for an object not as stored)."""
-        signature_of, read = _READERS[kind]
+        signature_of, read, uses_last = _READERS[kind]
         signature = signature_of(obj)
-        last = self.records[kind].get(key)
+        records = self.records[kind]
+        last = records.get(key)
         if not force and last is not None and last.signature == signature:
             record = Record.kept(obj, last)
         else:
-            # A heartbeat reads the last version's report: it is read now, not kept alive.
-            is_observation = kind in (POOL_OBSERVATION, REPLICA_OBSERVATION)
-            if last is not None and is_observation:
+            if last is not None and uses_last == _LAST:
                 last.parsed  # noqa: B018
-            # A cluster's or replica's status write reuses the last version's parse, when
-            # it was read.
-            is_reused = is_observation or (kind in _STATUS_WRITTEN and _is_read(last))
+            is_reused = uses_last == _LAST or (uses_last == _LAST_IF_READ and _is_read(last))
             record = Record(obj, signature, read, last if is_reused else None, self._reads)
-        self.records[kind][key] = record
+        records[key] = record
         return record
 
     @property
@@ -509,7 +524,7 @@ class Receipts:
         if record is None or read is None or read.report is None:
             self._at.pop(at, None)
             return read
-        version = _version_signature(record.obj)
+        version = record.signature  # (uid, resourceVersion): an observation's reader's
         seen = self._at.get(at)
         if seen is None or seen[0] != version:
             seen = self._at[at] = (version, now)

@@ -46,7 +46,7 @@ import itertools
 import logging
 import operator
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -150,13 +150,6 @@ def _put(table: dict[Key, Any], key: Key, value: object) -> None:
         table[key] = value
 
 
-def _signed(cluster: Cluster, signature: tuple[object, ...]) -> Cluster:
-    """`cluster` with each pool signed by what it was converted from (the cluster object's
-    signature, the classes) and its name, for the core's reuse across calls."""
-    pools = tuple(dataclasses.replace(p, signature=(*signature, p.name)) for p in cluster.pools)
-    return dataclasses.replace(cluster, pools=pools)
-
-
 def _untimed(cluster: Cluster) -> Cluster:
     """`cluster` without its report times: the core reads those only through the cluster's
     freshness (`cluster_freshness`), which the step compares on its own (`_freshness`)."""
@@ -172,6 +165,9 @@ def _untimed(cluster: Cluster) -> Cluster:
 def _replica_desire(current: ReadObj, found: tuple[AgentReport | None, bool], now: datetime) -> Obj:
     return replica_status(current, found[0], found[1], now)
 
+
+#: The core's Deployment of a `Controller._deployments` entry (mapped at C speed).
+_CORE: Final = operator.itemgetter(1)
 
 #: A due time that never comes.
 _NEVER: Final = datetime.max.replace(tzinfo=UTC)
@@ -285,10 +281,15 @@ class Controller(DecisionWriter):
         #: Each cluster's freshness as the decision reads it, and when one may move.
         self._fresh: dict[str, tuple[object, ...]] = {}
         self._fresh_due: datetime | None = None
+        #: Per cluster: when its Fresh state crosses into Stale (None: never by time alone),
+        #: and whether it ages (a quoted age moves every step); the clusters to compute again.
+        self._fresh_times: dict[str, tuple[datetime | None, bool]] = {}
+        self._fresh_moved: set[str] = set()
         self._dirty = _Dirty()
         self._clusters: dict[str, _ClusterState] = {}
-        #: Per cluster: (resourceVersion, classes) converted with, the core Cluster, untimed.
-        self._core: dict[str, tuple[tuple[object, ...], Cluster, Cluster]] = {}
+        #: Per cluster: (resourceVersion, classes) converted with, the core Cluster, and the
+        #: same untimed (None: not needed yet, `_update_cores`).
+        self._core: dict[str, tuple[tuple[object, ...], Cluster, Cluster | None]] = {}
         #: The last decision, the clusters and freshness it was made with, and its numbers.
         self._decision: Decision | None = None
         self._scheduled_with: dict[str, tuple[object, ...]] | None = None
@@ -641,7 +642,7 @@ class Controller(DecisionWriter):
                 typed[key[1]] = klass.parsed[0]
         signature_classes = tuple((k, version_of(v)) for k, v in classes.items())
         records = self.index.records[INFERENCE_CLUSTER]
-        self._fresh_due = None  # the freshness of some cluster may have moved
+        self._fresh_moved |= names  # their freshness may have moved
         for name in names:
             record = records.get(("", name))
             parsed, error = record.parsed if record is not None else (None, "")
@@ -656,35 +657,51 @@ class Controller(DecisionWriter):
             signature = (record.signature if record else (), signature_classes, config)
             known = self._core.get(name)
             if known is None or known[0] != signature:
-                core = _signed(cluster_from_manifest(parsed, typed, config), signature[:2])
-                untimed = _untimed(core)
-                if known is None or known[2] != untimed:
+                core = cluster_from_manifest(parsed, typed, config, signature[:2])
+                untimed = None
+                if known is None:
                     self._dirty.schedule = True
+                elif not self._dirty.schedule:  # (else the comparison would change nothing)
+                    untimed = _untimed(core)
+                    was = known[2] if known[2] is not None else _untimed(known[1])
+                    if was != untimed:
+                        self._dirty.schedule = True
                 known = (signature, core, untimed)
                 self._core[name] = known
             self._reported[name] = _reported(known[1], self.trusts.get(name))
 
     def _freshness(self, now: datetime, config: SchedulingConfig) -> dict[str, tuple[object, ...]]:
         """What the decision reads of `now`: each cluster's freshness state, and its age
-        where a reason quotes it (Stale, Expired). Computed again only when a cluster's
-        reports moved, a state may have crossed (`_fresh_due`), or an age is quoted."""
-        due = self._fresh_due
-        if due is not None and now < due:
+        where a reason quotes it (Stale, Expired). Computed again for the clusters whose
+        reports moved (`_fresh_moved`), and for all when a state may have crossed
+        (`_fresh_due`) or an age is quoted."""
+        due, moved = self._fresh_due, self._fresh_moved
+        if due is not None and now < due and not moved:
             return self._fresh
-        fresh: dict[str, tuple[object, ...]] = {}
-        next_due: datetime | None = None
-        is_aging = False
-        for name, cluster in self._reported.items():
+        if due is not None and now < due:
+            names: Iterable[str] = moved
+            fresh = dict(self._fresh)  # a new dict: the last decision keeps the one it read
+        else:
+            names, fresh, self._fresh_times = list(self._reported), {}, {}
+        for name in names:
+            cluster = self._reported.get(name)
+            if cluster is None:
+                fresh.pop(name, None)
+                self._fresh_times.pop(name, None)
+                continue
             state = cluster_freshness(cluster, now, config)
             quoted = state.state in (ObservationState.STALE, ObservationState.EXPIRED)
             fresh[name] = (state.state, state.age_s if quoted else None)
-            is_aging = is_aging or (quoted and state.age_s is not None)
             last = _last_report(cluster)
+            crossing = None
             if state.state is ObservationState.FRESH and last is not None:
                 crossing = last + timedelta(seconds=config.stale_after_s)
-                next_due = crossing if next_due is None else min(next_due, crossing)
-        self._fresh = fresh
-        self._fresh_due = None if is_aging else (next_due or _NEVER)
+            self._fresh_times[name] = (crossing, quoted and state.age_s is not None)
+        self._fresh, self._fresh_moved = fresh, set()
+        times = self._fresh_times.values()
+        is_aging = any(aging for _, aging in times)
+        crossings = [at for at, _ in times if at is not None]
+        self._fresh_due = None if is_aging else min(crossings, default=_NEVER)
         return fresh
 
     def _schedule(self, classes: Mapping[str, ReadObj], now: datetime, result: StepResult) -> None:
@@ -709,7 +726,7 @@ class Controller(DecisionWriter):
             self._quiet(last, result)
             return
         snapshot = Snapshot(
-            deployments=tuple(d for _, d in self._deployments.values()),
+            deployments=tuple(map(_CORE, self._deployments.values())),
             clusters=tuple(self._reported[name] for name in sorted(self._reported)),
             replicas=tuple(self._replica_cores.values()),
             config=config,
