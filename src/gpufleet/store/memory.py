@@ -9,6 +9,8 @@ from __future__ import annotations
 import bisect
 import builtins
 import functools
+import itertools
+import operator
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -44,6 +46,23 @@ def _format_time(at: datetime) -> str:
     # A function of the instant alone (its value: equal datetimes format alike), asked again
     # and again for the same one (a simulated fleet stamps many writes per instant).
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _selector_of(label_selector: str | Mapping[str, str]) -> tuple[Hashable, Selector]:
+    """The selector parsed, and its signature: the text, or the mapping's pairs in its
+    order (a selection is kept by signature, which hashes in C, unlike a parsed selector)."""
+    if isinstance(label_selector, str):
+        return label_selector, _parsed(label_selector)
+    # (An unhashable value raises TypeError here, as it does in `parse_selector`.)
+    pairs = tuple(label_selector.items())
+    return pairs, _parsed(pairs)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(signature: str | tuple[tuple[str, str], ...]) -> Selector:
+    """`parse_selector` of a selector's signature (`_selector_of`): a function of it alone,
+    asked again and again for the few selectors readers use."""
+    return parse_selector(signature if isinstance(signature, str) else dict(signature))
 
 
 #: Terms the label index answers exactly (it holds every key, and every string value).
@@ -118,7 +137,7 @@ class _Table:
         self.listing: tuple[Obj, ...] | None = None
         self.namespaces: dict[str, tuple[Obj, ...]] = {}
         self.selections: dict[
-            tuple[str | None, Selector], tuple[tuple[_ObjKey, ...], tuple[Obj, ...]]
+            tuple[str | None, Hashable], tuple[tuple[_ObjKey, ...], tuple[Obj, ...]]
         ] = {}
 
     def put(self, key: _ObjKey, obj: Obj) -> None:
@@ -190,12 +209,15 @@ class _Table:
         hi = bisect.bisect_left(self.keys, (namespace + "\0", ""), lo)
         return self.keys[lo:hi]
 
-    def selected(self, namespace: str | None, selector: Selector) -> tuple[Obj, ...]:
-        """Objects matching `selector` (see `_select`), kept as the objects change."""
-        found = self.selections.get((namespace, selector))
+    def selected(
+        self, namespace: str | None, signature: Hashable, selector: Selector
+    ) -> tuple[Obj, ...]:
+        """Objects matching `selector` (see `_select`), kept as the objects change, by
+        `signature` (the selector as the caller wrote it: `_selector_of`)."""
+        found = self.selections.get((namespace, signature))
         if found is None:
             keys = tuple(self._select(namespace, selector))
-            found = self.selections[(namespace, selector)] = (
+            found = self.selections[(namespace, signature)] = (
                 keys,
                 tuple(map(self.objects.__getitem__, keys)),
             )
@@ -258,6 +280,9 @@ class MemoryStore:
         #: Per kind, its objects (see `_Table`).
         self._tables: dict[Kind, _Table] = {}
         self._log: list[Change] = []
+        #: The same changes, per kind (each oldest first): a reader of a few kinds takes
+        #: their tails instead of filtering every change of every kind since its cursor.
+        self._kind_logs: dict[Kind, builtins.list[Change]] = {}
         self._revision = 0
         self._uid_seed = uid_seed
         self._compacted = 0
@@ -297,12 +322,16 @@ class MemoryStore:
     ) -> tuple[Obj, ...]:
         """`peek` as a tuple the store keeps until the kind's next write: the same tuple
         (no copies at all) for every view of an unchanged selection."""
-        selector = parse_selector(label_selector) if label_selector else ()
         table = self._tables.get(kind)
+        if not label_selector:
+            if table is None:
+                return ()
+            return table.all() if namespace is None else table.in_namespace(namespace)
+        signature, selector = _selector_of(label_selector)
         if table is None:
             return ()
         if selector:
-            return table.selected(namespace, selector)
+            return table.selected(namespace, signature, selector)
         return table.all() if namespace is None else table.in_namespace(namespace)
 
     def peek_one(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
@@ -347,10 +376,17 @@ class MemoryStore:
             return [], self._revision  # most reads: nothing changed since
         # The stored objects themselves, as `view` hands them out: a change's object must
         # never be mutated (the port's contract), and a stored object never changes.
-        log = self._log[self._first_after(cursor) :]
         if wanted is None:
-            return log, self._revision
-        return [c for c in log if c.kind in wanted], self._revision
+            return self._log[_first_after(self._log, cursor) :], self._revision
+        tails = []
+        for kind in wanted:
+            log = self._kind_logs.get(kind)
+            if log and log[-1].cursor > cursor:
+                tails.append(log[_first_after(log, cursor) :])
+        if len(tails) == 1:
+            return tails[0], self._revision
+        # Several kinds: their changes merged back into the feed's order (cursors are unique).
+        return sorted(itertools.chain.from_iterable(tails), key=_CURSOR), self._revision
 
     def changes_after(self, cursor: int) -> builtins.list[Change]:
         """The changes after `cursor`, oldest first, without copies (their objects are stored
@@ -361,7 +397,7 @@ class MemoryStore:
             raise Expired(f"changes before {self._compacted} were compacted")
         if cursor >= self._revision:
             return []  # most reads: nothing changed since (no search of the log)
-        return self._log[self._first_after(cursor) :]
+        return self._log[_first_after(self._log, cursor) :]
 
     @property
     def revision(self) -> int:
@@ -374,7 +410,9 @@ class MemoryStore:
 
     def compact(self, cursor: int) -> None:
         """Forget changes at or before `cursor`; reading from before it raises `Expired`."""
-        del self._log[: self._first_after(cursor)]
+        del self._log[: _first_after(self._log, cursor)]
+        for log in self._kind_logs.values():
+            del log[: _first_after(log, cursor)]
         self._compacted = max(self._compacted, cursor)
 
     # --- writes -----------------------------------------------------------------------
@@ -405,8 +443,7 @@ class MemoryStore:
         stored_meta["generation"] = 1
         stored_meta.pop("deletionTimestamp", None)
         self._put(key, stored)
-        self._log.append(Change(self._revision, ChangeType.ADDED, kind, stored))
-        self._kind_revisions[kind] = self._revision
+        self._record(Change(self._revision, ChangeType.ADDED, kind, stored))
         return stored
 
     def update(self, obj: Obj) -> Obj:
@@ -478,8 +515,7 @@ class MemoryStore:
             return
         self._pop(key)
         self._revision += 1
-        self._log.append(Change(self._revision, ChangeType.DELETED, kind, current))
-        self._kind_revisions[kind] = self._revision
+        self._record(Change(self._revision, ChangeType.DELETED, kind, current))
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -491,12 +527,10 @@ class MemoryStore:
         if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
             # The last finalizer is gone: the object disappears, as on the API server.
             self._pop(key)
-            self._log.append(Change(self._revision, ChangeType.DELETED, kind, stored))
-            self._kind_revisions[kind] = self._revision
+            self._record(Change(self._revision, ChangeType.DELETED, kind, stored))
             return stored
         self._put(key, stored)
-        self._log.append(Change(self._revision, ChangeType.MODIFIED, kind, stored))
-        self._kind_revisions[kind] = self._revision
+        self._record(Change(self._revision, ChangeType.MODIFIED, kind, stored))
         return stored
 
     def _table(self, kind: Kind) -> _Table:
@@ -535,16 +569,23 @@ class MemoryStore:
                 f"(now {current['metadata']['resourceVersion']})"
             )
 
-    def _first_after(self, cursor: int) -> int:
-        lo, hi = 0, len(self._log)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._log[mid].cursor <= cursor:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+    def _record(self, change: Change) -> None:
+        """Append the change (at the store's revision) to the feed and to its kind's."""
+        self._log.append(change)
+        log = self._kind_logs.get(change.kind)
+        if log is None:
+            log = self._kind_logs[change.kind] = []
+        log.append(change)
+        self._kind_revisions[change.kind] = change.cursor
 
     @staticmethod
     def _show(key: _Key) -> str:
         return f"{key[1]}/{key[2]}" if key[1] else key[2]
+
+
+_CURSOR: Final = operator.attrgetter("cursor")
+
+
+def _first_after(log: Sequence[Change], cursor: int) -> int:
+    """The index of the first change after `cursor` in `log` (oldest first), by bisection."""
+    return bisect.bisect_right(log, cursor, key=_CURSOR)
