@@ -112,9 +112,26 @@ class _Index:
         return self.buckets.get(value, set())
 
 
-def _put_at(objs: tuple[Obj, ...], at: int, obj: Obj) -> tuple[Obj, ...]:
-    """`objs` with `obj` at `at` instead of what is there."""
-    return (*objs[:at], obj, *objs[at + 1 :])
+class _Kept:
+    """One listing a table keeps: its objects in key order, and the tuple `view` hands out
+    (made again on the first read after a write: writes come in runs between reads, and a
+    new version costs its slot, not a new tuple per write)."""
+
+    __slots__ = ("frozen", "objs")
+
+    def __init__(self, objs: builtins.list[Obj]) -> None:
+        self.objs = objs
+        self.frozen: tuple[Obj, ...] | None = None
+
+    def view(self) -> tuple[Obj, ...]:
+        if self.frozen is None:
+            self.frozen = tuple(self.objs)
+        return self.frozen
+
+    def put_at(self, at: int, obj: Obj) -> None:
+        """`obj` at `at` instead of what is there (a tuple handed out stays as it was)."""
+        self.objs[at] = obj
+        self.frozen = None
 
 
 class _Table:
@@ -129,16 +146,14 @@ class _Table:
         self.indexes: dict[str, _Index] = {}
         #: The last full listing, per-namespace listings and selections (by (namespace,
         #: selector): a controller lists the same selection of a kind that changes far less
-        #: often than it is listed). Tuples: `view` hands them out as they are, and a write
-        #: never changes one but replaces it. A new version of an object is put in its place
+        #: often than it is listed). `view` hands out each as a tuple, which a write never
+        #: changes (`_Kept`). A new version of an object is put in its place
         #: in each (its key's position is found by bisection: every one is in key order); an
         #: object added or deleted drops the listings it may belong to, as does a version
         #: whose labels changed (the selections it belongs to may change).
-        self.listing: tuple[Obj, ...] | None = None
-        self.namespaces: dict[str, tuple[Obj, ...]] = {}
-        self.selections: dict[
-            tuple[str | None, Hashable], tuple[tuple[_ObjKey, ...], tuple[Obj, ...]]
-        ] = {}
+        self.listing: _Kept | None = None
+        self.namespaces: dict[str, _Kept] = {}
+        self.selections: dict[tuple[str | None, Hashable], tuple[tuple[_ObjKey, ...], _Kept]] = {}
 
     def put(self, key: _ObjKey, obj: Obj) -> None:
         old = self.objects.get(key)
@@ -171,35 +186,33 @@ class _Table:
     def _replaced(self, key: _ObjKey, old: Obj, new: Obj) -> None:
         """Put `new` in the place of `old` (at `key`) in every listing kept."""
         if self.listing is not None:
-            self.listing = _put_at(self.listing, bisect.bisect_left(self.keys, key), new)
+            self.listing.put_at(bisect.bisect_left(self.keys, key), new)
         in_namespace = self.namespaces.get(key[0])
         if in_namespace is not None:
             lo = bisect.bisect_left(self.keys, (key[0], ""))
-            self.namespaces[key[0]] = _put_at(
-                in_namespace, bisect.bisect_left(self.keys, key, lo) - lo, new
-            )
+            in_namespace.put_at(bisect.bisect_left(self.keys, key, lo) - lo, new)
         if not self.selections:
             return
         old_labels, new_labels = old["metadata"].get("labels"), new["metadata"].get("labels")
         if old_labels is not new_labels and old_labels != new_labels:
             self.selections.clear()
             return
-        for selection, (keys, objs) in list(self.selections.items()):
+        for keys, kept in self.selections.values():
             at = bisect.bisect_left(keys, key)
             if at < len(keys) and keys[at] == key:
-                self.selections[selection] = (keys, _put_at(objs, at, new))
+                kept.put_at(at, new)
 
     def all(self) -> tuple[Obj, ...]:
         if self.listing is None:
-            self.listing = tuple(map(self.objects.__getitem__, self.keys))
-        return self.listing
+            self.listing = _Kept(builtins.list(map(self.objects.__getitem__, self.keys)))
+        return self.listing.view()
 
     def in_namespace(self, namespace: str) -> tuple[Obj, ...]:
         found = self.namespaces.get(namespace)
         if found is None:
-            found = tuple(map(self.objects.__getitem__, self._keys_in(namespace)))
-            self.namespaces[namespace] = found
-        return found
+            objs = builtins.list(map(self.objects.__getitem__, self._keys_in(namespace)))
+            found = self.namespaces[namespace] = _Kept(objs)
+        return found.view()
 
     def _keys_in(self, namespace: str) -> builtins.list[_ObjKey]:
         # Keys sort by namespace first, so one namespace's keys are one run: from
@@ -217,11 +230,9 @@ class _Table:
         found = self.selections.get((namespace, signature))
         if found is None:
             keys = tuple(self._select(namespace, selector))
-            found = self.selections[(namespace, signature)] = (
-                keys,
-                tuple(map(self.objects.__getitem__, keys)),
-            )
-        return found[1]
+            objs = builtins.list(map(self.objects.__getitem__, keys))
+            found = self.selections[(namespace, signature)] = (keys, _Kept(objs))
+        return found[1].view()
 
     def _select(self, namespace: str | None, selector: Selector) -> builtins.list[_ObjKey]:
         """The keys of the objects matching `selector`, in key order, found through the label
