@@ -54,6 +54,13 @@ def test_changes_of_some_kinds_are_the_feed_filtered_by_kind(
         elif op == "write" and current is not None:
             current["metadata"]["labels"] = {"c": label}
             store.update(current)
+        assert store.kind_revisions([*KINDS, kind]) == tuple(
+            store.kind_revision(k) for k in [*KINDS, kind]
+        )
+        assert store.kind_revision(kind) == max(
+            (c.cursor for c in store.changes(compacted, [kind])[0]),
+            default=store.kind_revision(kind) if compacted else 0,
+        )
         for cursor in cursors:
             if cursor < compacted:
                 with pytest.raises(Expired):

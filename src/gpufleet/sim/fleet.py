@@ -369,7 +369,7 @@ def _is_same_but_status(
 
 def _revisions(store: MemoryStore, kinds: Sequence[Kind]) -> tuple[int, ...]:
     """The revision of the last change to each kind: the same while none of them changes."""
-    return tuple([store.kind_revision(kind) for kind in kinds])
+    return store.kind_revisions(kinds)
 
 
 def inventory(clusters: Sequence[ClusterSpec]) -> list[Obj]:
