@@ -299,6 +299,8 @@ class MemoryStore:
         self._compacted = 0
         #: Per kind, the revision of its last change (0: never changed).
         self._kind_revisions: dict[Kind, int] = {}
+        #: The last answers of `kind_revisions`: (kinds, the store's revision, revisions).
+        self._asked_revisions: builtins.list[tuple[tuple[Kind, ...], int, tuple[int, ...]]] = []
 
     # --- reads ------------------------------------------------------------------------
 
@@ -419,9 +421,22 @@ class MemoryStore:
         something computed from one kind stays valid while this stays the same."""
         return self._kind_revisions.get(kind, 0)
 
-    def kind_revisions(self, kinds: Iterable[Kind]) -> tuple[int, ...]:
-        """`kind_revision` of each of `kinds`, in their order (one call, read in C)."""
-        return tuple(map(self._kind_revisions.get, kinds, itertools.repeat(0)))
+    def kind_revisions(self, kinds: Sequence[Kind]) -> tuple[int, ...]:
+        """`kind_revision` of each of `kinds`, in their order. A store that did not change
+        since the same kinds were last asked gives the same answer: held per kinds asked
+        (a few: a reader asks of the same kinds again and again) with the store's revision,
+        and looked up without hashing a kind (kinds compare by identity first)."""
+        kinds = tuple(kinds)
+        for i, (asked, revision, found) in enumerate(self._asked_revisions):
+            if asked == kinds:
+                if revision == self._revision:
+                    return found
+                del self._asked_revisions[i]
+                break
+        found = tuple(map(self._kind_revisions.get, kinds, itertools.repeat(0)))
+        self._asked_revisions.insert(0, (kinds, self._revision, found))
+        del self._asked_revisions[_ASKED_REVISIONS:]
+        return found
 
     def compact(self, cursor: int) -> None:
         """Forget changes at or before `cursor`; reading from before it raises `Expired`."""
@@ -599,6 +614,8 @@ class MemoryStore:
 
 
 _CURSOR: Final = operator.attrgetter("cursor")
+#: How many answers `kind_revisions` holds (most recently asked first).
+_ASKED_REVISIONS: Final = 4
 
 
 def _first_after(log: Sequence[Change], cursor: int) -> int:
