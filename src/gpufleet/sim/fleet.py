@@ -218,7 +218,7 @@ class Fleet:
         if is_steady and is_local_steady:
             assert slot.last_report is not None
             slot.quiet_steps += 1
-            report = dataclasses.replace(slot.last_report, observed_at=self.loop.now)
+            report = slot.last_report.at(self.loop.now)
             slot.replicas = list(replicas)
         else:
             report = agent.observe(self.loop.now, replicas)
