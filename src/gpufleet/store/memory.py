@@ -154,6 +154,11 @@ class _Table:
         self.listing: _Kept | None = None
         self.namespaces: dict[str, _Kept] = {}
         self.selections: dict[tuple[str | None, Hashable], tuple[tuple[_ObjKey, ...], _Kept]] = {}
+        #: The kind's changes (oldest first; the store's feed holds every kind's), and the
+        #: revision of its last one (0: none): a reader of a few kinds takes their tails
+        #: instead of filtering every change since its cursor.
+        self.log: list[Change] = []
+        self.revision = 0
 
     def put(self, key: _ObjKey, obj: Obj) -> None:
         old = self.objects.get(key)
@@ -290,15 +295,11 @@ class MemoryStore:
         self._clock = clock or (lambda: datetime.now(UTC))
         #: Per kind, its objects (see `_Table`).
         self._tables: dict[Kind, _Table] = {}
+        #: Every change, oldest first (each kind's are its table's too).
         self._log: list[Change] = []
-        #: The same changes, per kind (each oldest first): a reader of a few kinds takes
-        #: their tails instead of filtering every change of every kind since its cursor.
-        self._kind_logs: dict[Kind, builtins.list[Change]] = {}
         self._revision = 0
         self._uid_seed = uid_seed
         self._compacted = 0
-        #: Per kind, the revision of its last change (0: never changed).
-        self._kind_revisions: dict[Kind, int] = {}
         #: The last answers of `kind_revisions`: (kinds, the store's revision, revisions).
         self._asked_revisions: builtins.list[tuple[tuple[Kind, ...], int, tuple[int, ...]]] = []
 
@@ -393,9 +394,9 @@ class MemoryStore:
             return self._log[_first_after(self._log, cursor) :], self._revision
         tails = []
         for kind in wanted:
-            log = self._kind_logs.get(kind)
-            if log and log[-1].cursor > cursor:
-                tails.append(log[_first_after(log, cursor) :])
+            table = self._tables.get(kind)
+            if table is not None and table.revision > cursor:
+                tails.append(table.log[_first_after(table.log, cursor) :])
         if len(tails) == 1:
             return tails[0], self._revision
         # Several kinds: their changes merged back into the feed's order (cursors are unique).
@@ -419,7 +420,8 @@ class MemoryStore:
     def kind_revision(self, kind: Kind) -> int:
         """The revision of the last change to an object of `kind` (0 when none): a cache of
         something computed from one kind stays valid while this stays the same."""
-        return self._kind_revisions.get(kind, 0)
+        table = self._tables.get(kind)
+        return 0 if table is None else table.revision
 
     def kind_revisions(self, kinds: Sequence[Kind]) -> tuple[int, ...]:
         """`kind_revision` of each of `kinds`, in their order. A store that did not change
@@ -433,7 +435,7 @@ class MemoryStore:
                     return found
                 del self._asked_revisions[i]
                 break
-        found = tuple(map(self._kind_revisions.get, kinds, itertools.repeat(0)))
+        found = tuple([0 if t is None else t.revision for t in map(self._tables.get, kinds)])
         self._asked_revisions.insert(0, (kinds, self._revision, found))
         del self._asked_revisions[_ASKED_REVISIONS:]
         return found
@@ -441,8 +443,8 @@ class MemoryStore:
     def compact(self, cursor: int) -> None:
         """Forget changes at or before `cursor`; reading from before it raises `Expired`."""
         del self._log[: _first_after(self._log, cursor)]
-        for log in self._kind_logs.values():
-            del log[: _first_after(log, cursor)]
+        for table in self._tables.values():
+            del table.log[: _first_after(table.log, cursor)]
         self._compacted = max(self._compacted, cursor)
 
     # --- writes -----------------------------------------------------------------------
@@ -460,7 +462,8 @@ class MemoryStore:
         if not name:
             raise Invalid(f"{kind.kind}: metadata.name is required")
         key = self._key(kind, name, namespace)
-        if self._stored(key) is not None:
+        table = self._table(kind)
+        if (key[1], key[2]) in table.objects:
             raise AlreadyExists(f"{kind.kind} {self._show(key)} already exists")
         stored = dict(obj)
         self._revision += 1
@@ -472,8 +475,8 @@ class MemoryStore:
         stored_meta["creationTimestamp"] = format_time(self._clock())
         stored_meta["generation"] = 1
         stored_meta.pop("deletionTimestamp", None)
-        self._put(key, stored)
-        self._record(Change(self._revision, ChangeType.ADDED, kind, stored))
+        table.put((key[1], key[2]), stored)
+        self._record(Change(self._revision, ChangeType.ADDED, kind, stored), table)
         return stored
 
     def update(self, obj: Obj) -> Obj:
@@ -545,7 +548,7 @@ class MemoryStore:
             return
         self._pop(key)
         self._revision += 1
-        self._record(Change(self._revision, ChangeType.DELETED, kind, current))
+        self._record(Change(self._revision, ChangeType.DELETED, kind, current), self._tables[kind])
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -554,13 +557,14 @@ class MemoryStore:
         as the next revision of `key`, and return it (no copy)."""
         self._revision += 1
         stored["metadata"]["resourceVersion"] = str(self._revision)
+        table = self._tables[kind]  # it holds the object this replaces
         if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
             # The last finalizer is gone: the object disappears, as on the API server.
-            self._pop(key)
-            self._record(Change(self._revision, ChangeType.DELETED, kind, stored))
+            table.pop((key[1], key[2]))
+            self._record(Change(self._revision, ChangeType.DELETED, kind, stored), table)
             return stored
-        self._put(key, stored)
-        self._record(Change(self._revision, ChangeType.MODIFIED, kind, stored))
+        table.put((key[1], key[2]), stored)
+        self._record(Change(self._revision, ChangeType.MODIFIED, kind, stored), table)
         return stored
 
     def _table(self, kind: Kind) -> _Table:
@@ -572,9 +576,6 @@ class MemoryStore:
     def _stored(self, key: _Key) -> Obj | None:
         table = self._tables.get(key[0])
         return None if table is None else table.objects.get((key[1], key[2]))
-
-    def _put(self, key: _Key, obj: Obj) -> None:
-        self._table(key[0]).put((key[1], key[2]), obj)
 
     def _pop(self, key: _Key) -> None:
         self._tables[key[0]].pop((key[1], key[2]))
@@ -599,14 +600,12 @@ class MemoryStore:
                 f"(now {current['metadata']['resourceVersion']})"
             )
 
-    def _record(self, change: Change) -> None:
-        """Append the change (at the store's revision) to the feed and to its kind's."""
+    def _record(self, change: Change, table: _Table) -> None:
+        """Append the change (at the store's revision) to the feed and to its kind's
+        (`table`: the kind's)."""
         self._log.append(change)
-        log = self._kind_logs.get(change.kind)
-        if log is None:
-            log = self._kind_logs[change.kind] = []
-        log.append(change)
-        self._kind_revisions[change.kind] = change.cursor
+        table.log.append(change)
+        table.revision = change.cursor
 
     @staticmethod
     def _show(key: _Key) -> str:
