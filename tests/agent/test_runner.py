@@ -502,6 +502,9 @@ def test_observing_unchanged_content_reuses_the_report_mappings() -> None:
     assert changed.replicas["ml.r2"] != first.replicas["ml.r2"]
     fresh = w.agent().observe(w.at(2), replicas)
     assert (changed.pools, changed.replicas) == (fresh.pools, fresh.replicas)
+    # A quiet step re-sends the report at its own time: the same content, a new time.
+    later = changed.at(w.at(3))
+    assert later == dataclasses.replace(changed, observed_at=w.at(3)) != changed
 
 
 # --- materializing ----------------------------------------------------------------------

@@ -30,7 +30,6 @@ template, no workload, so nothing is half-applied.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from gpufleet.agent.policy import ClusterPolicy, Violation, check_replica, summa
 from gpufleet.agent.steer import Choice, gang_anti_affinity, steer_template
 from gpufleet.core import labels
 from gpufleet.core.model import Steering
+from gpufleet.store.merge import copy_json
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
@@ -238,7 +238,7 @@ def _pod_template(
     generation: int,
     claim_template: Obj | None,
 ) -> Obj:
-    template = copy.deepcopy(dict(member.get("template") or {}))
+    template = copy_json(dict(member.get("template") or {}))
     tmeta = template.get("metadata") or {}
     spec: dict[str, Any] = dict(template.get("spec") or {})
     pod_labels = {

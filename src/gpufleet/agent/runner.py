@@ -145,6 +145,10 @@ class Report:
     pools: Mapping[str, Obj]
     replicas: Mapping[str, tuple[Obj, Obj]]  # name -> (spec, status)
 
+    def at(self, observed_at: datetime) -> Report:
+        """The same report, observed at `observed_at` (what a quiet step re-sends)."""
+        return Report(observed_at, self.result, self.pools, self.replicas)
+
 
 @dataclass(slots=True)
 class StepOutcome(PassOutcome):

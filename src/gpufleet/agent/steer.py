@@ -41,7 +41,6 @@ they land by the next observation.
 
 from __future__ import annotations
 
-import copy
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -50,6 +49,7 @@ from typing import Any, Final
 
 from gpufleet.core import labels
 from gpufleet.core.model import DriverName, Steering
+from gpufleet.store.merge import copy_json
 
 HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 #: The pod-template annotation that lists the nodes a template is steered to (comma-separated).
@@ -303,7 +303,7 @@ def steer_template(
 ) -> dict[str, Any]:
     """A copy of the pod template steered to `nodes` (distinct, in order); unchanged when
     `nodes` is empty or `mode` is Off."""
-    out = copy.deepcopy(dict(template))
+    out = copy_json(dict(template))
     distinct = list(dict.fromkeys(nodes))
     if not distinct or mode is Steering.OFF:
         return out
@@ -341,7 +341,7 @@ def steered_nodes(template: Mapping[str, Any]) -> tuple[str, ...]:
 
 def unsteer_template(template: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of the pod template without the steering `steer_template` added (either mode)."""
-    out = copy.deepcopy(dict(template))
+    out = copy_json(dict(template))
     nodes = steered_nodes(out)
     if not nodes:
         return out
@@ -383,7 +383,7 @@ def _set_or_drop(obj: dict[str, Any], key: str, value: Any) -> None:
 def gang_anti_affinity(template: Mapping[str, Any], replica: str, engine: str) -> dict[str, Any]:
     """A copy of a claiming gang member's pod template that keeps it off the nodes of the
     other claiming pods of its copy (LeaderWorkerSet group), and labels it as claiming."""
-    out = copy.deepcopy(dict(template))
+    out = copy_json(dict(template))
     meta = out.setdefault("metadata", {})
     meta["labels"] = {**(meta.get("labels") or {}), CLAIMING: "true"}
     spec = out.setdefault("spec", {})
@@ -405,7 +405,7 @@ def keep_steering(want: Mapping[str, Any], current: Mapping[str, Any]) -> dict[s
     """`want` (a Deployment or LeaderWorkerSet) with each pod template steered as `current`'s
     is (not steered when current's is not): what to compare with `current`, so that a workload
     equal to what is wanted but for its steering is left as it is."""
-    out = copy.deepcopy(dict(want))
+    out = copy_json(dict(want))
     for path in _TEMPLATE_PATHS:
         w, c = _at(out, path), _at(current, path)
         if w is None or c is None:

@@ -279,7 +279,8 @@ def _desired_of(
         else:
             check = materialize(replica, policy)  # refused or invalid: nothing is chosen
             choice = steerer.choose(replica)
-            objs = materialize(replica, policy, choice, steerer.mode) if choice else check
+            # The policy allowed the replica just now: it is not checked again.
+            objs = materialize(replica, None, choice, steerer.mode) if choice else check
     except ReplicaInvalid as e:
         return e
     return tuple((_kind(o), (o["metadata"]["namespace"], o["metadata"]["name"]), o) for o in objs)

@@ -218,7 +218,7 @@ class Fleet:
         if is_steady and is_local_steady:
             assert slot.last_report is not None
             slot.quiet_steps += 1
-            report = dataclasses.replace(slot.last_report, observed_at=self.loop.now)
+            report = slot.last_report.at(self.loop.now)
             slot.replicas = list(replicas)
         else:
             report = agent.observe(self.loop.now, replicas)
@@ -369,7 +369,7 @@ def _is_same_but_status(
 
 def _revisions(store: MemoryStore, kinds: Sequence[Kind]) -> tuple[int, ...]:
     """The revision of the last change to each kind: the same while none of them changes."""
-    return tuple([store.kind_revision(kind) for kind in kinds])
+    return store.kind_revisions(kinds)
 
 
 def inventory(clusters: Sequence[ClusterSpec]) -> list[Obj]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import bisect
 import builtins
 import functools
+import itertools
+import operator
 import uuid
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -44,6 +46,23 @@ def _format_time(at: datetime) -> str:
     # A function of the instant alone (its value: equal datetimes format alike), asked again
     # and again for the same one (a simulated fleet stamps many writes per instant).
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _selector_of(label_selector: str | Mapping[str, str]) -> tuple[Hashable, Selector]:
+    """The selector parsed, and its signature: the text, or the mapping's pairs in its
+    order (a selection is kept by signature, which hashes in C, unlike a parsed selector)."""
+    if isinstance(label_selector, str):
+        return label_selector, _parsed(label_selector)
+    # (An unhashable value raises TypeError here, as it does in `parse_selector`.)
+    pairs = tuple(label_selector.items())
+    return pairs, _parsed(pairs)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(signature: str | tuple[tuple[str, str], ...]) -> Selector:
+    """`parse_selector` of a selector's signature (`_selector_of`): a function of it alone,
+    asked again and again for the few selectors readers use."""
+    return parse_selector(signature if isinstance(signature, str) else dict(signature))
 
 
 #: Terms the label index answers exactly (it holds every key, and every string value).
@@ -93,9 +112,26 @@ class _Index:
         return self.buckets.get(value, set())
 
 
-def _put_at(objs: tuple[Obj, ...], at: int, obj: Obj) -> tuple[Obj, ...]:
-    """`objs` with `obj` at `at` instead of what is there."""
-    return (*objs[:at], obj, *objs[at + 1 :])
+class _Kept:
+    """One listing a table keeps: its objects in key order, and the tuple `view` hands out
+    (made again on the first read after a write: writes come in runs between reads, and a
+    new version costs its slot, not a new tuple per write)."""
+
+    __slots__ = ("frozen", "objs")
+
+    def __init__(self, objs: builtins.list[Obj]) -> None:
+        self.objs = objs
+        self.frozen: tuple[Obj, ...] | None = None
+
+    def view(self) -> tuple[Obj, ...]:
+        if self.frozen is None:
+            self.frozen = tuple(self.objs)
+        return self.frozen
+
+    def put_at(self, at: int, obj: Obj) -> None:
+        """`obj` at `at` instead of what is there (a tuple handed out stays as it was)."""
+        self.objs[at] = obj
+        self.frozen = None
 
 
 class _Table:
@@ -110,16 +146,19 @@ class _Table:
         self.indexes: dict[str, _Index] = {}
         #: The last full listing, per-namespace listings and selections (by (namespace,
         #: selector): a controller lists the same selection of a kind that changes far less
-        #: often than it is listed). Tuples: `view` hands them out as they are, and a write
-        #: never changes one but replaces it. A new version of an object is put in its place
+        #: often than it is listed). `view` hands out each as a tuple, which a write never
+        #: changes (`_Kept`). A new version of an object is put in its place
         #: in each (its key's position is found by bisection: every one is in key order); an
         #: object added or deleted drops the listings it may belong to, as does a version
         #: whose labels changed (the selections it belongs to may change).
-        self.listing: tuple[Obj, ...] | None = None
-        self.namespaces: dict[str, tuple[Obj, ...]] = {}
-        self.selections: dict[
-            tuple[str | None, Selector], tuple[tuple[_ObjKey, ...], tuple[Obj, ...]]
-        ] = {}
+        self.listing: _Kept | None = None
+        self.namespaces: dict[str, _Kept] = {}
+        self.selections: dict[tuple[str | None, Hashable], tuple[tuple[_ObjKey, ...], _Kept]] = {}
+        #: The kind's changes (oldest first; the store's feed holds every kind's), and the
+        #: revision of its last one (0: none): a reader of a few kinds takes their tails
+        #: instead of filtering every change since its cursor.
+        self.log: list[Change] = []
+        self.revision = 0
 
     def put(self, key: _ObjKey, obj: Obj) -> None:
         old = self.objects.get(key)
@@ -152,35 +191,33 @@ class _Table:
     def _replaced(self, key: _ObjKey, old: Obj, new: Obj) -> None:
         """Put `new` in the place of `old` (at `key`) in every listing kept."""
         if self.listing is not None:
-            self.listing = _put_at(self.listing, bisect.bisect_left(self.keys, key), new)
+            self.listing.put_at(bisect.bisect_left(self.keys, key), new)
         in_namespace = self.namespaces.get(key[0])
         if in_namespace is not None:
             lo = bisect.bisect_left(self.keys, (key[0], ""))
-            self.namespaces[key[0]] = _put_at(
-                in_namespace, bisect.bisect_left(self.keys, key, lo) - lo, new
-            )
+            in_namespace.put_at(bisect.bisect_left(self.keys, key, lo) - lo, new)
         if not self.selections:
             return
         old_labels, new_labels = old["metadata"].get("labels"), new["metadata"].get("labels")
         if old_labels is not new_labels and old_labels != new_labels:
             self.selections.clear()
             return
-        for selection, (keys, objs) in list(self.selections.items()):
+        for keys, kept in self.selections.values():
             at = bisect.bisect_left(keys, key)
             if at < len(keys) and keys[at] == key:
-                self.selections[selection] = (keys, _put_at(objs, at, new))
+                kept.put_at(at, new)
 
     def all(self) -> tuple[Obj, ...]:
         if self.listing is None:
-            self.listing = tuple(map(self.objects.__getitem__, self.keys))
-        return self.listing
+            self.listing = _Kept(builtins.list(map(self.objects.__getitem__, self.keys)))
+        return self.listing.view()
 
     def in_namespace(self, namespace: str) -> tuple[Obj, ...]:
         found = self.namespaces.get(namespace)
         if found is None:
-            found = tuple(map(self.objects.__getitem__, self._keys_in(namespace)))
-            self.namespaces[namespace] = found
-        return found
+            objs = builtins.list(map(self.objects.__getitem__, self._keys_in(namespace)))
+            found = self.namespaces[namespace] = _Kept(objs)
+        return found.view()
 
     def _keys_in(self, namespace: str) -> builtins.list[_ObjKey]:
         # Keys sort by namespace first, so one namespace's keys are one run: from
@@ -190,16 +227,17 @@ class _Table:
         hi = bisect.bisect_left(self.keys, (namespace + "\0", ""), lo)
         return self.keys[lo:hi]
 
-    def selected(self, namespace: str | None, selector: Selector) -> tuple[Obj, ...]:
-        """Objects matching `selector` (see `_select`), kept as the objects change."""
-        found = self.selections.get((namespace, selector))
+    def selected(
+        self, namespace: str | None, signature: Hashable, selector: Selector
+    ) -> tuple[Obj, ...]:
+        """Objects matching `selector` (see `_select`), kept as the objects change, by
+        `signature` (the selector as the caller wrote it: `_selector_of`)."""
+        found = self.selections.get((namespace, signature))
         if found is None:
             keys = tuple(self._select(namespace, selector))
-            found = self.selections[(namespace, selector)] = (
-                keys,
-                tuple(map(self.objects.__getitem__, keys)),
-            )
-        return found[1]
+            objs = builtins.list(map(self.objects.__getitem__, keys))
+            found = self.selections[(namespace, signature)] = (keys, _Kept(objs))
+        return found[1].view()
 
     def _select(self, namespace: str | None, selector: Selector) -> builtins.list[_ObjKey]:
         """The keys of the objects matching `selector`, in key order, found through the label
@@ -257,12 +295,13 @@ class MemoryStore:
         self._clock = clock or (lambda: datetime.now(UTC))
         #: Per kind, its objects (see `_Table`).
         self._tables: dict[Kind, _Table] = {}
+        #: Every change, oldest first (each kind's are its table's too).
         self._log: list[Change] = []
         self._revision = 0
         self._uid_seed = uid_seed
         self._compacted = 0
-        #: Per kind, the revision of its last change (0: never changed).
-        self._kind_revisions: dict[Kind, int] = {}
+        #: The last answers of `kind_revisions`: (kinds, the store's revision, revisions).
+        self._asked_revisions: builtins.list[tuple[tuple[Kind, ...], int, tuple[int, ...]]] = []
 
     # --- reads ------------------------------------------------------------------------
 
@@ -297,12 +336,16 @@ class MemoryStore:
     ) -> tuple[Obj, ...]:
         """`peek` as a tuple the store keeps until the kind's next write: the same tuple
         (no copies at all) for every view of an unchanged selection."""
-        selector = parse_selector(label_selector) if label_selector else ()
         table = self._tables.get(kind)
+        if not label_selector:
+            if table is None:
+                return ()
+            return table.all() if namespace is None else table.in_namespace(namespace)
+        signature, selector = _selector_of(label_selector)
         if table is None:
             return ()
         if selector:
-            return table.selected(namespace, selector)
+            return table.selected(namespace, signature, selector)
         return table.all() if namespace is None else table.in_namespace(namespace)
 
     def peek_one(self, kind: Kind, name: str, namespace: str | None = None) -> Obj | None:
@@ -347,10 +390,17 @@ class MemoryStore:
             return [], self._revision  # most reads: nothing changed since
         # The stored objects themselves, as `view` hands them out: a change's object must
         # never be mutated (the port's contract), and a stored object never changes.
-        log = self._log[self._first_after(cursor) :]
         if wanted is None:
-            return log, self._revision
-        return [c for c in log if c.kind in wanted], self._revision
+            return self._log[_first_after(self._log, cursor) :], self._revision
+        tails = []
+        for kind in wanted:
+            table = self._tables.get(kind)
+            if table is not None and table.revision > cursor:
+                tails.append(table.log[_first_after(table.log, cursor) :])
+        if len(tails) == 1:
+            return tails[0], self._revision
+        # Several kinds: their changes merged back into the feed's order (cursors are unique).
+        return sorted(itertools.chain.from_iterable(tails), key=_CURSOR), self._revision
 
     def changes_after(self, cursor: int) -> builtins.list[Change]:
         """The changes after `cursor`, oldest first, without copies (their objects are stored
@@ -361,7 +411,7 @@ class MemoryStore:
             raise Expired(f"changes before {self._compacted} were compacted")
         if cursor >= self._revision:
             return []  # most reads: nothing changed since (no search of the log)
-        return self._log[self._first_after(cursor) :]
+        return self._log[_first_after(self._log, cursor) :]
 
     @property
     def revision(self) -> int:
@@ -370,11 +420,31 @@ class MemoryStore:
     def kind_revision(self, kind: Kind) -> int:
         """The revision of the last change to an object of `kind` (0 when none): a cache of
         something computed from one kind stays valid while this stays the same."""
-        return self._kind_revisions.get(kind, 0)
+        table = self._tables.get(kind)
+        return 0 if table is None else table.revision
+
+    def kind_revisions(self, kinds: Sequence[Kind]) -> tuple[int, ...]:
+        """`kind_revision` of each of `kinds`, in their order. A store that did not change
+        since the same kinds were last asked gives the same answer: held per kinds asked
+        (a few: a reader asks of the same kinds again and again) with the store's revision,
+        and looked up without hashing a kind (kinds compare by identity first)."""
+        kinds = tuple(kinds)
+        for i, (asked, revision, found) in enumerate(self._asked_revisions):
+            if asked == kinds:
+                if revision == self._revision:
+                    return found
+                del self._asked_revisions[i]
+                break
+        found = tuple([0 if t is None else t.revision for t in map(self._tables.get, kinds)])
+        self._asked_revisions.insert(0, (kinds, self._revision, found))
+        del self._asked_revisions[_ASKED_REVISIONS:]
+        return found
 
     def compact(self, cursor: int) -> None:
         """Forget changes at or before `cursor`; reading from before it raises `Expired`."""
-        del self._log[: self._first_after(cursor)]
+        del self._log[: _first_after(self._log, cursor)]
+        for table in self._tables.values():
+            del table.log[: _first_after(table.log, cursor)]
         self._compacted = max(self._compacted, cursor)
 
     # --- writes -----------------------------------------------------------------------
@@ -392,7 +462,8 @@ class MemoryStore:
         if not name:
             raise Invalid(f"{kind.kind}: metadata.name is required")
         key = self._key(kind, name, namespace)
-        if self._stored(key) is not None:
+        table = self._table(kind)
+        if (key[1], key[2]) in table.objects:
             raise AlreadyExists(f"{kind.kind} {self._show(key)} already exists")
         stored = dict(obj)
         self._revision += 1
@@ -404,9 +475,8 @@ class MemoryStore:
         stored_meta["creationTimestamp"] = format_time(self._clock())
         stored_meta["generation"] = 1
         stored_meta.pop("deletionTimestamp", None)
-        self._put(key, stored)
-        self._log.append(Change(self._revision, ChangeType.ADDED, kind, stored))
-        self._kind_revisions[kind] = self._revision
+        table.put((key[1], key[2]), stored)
+        self._record(Change(self._revision, ChangeType.ADDED, kind, stored), table)
         return stored
 
     def update(self, obj: Obj) -> Obj:
@@ -478,8 +548,7 @@ class MemoryStore:
             return
         self._pop(key)
         self._revision += 1
-        self._log.append(Change(self._revision, ChangeType.DELETED, kind, current))
-        self._kind_revisions[kind] = self._revision
+        self._record(Change(self._revision, ChangeType.DELETED, kind, current), self._tables[kind])
 
     # --- helpers ----------------------------------------------------------------------
 
@@ -488,15 +557,14 @@ class MemoryStore:
         as the next revision of `key`, and return it (no copy)."""
         self._revision += 1
         stored["metadata"]["resourceVersion"] = str(self._revision)
+        table = self._tables[kind]  # it holds the object this replaces
         if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
             # The last finalizer is gone: the object disappears, as on the API server.
-            self._pop(key)
-            self._log.append(Change(self._revision, ChangeType.DELETED, kind, stored))
-            self._kind_revisions[kind] = self._revision
+            table.pop((key[1], key[2]))
+            self._record(Change(self._revision, ChangeType.DELETED, kind, stored), table)
             return stored
-        self._put(key, stored)
-        self._log.append(Change(self._revision, ChangeType.MODIFIED, kind, stored))
-        self._kind_revisions[kind] = self._revision
+        table.put((key[1], key[2]), stored)
+        self._record(Change(self._revision, ChangeType.MODIFIED, kind, stored), table)
         return stored
 
     def _table(self, kind: Kind) -> _Table:
@@ -508,9 +576,6 @@ class MemoryStore:
     def _stored(self, key: _Key) -> Obj | None:
         table = self._tables.get(key[0])
         return None if table is None else table.objects.get((key[1], key[2]))
-
-    def _put(self, key: _Key, obj: Obj) -> None:
-        self._table(key[0]).put((key[1], key[2]), obj)
 
     def _pop(self, key: _Key) -> None:
         self._tables[key[0]].pop((key[1], key[2]))
@@ -535,16 +600,23 @@ class MemoryStore:
                 f"(now {current['metadata']['resourceVersion']})"
             )
 
-    def _first_after(self, cursor: int) -> int:
-        lo, hi = 0, len(self._log)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._log[mid].cursor <= cursor:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+    def _record(self, change: Change, table: _Table) -> None:
+        """Append the change (at the store's revision) to the feed and to its kind's
+        (`table`: the kind's)."""
+        self._log.append(change)
+        table.log.append(change)
+        table.revision = change.cursor
 
     @staticmethod
     def _show(key: _Key) -> str:
         return f"{key[1]}/{key[2]}" if key[1] else key[2]
+
+
+_CURSOR: Final = operator.attrgetter("cursor")
+#: How many answers `kind_revisions` holds (most recently asked first).
+_ASKED_REVISIONS: Final = 4
+
+
+def _first_after(log: Sequence[Change], cursor: int) -> int:
+    """The index of the first change after `cursor` in `log` (oldest first), by bisection."""
+    return bisect.bisect_right(log, cursor, key=_CURSOR)

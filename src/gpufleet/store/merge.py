@@ -102,6 +102,8 @@ def merged(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any
     for key, value in patch.items():
         if value is None:
             out.pop(key, None)
+        elif type(value) in _ATOMS:
+            out[key] = value  # what `copy_json` gives: most patches bring a time or a count
         elif isinstance(value, Mapping) and isinstance(out.get(key), dict):
             out[key] = merged(out[key], value)
         else:
