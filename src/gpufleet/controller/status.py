@@ -100,6 +100,13 @@ class Freshness(StrEnum):
     EXPIRED = "Expired"
 
 
+#: The states' values, read once: an enum member's `.value` costs a lookup per read, and
+#: every publish judges the freshness of each of a cluster's times.
+_FRESH: Final = Freshness.FRESH.value
+_STALE: Final = Freshness.STALE.value
+_EXPIRED: Final = Freshness.EXPIRED.value
+
+
 @dataclass(frozen=True, slots=True)
 class AgentReport:
     """One observation object (PoolObservation or ReplicaObservation), validated."""
@@ -120,11 +127,24 @@ class AgentReport:
     #: What the report's age is judged from: the earlier of its stamp and its receipt. A
     #: report cannot be newer than its receipt, whatever the agent's clock says.
     aged_from: datetime = field(init=False, compare=False, repr=False)
+    #: `untimed()`, once asked for.
+    _untimed: dict[str, Any] | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         received, stamped = self.received_at, self.observed_at
         aged = received if received is not None and received < stamped else stamped
         object.__setattr__(self, "aged_from", aged)
+
+    def untimed(self) -> dict[str, Any]:
+        """The report's status without its stamp (`observedAt`): what a heartbeat leaves
+        equal (`cluster_inputs`). Computed once per report (the step asks for it again after
+        a write); the result is shared, never changed."""
+        found = self._untimed
+        if found is None:
+            status = self.body.get("status") or {}
+            found = {k: v for k, v in status.items() if k != "observedAt"}
+            object.__setattr__(self, "_untimed", found)
+        return found
 
     def received(self, at: datetime) -> AgentReport:
         """This report, received at `at` (its age judged from at most then)."""
@@ -189,6 +209,9 @@ class Trust:
     #: When the hub last heard from the agent: the latest `aged_from` of the accepted
     #: reports (None without any).
     heard_at: datetime | None = field(init=False, default=None, compare=False, repr=False)
+    #: The accepted PoolObservation reports, in `accepted`'s order (a cluster's status reads
+    #: these alone, several times a publish; most reports are ReplicaObservations).
+    pools: tuple[AgentReport, ...] = field(init=False, default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # The newest by (observed_at, kind, name), the first of equals: found among the
@@ -201,6 +224,8 @@ class Trust:
             tied = list(compress(self.accepted, map(latest.__eq__, times)))
             newest = tied[0] if len(tied) == 1 else max(tied, key=_NEWEST)
             heard = max(map(_AGED, self.accepted))
+            pools = tuple(compress(self.accepted, map(POOL.__eq__, map(_KIND, self.accepted))))
+            object.__setattr__(self, "pools", pools)
         object.__setattr__(self, "newest", newest)
         object.__setattr__(self, "heard_at", heard)
 
@@ -224,6 +249,7 @@ class Trust:
 _NEWEST: Final = operator.attrgetter("observed_at", "kind", "name")
 _AT: Final = operator.attrgetter("observed_at")
 _AGED: Final = operator.attrgetter("aged_from")
+_KIND: Final = operator.attrgetter("kind")
 _ORDER: Final = operator.attrgetter("kind", "name")
 
 
@@ -282,12 +308,12 @@ def freshness(observed_at: datetime, now: datetime, config: ControllerConfig) ->
     """(age in whole seconds, state) of something observed at `observed_at`."""
     age_s = max(0.0, (now - observed_at).total_seconds())
     if age_s > config.expire_after_s:
-        state = Freshness.EXPIRED
+        state = _EXPIRED
     elif age_s > config.stale_after_s:
-        state = Freshness.STALE
+        state = _STALE
     else:
-        state = Freshness.FRESH
-    return int(age_s), state.value
+        state = _FRESH
+    return int(age_s), state
 
 
 # --- cluster status -----------------------------------------------------------------------
@@ -431,7 +457,7 @@ def cluster_status(
     name = cluster["metadata"]["name"]
     current: Obj = cluster.get("status") or {}
     published = {p.get("name"): p for p in current.get("gpuPools") or []}
-    pool_reports = {r.name: r for r in trust.accepted if r.kind == "PoolObservation"}
+    pool_reports = {r.name: r for r in trust.pools}
     rejected_pools = {r.name for r in (*trust.rejected, *trust.future) if r.kind == POOL}
     gpu_pools: list[Obj] = []
     missing: list[str] = []
@@ -521,7 +547,7 @@ def pool_verdicts(
     """Pool name -> what `check_pool_report` finds of its accepted report (None: plausible),
     for each pool with an accepted report and a class: checked once per publish, for its
     events (`implausible_pools`) and its status (`cluster_status`)."""
-    reports = {r.name: r for r in trust.accepted if r.kind == "PoolObservation"}
+    reports = {r.name: r for r in trust.pools}
     verdicts: dict[str, Implausible | None] = {}
     for pool in (cluster.get("spec") or {}).get("nodePools") or []:
         report = reports.get(pool["name"])
@@ -561,14 +587,16 @@ def next_state_change(
     `now`) may be in another freshness state: up to and at it, every state is the same (a
     state moves once the age is *over* its limit). None when every time is Expired or None."""
     limits = {
-        Freshness.FRESH.value: timedelta(seconds=config.stale_after_s),
-        Freshness.STALE.value: timedelta(seconds=config.expire_after_s),
+        _FRESH: timedelta(seconds=config.stale_after_s),
+        _STALE: timedelta(seconds=config.expire_after_s),
     }
     due: datetime | None = None
     for t, state in zip(times, states, strict=True):
         limit = limits.get(state)
-        if t is not None and limit is not None and (due is None or t + limit < due):
-            due = t + limit
+        if t is not None and limit is not None:
+            moves = t + limit
+            if due is None or moves < due:
+                due = moves
     return due
 
 
@@ -579,7 +607,7 @@ def cluster_times(cluster: ReadObj, trust: Trust) -> tuple[datetime | None, ...]
     (`_ready` reads that one), and a published pool observation's time unless the pool's
     report is rejected with none accepted (`_aged` reads that one)."""
     current = cluster.get("status") or {}
-    accepted = [r for r in trust.accepted if r.kind == POOL]
+    accepted = trust.pools
     times: list[datetime | None] = [
         trust.observed_at,
         None
@@ -603,19 +631,11 @@ def cluster_inputs(trust: Trust, is_refresh_due: bool) -> tuple[object, ...]:
     identity, and each pool report but for its time. The times enter through the freshness
     states (`cluster_states`), and themselves only when a refresh is due, so a heartbeat
     that changed nothing else leaves these inputs equal."""
-    pools = tuple(
-        (r.name, r.identity, r.lease_epoch, _untimed(r.body))
-        for r in trust.accepted
-        if r.kind == "PoolObservation"
-    )
+    pools = tuple((r.name, r.identity, r.lease_epoch, r.untimed()) for r in trust.pools)
     rejected = tuple(r.name for r in trust.rejected if r.kind == "PoolObservation")
     future = tuple((r.kind, r.name) for r in trust.future)
     when = trust.observed_at if is_refresh_due else None
     return (trust.fence, trust.identity, pools, rejected, future, is_refresh_due, when)
-
-
-def _untimed(body: ReadObj) -> dict[str, Any]:
-    return {k: v for k, v in (body.get("status") or {}).items() if k != "observedAt"}
 
 
 def is_refresh_due(cluster: ReadObj, now: datetime, config: ControllerConfig) -> bool:
@@ -629,21 +649,33 @@ def is_refresh_due(cluster: ReadObj, now: datetime, config: ControllerConfig) ->
 def without_times(status: Mapping[str, Any]) -> Obj:
     """`status` without the observation times (`agent.observedAt`, and each pool's
     `observedAt` and `ageSeconds`): what a report that only heartbeats leaves unchanged."""
-    stripped = without_ages(status)
+    stripped = _without_keys(status, _TIMES)
     agent = stripped.get("agent")
     if isinstance(agent, Mapping) and "observedAt" in agent:
         stripped["agent"] = {k: v for k, v in agent.items() if k != "observedAt"}
-    pools = stripped.get("gpuPools")
-    if isinstance(pools, list):
-        stripped["gpuPools"] = [_without_key(pool, "observedAt") for pool in pools]
     return stripped
 
 
-def _without_key(pool: Any, key: str) -> Any:
+#: What `without_ages` and `without_times` leave out of each pool's observation.
+_AGES: Final = frozenset({"ageSeconds"})
+_TIMES: Final = frozenset({"ageSeconds", "observedAt"})
+
+
+def _without_keys(status: Mapping[str, Any], keys: frozenset[str]) -> Obj:
+    """`status` (a shallow copy) with `keys` left out of each `gpuPools[].observation`, in
+    one pass: only the path to an observation that has one of them is copied."""
+    stripped = dict(status)
+    pools = stripped.get("gpuPools")
+    if isinstance(pools, list):
+        stripped["gpuPools"] = [_pool_without(pool, keys) for pool in pools]
+    return stripped
+
+
+def _pool_without(pool: Any, keys: frozenset[str]) -> Any:
     observation = pool.get("observation") if isinstance(pool, Mapping) else None
-    if not isinstance(observation, Mapping) or key not in observation:
+    if not isinstance(observation, Mapping) or keys.isdisjoint(observation):
         return pool
-    return {**pool, "observation": {k: v for k, v in observation.items() if k != key}}
+    return {**pool, "observation": {k: v for k, v in observation.items() if k not in keys}}
 
 
 def without_ages(status: Mapping[str, Any]) -> Obj:
@@ -651,15 +683,7 @@ def without_ages(status: Mapping[str, Any]) -> Obj:
 
     Only the path to each observation is copied: the result is for comparing, never written
     or changed, so it shares the rest with `status`."""
-    stripped = dict(status)
-    pools = stripped.get("gpuPools")
-    if isinstance(pools, list):
-        stripped["gpuPools"] = [_without_age(pool) for pool in pools]
-    return stripped
-
-
-def _without_age(pool: Any) -> Any:
-    return _without_key(pool, "ageSeconds")
+    return _without_keys(status, _AGES)
 
 
 # --- replica status -----------------------------------------------------------------------
