@@ -1,7 +1,8 @@
 """What status.py computes once or in one pass equals its plain definition: a report's untimed
-status (`AgentReport.untimed`, kept by the report), a Trust's pool reports (`Trust.pools`, found
-once per judgement), and the statuses compared without ages or times (`without_ages`,
-`without_times`, each pool's observation stripped in one pass)."""
+status (`AgentReport.untimed`, kept by the report), a Trust's pool reports and fence
+(`Trust.pools`, `Trust.fence`, found once per judgement), and the statuses compared without
+ages or times (`without_ages`, `without_times`, each pool's observation stripped in one
+pass)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpufleet.controller.fence import Fence
 from gpufleet.controller.status import AgentReport, Trust, without_ages, without_times
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -55,8 +57,10 @@ def test_untimed_is_the_status_without_its_stamp_every_time_it_is_asked(
 def test_a_trusts_pools_are_its_accepted_pool_reports_in_order(
     accepted: list[AgentReport], rejected: list[AgentReport]
 ) -> None:
-    trust = Trust(1 if accepted else None, tuple(accepted), tuple(rejected))
+    epoch = 1 if accepted else None
+    trust = Trust(epoch, tuple(accepted), tuple(rejected), uid="u")
     assert trust.pools == tuple(r for r in accepted if r.kind == "PoolObservation")
+    assert trust.fence == (Fence("u", 1) if accepted else None)
 
 
 def _plain_without(status: Mapping[str, Any], keys: list[str]) -> dict[str, Any]:

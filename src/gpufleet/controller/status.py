@@ -212,8 +212,12 @@ class Trust:
     #: The accepted PoolObservation reports, in `accepted`'s order (a cluster's status reads
     #: these alone, several times a publish; most reports are ReplicaObservations).
     pools: tuple[AgentReport, ...] = field(init=False, default=(), compare=False, repr=False)
+    #: The fence after this judgement (`uid`, `epoch`); None while no agent ever reported.
+    fence: Fence | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.epoch is not None:
+            object.__setattr__(self, "fence", Fence(self.uid, self.epoch))
         # The newest by (observed_at, kind, name), the first of equals: found among the
         # reports of the latest time alone (picked at C speed: a cluster has ~90 reports).
         newest: AgentReport | None = None
@@ -228,10 +232,6 @@ class Trust:
             object.__setattr__(self, "pools", pools)
         object.__setattr__(self, "newest", newest)
         object.__setattr__(self, "heard_at", heard)
-
-    @property
-    def fence(self) -> Fence | None:
-        return Fence(self.uid, self.epoch) if self.epoch is not None else None
 
     @property
     def identity(self) -> str:
