@@ -204,11 +204,12 @@ class Trust:
     uid: str = ""
     #: Another incarnation waits for the fenced one's silence: judged again as time passes.
     is_contested: bool = False
-    #: The newest accepted report, found once (a step asks for it many times).
-    newest: AgentReport | None = field(init=False, default=None, compare=False, repr=False)
+    #: The newest accepted report, found once (a step asks for it many times). Found from
+    #: `accepted` unless given with `heard_at` (by `moved`, which knows them already).
+    newest: AgentReport | None = field(default=None, kw_only=True, compare=False, repr=False)
     #: When the hub last heard from the agent: the latest `aged_from` of the accepted
     #: reports (None without any).
-    heard_at: datetime | None = field(init=False, default=None, compare=False, repr=False)
+    heard_at: datetime | None = field(default=None, kw_only=True, compare=False, repr=False)
     #: The accepted PoolObservation reports, in `accepted`'s order (a cluster's status reads
     #: these alone, several times a publish; most reports are ReplicaObservations).
     pools: tuple[AgentReport, ...] = field(init=False, default=(), compare=False, repr=False)
@@ -220,18 +221,46 @@ class Trust:
             object.__setattr__(self, "fence", Fence(self.uid, self.epoch))
         # The newest by (observed_at, kind, name), the first of equals: found among the
         # reports of the latest time alone (picked at C speed: a cluster has ~90 reports).
-        newest: AgentReport | None = None
-        heard: datetime | None = None
-        if self.accepted:
-            times = list(map(_AT, self.accepted))
-            latest = max(times)
-            tied = list(compress(self.accepted, map(latest.__eq__, times)))
-            newest = tied[0] if len(tied) == 1 else max(tied, key=_NEWEST)
-            heard = max(map(_AGED, self.accepted))
-            pools = tuple(compress(self.accepted, map(POOL.__eq__, map(_KIND, self.accepted))))
-            object.__setattr__(self, "pools", pools)
+        if not self.accepted:
+            object.__setattr__(self, "newest", None)
+            object.__setattr__(self, "heard_at", None)
+            return
+        pools = tuple(compress(self.accepted, map(POOL.__eq__, map(_KIND, self.accepted))))
+        object.__setattr__(self, "pools", pools)
+        if self.heard_at is not None:
+            return  # given, with `newest` (`moved`)
+        times = list(map(_AT, self.accepted))
+        latest = max(times)
+        tied = list(compress(self.accepted, map(latest.__eq__, times)))
+        newest = tied[0] if len(tied) == 1 else max(tied, key=_NEWEST)
         object.__setattr__(self, "newest", newest)
-        object.__setattr__(self, "heard_at", heard)
+        object.__setattr__(self, "heard_at", max(map(_AGED, self.accepted)))
+
+    def moved(self, accepted: tuple[AgentReport, ...], moved: Iterable[AgentReport]) -> Trust:
+        """`Trust(epoch, accepted, rejected, future, uid, is_contested)` of this Trust's own,
+        where `accepted` holds this Trust's accepted reports but for `moved`, each of which
+        replaces the one of its kind and name by one stamped and received no earlier (a
+        heartbeat; a report moved twice is in `moved` in its last version). Its newest report
+        and `heard_at` are then found from this Trust's and the moved reports alone: a report
+        that moves no earlier cannot leave the latest behind."""
+        newest, heard = self.newest, self.heard_at
+        for report in moved:
+            # The newest by (observed_at, kind, name): unique by kind and name, so an equal
+            # key is the same report's new version.
+            if newest is None or _NEWEST(report) >= _NEWEST(newest):
+                newest = report
+            if heard is None or report.aged_from > heard:
+                heard = report.aged_from
+        return Trust(
+            self.epoch,
+            accepted,
+            self.rejected,
+            self.future,
+            self.uid,
+            self.is_contested,
+            newest=newest,
+            heard_at=heard,
+        )
 
     @property
     def identity(self) -> str:
