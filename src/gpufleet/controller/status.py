@@ -379,7 +379,7 @@ def published_observation(
             return _refused(report, now, config, pool_ceiling(pool), implausible.message)
     status = report.body["status"]
     age_s, state = freshness(report.aged_from, now, config)
-    conditions: list[Obj] = copy_json(list(status.get("conditions") or []))
+    conditions: list[Obj] = list(status.get("conditions") or [])
     observation: Obj = {
         "observedAt": status["observedAt"],
         "ageSeconds": age_s,
@@ -396,7 +396,7 @@ def published_observation(
         conditions = [c for c in conditions if c.get("type") != HISTOGRAM_AVAILABLE]
         conditions.insert(0, capped)
     elif buckets is not None:
-        observation["freeDevices"] = copy_json(buckets)
+        observation["freeDevices"] = buckets
     if status.get("lastAllocationTime"):
         observation["lastAllocationTime"] = status["lastAllocationTime"]
     observation["excludedNodes"] = dict(status.get("excludedNodes") or {})
@@ -482,6 +482,10 @@ def cluster_status(
     `trust` holds the cluster's judged reports (pool reports among them, named after pools);
     `checked` what `check_pool_report` found of them already (`pool_verdicts` of this cluster
     object, classes and trust), by pool name.
+
+    The result shares what it takes whole from the reports and classes (histograms, report
+    conditions, class devices): like every object the step reads, it is never changed in
+    place, and whoever writes it copies what it keeps (the store's `merged`).
     """
     name = cluster["metadata"]["name"]
     current: Obj = cluster.get("status") or {}
@@ -500,7 +504,7 @@ def cluster_status(
         entry: Obj = {
             "name": pool_name,
             "nodes": max_nodes if max_nodes is not None else pool.get("nodeCount", 1),
-            "devices": copy_json(klass["spec"]["devices"]),
+            "devices": klass["spec"]["devices"],
         }
         report = pool_reports.get(pool_name)
         previous = (published.get(pool_name) or {}).get("observation")
