@@ -34,13 +34,17 @@ ReplicaKey = tuple[str, str, str]
 
 NO_TRUST = Trust(None, (), ())
 _AT = operator.attrgetter("observed_at")
+_KEY = operator.itemgetter(0)
 
 
 @dataclass(slots=True)
 class _Cluster:
     """One cluster's parsed reports by (kind, name), and its last judgement."""
 
+    #: The reports by (kind, name); in that order while `is_sorted` (a replacement keeps a
+    #: key's place, a new key goes last).
     reports: dict[tuple[str, str], AgentReport] = field(default_factory=dict)
+    is_sorted: bool = True
     #: The Trust, and the known fence it was judged with; None when reports came or went,
     #: or changed epoch or incarnation, since.
     judged: tuple[Trust, Fence | None] | None = None
@@ -51,8 +55,6 @@ class _Cluster:
     #: each was stamped and received no earlier than the one it replaced (`Trust.moved`).
     moved: dict[tuple[str, str], AgentReport] = field(default_factory=dict)
     is_forward: bool = True
-    #: The reports' keys in (kind, name) order; None when one came or went since.
-    order: list[tuple[str, str]] | None = None
     #: The latest `observed_at` of the reports (`latest_stamp`); None: to compute again.
     latest: datetime | None = None
 
@@ -61,6 +63,13 @@ class _Cluster:
         if self.latest is None and self.reports:
             self.latest = max(map(_AT, self.reports.values()))
         return self.latest
+
+    def in_order(self) -> tuple[AgentReport, ...]:
+        """The reports in (kind, name) order (sorted again only after a new key came)."""
+        if not self.is_sorted:
+            self.reports = dict(sorted(self.reports.items(), key=_KEY))
+            self.is_sorted = True
+        return tuple(self.reports.values())
 
     def judged_as(self, trust: Trust, known: Fence | None) -> Trust:
         """Remember `trust`, judged with `known`, as the last judgement; returns it."""
@@ -137,7 +146,6 @@ class FleetReports:
         order = (0 if kind == "PoolObservation" else 1, *key)
         entry = self._clusters.setdefault(cluster, _Cluster())
         entry.judged = None
-        entry.order = None
         report = observation.report
         if not is_added:
             self.errors.pop(order, None)
@@ -155,6 +163,8 @@ class FleetReports:
             overwritten.observed_at if overwritten is not None else None, report.observed_at
         )
         entry.reports[(kind, key[1])] = report
+        if overwritten is None and len(entry.reports) > 1:
+            entry.is_sorted = False
         if observation.replica is not None:
             named = self._replicas.setdefault((cluster, *observation.replica), {})
             named[key[1]] = report
@@ -234,9 +244,7 @@ class FleetReports:
             if not entry.is_replaced:
                 return last[0]
             if not last[0].rejected and len(last[0].accepted) == len(entry.reports):
-                if entry.order is None:
-                    entry.order = sorted(entry.reports)
-                accepted = tuple(map(entry.reports.__getitem__, entry.order))
+                accepted = entry.in_order()
                 if entry.is_forward:
                     return entry.judged_as(last[0].moved(accepted, entry.moved.values()), known)
                 trust = Trust(last[0].epoch, accepted, (), (), last[0].uid)
