@@ -555,7 +555,8 @@ class Controller(DecisionWriter):
             # output): settled at its own inputs, so that the next step computes nothing
             # unless one of them moves.
             state.settled, _ = self._settle(state, name, written, classes, trust, now)
-        if not is_owned_equal(
+        if name not in self._dirty.cores and not is_owned_equal(
+            # (A cluster judged again this step is dirty already: nothing to compare.)
             without_times(cluster.get("status") or {}),
             without_times(written.get("status") or {}),
             CLUSTER_OWNED,
