@@ -1,8 +1,7 @@
-"""What status.py computes once or in one pass equals its plain definition: a report's untimed
-status (`AgentReport.untimed`, kept by the report), a Trust's pool reports and fence
-(`Trust.pools`, `Trust.fence`, found once per judgement), and the statuses compared without
-ages or times (`without_ages`, `without_times`, each pool's observation stripped in one
-pass)."""
+"""What status.py computes once or in one pass equals its plain definition: a Trust's pool
+reports and fence (`Trust.pools`, `Trust.fence`, found once per judgement), and the statuses
+compared without ages or times (`without_ages`, `without_times`, each pool's observation
+stripped in one pass)."""
 
 from __future__ import annotations
 
@@ -41,16 +40,6 @@ def reports(draw: st.DrawFn) -> AgentReport:
         T0 + timedelta(seconds=seconds),
         body,
     )
-
-
-@given(reports())
-def test_untimed_is_the_status_without_its_stamp_every_time_it_is_asked(
-    report: AgentReport,
-) -> None:
-    plain = {k: v for k, v in (report.body.get("status") or {}).items() if k != "observedAt"}
-    assert report.untimed() == plain
-    assert report.untimed() == plain  # kept, and unchanged by the asking
-    assert "observedAt" not in report.untimed()
 
 
 @given(st.lists(reports(), max_size=8), st.lists(reports(), max_size=3))

@@ -127,24 +127,11 @@ class AgentReport:
     #: What the report's age is judged from: the earlier of its stamp and its receipt. A
     #: report cannot be newer than its receipt, whatever the agent's clock says.
     aged_from: datetime = field(init=False, compare=False, repr=False)
-    #: `untimed()`, once asked for.
-    _untimed: dict[str, Any] | None = field(init=False, default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         received, stamped = self.received_at, self.observed_at
         aged = received if received is not None and received < stamped else stamped
         object.__setattr__(self, "aged_from", aged)
-
-    def untimed(self) -> dict[str, Any]:
-        """The report's status without its stamp (`observedAt`): what a heartbeat leaves
-        equal (`cluster_inputs`). Computed once per report (the step asks for it again after
-        a write); the result is shared, never changed."""
-        found = self._untimed
-        if found is None:
-            status = self.body.get("status") or {}
-            found = {k: v for k, v in status.items() if k != "observedAt"}
-            object.__setattr__(self, "_untimed", found)
-        return found
 
     def received(self, at: datetime) -> AgentReport:
         """This report, received at `at` (its age judged from at most then)."""
@@ -664,11 +651,15 @@ def cluster_inputs(trust: Trust, is_refresh_due: bool) -> tuple[object, ...]:
     identity, and each pool report but for its time. The times enter through the freshness
     states (`cluster_states`), and themselves only when a refresh is due, so a heartbeat
     that changed nothing else leaves these inputs equal."""
-    pools = tuple((r.name, r.identity, r.lease_epoch, r.untimed()) for r in trust.pools)
+    pools = tuple((r.name, r.identity, r.lease_epoch, _untimed(r.body)) for r in trust.pools)
     rejected = tuple(r.name for r in trust.rejected if r.kind == "PoolObservation")
     future = tuple((r.kind, r.name) for r in trust.future)
     when = trust.observed_at if is_refresh_due else None
     return (trust.fence, trust.identity, pools, rejected, future, is_refresh_due, when)
+
+
+def _untimed(body: ReadObj) -> dict[str, Any]:
+    return {k: v for k, v in (body.get("status") or {}).items() if k != "observedAt"}
 
 
 def is_refresh_due(cluster: ReadObj, now: datetime, config: ControllerConfig) -> bool:
