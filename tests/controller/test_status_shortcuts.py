@@ -1,7 +1,8 @@
 """What status.py computes once or in one pass equals its plain definition: a Trust's pool
 reports and fence (`Trust.pools`, `Trust.fence`, found once per judgement), and the statuses
 compared without ages or times (`without_ages`, `without_times`, each pool's observation
-stripped in one pass)."""
+stripped in one pass); and the verdicts on pool reports a cluster keeps while what they read
+stays (`VerdictMemo`) are `pool_verdicts` at every publish."""
 
 from __future__ import annotations
 
@@ -13,7 +14,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.controller.fence import Fence
-from gpufleet.controller.status import AgentReport, Trust, without_ages, without_times
+from gpufleet.controller.status import (
+    AgentReport,
+    Trust,
+    VerdictMemo,
+    pool_verdicts,
+    without_ages,
+    without_times,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KINDS = st.sampled_from(["PoolObservation", "ReplicaObservation"])
@@ -100,3 +108,61 @@ def test_without_ages_and_times_strip_what_one_pass_per_key_strips(
     if isinstance(agent, Mapping) and "observedAt" in agent:
         timed["agent"] = {k: v for k, v in agent.items() if k != "observedAt"}
     assert without_times(status) == timed
+
+
+# --- the verdicts on pool reports, kept while what they read stays --------------------------
+
+
+def _klass(version: int) -> dict[str, Any]:
+    """A class whose content is a function of its resourceVersion (the store's promise)."""
+    devices = [{"driver": "gpu", "count": 1 + version % 3}]
+    return {"metadata": {"uid": "k", "resourceVersion": str(version)}, "spec": {"devices": devices}}
+
+
+@st.composite
+def publishes(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], Trust]:
+    """One publish's inputs: the cluster's pools, the classes, the accepted pool reports."""
+    pools = [
+        {"name": name, "className": "c", "nodeCount": draw(st.integers(0, 3))}
+        for name in draw(st.sampled_from([["a"], ["a", "b"], ["b"]]))
+    ]
+    cluster = {"metadata": {"name": "east"}, "spec": {"nodePools": pools}}
+    classes = {"c": _klass(draw(st.integers(0, 2)))} if draw(st.booleans()) else {}
+    reports = []
+    for name in draw(st.sampled_from([["a"], ["a", "b"], []])):
+        observed = draw(st.integers(0, 4))
+        status = {
+            "observedAt": f"2026-01-01T00:00:0{draw(st.integers(0, 9))}Z",
+            "observedNodes": observed,
+            "freeDevices": [{"nodes": draw(st.integers(0, 4)), "free": {"gpu": 1}}],
+            "excludedNodes": {"cordoned": draw(st.integers(0, 2))},
+        }
+        stamp = T0 + timedelta(seconds=draw(st.integers(0, 9)))
+        reports.append(
+            AgentReport("PoolObservation", name, "ns", "agent", 1, stamp, {"status": status})
+        )
+    return cluster, classes, Trust(1 if reports else None, tuple(reports), ())
+
+
+@given(st.lists(publishes(), min_size=1, max_size=12))
+def test_the_verdict_memo_finds_what_pool_verdicts_finds_at_every_publish(
+    seq: list[tuple[dict[str, Any], dict[str, Any], Trust]],
+) -> None:
+    memo = VerdictMemo()
+    for cluster, classes, trust in seq:
+        assert memo.of(cluster, classes, trust) == pool_verdicts(cluster, classes, trust)
+
+
+def test_a_heartbeat_that_moved_only_its_stamp_keeps_the_verdicts_found() -> None:
+    pools = [{"name": "a", "className": "c", "nodeCount": 1}]
+    cluster = {"metadata": {"name": "east"}, "spec": {"nodePools": pools}}
+    classes = {"c": _klass(0)}
+    memo = VerdictMemo()
+    found = []
+    for second in (0, 5):
+        status = {"observedAt": f"2026-01-01T00:00:0{second}Z", "observedNodes": 2}
+        report = AgentReport("PoolObservation", "a", "ns", "agent", 1, T0, {"status": status})
+        found.append(memo.of(cluster, classes, Trust(1, (report,), ())))
+    assert found[0] is found[1]  # not checked again
+    assert found[0] == pool_verdicts(cluster, classes, Trust(1, (report,), ()))
+    assert found[0]["a"] is not None and found[0]["a"].rule == "ObservedNodesOverCeiling"

@@ -78,12 +78,12 @@ from gpufleet.controller.status import (
     REPLICA_OWNED,
     AgentReport,
     Trust,
+    VerdictMemo,
     cluster_inputs,
     cluster_status,
     cluster_times,
     is_refresh_due,
     next_state_change,
-    pool_verdicts,
     replica_status,
     states_at,
     without_ages,
@@ -233,6 +233,8 @@ class _ClusterState:
     #: When a time of the cluster's crosses into another freshness state, or its status
     #: refresh falls due (None: never).
     due: datetime | None = None
+    #: The verdicts on its pool reports, kept while what they read stays.
+    verdicts: VerdictMemo = field(default_factory=VerdictMemo)
 
 
 class Controller(DecisionWriter):
@@ -532,7 +534,7 @@ class Controller(DecisionWriter):
         settled, is_due = self._settle(state, name, cluster, classes, trust, now)
         if settled == state.settled:
             return
-        verdicts = pool_verdicts(cluster, classes, trust)  # once, for events and status
+        verdicts = state.verdicts.of(cluster, classes, trust)  # once, for events and status
         self._report_implausible(cluster, verdicts, now, result)
 
         def desire(current: ReadObj) -> Obj:

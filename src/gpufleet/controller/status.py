@@ -578,6 +578,47 @@ def pool_verdicts(
     return verdicts
 
 
+@dataclass(slots=True)
+class VerdictMemo:
+    """`pool_verdicts` of one cluster, checked again only when what they read moved: each
+    declared pool (`spec.nodePools[]`), its class's uid and resourceVersion, and its accepted
+    report but for the report's stamp (`check_pool_report` reads no time). A heartbeat that
+    moved only `observedAt`, the most common report, finds the verdicts found before. The
+    verdicts returned are shared: read, never changed."""
+
+    inputs: tuple[object, ...] | None = None
+    verdicts: dict[str, Implausible | None] = field(default_factory=dict)
+
+    def of(
+        self, cluster: ReadObj, classes: Mapping[str, ReadObj], trust: Trust
+    ) -> dict[str, Implausible | None]:
+        """`pool_verdicts(cluster, classes, trust)`."""
+        inputs = _verdict_inputs(cluster, classes, trust)
+        if inputs != self.inputs:
+            self.inputs, self.verdicts = inputs, pool_verdicts(cluster, classes, trust)
+        return self.verdicts
+
+
+def _verdict_inputs(
+    cluster: ReadObj, classes: Mapping[str, ReadObj], trust: Trust
+) -> tuple[object, ...]:
+    reports = {r.name: r for r in trust.pools}
+    inputs: list[object] = []
+    for pool in (cluster.get("spec") or {}).get("nodePools") or []:
+        klass = classes.get(pool["className"])
+        report = reports.get(pool["name"])
+        meta = klass["metadata"] if klass is not None else {}
+        inputs.append(
+            (
+                pool,
+                meta.get("uid"),
+                meta.get("resourceVersion"),
+                None if report is None else _untimed(report.body),
+            )
+        )
+    return tuple(inputs)
+
+
 def implausible_pools(verdicts: Mapping[str, Implausible | None]) -> dict[str, str]:
     """Pool name -> why its accepted report was refused (`plausible`), for events."""
     return {name: v.message for name, v in verdicts.items() if v is not None}
