@@ -700,7 +700,7 @@ def cluster_inputs(trust: Trust, is_refresh_due: bool) -> tuple[object, ...]:
 
 
 def _untimed(body: ReadObj) -> dict[str, Any]:
-    return {k: v for k, v in (body.get("status") or {}).items() if k != "observedAt"}
+    return _without(body.get("status") or {}, _STAMP)
 
 
 def is_refresh_due(cluster: ReadObj, now: datetime, config: ControllerConfig) -> bool:
@@ -717,13 +717,14 @@ def without_times(status: Mapping[str, Any]) -> Obj:
     stripped = _without_keys(status, _TIMES)
     agent = stripped.get("agent")
     if isinstance(agent, Mapping) and "observedAt" in agent:
-        stripped["agent"] = {k: v for k, v in agent.items() if k != "observedAt"}
+        stripped["agent"] = _without(agent, _STAMP)
     return stripped
 
 
 #: What `without_ages` and `without_times` leave out of each pool's observation.
 _AGES: Final = frozenset({"ageSeconds"})
 _TIMES: Final = frozenset({"ageSeconds", "observedAt"})
+_STAMP: Final = frozenset({"observedAt"})
 
 
 def _without_keys(status: Mapping[str, Any], keys: frozenset[str]) -> Obj:
@@ -740,7 +741,16 @@ def _pool_without(pool: Any, keys: frozenset[str]) -> Any:
     observation = pool.get("observation") if isinstance(pool, Mapping) else None
     if not isinstance(observation, Mapping) or keys.isdisjoint(observation):
         return pool
-    return {**pool, "observation": {k: v for k, v in observation.items() if k not in keys}}
+    return {**pool, "observation": _without(observation, keys)}
+
+
+def _without(mapping: Mapping[str, Any], keys: frozenset[str]) -> dict[str, Any]:
+    """A shallow copy of `mapping` without `keys` (copied whole, then the keys taken out:
+    several times faster than filtering each key)."""
+    out = dict(mapping)
+    for key in keys:
+        out.pop(key, None)
+    return out
 
 
 def without_ages(status: Mapping[str, Any]) -> Obj:
