@@ -60,7 +60,7 @@ from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import (
     Recorder,
 )
-from gpufleet.controller.fence import Fence, known_fence, remember
+from gpufleet.controller.fence import Fence, known_fence, published_fence, remember
 from gpufleet.controller.index import (
     HubIndex,
     Key,
@@ -235,6 +235,8 @@ class _ClusterState:
     due: datetime | None = None
     #: The verdicts on its pool reports, kept while what they read stays.
     verdicts: VerdictMemo = field(default_factory=VerdictMemo)
+    #: (resourceVersion, `published_fence`) of the object last judged.
+    fence_read: tuple[str, tuple[Fence, datetime | None] | None] | None = None
 
 
 class Controller(DecisionWriter):
@@ -490,7 +492,11 @@ class Controller(DecisionWriter):
         self._report_stale(now, result)
 
     def _judge_cluster(self, cluster: str, obj: ReadObj, now: datetime) -> None:
-        known, heard = known_fence(obj, self.epochs.get(cluster))
+        state = self._clusters.setdefault(cluster, _ClusterState())
+        version, read = version_of(obj), state.fence_read
+        if read is None or not version or read[0] != version:  # read again as it moves
+            read = state.fence_read = (version or "", published_fence(obj))
+        known, heard = known_fence(read[1], self.epochs.get(cluster))
         horizon = now + timedelta(seconds=self.config.max_clock_skew_s)
         trust = self.reports.judge(
             cluster, known, horizon, now=now, heard_at=heard, silence_s=self.config.expire_after_s
