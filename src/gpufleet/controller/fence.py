@@ -173,20 +173,26 @@ def _time(value: object) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
-def known_fence(
-    cluster: Mapping[str, Any], remembered: tuple[Fence, datetime | None] | None
-) -> tuple[Fence | None, datetime | None]:
-    """The fence a cluster is known to hold, and when it was last heard: the one persisted in
-    its `status.agent` (`leaseUID`, `leaseEpoch`, `observedAt`) or the one this controller
-    remembers, whichever was heard last (a takeover always comes after the old incarnation's
-    silence, so the later one is the newer fence); of one incarnation, the higher epoch."""
+def published_fence(cluster: Mapping[str, Any]) -> tuple[Fence, datetime | None] | None:
+    """The fence persisted in a cluster's `status.agent` (`leaseUID`, `leaseEpoch`) and when
+    it was last heard (`observedAt`); None when none is. A function of the object alone: the
+    step reads it again only when the object's version moved."""
     agent = (cluster.get("status") or {}).get("agent") or {}
     epoch = _int(agent.get("leaseEpoch"))
-    published: tuple[Fence, datetime | None] | None = None
-    if epoch is not None:
-        uid = agent.get("leaseUID")
-        fence = Fence(uid if isinstance(uid, str) else "", epoch)
-        published = (fence, _time(agent.get("observedAt")))
+    if epoch is None:
+        return None
+    uid = agent.get("leaseUID")
+    return Fence(uid if isinstance(uid, str) else "", epoch), _time(agent.get("observedAt"))
+
+
+def known_fence(
+    published: tuple[Fence, datetime | None] | None,
+    remembered: tuple[Fence, datetime | None] | None,
+) -> tuple[Fence | None, datetime | None]:
+    """The fence a cluster is known to hold, and when it was last heard: the one persisted in
+    its status (`published_fence`) or the one this controller remembers, whichever was heard
+    last (a takeover always comes after the old incarnation's silence, so the later one is the
+    newer fence); of one incarnation, the higher epoch."""
     if published is None or remembered is None:
         return remembered or published or (None, None)
     (mine, my_heard), (theirs, their_heard) = remembered, published

@@ -60,7 +60,7 @@ from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import (
     Recorder,
 )
-from gpufleet.controller.fence import Fence, known_fence, remember
+from gpufleet.controller.fence import Fence, known_fence, published_fence, remember
 from gpufleet.controller.index import (
     HubIndex,
     Key,
@@ -78,12 +78,12 @@ from gpufleet.controller.status import (
     REPLICA_OWNED,
     AgentReport,
     Trust,
+    VerdictMemo,
     cluster_inputs,
     cluster_status,
     cluster_times,
     is_refresh_due,
     next_state_change,
-    pool_verdicts,
     replica_status,
     states_at,
     without_ages,
@@ -229,6 +229,10 @@ class _ClusterState:
     #: When a time of the cluster's crosses into another freshness state, or its status
     #: refresh falls due (None: never).
     due: datetime | None = None
+    #: The verdicts on its pool reports, kept while what they read stays.
+    verdicts: VerdictMemo = field(default_factory=VerdictMemo)
+    #: (resourceVersion, `published_fence`) of the object last judged.
+    fence_read: tuple[str, tuple[Fence, datetime | None] | None] | None = None
 
 
 class Controller(DecisionWriter):
@@ -489,7 +493,11 @@ class Controller(DecisionWriter):
         self._report_stale(now, result)
 
     def _judge_cluster(self, cluster: str, obj: ReadObj, now: datetime) -> None:
-        known, heard = known_fence(obj, self.epochs.get(cluster))
+        state = self._clusters.setdefault(cluster, _ClusterState())
+        version, read = version_of(obj), state.fence_read
+        if read is None or not version or read[0] != version:  # read again as it moves
+            read = state.fence_read = (version or "", published_fence(obj))
+        known, heard = known_fence(read[1], self.epochs.get(cluster))
         horizon = now + timedelta(seconds=self.config.max_clock_skew_s)
         trust = self.reports.judge(
             cluster, known, horizon, now=now, heard_at=heard, silence_s=self.config.expire_after_s
@@ -533,7 +541,7 @@ class Controller(DecisionWriter):
         settled, is_due = self._settle(state, name, cluster, classes, trust, now)
         if settled == state.settled:
             return
-        verdicts = pool_verdicts(cluster, classes, trust)  # once, for events and status
+        verdicts = state.verdicts.of(cluster, classes, trust)  # once, for events and status
         self._report_implausible(cluster, verdicts, now, result)
 
         def desire(current: ReadObj) -> Obj:
@@ -556,7 +564,8 @@ class Controller(DecisionWriter):
             # output): settled at its own inputs, so that the next step computes nothing
             # unless one of them moves.
             state.settled, _ = self._settle(state, name, written, classes, trust, now)
-        if not is_owned_equal(
+        if name not in self._dirty.cores and not is_owned_equal(
+            # (A cluster judged again this step is dirty already: nothing to compare.)
             without_times(cluster.get("status") or {}),
             without_times(written.get("status") or {}),
             CLUSTER_OWNED,
