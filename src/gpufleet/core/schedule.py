@@ -63,6 +63,7 @@ from gpufleet.core.capacity import (
     policy_for,
 )
 from gpufleet.core.charging import (
+    NO_CHARGES,
     Charge,
     HeldCharges,
     Kept,
@@ -89,6 +90,7 @@ from gpufleet.core.decision import (
     replica_name,
 )
 from gpufleet.core.fit import Assignment
+from gpufleet.core.grouping import DeploymentRef, Grouping, regroup
 from gpufleet.core.matching import DRAINS, Matcher, is_selected, untolerated
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
@@ -173,6 +175,22 @@ class _Remembered:
     charges: HeldCharges
 
 
+#: A deployment's result in `_Table`: its signature, its retain result and its charges.
+_Entry = tuple[tuple[object, ...], _Retained, HeldCharges]
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """The previous call's replicas grouped by deployment and, per deployment (by key) whose
+    result holds for its signature and its replicas' (set of) signatures, that result, for
+    the call's retain view `fleet` and pool views (the previous call's: `changed` says which
+    moved since)."""
+
+    fleet: int
+    grouping: Grouping
+    entries: dict[DeploymentRef, _Entry]
+
+
 class ScheduleMemo:
     """What `plan` derived from objects a later call may see again, for a caller that
     schedules a slowly changing fleet over and over (the hub controller, every step).
@@ -206,6 +224,7 @@ class ScheduleMemo:
         "for_one_call",
         "order",
         "placement",
+        "table",
     )
 
     def __init__(self, *, for_one_call: bool = False) -> None:
@@ -216,6 +235,9 @@ class ScheduleMemo:
         #: Per deployment (by `Matcher.ref`), its latest retain result and charges.
         self.deployments: Generations[tuple[object, ...], _Remembered] = Generations()
         self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
+        #: The previous call's replicas by deployment and results per deployment (None:
+        #: none, or they did not all declare distinct signatures).
+        self.table: _Table | None = None
         self._pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         self._views = 0
         #: The previous call's pool views; None when it had none (no replicas to charge).
@@ -520,52 +542,84 @@ class _Fleetwide:
 
 def _retain_all(
     deployments: Sequence[Deployment],
-    groups: list[list[Replica]],
+    replicas: tuple[Replica, ...],
+    on: _Fleetwide,
+    avoiding: Mapping[tuple[str, str], _Avoiding],
+) -> tuple[list[DeploymentDecision | _Work], list[Charge], list[Replica]]:
+    """Steps 2 and 3 for every deployment (in key order, with its replicas): per deployment,
+    its decision when retaining settles it, else its work for the round; the charges of every
+    kept replica; and the replicas whose deployment is gone, in snapshot order.
+
+    With a kept memo and replicas that all declare distinct signatures, the replicas are
+    grouped from the previous call's grouping (grouping.py) and a deployment whose
+    signature and replicas' signatures are the previous call's, that drops no replica for
+    `Snapshot.avoid`, on a fleet of the same retain view, is answered from the previous
+    call's result for it (`_Table`): one lookup, and its charges checked only when a pool
+    they pin changed its view. Anything else asks `_retain_and_charge`, as does every
+    deployment when there is no grouping."""
+    memo = on.memo
+    last, memo.table = memo.table, None
+    grouping = None
+    if not memo.for_one_call:
+        grouping = regroup(replicas, last.grouping if last is not None else None)
+    if grouping is None:
+        groups, orphans = _by_deployment(deployments, replicas)
+        outcomes: list[DeploymentDecision | _Work] = []
+        charges: list[Charge] = []
+        for d, group in zip(deployments, groups, strict=True):
+            mine = avoiding.get(_KEY_OF(d), _NOT_AVOIDING) if avoiding else _NOT_AVOIDING
+            retained, held = _retain_and_charge(d, group, on, mine.doomed)
+            charges.extend(held.charges)
+            outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
+        return outcomes, charges, orphans
+    before = last.entries if last is not None and last.fleet == on.fleet else {}
+    table = _Table(on.fleet, grouping, {})
+    outcomes, charges = _retain_grouped(deployments, grouping, before, table.entries, on, avoiding)
+    memo.table = table
+    orphans = grouping.orphans(set(map(_KEY_OF, deployments)))
+    orphans.sort(key=replica_order)
+    return outcomes, charges, orphans
+
+
+def _retain_grouped(
+    deployments: Sequence[Deployment],
+    grouping: Grouping,
+    before: Mapping[DeploymentRef, _Entry],
+    entries: dict[DeploymentRef, _Entry],
     on: _Fleetwide,
     avoiding: Mapping[tuple[str, str], _Avoiding],
 ) -> tuple[list[DeploymentDecision | _Work], list[Charge]]:
-    """Steps 2 and 3 for every deployment (in key order, with its replicas): per deployment,
-    its decision when retaining settles it, else its work for the round; and the charges of
-    every kept replica.
-
-    The common case, a deployment whose memo entry the previous call checked and whose
-    signature and replicas did not change, and whose charges still hold (none of their pools
-    changed its view, or each stays in its window), is answered in this loop (one lookup and
-    a few comparisons); anything else asks `_retain_and_charge`."""
+    """`_retain_all` with a grouping: `before`, the previous call's entries (empty when they
+    do not hold for this call's retain view), answers the deployments it can; `entries` gets
+    this call's."""
     outcomes: list[DeploymentDecision | _Work] = []
     charges: list[Charge] = []
-    carry = on.memo.deployments.carry
-    ref_of = on.memo.placement.matcher.ref
+    touched = grouping.touched
     changed = on.changed
-    for d, group in zip(deployments, groups, strict=True):
-        mine = avoiding.get(_KEY_OF(d), _NOT_AVOIDING) if avoiding else _NOT_AVOIDING
-        retained: _Retained | None = None
-        found: _Remembered | _NotLooked | None = _NOT_LOOKED
-        doomed = mine.doomed
-        if group and changed is not None and not (doomed and _is_doomed(group, doomed)):
-            found = carried = carry(ref_of(d))
-            # A carried entry held for the previous call's pools; its replicas are stored
-            # only when every one declares a signature, so equal ones are all declared.
-            if (
-                carried is not None
-                and carried.fleet == on.fleet
-                and carried.replicas == tuple(map(_SIGNATURE, group))
-                and (carried.charges.pools.isdisjoint(changed) or carried.charges.hold(on.views))
-            ):
-                retained = carried.retained
-                charges.extend(carried.charges.charges)
-        if retained is None:
-            retained, kept = _retain_and_charge(d, group, on, doomed, found)
-            charges.extend(kept)
+    for d in deployments:
+        key: DeploymentRef = _KEY_OF(d)
+        mine = avoiding.get(key, _NOT_AVOIDING) if avoiding else _NOT_AVOIDING
+        entry = before.get(key) if touched is not None and key not in touched else None
+        if entry is not None and entry[0] == d.signature and not mine.doomed:
+            retained, held = entry[1], entry[2]
+            if (changed is None or not held.pools.isdisjoint(changed)) and not held.hold(on.views):
+                held = held_charges(retained.kept, on.ledgers, on.views)
+                entry = (entry[0], retained, held)
+            entries[key] = entry
+        else:
+            group = grouping.group(key)
+            retained, held = _retain_and_charge(d, group, on, mine.doomed)
+            if d.signature and not _is_doomed(group, mine.doomed) and _is_unique(group):
+                entries[key] = (d.signature, retained, held)
+        charges.extend(held.charges)
         outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
     return outcomes, charges
 
 
-class _NotLooked:
-    """The memo was not asked yet (`_retain_and_charge` asks it)."""
-
-
-_NOT_LOOKED: Final = _NotLooked()
+def _is_unique(replicas: Sequence[Replica]) -> bool:
+    """Whether no two of `replicas` share a name: then their canonical order is a function of
+    the set (retaining sorts them), and a result for them holds whatever the snapshot order."""
+    return len({r.name for r in replicas}) == len(replicas)
 
 
 def _is_doomed(replicas: Sequence[Replica], doomed: Mapping[str, Reason]) -> bool:
@@ -578,11 +632,9 @@ def _retain_and_charge(
     replicas: Sequence[Replica],
     on: _Fleetwide,
     doomed: Mapping[str, Reason],
-    carried: _Remembered | _NotLooked | None = _NOT_LOOKED,
-) -> tuple[_Retained, tuple[Charge, ...]]:
+) -> tuple[_Retained, HeldCharges]:
     """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
     ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
-    `carried`: what `Generations.carry` answered for it, when the caller asked already.
 
     Keyed by the deployment's `Matcher.ref` with its latest result, which holds for replicas
     of the same declared signatures: with a replica that declares none, nothing is reused.
@@ -594,15 +646,15 @@ def _retain_and_charge(
     ledgers, memo, views = on.ledgers, on.memo, on.views
     if not replicas:
         # Nothing to retain or charge: cheaper to derive than to remember.
-        return _retain(deployment, (), ledgers, memo.placement.matcher), ()
+        return _retain(deployment, (), ledgers, memo.placement.matcher), NO_CHARGES
     if _is_doomed(replicas, doomed):
         # A replica is being re-placed: derived, not remembered (it happens once).
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher, doomed)
-        return retained, held_charges(retained.kept, ledgers, views).charges
+        return retained, held_charges(retained.kept, ledgers, views)
     entries = memo.deployments
     ref = memo.placement.matcher.ref(deployment)
-    found = entries.carry(ref) if isinstance(carried, _NotLooked) else carried
+    found = entries.carry(ref)
     is_carried = found is not None
     if found is None:
         found = entries.get(ref)
@@ -616,7 +668,7 @@ def _retain_and_charge(
         (is_carried and on.changed is not None and known.charges.pools.isdisjoint(on.changed))
         or known.charges.hold(views)
     ):
-        return known.retained, known.charges.charges
+        return known.retained, known.charges
     if known is not None:
         retained = known.retained
     else:
@@ -627,7 +679,7 @@ def _retain_and_charge(
     # with no replicas then: no group of replicas is equal to none.
     remembered = _Remembered(on.fleet, signatures if is_signed else (), retained, charges)
     entries.put(ref, remembered)
-    return retained, charges.charges
+    return retained, charges
 
 
 def _retain(
@@ -894,17 +946,14 @@ def plan(
         else {}
     )
 
-    groups, orphans = _by_deployment(deployments, snapshot.replicas)
-    charges: list[Charge] = []
+    # Per deployment, its decision when retaining settles it, else its work for the round.
+    avoiding = _avoiding(snapshot, now, ledgers) if snapshot.avoid else {}
+    on = _Fleetwide(ledgers, memo, fleet, pool_views, changed)
+    outcomes, charges, orphans = _retain_all(deployments, snapshot.replicas, on, avoiding)
     for replica in orphans:
         ledger = ledgers.get(replica.cluster)
         if ledger is not None:
             charges.extend(charges_of(replica, replica.engines, True, ledger))
-    # Per deployment, its decision when retaining settles it, else its work for the round.
-    avoiding = _avoiding(snapshot, now, ledgers) if snapshot.avoid else {}
-    on = _Fleetwide(ledgers, memo, fleet, pool_views, changed)
-    outcomes, kept = _retain_all(deployments, groups, on, avoiding)
-    charges.extend(kept)
     apply_charges(charges, ledgers)
     diagnoser = Diagnoser(ledgers, placing, snapshot.config)
     _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, placing, snapshot, diagnoser)
