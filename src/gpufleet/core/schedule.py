@@ -204,7 +204,10 @@ class ScheduleMemo:
     retain result is recomputed when the deployment, its replicas' signatures or what
     retaining reads of the clusters (names, labels, taints, gateways, pools by name and
     class) change; charges when a pool they pin changes class or accounting, or its
-    allocation time leaves the window they hold for (charging.py). Mutable: only the memo
+    allocation time leaves the window they hold for (charging.py). When every replica
+    declares a signature of its own, also the previous call's replicas grouped by deployment
+    and its result per deployment (`_Table`): a call then regroups, and asks the entries
+    above for, only the deployments whose inputs changed. Mutable: only the memo
     itself (and each call's ledgers); every input and every result is frozen.
 
     Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
@@ -282,7 +285,8 @@ class ScheduleMemo:
 
     def size(self) -> int:
         """Entries held: about what the last two calls derived, never the history."""
-        return self.placement.size() + len(self.deployments)
+        table = len(self.table.entries) if self.table is not None else 0
+        return self.placement.size() + len(self.deployments) + table
 
 
 #: `ScheduleMemo.views`: the fleet's retain view id, each pool's view, and the pools whose
