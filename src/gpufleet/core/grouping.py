@@ -11,9 +11,10 @@ Model.
   removed (set operations made in C, no Python code per replica) and regroups the
   deployments they name (`touched`). A grouping is made only when every replica declares a
   signature and no two declare the same one; else None, and the caller groups plainly.
-- `group(key)` is that deployment's replicas in snapshot order, exactly what grouping the
-  snapshot afresh gives (tests/core/test_grouping.py); `orphans(keys)` the replicas whose
-  deployment is not among `keys`, in snapshot order.
+- `group(key)` is that deployment's replicas, those grouping the snapshot afresh gives
+  (tests/core/test_grouping.py): in snapshot order when two share a name (retaining keeps
+  the first of one identity), else in an order of their own (retaining sorts them by name);
+  `orphans(keys)` the replicas whose deployment is not among `keys`, in snapshot order.
 
 Keyed by signatures and keys, never by identity; nothing here is mutated once made.
 """
@@ -38,33 +39,37 @@ _DEPLOYMENT_OF: Final = operator.attrgetter("deployment.namespace", "deployment.
 class Grouping:
     """One snapshot's replicas, by declared signature and by deployment."""
 
+    #: The snapshot's replicas, in its order.
     replicas: tuple[Replica, ...]
     #: Every replica's signature, in snapshot order.
     signatures: tuple[tuple[object, ...], ...]
-    #: Each signature's position in the snapshot.
-    positions: dict[tuple[object, ...], int]
-    #: Per deployment (of the snapshot's replicas), its replicas' signatures (in any order).
+    #: The replica of each signature (equal to the snapshot's, by the caller's promise).
+    by_signature: dict[tuple[object, ...], Replica]
+    known: frozenset[tuple[object, ...]]
+    #: Per deployment (of the snapshot's replicas), its replicas' signatures.
     members: dict[DeploymentRef, tuple[tuple[object, ...], ...]]
     #: The deployments whose replicas' signatures differ from the previous grouping's; None
     #: when there was none to compare with (then every deployment counts as touched).
     touched: frozenset[DeploymentRef] | None
 
     def group(self, key: DeploymentRef) -> list[Replica]:
-        """The replicas of deployment `key`, in snapshot order."""
+        """The replicas of deployment `key`: in snapshot order when two share a name (their
+        order then matters: retaining keeps the first of one identity), else in the order
+        they joined the grouping (retaining sorts them by name)."""
         members = self.members.get(key)
         if not members:
             return []
-        replicas = self.replicas
-        return [replicas[i] for i in sorted(map(self.positions.__getitem__, members))]
+        group = list(map(self.by_signature.__getitem__, members))
+        if len(group) > 1 and len({r.name for r in group}) < len(group):
+            return [r for r in self.replicas if _DEPLOYMENT_OF(r) == key]
+        return group
 
     def orphans(self, keys: Collection[DeploymentRef]) -> list[Replica]:
         """The replicas whose deployment is not one of `keys`, in snapshot order."""
         gone = self.members.keys() - keys
         if not gone:
             return []
-        positions = self.positions
-        at = sorted(positions[s] for key in gone for s in self.members[key])
-        return [self.replicas[i] for i in at]
+        return [r for r in self.replicas if _DEPLOYMENT_OF(r) in gone]
 
 
 def regroup(replicas: tuple[Replica, ...], last: Grouping | None) -> Grouping | None:
@@ -73,30 +78,30 @@ def regroup(replicas: tuple[Replica, ...], last: Grouping | None) -> Grouping | 
     two declare the same one."""
     signatures = tuple(map(_SIGNATURE, replicas))
     if last is not None and signatures == last.signatures:
-        return Grouping(replicas, signatures, last.positions, last.members, frozenset())
-    positions = dict(zip(signatures, range(len(signatures)), strict=True))
-    if len(positions) != len(signatures) or not all(signatures):
+        return Grouping(
+            replicas, signatures, last.by_signature, last.known, last.members, frozenset()
+        )
+    by_signature = dict(zip(signatures, replicas, strict=True))
+    if len(by_signature) != len(signatures) or not all(signatures):
         return None
+    known = frozenset(by_signature)  # from the dict: no signature is hashed again
     if last is None:
         grouped: dict[DeploymentRef, list[tuple[object, ...]]] = {}
         for signature, key in zip(signatures, map(_DEPLOYMENT_OF, replicas), strict=True):
             grouped.setdefault(key, []).append(signature)
         members = {key: tuple(found) for key, found in grouped.items()}
-        return Grouping(replicas, signatures, positions, members, None)
-    added = positions.keys() - last.positions.keys()
-    removed = last.positions.keys() - positions.keys()
+        return Grouping(replicas, signatures, by_signature, known, members, None)
     moved: dict[DeploymentRef, list[tuple[object, ...]]] = {}
-    for signature in added:
-        moved.setdefault(_DEPLOYMENT_OF(replicas[positions[signature]]), []).append(signature)
-    before = last.replicas
-    for signature in removed:
-        moved.setdefault(_DEPLOYMENT_OF(before[last.positions[signature]]), [])
+    for signature in known - last.known:
+        moved.setdefault(_DEPLOYMENT_OF(by_signature[signature]), []).append(signature)
+    for signature in last.known - known:
+        moved.setdefault(_DEPLOYMENT_OF(last.by_signature[signature]), [])
     members = dict(last.members)
     for key, new in moved.items():
-        kept = [s for s in members.get(key, ()) if s in positions]
+        kept = [s for s in members.get(key, ()) if s in by_signature]
         kept.extend(new)
         if kept:
             members[key] = tuple(kept)
         else:
             members.pop(key, None)
-    return Grouping(replicas, signatures, positions, members, frozenset(moved))
+    return Grouping(replicas, signatures, by_signature, known, members, frozenset(moved))

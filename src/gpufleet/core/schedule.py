@@ -55,6 +55,7 @@ from typing import Final
 
 from gpufleet.core import diagnosis
 from gpufleet.core.accounting import demand_shape
+from gpufleet.core.avoiding import NOT_AVOIDING, REPLACED, Avoiding, avoiding_at
 from gpufleet.core.capacity import (
     Freshness,
     PoolLedger,
@@ -94,7 +95,6 @@ from gpufleet.core.grouping import DeploymentRef, Grouping, regroup
 from gpufleet.core.matching import DRAINS, Matcher, is_selected, untolerated
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
-    Avoid,
     ClusterName,
     Deployment,
     DeploymentKey,
@@ -189,6 +189,12 @@ class _Table:
     fleet: int
     grouping: Grouping
     entries: dict[DeploymentRef, _Entry]
+    #: The call's deployments' signatures and keys (in key order), and its keys as a set.
+    signatures: tuple[tuple[object, ...], ...]
+    keys: tuple[DeploymentRef, ...]
+    present: frozenset[DeploymentRef]
+    #: The replicas whose deployment is not in the call, in canonical order.
+    orphans: tuple[Replica, ...]
 
 
 class ScheduleMemo:
@@ -348,71 +354,10 @@ class _Work:
             work.counts[placement.cluster] += 1
             work.indices.setdefault(placement.cluster, set()).add(placement.index)
         for gone in retained.dropped:
-            if gone.reason.code in _REPLACED:
+            if gone.reason.code in REPLACED:
                 # Its name is not reused while it is being deleted: the new replica is new.
                 work.indices.setdefault(gone.cluster, set()).add(gone.index)
         return work
-
-
-#: Drop reasons of a replica re-placed because it could not run (`Snapshot.avoid`).
-_REPLACED: Final = frozenset({ReasonCode.PODS_UNSCHEDULABLE, ReasonCode.POLICY_DENIED})
-
-
-@dataclass(frozen=True, slots=True)
-class _Avoiding:
-    """One deployment's share of `Snapshot.avoid` that stands at `now`: the replicas to drop
-    (by name, with the reason) and, per cluster, the pools to avoid (with the verdict)."""
-
-    doomed: Mapping[str, Reason]
-    pools: Mapping[ClusterName, Mapping[PoolName, Reason]]
-
-
-_NOT_AVOIDING: Final = _Avoiding({}, {})
-
-
-def _avoiding(
-    snapshot: Snapshot, now: datetime, ledgers: Mapping[ClusterName, ClusterLedger]
-) -> dict[tuple[str, str], _Avoiding]:
-    """`Snapshot.avoid` per deployment, the entries whose `until` is after `now` (in a
-    canonical order, so the order of the input changes nothing; of two entries for one pool
-    the later `until` speaks)."""
-    doomed: dict[tuple[str, str], dict[str, Reason]] = {}
-    pools: dict[tuple[str, str], dict[ClusterName, dict[PoolName, Reason]]] = {}
-    for entry in sorted(snapshot.avoid, key=_avoid_order):
-        if entry.until <= now:
-            continue
-        key = (entry.deployment.namespace, entry.deployment.name)
-        if entry.replica:
-            code = ReasonCode(entry.cause) if entry.cause in _REPLACED else _STUCK
-            doomed.setdefault(key, {})[entry.replica] = diagnosis.stuck(
-                code, entry.message, entry.replica
-            )
-        ledger = ledgers.get(entry.cluster)
-        if ledger is None:
-            continue
-        reason = diagnosis.backing_off(entry.cause, entry.message, entry.until)
-        names = [entry.pool] if entry.pool is not None else [p.pool.name for p in ledger.pools]
-        avoided = pools.setdefault(key, {}).setdefault(entry.cluster, {})
-        for name in names:
-            avoided[name] = reason
-    keys = doomed.keys() | pools.keys()
-    return {k: _Avoiding(doomed.get(k, {}), pools.get(k, {})) for k in keys}
-
-
-_STUCK: Final = ReasonCode.PODS_UNSCHEDULABLE
-
-
-def _avoid_order(entry: Avoid) -> tuple[object, ...]:
-    return (
-        entry.deployment.namespace,
-        entry.deployment.name,
-        entry.cluster,
-        entry.pool or "",
-        entry.until,
-        entry.replica,
-        entry.cause,
-        entry.message,
-    )
 
 
 def _check(snapshot: Snapshot, memo: ScheduleMemo) -> tuple[Deployment, ...]:
@@ -548,7 +493,7 @@ def _retain_all(
     deployments: Sequence[Deployment],
     replicas: tuple[Replica, ...],
     on: _Fleetwide,
-    avoiding: Mapping[tuple[str, str], _Avoiding],
+    avoiding: Mapping[tuple[str, str], Avoiding],
 ) -> tuple[list[DeploymentDecision | _Work], list[Charge], list[Replica]]:
     """Steps 2 and 3 for every deployment (in key order, with its replicas): per deployment,
     its decision when retaining settles it, else its work for the round; the charges of every
@@ -571,51 +516,66 @@ def _retain_all(
         outcomes: list[DeploymentDecision | _Work] = []
         charges: list[Charge] = []
         for d, group in zip(deployments, groups, strict=True):
-            mine = avoiding.get(_KEY_OF(d), _NOT_AVOIDING) if avoiding else _NOT_AVOIDING
+            mine = avoiding.get(_KEY_OF(d), NOT_AVOIDING) if avoiding else NOT_AVOIDING
             retained, held = _retain_and_charge(d, group, on, mine.doomed)
             charges.extend(held.charges)
             outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
         return outcomes, charges, orphans
-    before = last.entries if last is not None and last.fleet == on.fleet else {}
-    table = _Table(on.fleet, grouping, {})
-    outcomes, charges = _retain_grouped(deployments, grouping, before, table.entries, on, avoiding)
-    memo.table = table
-    orphans = grouping.orphans(set(map(_KEY_OF, deployments)))
-    orphans.sort(key=replica_order)
-    return outcomes, charges, orphans
+    # Deployments of the same signatures in the same order have the same keys (`_check`).
+    signatures = tuple(map(_SIGNATURE, deployments))
+    is_same = last is not None and last.signatures == signatures and all(signatures)
+    keys = last.keys if last is not None and is_same else tuple(map(_KEY_OF, deployments))
+    present = last.present if last is not None and is_same else frozenset(keys)
+    # The previous call's entries hold for this call's retain view and replicas only where
+    # the fleet's retain view is the same and the deployment's replicas are untouched.
+    entries = {}
+    if last is not None and last.fleet == on.fleet and grouping.touched is not None:
+        entries = dict(last.entries)
+        for key in grouping.touched:
+            entries.pop(key, None)
+    outcomes, charges = _retain_grouped(deployments, keys, grouping, entries, on, avoiding)
+    for gone in entries.keys() - present:
+        del entries[gone]
+    if last is not None and is_same and grouping.touched is not None and not grouping.touched:
+        left = last.orphans  # the same deployments, and the same replicas of each
+    else:
+        left = tuple(sorted(grouping.orphans(present), key=replica_order))
+    memo.table = _Table(on.fleet, grouping, entries, signatures, keys, present, left)
+    return outcomes, charges, list(left)
 
 
 def _retain_grouped(
     deployments: Sequence[Deployment],
+    keys: Sequence[DeploymentRef],
     grouping: Grouping,
-    before: Mapping[DeploymentRef, _Entry],
     entries: dict[DeploymentRef, _Entry],
     on: _Fleetwide,
-    avoiding: Mapping[tuple[str, str], _Avoiding],
+    avoiding: Mapping[tuple[str, str], Avoiding],
 ) -> tuple[list[DeploymentDecision | _Work], list[Charge]]:
-    """`_retain_all` with a grouping: `before`, the previous call's entries (empty when they
-    do not hold for this call's retain view), answers the deployments it can; `entries` gets
-    this call's."""
+    """`_retain_all` with a grouping. `entries` holds the previous call's entries that may
+    hold for this call (same retain view, replicas untouched); each deployment's is checked
+    (its signature, nothing to drop for `Snapshot.avoid`, its charges when a pool they pin
+    changed its view) and replaced by this call's, or dropped when that is not kept."""
     outcomes: list[DeploymentDecision | _Work] = []
     charges: list[Charge] = []
-    touched = grouping.touched
     changed = on.changed
-    for d in deployments:
-        key: DeploymentRef = _KEY_OF(d)
-        mine = avoiding.get(key, _NOT_AVOIDING) if avoiding else _NOT_AVOIDING
-        entry = before.get(key) if touched is not None and key not in touched else None
+    for d, key in zip(deployments, keys, strict=True):
+        mine = avoiding.get(key, NOT_AVOIDING) if avoiding else NOT_AVOIDING
+        entry = entries.get(key)
         if entry is not None and entry[0] == d.signature and not mine.doomed:
             retained, held = entry[1], entry[2]
             if (changed is None or not held.pools.isdisjoint(changed)) and not held.hold(on.views):
                 held = held_charges(retained.kept, on.ledgers, on.views)
-                entry = (entry[0], retained, held)
-            entries[key] = entry
+                entries[key] = (entry[0], retained, held)
         else:
             group = grouping.group(key)
             retained, held = _retain_and_charge(d, group, on, mine.doomed)
             if d.signature and not _is_doomed(group, mine.doomed) and _is_unique(group):
                 entries[key] = (d.signature, retained, held)
-        charges.extend(held.charges)
+            elif entry is not None:
+                del entries[key]
+        if held.charges:
+            charges.extend(held.charges)
         outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
     return outcomes, charges
 
@@ -951,7 +911,7 @@ def plan(
     )
 
     # Per deployment, its decision when retaining settles it, else its work for the round.
-    avoiding = _avoiding(snapshot, now, ledgers) if snapshot.avoid else {}
+    avoiding = avoiding_at(snapshot, now, ledgers) if snapshot.avoid else {}
     on = _Fleetwide(ledgers, memo, fleet, pool_views, changed)
     outcomes, charges, orphans = _retain_all(deployments, snapshot.replicas, on, avoiding)
     for replica in orphans:
@@ -980,7 +940,7 @@ def plan(
         satisfied = {d.key for d in decisions if d.shortfall == 0}
         one_more = {
             d.key: diagnoser.diagnose(
-                d, avoiding.get((d.key.namespace, d.key.name), _NOT_AVOIDING).pools
+                d, avoiding.get((d.key.namespace, d.key.name), NOT_AVOIDING).pools
             )
             for d in deployments
             if d.key in explain and d.key in satisfied
