@@ -292,6 +292,7 @@ class PoolLedger:
     __slots__ = (
         "_summary",
         "accounting",
+        "allocated_at",
         "class_id",
         "cluster",
         "drivers",
@@ -339,6 +340,10 @@ class PoolLedger:
         #: its summary keeps an empty memo, which the garbage collector does not follow).
         self._summary: Mapping[str, int] | None = None
         self.origin: PoolLedger | None = None
+        #: The observation's `last_allocation_time` as UTC, read once per ledger built (a
+        #: kept ledger's copies share it): charging reads it for every pool on every call.
+        allocated = observation.last_allocation_time if observation is not None else None
+        self.allocated_at = as_utc(allocated) if allocated is not None else None
         if observation is None or fallback is not None or observation.buckets is None:
             self.accounting = Accounting.WHOLE_NODE
             return
@@ -373,6 +378,7 @@ class PoolLedger:
         copied.pool = self.pool
         copied.class_id = self.class_id
         copied.observation = self.observation
+        copied.allocated_at = self.allocated_at
         copied.drivers = self.drivers
         copied.full = self.full
         copied.reasons = self.reasons

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from gpufleet.core.accounting import accounted_fn, counted_since, engine_units, node_cost
-from gpufleet.core.capacity import PoolLedger, as_utc
+from gpufleet.core.capacity import PoolLedger
 from gpufleet.core.fit import Unit, charge
 from gpufleet.core.model import ClusterName, PoolName, Replica, ReplicaEngine
 from gpufleet.core.placement import ClusterLedger
@@ -119,10 +119,8 @@ def charge_view(pool: PoolLedger, time: datetime | None) -> tuple[object, ...]:
 
 
 def allocation_time(pool: PoolLedger) -> datetime | None:
-    observation = pool.observation
-    if observation is None or observation.last_allocation_time is None:
-        return None
-    return as_utc(observation.last_allocation_time)
+    """The pool observation's `last_allocation_time` as UTC (None: no observation or time)."""
+    return pool.allocated_at
 
 
 #: (pool, charge view id, after, before): charges hold while the pool has that view and an

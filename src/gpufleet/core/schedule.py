@@ -55,6 +55,7 @@ from typing import Final
 
 from gpufleet.core import diagnosis
 from gpufleet.core.accounting import demand_shape
+from gpufleet.core.avoiding import NOT_AVOIDING, REPLACED, Avoiding, avoiding_at
 from gpufleet.core.capacity import (
     Freshness,
     PoolLedger,
@@ -63,6 +64,7 @@ from gpufleet.core.capacity import (
     policy_for,
 )
 from gpufleet.core.charging import (
+    NO_CHARGES,
     Charge,
     HeldCharges,
     Kept,
@@ -89,10 +91,10 @@ from gpufleet.core.decision import (
     replica_name,
 )
 from gpufleet.core.fit import Assignment
+from gpufleet.core.grouping import DeploymentRef, Grouping, regroup
 from gpufleet.core.matching import DRAINS, Matcher, is_selected, untolerated
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
-    Avoid,
     ClusterName,
     Deployment,
     DeploymentKey,
@@ -173,6 +175,28 @@ class _Remembered:
     charges: HeldCharges
 
 
+#: A deployment's result in `_Table`: its signature, its retain result and its charges.
+_Entry = tuple[tuple[object, ...], _Retained, HeldCharges]
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """The previous call's replicas grouped by deployment and, per deployment (by key) whose
+    result holds for its signature and its replicas' (set of) signatures, that result, for
+    the call's retain view `fleet` and pool views (the previous call's: `changed` says which
+    moved since)."""
+
+    fleet: int
+    grouping: Grouping
+    entries: dict[DeploymentRef, _Entry]
+    #: The call's deployments' signatures and keys (in key order), and its keys as a set.
+    signatures: tuple[tuple[object, ...], ...]
+    keys: tuple[DeploymentRef, ...]
+    present: frozenset[DeploymentRef]
+    #: The replicas whose deployment is not in the call, in canonical order.
+    orphans: tuple[Replica, ...]
+
+
 class ScheduleMemo:
     """What `plan` derived from objects a later call may see again, for a caller that
     schedules a slowly changing fleet over and over (the hub controller, every step).
@@ -186,7 +210,10 @@ class ScheduleMemo:
     retain result is recomputed when the deployment, its replicas' signatures or what
     retaining reads of the clusters (names, labels, taints, gateways, pools by name and
     class) change; charges when a pool they pin changes class or accounting, or its
-    allocation time leaves the window they hold for (charging.py). Mutable: only the memo
+    allocation time leaves the window they hold for (charging.py). When every replica
+    declares a signature of its own, also the previous call's replicas grouped by deployment
+    and its result per deployment (`_Table`): a call then regroups, and asks the entries
+    above for, only the deployments whose inputs changed. Mutable: only the memo
     itself (and each call's ledgers); every input and every result is frozen.
 
     Bounded (memo.py): a call keeps only what it or the previous call used, so the memo holds
@@ -206,6 +233,7 @@ class ScheduleMemo:
         "for_one_call",
         "order",
         "placement",
+        "table",
     )
 
     def __init__(self, *, for_one_call: bool = False) -> None:
@@ -216,6 +244,9 @@ class ScheduleMemo:
         #: Per deployment (by `Matcher.ref`), its latest retain result and charges.
         self.deployments: Generations[tuple[object, ...], _Remembered] = Generations()
         self._fleet: tuple[tuple[object, ...] | None, int] = (None, 0)
+        #: The previous call's replicas by deployment and results per deployment (None:
+        #: none, or they did not all declare distinct signatures).
+        self.table: _Table | None = None
         self._pools: dict[PoolKey, tuple[tuple[object, ...], int]] = {}
         self._views = 0
         #: The previous call's pool views; None when it had none (no replicas to charge).
@@ -260,7 +291,8 @@ class ScheduleMemo:
 
     def size(self) -> int:
         """Entries held: about what the last two calls derived, never the history."""
-        return self.placement.size() + len(self.deployments)
+        table = len(self.table.entries) if self.table is not None else 0
+        return self.placement.size() + len(self.deployments) + table
 
 
 #: `ScheduleMemo.views`: the fleet's retain view id, each pool's view, and the pools whose
@@ -322,71 +354,10 @@ class _Work:
             work.counts[placement.cluster] += 1
             work.indices.setdefault(placement.cluster, set()).add(placement.index)
         for gone in retained.dropped:
-            if gone.reason.code in _REPLACED:
+            if gone.reason.code in REPLACED:
                 # Its name is not reused while it is being deleted: the new replica is new.
                 work.indices.setdefault(gone.cluster, set()).add(gone.index)
         return work
-
-
-#: Drop reasons of a replica re-placed because it could not run (`Snapshot.avoid`).
-_REPLACED: Final = frozenset({ReasonCode.PODS_UNSCHEDULABLE, ReasonCode.POLICY_DENIED})
-
-
-@dataclass(frozen=True, slots=True)
-class _Avoiding:
-    """One deployment's share of `Snapshot.avoid` that stands at `now`: the replicas to drop
-    (by name, with the reason) and, per cluster, the pools to avoid (with the verdict)."""
-
-    doomed: Mapping[str, Reason]
-    pools: Mapping[ClusterName, Mapping[PoolName, Reason]]
-
-
-_NOT_AVOIDING: Final = _Avoiding({}, {})
-
-
-def _avoiding(
-    snapshot: Snapshot, now: datetime, ledgers: Mapping[ClusterName, ClusterLedger]
-) -> dict[tuple[str, str], _Avoiding]:
-    """`Snapshot.avoid` per deployment, the entries whose `until` is after `now` (in a
-    canonical order, so the order of the input changes nothing; of two entries for one pool
-    the later `until` speaks)."""
-    doomed: dict[tuple[str, str], dict[str, Reason]] = {}
-    pools: dict[tuple[str, str], dict[ClusterName, dict[PoolName, Reason]]] = {}
-    for entry in sorted(snapshot.avoid, key=_avoid_order):
-        if entry.until <= now:
-            continue
-        key = (entry.deployment.namespace, entry.deployment.name)
-        if entry.replica:
-            code = ReasonCode(entry.cause) if entry.cause in _REPLACED else _STUCK
-            doomed.setdefault(key, {})[entry.replica] = diagnosis.stuck(
-                code, entry.message, entry.replica
-            )
-        ledger = ledgers.get(entry.cluster)
-        if ledger is None:
-            continue
-        reason = diagnosis.backing_off(entry.cause, entry.message, entry.until)
-        names = [entry.pool] if entry.pool is not None else [p.pool.name for p in ledger.pools]
-        avoided = pools.setdefault(key, {}).setdefault(entry.cluster, {})
-        for name in names:
-            avoided[name] = reason
-    keys = doomed.keys() | pools.keys()
-    return {k: _Avoiding(doomed.get(k, {}), pools.get(k, {})) for k in keys}
-
-
-_STUCK: Final = ReasonCode.PODS_UNSCHEDULABLE
-
-
-def _avoid_order(entry: Avoid) -> tuple[object, ...]:
-    return (
-        entry.deployment.namespace,
-        entry.deployment.name,
-        entry.cluster,
-        entry.pool or "",
-        entry.until,
-        entry.replica,
-        entry.cause,
-        entry.message,
-    )
 
 
 def _check(snapshot: Snapshot, memo: ScheduleMemo) -> tuple[Deployment, ...]:
@@ -520,52 +491,99 @@ class _Fleetwide:
 
 def _retain_all(
     deployments: Sequence[Deployment],
-    groups: list[list[Replica]],
+    replicas: tuple[Replica, ...],
     on: _Fleetwide,
-    avoiding: Mapping[tuple[str, str], _Avoiding],
-) -> tuple[list[DeploymentDecision | _Work], list[Charge]]:
+    avoiding: Mapping[tuple[str, str], Avoiding],
+) -> tuple[list[DeploymentDecision | _Work], list[Charge], list[Replica]]:
     """Steps 2 and 3 for every deployment (in key order, with its replicas): per deployment,
-    its decision when retaining settles it, else its work for the round; and the charges of
-    every kept replica.
+    its decision when retaining settles it, else its work for the round; the charges of every
+    kept replica; and the replicas whose deployment is gone, in snapshot order.
 
-    The common case, a deployment whose memo entry the previous call checked and whose
-    signature and replicas did not change, and whose charges still hold (none of their pools
-    changed its view, or each stays in its window), is answered in this loop (one lookup and
-    a few comparisons); anything else asks `_retain_and_charge`."""
+    With a kept memo and replicas that all declare distinct signatures, the replicas are
+    grouped from the previous call's grouping (grouping.py) and a deployment whose
+    signature and replicas' signatures are the previous call's, that drops no replica for
+    `Snapshot.avoid`, on a fleet of the same retain view, is answered from the previous
+    call's result for it (`_Table`): one lookup, and its charges checked only when a pool
+    they pin changed its view. Anything else asks `_retain_and_charge`, as does every
+    deployment when there is no grouping."""
+    memo = on.memo
+    last, memo.table = memo.table, None
+    grouping = None
+    if not memo.for_one_call:
+        grouping = regroup(replicas, last.grouping if last is not None else None)
+    if grouping is None:
+        groups, orphans = _by_deployment(deployments, replicas)
+        outcomes: list[DeploymentDecision | _Work] = []
+        charges: list[Charge] = []
+        for d, group in zip(deployments, groups, strict=True):
+            mine = avoiding.get(_KEY_OF(d), NOT_AVOIDING) if avoiding else NOT_AVOIDING
+            retained, held = _retain_and_charge(d, group, on, mine.doomed)
+            charges.extend(held.charges)
+            outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
+        return outcomes, charges, orphans
+    # Deployments of the same signatures in the same order have the same keys (`_check`).
+    signatures = tuple(map(_SIGNATURE, deployments))
+    is_same = last is not None and last.signatures == signatures and all(signatures)
+    keys = last.keys if last is not None and is_same else tuple(map(_KEY_OF, deployments))
+    present = last.present if last is not None and is_same else frozenset(keys)
+    # The previous call's entries hold for this call's retain view and replicas only where
+    # the fleet's retain view is the same and the deployment's replicas are untouched.
+    entries = {}
+    if last is not None and last.fleet == on.fleet and grouping.touched is not None:
+        entries = dict(last.entries)
+        for key in grouping.touched:
+            entries.pop(key, None)
+    outcomes, charges = _retain_grouped(deployments, keys, grouping, entries, on, avoiding)
+    for gone in entries.keys() - present:
+        del entries[gone]
+    if last is not None and is_same and grouping.touched is not None and not grouping.touched:
+        left = last.orphans  # the same deployments, and the same replicas of each
+    else:
+        left = tuple(sorted(grouping.orphans(present), key=replica_order))
+    memo.table = _Table(on.fleet, grouping, entries, signatures, keys, present, left)
+    return outcomes, charges, list(left)
+
+
+def _retain_grouped(
+    deployments: Sequence[Deployment],
+    keys: Sequence[DeploymentRef],
+    grouping: Grouping,
+    entries: dict[DeploymentRef, _Entry],
+    on: _Fleetwide,
+    avoiding: Mapping[tuple[str, str], Avoiding],
+) -> tuple[list[DeploymentDecision | _Work], list[Charge]]:
+    """`_retain_all` with a grouping. `entries` holds the previous call's entries that may
+    hold for this call (same retain view, replicas untouched); each deployment's is checked
+    (its signature, nothing to drop for `Snapshot.avoid`, its charges when a pool they pin
+    changed its view) and replaced by this call's, or dropped when that is not kept."""
     outcomes: list[DeploymentDecision | _Work] = []
     charges: list[Charge] = []
-    carry = on.memo.deployments.carry
-    ref_of = on.memo.placement.matcher.ref
     changed = on.changed
-    for d, group in zip(deployments, groups, strict=True):
-        mine = avoiding.get(_KEY_OF(d), _NOT_AVOIDING) if avoiding else _NOT_AVOIDING
-        retained: _Retained | None = None
-        found: _Remembered | _NotLooked | None = _NOT_LOOKED
-        doomed = mine.doomed
-        if group and changed is not None and not (doomed and _is_doomed(group, doomed)):
-            found = carried = carry(ref_of(d))
-            # A carried entry held for the previous call's pools; its replicas are stored
-            # only when every one declares a signature, so equal ones are all declared.
-            if (
-                carried is not None
-                and carried.fleet == on.fleet
-                and carried.replicas == tuple(map(_SIGNATURE, group))
-                and (carried.charges.pools.isdisjoint(changed) or carried.charges.hold(on.views))
-            ):
-                retained = carried.retained
-                charges.extend(carried.charges.charges)
-        if retained is None:
-            retained, kept = _retain_and_charge(d, group, on, doomed, found)
-            charges.extend(kept)
+    for d, key in zip(deployments, keys, strict=True):
+        mine = avoiding.get(key, NOT_AVOIDING) if avoiding else NOT_AVOIDING
+        entry = entries.get(key)
+        if entry is not None and entry[0] == d.signature and not mine.doomed:
+            retained, held = entry[1], entry[2]
+            if (changed is None or not held.pools.isdisjoint(changed)) and not held.hold(on.views):
+                held = held_charges(retained.kept, on.ledgers, on.views)
+                entries[key] = (entry[0], retained, held)
+        else:
+            group = grouping.group(key)
+            retained, held = _retain_and_charge(d, group, on, mine.doomed)
+            if d.signature and not _is_doomed(group, mine.doomed) and _is_unique(group):
+                entries[key] = (d.signature, retained, held)
+            elif entry is not None:
+                del entries[key]
+        if held.charges:
+            charges.extend(held.charges)
         outcomes.append(retained.settled or _Work.start(d, retained, mine.pools))
     return outcomes, charges
 
 
-class _NotLooked:
-    """The memo was not asked yet (`_retain_and_charge` asks it)."""
-
-
-_NOT_LOOKED: Final = _NotLooked()
+def _is_unique(replicas: Sequence[Replica]) -> bool:
+    """Whether no two of `replicas` share a name: then their canonical order is a function of
+    the set (retaining sorts them), and a result for them holds whatever the snapshot order."""
+    return len({r.name for r in replicas}) == len(replicas)
 
 
 def _is_doomed(replicas: Sequence[Replica], doomed: Mapping[str, Reason]) -> bool:
@@ -578,11 +596,9 @@ def _retain_and_charge(
     replicas: Sequence[Replica],
     on: _Fleetwide,
     doomed: Mapping[str, Reason],
-    carried: _Remembered | _NotLooked | None = _NOT_LOOKED,
-) -> tuple[_Retained, tuple[Charge, ...]]:
+) -> tuple[_Retained, HeldCharges]:
     """Steps 2 and 3 for one deployment: `_retain`, and what its kept replicas take from the
     ledger; answered from the memo while their inputs are unchanged (see `ScheduleMemo`).
-    `carried`: what `Generations.carry` answered for it, when the caller asked already.
 
     Keyed by the deployment's `Matcher.ref` with its latest result, which holds for replicas
     of the same declared signatures: with a replica that declares none, nothing is reused.
@@ -594,15 +610,15 @@ def _retain_and_charge(
     ledgers, memo, views = on.ledgers, on.memo, on.views
     if not replicas:
         # Nothing to retain or charge: cheaper to derive than to remember.
-        return _retain(deployment, (), ledgers, memo.placement.matcher), ()
+        return _retain(deployment, (), ledgers, memo.placement.matcher), NO_CHARGES
     if _is_doomed(replicas, doomed):
         # A replica is being re-placed: derived, not remembered (it happens once).
         in_order = tuple(sorted(replicas, key=replica_order))
         retained = _retain(deployment, in_order, ledgers, memo.placement.matcher, doomed)
-        return retained, held_charges(retained.kept, ledgers, views).charges
+        return retained, held_charges(retained.kept, ledgers, views)
     entries = memo.deployments
     ref = memo.placement.matcher.ref(deployment)
-    found = entries.carry(ref) if isinstance(carried, _NotLooked) else carried
+    found = entries.carry(ref)
     is_carried = found is not None
     if found is None:
         found = entries.get(ref)
@@ -616,7 +632,7 @@ def _retain_and_charge(
         (is_carried and on.changed is not None and known.charges.pools.isdisjoint(on.changed))
         or known.charges.hold(views)
     ):
-        return known.retained, known.charges.charges
+        return known.retained, known.charges
     if known is not None:
         retained = known.retained
     else:
@@ -627,7 +643,7 @@ def _retain_and_charge(
     # with no replicas then: no group of replicas is equal to none.
     remembered = _Remembered(on.fleet, signatures if is_signed else (), retained, charges)
     entries.put(ref, remembered)
-    return retained, charges.charges
+    return retained, charges
 
 
 def _retain(
@@ -894,17 +910,14 @@ def plan(
         else {}
     )
 
-    groups, orphans = _by_deployment(deployments, snapshot.replicas)
-    charges: list[Charge] = []
+    # Per deployment, its decision when retaining settles it, else its work for the round.
+    avoiding = avoiding_at(snapshot, now, ledgers) if snapshot.avoid else {}
+    on = _Fleetwide(ledgers, memo, fleet, pool_views, changed)
+    outcomes, charges, orphans = _retain_all(deployments, snapshot.replicas, on, avoiding)
     for replica in orphans:
         ledger = ledgers.get(replica.cluster)
         if ledger is not None:
             charges.extend(charges_of(replica, replica.engines, True, ledger))
-    # Per deployment, its decision when retaining settles it, else its work for the round.
-    avoiding = _avoiding(snapshot, now, ledgers) if snapshot.avoid else {}
-    on = _Fleetwide(ledgers, memo, fleet, pool_views, changed)
-    outcomes, kept = _retain_all(deployments, groups, on, avoiding)
-    charges.extend(kept)
     apply_charges(charges, ledgers)
     diagnoser = Diagnoser(ledgers, placing, snapshot.config)
     _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, placing, snapshot, diagnoser)
@@ -927,7 +940,7 @@ def plan(
         satisfied = {d.key for d in decisions if d.shortfall == 0}
         one_more = {
             d.key: diagnoser.diagnose(
-                d, avoiding.get((d.key.namespace, d.key.name), _NOT_AVOIDING).pools
+                d, avoiding.get((d.key.namespace, d.key.name), NOT_AVOIDING).pools
             )
             for d in deployments
             if d.key in explain and d.key in satisfied
