@@ -54,8 +54,8 @@ def test_changes_of_some_kinds_are_the_feed_filtered_by_kind(
         elif op == "write" and current is not None:
             current["metadata"]["labels"] = {"c": label}
             store.update(current)
-        # Asked of five lists of kinds (more than it holds answers for), before and after
-        # writes that changed nothing, some, or every kind asked of.
+        # Asked of five lists of kinds, before and after writes that changed nothing, some,
+        # or every kind asked of.
         for asked in ([*KINDS, kind], KINDS, [kind], [kind, POD], (kind,)):
             assert store.kind_revisions(asked) == tuple(store.kind_revision(k) for k in asked)
         assert store.kind_revision(kind) == max(

@@ -37,6 +37,7 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from gpufleet.api.models import STANDALONE_LEASE
+from gpufleet.api.times import parse_time
 
 #: The incarnation of an agent run without leader election (`--no-leader-elect`): one fixed
 #: name, so a restarted standalone agent is the same incarnation (epoch 0) and is accepted
@@ -162,17 +163,6 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _time(value: object) -> datetime | None:
-    """An RFC 3339 time with its offset, as the controller publishes it; None otherwise."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
 def published_fence(cluster: Mapping[str, Any]) -> tuple[Fence, datetime | None] | None:
     """The fence persisted in a cluster's `status.agent` (`leaseUID`, `leaseEpoch`) and when
     it was last heard (`observedAt`); None when none is. A function of the object alone: the
@@ -182,7 +172,9 @@ def published_fence(cluster: Mapping[str, Any]) -> tuple[Fence, datetime | None]
     if epoch is None:
         return None
     uid = agent.get("leaseUID")
-    return Fence(uid if isinstance(uid, str) else "", epoch), _time(agent.get("observedAt"))
+    return Fence(uid if isinstance(uid, str) else "", epoch), parse_time(
+        agent.get("observedAt"), offset_required=True
+    )
 
 
 def known_fence(

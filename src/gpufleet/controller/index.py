@@ -43,6 +43,7 @@ from gpufleet.api import (
     replica_status_from_manifest,
     validate,
 )
+from gpufleet.api.times import parse_time
 from gpufleet.cel import CelCompileError
 from gpufleet.controller.conditions import ReadObj
 from gpufleet.controller.config import OBSERVATION_NAMESPACE_PREFIX
@@ -185,11 +186,7 @@ def _strict_time(value: object) -> datetime | None:
     """An RFC 3339 time with its offset (as the API accepts it); None otherwise."""
     if not isinstance(value, str) or len(value) < 20 or value[10] != "T":
         return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
+    return parse_time(value, offset_required=True)
 
 
 def read_observation(obj: ReadObj, last: tuple[ReadObj, Observation] | None) -> Observation:

@@ -48,7 +48,6 @@ from gpufleet.store.port import (
     RESOURCE_CLAIM,
     RESOURCE_SLICE,
     ChangeType,
-    Kind,
     Obj,
     Store,
     StoreError,
@@ -193,7 +192,7 @@ class Fleet:
         # run again. The report is re-sent with a new time (`push` decides whether it is due, as
         # it always does); a materialize that changed nothing would change nothing again.
         is_steady = self.spec.reuses_agent_work and self._is_quiet(cluster, slot)
-        observed = _revisions(local, _OBSERVED_KINDS)
+        observed = local.kind_revisions(_OBSERVED_KINDS)
         is_local_steady = slot.last_report is not None and observed == slot.observed_revisions
         replicas: Sequence[Mapping[str, Any]]
         if is_steady and slot.last_report is not None:
@@ -228,14 +227,14 @@ class Fleet:
                 observed,
             )
         self._send(cluster, agent, report)
-        materialized = _revisions(local, _MATERIALIZED_KINDS)
+        materialized = local.kind_revisions(_MATERIALIZED_KINDS)
         if is_steady and materialized == slot.settled_revisions:
             slot.settled_steps += 1
             return
         before = local.revision
         agent.materialize(replicas)
         is_settled = local.revision == before
-        slot.settled_revisions = _revisions(local, _MATERIALIZED_KINDS) if is_settled else None
+        slot.settled_revisions = local.kind_revisions(_MATERIALIZED_KINDS) if is_settled else None
 
     def _send(self, cluster: str, agent: Agent, report: Report) -> None:
         delay = self.clusters[cluster].behaviour.report_delay_s
@@ -365,11 +364,6 @@ def _is_same_but_status(
         ):
             return False
     return True
-
-
-def _revisions(store: MemoryStore, kinds: Sequence[Kind]) -> tuple[int, ...]:
-    """The revision of the last change to each kind: the same while none of them changes."""
-    return store.kind_revisions(kinds)
 
 
 def inventory(clusters: Sequence[ClusterSpec]) -> list[Obj]:

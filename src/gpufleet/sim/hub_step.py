@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Final
 
+from gpufleet.api.times import parse_time
 from gpufleet.controller.loop import Controller, StepResult
 from gpufleet.core.decision import Decision
 from gpufleet.sim.engine import EPOCH
@@ -140,9 +141,8 @@ class ObservedTimes:
                 continue
             at = self._parsed.get(text)
             if at is None:
-                try:
-                    at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-                except ValueError:
+                at = parse_time(text, offset_required=True)
+                if at is None:
                     continue  # not a time: nothing ages (the controller rejects the report)
                 self._parsed[text] = at
             times.append(at)

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Final
 
 from gpufleet.api.names import replica_origin_of
+from gpufleet.api.times import parse_time
 from gpufleet.core import labels
 from gpufleet.core.decision import Accounting as DecisionAccounting
 from gpufleet.sim.engine import EPOCH
@@ -245,13 +245,8 @@ def _unschedulable_since(pod: Obj) -> float | None:
 
 
 def _seconds(text: object) -> float | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (moment - EPOCH).total_seconds()
+    moment = parse_time(text)
+    return None if moment is None else (moment - EPOCH).total_seconds()
 
 
 def _violation(at_s: float, name: str, what: str, expected: object, got: object) -> CheckFailure:

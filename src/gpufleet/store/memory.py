@@ -300,8 +300,6 @@ class MemoryStore:
         self._revision = 0
         self._uid_seed = uid_seed
         self._compacted = 0
-        #: The last answers of `kind_revisions`: (kinds, the store's revision, revisions).
-        self._asked_revisions: builtins.list[tuple[tuple[Kind, ...], int, tuple[int, ...]]] = []
 
     # --- reads ------------------------------------------------------------------------
 
@@ -424,21 +422,9 @@ class MemoryStore:
         return 0 if table is None else table.revision
 
     def kind_revisions(self, kinds: Sequence[Kind]) -> tuple[int, ...]:
-        """`kind_revision` of each of `kinds`, in their order. A store that did not change
-        since the same kinds were last asked gives the same answer: held per kinds asked
-        (a few: a reader asks of the same kinds again and again) with the store's revision,
-        and looked up without hashing a kind (kinds compare by identity first)."""
-        kinds = tuple(kinds)
-        for i, (asked, revision, found) in enumerate(self._asked_revisions):
-            if asked == kinds:
-                if revision == self._revision:
-                    return found
-                del self._asked_revisions[i]
-                break
-        found = tuple([0 if t is None else t.revision for t in map(self._tables.get, kinds)])
-        self._asked_revisions.insert(0, (kinds, self._revision, found))
-        del self._asked_revisions[_ASKED_REVISIONS:]
-        return found
+        """`kind_revision` of each of `kinds`, in their order (in one call: a reader asks of
+        the same few kinds on every tick)."""
+        return tuple([0 if t is None else t.revision for t in map(self._tables.get, kinds)])
 
     def compact(self, cursor: int) -> None:
         """Forget changes at or before `cursor`; reading from before it raises `Expired`."""
@@ -613,8 +599,6 @@ class MemoryStore:
 
 
 _CURSOR: Final = operator.attrgetter("cursor")
-#: How many answers `kind_revisions` holds (most recently asked first).
-_ASKED_REVISIONS: Final = 4
 
 
 def _first_after(log: Sequence[Change], cursor: int) -> int:
