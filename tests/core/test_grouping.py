@@ -21,8 +21,7 @@ from test_schedule_memo import (
     SETTINGS,
     SETTLES,
     Signer,
-    a_cluster,
-    a_deployment,
+    a_start,
     change,
     settle,
 )
@@ -176,10 +175,7 @@ def _more(data: st.DataObject, kind: str, snap: Snapshot) -> Snapshot:
 def test_a_kept_memo_decides_as_a_fresh_one_with_replicas_permuted_re_signed_and_avoided(
     data: st.DataObject,
 ) -> None:
-    names = data.draw(st.lists(st.sampled_from("abc"), min_size=1, max_size=3, unique=True))
-    fleet = tuple(data.draw(a_cluster(n)) for n in sorted(names))
-    deps = tuple(data.draw(a_deployment(f"ml/d{i}")) for i in range(data.draw(st.integers(1, 4))))
-    snap = Snapshot(deployments=deps, clusters=fleet)
+    snap = a_start(data, deployments=4)
     memo = ScheduleMemo()
     now = NOW
     steps = st.tuples(st.sampled_from(SETTLES), st.sampled_from(CHANGES + MORE * 2))

@@ -276,14 +276,22 @@ def change(draw: st.DrawFn, kind: str, snap: Snapshot, n: int) -> Snapshot:
     return snap
 
 
+def a_start(data: st.DataObject, deployments: int) -> Snapshot:
+    """A fleet of one to three of clusters a, b and c, and one to `deployments` deployments
+    ml/d0, ml/d1, ...: where a history of changes starts."""
+    names = data.draw(st.lists(st.sampled_from("abc"), min_size=1, max_size=3, unique=True))
+    fleet = tuple(data.draw(a_cluster(n)) for n in sorted(names))
+    count = data.draw(st.integers(1, deployments))
+    return Snapshot(
+        deployments=tuple(data.draw(a_deployment(f"ml/d{i}")) for i in range(count)), clusters=fleet
+    )
+
+
 # Histories are long and a change only matters when it meets replicas it affects: more examples.
 @settings(SETTINGS, max_examples=3 * EXAMPLES)
 @given(st.data())
 def test_a_kept_memo_decides_as_a_fresh_one_over_a_history(data: st.DataObject) -> None:
-    names = data.draw(st.lists(st.sampled_from("abc"), min_size=1, max_size=3, unique=True))
-    fleet = tuple(data.draw(a_cluster(n)) for n in sorted(names))
-    deps = tuple(data.draw(a_deployment(f"ml/d{i}")) for i in range(data.draw(st.integers(1, 3))))
-    snap = Snapshot(deployments=deps, clusters=fleet)
+    snap = a_start(data, deployments=3)
     memo = ScheduleMemo()
     now = NOW
     steps = st.tuples(st.sampled_from(SETTLES), st.sampled_from(CHANGES))
@@ -397,10 +405,7 @@ def test_a_kept_memo_decides_as_a_fresh_one_when_replicas_come_and_go_unsigned(
     # A caller may fail to sign a replica on one call and sign it again (the same signature)
     # on the next: the memo must not trust what it stored on the call the replica was
     # unsigned, nor what it stored before that, as the previous call's checked entry.
-    names = data.draw(st.lists(st.sampled_from("abc"), min_size=1, max_size=3, unique=True))
-    fleet = tuple(data.draw(a_cluster(n)) for n in sorted(names))
-    deps = tuple(data.draw(a_deployment(f"ml/d{i}")) for i in range(data.draw(st.integers(1, 3))))
-    snap = Snapshot(deployments=deps, clusters=fleet)
+    snap = a_start(data, deployments=3)
     memo = ScheduleMemo()
     now = NOW
     steps = st.tuples(st.sampled_from(SETTLES), st.sampled_from(CHANGES))
