@@ -251,38 +251,8 @@ def _run_scenario(
             progress(at_s)
 
     state = FleetState(fleet)
-    deployments = [
-        DeploymentSummary(
-            name=key,
-            desired=state.desired(key),
-            placed=state.placed(key),
-            running=state.running.get(key, 0),
-            clusters=dict(state.replicas.get(key, Counter())),
-            condition_reason=str(
-                (state.condition(key, "ReplicasScheduled") or {}).get("reason", "")
-            ),
-            condition_message=str(
-                (state.condition(key, "ReplicasScheduled") or {}).get("message", "")
-            ),
-        )
-        for key in names
-        if key in state.deployments
-    ]
-    pools = []
-    for cluster_name in sorted(fleet.clusters):
-        for pool_name, truth in sorted(state.truth(cluster_name).items()):
-            pools.append(
-                PoolSummary(
-                    cluster=cluster_name,
-                    pool=pool_name,
-                    nodes=truth.nodes,
-                    gpus_total=truth.total,
-                    gpus_allocated=truth.allocated,
-                    gpus_free=truth.total - truth.allocated,
-                    histogram=truth.histogram,
-                    observed_histogram=observed_histogram(fleet.hub, cluster_name, pool_name),
-                )
-            )
+    deployments = _deployment_summaries(state, names)
+    pools = _pool_summaries(fleet, state)
     peak = None
     if measure_memory:
         _, peak = tracemalloc.get_traced_memory()
@@ -304,6 +274,47 @@ def _run_scenario(
         peak_memory_bytes=peak,
         samples=samples,
     )
+
+
+def _deployment_summaries(state: FleetState, names: Sequence[str]) -> list[DeploymentSummary]:
+    """Each deployment of the scenario that is still there, as the run ends."""
+    return [
+        DeploymentSummary(
+            name=key,
+            desired=state.desired(key),
+            placed=state.placed(key),
+            running=state.running.get(key, 0),
+            clusters=dict(state.replicas.get(key, Counter())),
+            condition_reason=str(
+                (state.condition(key, "ReplicasScheduled") or {}).get("reason", "")
+            ),
+            condition_message=str(
+                (state.condition(key, "ReplicasScheduled") or {}).get("message", "")
+            ),
+        )
+        for key in names
+        if key in state.deployments
+    ]
+
+
+def _pool_summaries(fleet: Fleet, state: FleetState) -> list[PoolSummary]:
+    """Each pool's ground truth and the agent's last reported histogram, as the run ends."""
+    pools = []
+    for cluster_name in sorted(fleet.clusters):
+        for pool_name, truth in sorted(state.truth(cluster_name).items()):
+            pools.append(
+                PoolSummary(
+                    cluster=cluster_name,
+                    pool=pool_name,
+                    nodes=truth.nodes,
+                    gpus_total=truth.total,
+                    gpus_allocated=truth.allocated,
+                    gpus_free=truth.total - truth.allocated,
+                    histogram=truth.histogram,
+                    observed_histogram=observed_histogram(fleet.hub, cluster_name, pool_name),
+                )
+            )
+    return pools
 
 
 def run_scenario(
