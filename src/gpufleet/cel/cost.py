@@ -31,7 +31,7 @@ strings, lists, maps, `device`; elsewhere it is unknown, as `dyn` is in cel-go).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import Final
 
@@ -45,6 +45,7 @@ from gpufleet.cel.syntax import (
     Literal,
     MapLit,
     Select,
+    walk,
 )
 
 #: `resourceapi.CELSelectorExpressionMaxCost` (k8s.io/api/resource/v1).
@@ -183,6 +184,8 @@ class _Local:
 
 
 _Scope = dict[str, list[_Local]]
+#: A node's visit (see `gpufleet.cel.syntax.walk`): yields sub-expressions, sent their estimates.
+_Walk = Generator[Expr, _Info, _Info]
 
 
 #: What this engine (`common-expression-language`) pays on top of cel-go's prices, measured:
@@ -207,10 +210,8 @@ class _Coster:
         self.is_this_engine = is_this_engine
 
     def info(self, expr: Expr) -> _Info:
-        found = self._visit(expr)
-        if found.size is None:
-            found = replace(found, size=_size_of(expr, found))
-        return found
+        """The estimate of the tree under `expr`, walked on an explicit stack (any depth)."""
+        return walk(expr, self._visit)
 
     def size(self, info: _Info) -> int:
         return UNBOUNDED if info.size is None else info.size
@@ -225,20 +226,25 @@ class _Coster:
         )
         return DEVICE_MAP_COPY if self.is_this_engine and is_device_map else 0
 
-    def _visit(self, expr: Expr) -> _Info:
+    def _visit(self, expr: Expr) -> _Walk:
+        """One node's estimate: yields each sub-expression and is sent its estimate."""
         if isinstance(expr, Literal):
-            return _Info(0, expr.kind, expr.size)
-        if isinstance(expr, Ident):
-            return self._ident(expr)
-        if isinstance(expr, Select):
-            return self._select(expr)
-        if isinstance(expr, Call):
-            return self._call(expr)
-        if isinstance(expr, ListLit):
-            return self._list(expr)
-        if isinstance(expr, MapLit):
-            return self._map(expr)
-        return self._comprehension(expr)
+            found = _Info(0, expr.kind, expr.size)
+        elif isinstance(expr, Ident):
+            found = self._ident(expr)
+        elif isinstance(expr, Select):
+            found = yield from self._select(expr)
+        elif isinstance(expr, Call):
+            found = yield from self._call(expr)
+        elif isinstance(expr, ListLit):
+            found = yield from self._list(expr)
+        elif isinstance(expr, MapLit):
+            found = yield from self._map(expr)
+        else:
+            found = yield from self._comprehension(expr)
+        if found.size is None:
+            found = replace(found, size=_size_of(expr, found))
+        return found
 
     def _ident(self, expr: Ident) -> _Info:
         local = self.scope.get(expr.name)
@@ -249,8 +255,8 @@ class _Coster:
             return _Info(_SELECT_AND_IDENT, "device", None, None, ("device",))
         return _Info(_SELECT_AND_IDENT, _DYN, None, None, (expr.name,))
 
-    def _select(self, expr: Select) -> _Info:
-        operand = self.info(expr.operand)
+    def _select(self, expr: Select) -> _Walk:
+        operand = yield expr.operand
         if expr.is_test:
             return _Info(_add(operand.cost, _SELECT_AND_IDENT), "bool")
         operand_type = operand.type
@@ -265,8 +271,10 @@ class _Coster:
             field_type = _element_type(operand_type)
         return _Info(cost, field_type, None, None, path)
 
-    def _list(self, expr: ListLit) -> _Info:
-        elements = [self.info(e) for e in expr.elements]
+    def _list(self, expr: ListLit) -> _Walk:
+        elements = []
+        for element in expr.elements:
+            elements.append((yield element))
         value = max((self.size(e) for e in elements), default=0)
         types = {e.type for e in elements}
         element_type = types.pop() if len(types) == 1 else _DYN
@@ -274,9 +282,11 @@ class _Coster:
         entry = _Entry(True, 1, value)
         return _Info(cost, ("list", *_flat(element_type)), len(expr.elements), entry)
 
-    def _map(self, expr: MapLit) -> _Info:
-        keys = [self.info(k) for k, _ in expr.entries]
-        values = [self.info(v) for _, v in expr.entries]
+    def _map(self, expr: MapLit) -> _Walk:
+        keys, values = [], []
+        for key, value in expr.entries:
+            keys.append((yield key))
+            values.append((yield value))
         entry = _Entry(
             False,
             max((self.size(k) for k in keys), default=0),
@@ -293,9 +303,9 @@ class _Coster:
     def _pop(self, name: str) -> None:
         self.scope[name].pop()
 
-    def _comprehension(self, expr: Comprehension) -> _Info:
-        iter_range = self.info(expr.iter_range)
-        accu_init = self.info(expr.accu_init)
+    def _comprehension(self, expr: Comprehension) -> _Walk:
+        iter_range = yield expr.iter_range
+        accu_init = yield expr.accu_init
         accu_type: _Type = accu_init.type
         accu_size = accu_init.size
         if isinstance(accu_type, tuple) and accu_type[0] == "list":
@@ -304,10 +314,10 @@ class _Coster:
                 accu_size = _add(self.size(accu_init), self.size(iter_range))
         self._push(expr.accu_var, _Local(accu_type, accu_size, accu_init.entry, accu_init.path))
         self._push(expr.iter_var, _iteration_variable(iter_range))
-        condition = self.info(expr.loop_condition)
-        step = self.info(expr.loop_step)
+        condition = yield expr.loop_condition
+        step = yield expr.loop_step
         self._pop(expr.iter_var)
-        result = self.info(expr.result)
+        result = yield expr.result
         self._pop(expr.accu_var)
         count = self.size(iter_range)
         cost = _add(
@@ -324,9 +334,11 @@ class _Coster:
 
     # calls
 
-    def _call(self, expr: Call) -> _Info:
-        target = self.info(expr.target) if expr.target is not None else None
-        args = [self.info(a) for a in expr.args]
+    def _call(self, expr: Call) -> _Walk:
+        target = (yield expr.target) if expr.target is not None else None
+        args = []
+        for arg in expr.args:
+            args.append((yield arg))
         arguments = _add(*(a.cost for a in args))
         price = _PRICES.get(expr.function)
         found = price(self, expr, target, args) if price is not None else None

@@ -56,6 +56,7 @@ from typing import Final
 
 import cel
 
+from gpufleet.cel.check import TypeCheckError, check
 from gpufleet.cel.cost import (
     DEVICE_ATTRIBUTE_MAX_VALUE_LENGTH,
     DEVICE_MAX_DOMAIN_LENGTH,
@@ -67,12 +68,14 @@ from gpufleet.cel.cost import (
     estimate_cost,
 )
 from gpufleet.cel.functions import LIBRARY_FUNCTIONS, encode_quantity, encode_semver
-from gpufleet.cel.syntax import SyntaxUnsupported, parse
+from gpufleet.cel.syntax import Expr, SyntaxLimit, SyntaxUnsupported, parse
 from gpufleet.core.model import Attribute, AttributeKind, Device
 from gpufleet.core.quantity import MAX_INT64, MIN_INT64, QuantityError, parse_quantity
 from gpufleet.core.semver import SemverError, parse_semver
 
 DEVICE_VARIABLE: Final = "device"
+#: `resourceapi.CELSelectorExpressionMaxLength`: bytes (Go's `len`), checked before compiling.
+SELECTOR_MAX_BYTES: Final = 10 * 1024
 
 #: Named functions the engine provides that belong to standard CEL.
 _STANDARD_FUNCTIONS: Final = frozenset(
@@ -108,6 +111,7 @@ _MACRO_BINDING: Final = re.compile(
     r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,"
 )
 _PARSE_ERROR_PREFIX: Final = re.compile(r"^Failed to parse expression .*?: (?=ERROR: )", re.DOTALL)
+_ENGINE_NESTING_LIMIT: Final = re.compile(r'msg: "Recursion limit of (\d+) exceeded"')
 _COMPILED_SELECTORS_MAX: Final = 4096
 _EVALUATIONS_MAX: Final = 65536
 _DEVICE_CONTEXTS_MAX: Final = 1024
@@ -148,10 +152,20 @@ def compile_selector(expression: str, cost_limit: int | None = SELECTOR_COST_LIM
 
 @lru_cache(maxsize=_COMPILED_SELECTORS_MAX)
 def _compile(expression: str, cost_limit: int | None) -> CelSelector:
+    # The length first: the engine's parser recurses in native code and crashes the process on
+    # a tree some ten thousand levels deep, which 10 KiB cannot spell (at most ~5,000 levels,
+    # measured safe). Deeper than `MAX_DEPTH` is refused below, before anything evaluates it.
+    size = len(expression.encode("utf-8", "surrogatepass"))
+    if size > SELECTOR_MAX_BYTES:
+        raise CelCompileError(
+            expression,
+            f"ERROR: <input>: expression too long: {size} bytes, limit {SELECTOR_MAX_BYTES} "
+            "(Kubernetes' CELSelectorExpressionMaxLength)",
+        )
     try:
         program = cel.compile(expression)
     except ValueError as error:
-        raise CelCompileError(expression, _PARSE_ERROR_PREFIX.sub("", str(error))) from None
+        raise CelCompileError(expression, _parse_error(str(error))) from None
     references = program.references()
     bound = set(_MACRO_BINDING.findall(expression))
     variables = [v for v in references["variables"] if v != DEVICE_VARIABLE and v not in bound]
@@ -166,18 +180,43 @@ def _compile(expression: str, cost_limit: int | None) -> CelSelector:
         raise CelCompileError(
             expression, _located(expression, name, f"undeclared reference to '{name}'")
         )
-    cost = _estimated_cost(expression, cost_limit)
+    tree = _tree(expression)
+    try:
+        check(tree)
+    except TypeCheckError as error:
+        offset = error.offset if error.offset >= 0 else max(tree.offset, 0)
+        raise CelCompileError(expression, _at(expression, offset, error.message)) from None
+    cost = _estimated_cost(expression, tree, cost_limit)
     return CelSelector(expression, program, cost)
 
 
-def _estimated_cost(expression: str, cost_limit: int | None) -> int:
-    """The API server's estimate; `CelCompileError` when it or this engine's exceeds the limit."""
+def _parse_error(engine_message: str) -> str:
+    """The engine's parse error in cel-go's format; its nesting limit said plainly."""
+    message = _PARSE_ERROR_PREFIX.sub("", engine_message)
+    if limit := _ENGINE_NESTING_LIMIT.search(message):
+        return (
+            "ERROR: <input>: expression recursion limit exceeded: brackets, calls, lists, maps "
+            f"and conditionals nest at most {int(limit.group(1)) - 1} levels deep in this "
+            "engine's parser"
+        )
+    return message
+
+
+def _tree(expression: str) -> Expr:
+    """The syntax tree the checker and the estimator walk; `CelCompileError` past its bounds
+    (`gpufleet.cel.syntax.MAX_DEPTH`) or where it cannot read the syntax (fails closed)."""
     try:
-        tree = parse(expression)
+        return parse(expression)
+    except SyntaxLimit as error:
+        raise CelCompileError(expression, f"ERROR: <input>: {error}") from None
     except SyntaxUnsupported as error:
         raise CelCompileError(
             expression, f"cannot estimate the cost of this expression: {error}"
         ) from None
+
+
+def _estimated_cost(expression: str, tree: Expr, cost_limit: int | None) -> int:
+    """The API server's estimate; `CelCompileError` when it or this engine's exceeds the limit."""
     cost = estimate_cost(tree)
     if cost_limit is None:
         return cost
@@ -209,9 +248,14 @@ def _located(expression: str, name: str, message: str) -> str:
     found = re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", expression)
     if found is None:
         return f"ERROR: <input>: {message}"
-    line_number = expression.count("\n", 0, found.start()) + 1
-    line_start = expression.rfind("\n", 0, found.start()) + 1
-    column = found.start() - line_start
+    return _at(expression, found.start(), message)
+
+
+def _at(expression: str, offset: int, message: str) -> str:
+    """`message` in cel-go's format, with a caret under the character at `offset`."""
+    line_number = expression.count("\n", 0, offset) + 1
+    line_start = expression.rfind("\n", 0, offset) + 1
+    column = offset - line_start
     line = expression[line_start:].split("\n", 1)[0]
     return f"ERROR: <input>:{line_number}:{column + 1}: {message}\n| {line}\n| {'.' * column}^"
 
