@@ -207,6 +207,12 @@ def _tree(expression: str) -> Expr:
     (`gpufleet.cel.syntax.MAX_DEPTH`) or where it cannot read the syntax (fails closed)."""
     try:
         return parse(expression)
+    except RecursionError:
+        # Only brackets recurse (at most 95 deep, ~6 frames each, past the engine's parser):
+        # reached only when the caller's own stack is already ~400 frames deep. Fail closed.
+        raise CelCompileError(
+            expression, "ERROR: <input>: brackets nest deeper than this process's stack allows"
+        ) from None
     except SyntaxLimit as error:
         raise CelCompileError(expression, f"ERROR: <input>: {error}") from None
     except SyntaxUnsupported as error:

@@ -292,7 +292,8 @@ def _balanced(function: str, terms: list[Expr], offsets: list[int], lo: int, hi:
 
 class _Parser:
     """Recursive descent into brackets only: `_expr` -> `_binary` -> `_operand` -> `_primary`
-    -> `_expr`, 4 frames a nesting (5 through a call's arguments); operator chains are loops."""
+    -> `_expr`, 4 frames a nesting (5 through a call's or a list's elements); operator chains
+    and member chains are loops."""
 
     def __init__(self, source: str) -> None:
         self._tokens = _tokens(source)
@@ -367,37 +368,34 @@ class _Parser:
         return operands[0]
 
     def _operand(self) -> Expr:
-        """A unary run (collapsed by parity, as cel-go does) and a member chain."""
+        """A unary run (collapsed by parity, as cel-go does) and a member chain: one frame."""
         token = self._peek()
         count = 0
         if token.kind == "op" and token.text in ("!", "-"):
             while self._accept(token.text):
                 count += 1
-        operand = self._member()
-        if count % 2 == 0:
-            return operand
-        if token.text == "-" and isinstance(operand, Literal) and operand.kind in ("int", "double"):
-            return operand  # a negative literal is a literal (and costs nothing)
-        return Call("!_" if token.text == "!" else "-_", (operand,), offset=token.offset)
-
-    def _member(self) -> Expr:
-        expr = self._primary()
+        operand = self._primary()
         while True:
             if dot := self._accept("."):
                 name = self._identifier()
                 if opening := self._accept("("):
                     arguments = self._arguments(")")
-                    expr = _member_call(expr, name, arguments, opening.offset)
+                    operand = _member_call(operand, name, arguments, opening.offset)
                 else:
-                    expr = Select(expr, name, offset=dot.offset)
+                    operand = Select(operand, name, offset=dot.offset)
             elif bracket := self._accept("["):
                 index = self._expr()
                 self._expect("]")
-                expr = Call("_[_]", (expr, index), offset=bracket.offset)
+                operand = Call("_[_]", (operand, index), offset=bracket.offset)
             elif self._peek().text in (".?", "[?", "{"):
                 self._fail("unsupported syntax")
             else:
-                return expr
+                break
+        if count % 2 == 0:
+            return operand
+        if token.text == "-" and isinstance(operand, Literal) and operand.kind in ("int", "double"):
+            return operand  # a negative literal is a literal (and costs nothing)
+        return Call("!_" if token.text == "!" else "-_", (operand,), offset=token.offset)
 
     def _identifier(self) -> str:
         token = self._next()
