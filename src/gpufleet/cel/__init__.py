@@ -3,8 +3,9 @@
 Interface (stable; the implementation lives in this package):
 
 - `compile_selector(expression: str, cost_limit=SELECTOR_COST_LIMIT) -> CelSelector`: raises
-  `CelCompileError` (with a human-readable `message`) when the expression does not compile,
-  or when its estimated cost exceeds the limit (Kubernetes' DRA selector budget).
+  `CelCompileError` (with a human-readable `message`) when the expression does not compile as
+  the API server compiles a DRA selector: over 10 KiB or 250 levels deep, a syntax or type
+  error, or an estimated cost over the limit (Kubernetes' DRA selector budget).
 - `CelSelector.expression`, `CelSelector.estimated_cost` and `CelSelector.matches(device) ->
   bool`: evaluation errors and non-bool results are non-matches, never exceptions.
 

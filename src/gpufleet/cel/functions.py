@@ -7,10 +7,13 @@ when the values are (see `gpufleet.core.quantity` and `gpufleet.core.semver`), s
 map equality gives `quantity("1Gi") == quantity("1024Mi")` and
 `semver("1.0.0+a") == semver("1.0.0+b")`, as in Kubernetes.
 
-Each function mirrors k8s.io/apiserver/pkg/cel/library (quantity.go, semverlib.go) and is
-callable as a function or as a method (`q.compareTo(r)` is `compareTo(q, r)`). A wrong
-argument type, which Kubernetes rejects when type-checking, is an evaluation error here; so is
-an unparsable string passed to `quantity()`/`semver()`. Every error ends in a non-match.
+Each function mirrors k8s.io/apiserver/pkg/cel/library (quantity.go, semverlib.go). The engine
+would call each as a function or as a method (`q.compareTo(r)` is `compareTo(q, r)`), but the
+type check (`gpufleet.cel.check`) admits only Kubernetes' forms (methods, except `quantity`,
+`isQuantity`, `semver` and `isSemver`) and refuses a wrong argument type or an unparsable
+constant string. What remains for evaluation are values known only to the device (an
+attribute is `dyn`) or computed: a wrong type or an unparsable string there is an evaluation
+error, and every error ends in a non-match.
 
 Errors are signalled by returning an `EvaluationFailure`, which the engine cannot convert and
 so reports as an evaluation error; raising instead would make the engine print the exception

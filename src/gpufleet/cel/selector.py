@@ -25,10 +25,14 @@ Which way each rule errs (always toward a non-match; `matches` never raises):
   this engine cannot make only the selectors that touch the bad value fail (`has()` would see
   through any placeholder), so the whole device is refused.
 
-Compile-time checks are what Kubernetes' type checker would catch and we can detect without
-one: syntax errors (cel-go style message with a caret), variables other than `device` (and
-macro-bound names), and functions outside the standard library and the Kubernetes quantity
-and semver libraries. Type errors and non-bool results surface only at evaluation.
+Compile-time checks are the API server's, in order: the length (`SELECTOR_MAX_BYTES`, 10 KiB,
+before the engine parses anything), the syntax (cel-go style message with a caret), variables
+other than `device` (and macro-bound names) and functions outside the standard library and the
+Kubernetes quantity and semver libraries, the syntax tree's bounds (`gpufleet.cel.syntax`:
+250 levels, cel-go's `maxRecursionDepth`), the type check against the DRA device environment
+(`gpufleet.cel.check`: a bool result, overloads, `device`'s fields, constant literals), and the
+cost below. An attribute's value is `dyn` there, as in Kubernetes, so a mistyped use of one
+surfaces only at evaluation, as a non-match.
 
 **Cost.** Every selector carries a worst-case cost estimate (`gpufleet.cel.cost`: the API
 server's, cel-go's checker estimate with the DRA device schema's bounds); one that costs more

@@ -17,11 +17,11 @@ caller refuses the expression (fails closed: no selector runs without an estimat
 **Bounds** (cel-go's parser defaults, `parser/parser.go`): at most `MAX_CODE_POINTS` (100,000)
 code points, and a tree at most `MAX_DEPTH` (250, cel-go's `maxRecursionDepth`) levels deep;
 past either, `SyntaxLimit` names the limit. The depth counts as cel-go builds the tree: a chain
-of `&&` or `||` becomes a balanced tree (cel-go's `balancer`, so 1,000 alternatives are 10
+of `&&` or `||` becomes a balanced tree (cel-go's `balancer`, so 1,024 alternatives are 11
 levels), and a run of `!` or `-` collapses by parity (`!!x` is `x`, cel-go's `VisitLogicalNot`);
 every other operator, field selection, index, call and bracket is a level. cel-go counts per
 grammar rule, so its boundary can differ from ours by a level or two; either way no walker of
-the tree recurses past `MAX_DEPTH`: this parser recurses only into brackets (at most 4 frames
+the tree recurses past `MAX_DEPTH`: this parser recurses only into brackets (4 to 6 frames
 a level, and the engine's own parser refuses more than 95 nested brackets before this one
 runs), the tree's depth is measured without recursion (`depth`), and the walkers run on an
 explicit stack (`walk`). The engine (cel-rust) recurses in native code and overflows its stack
@@ -292,7 +292,7 @@ def _balanced(function: str, terms: list[Expr], offsets: list[int], lo: int, hi:
 
 class _Parser:
     """Recursive descent into brackets only: `_expr` -> `_binary` -> `_operand` -> `_primary`
-    -> `_expr`, 4 frames a nesting (5 through a call's or a list's elements); operator chains
+    -> `_expr`, 4 frames a nesting (5 or 6 through a list's or a call's elements); operator chains
     and member chains are loops."""
 
     def __init__(self, source: str) -> None:
