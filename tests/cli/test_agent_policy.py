@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gpufleet.agent.policy import BASELINE_CAPABILITIES, ClusterPolicy, PodSecurityLabels
+from gpufleet.agent.policy import RESTRICTED_CAPABILITIES, ClusterPolicy, PodSecurityLabels
 from gpufleet.cli.agent import MAX_POLICY_FILE_BYTES, load_policy
 from gpufleet.cli.main import app
 
@@ -64,7 +64,7 @@ def test_a_policy_file_is_parsed(tmp_path: Path) -> None:
     )
     assert load_policy(path) == ClusterPolicy(
         namespaces=("ml",),
-        allowed_capabilities=BASELINE_CAPABILITIES | {"NET_RAW"},
+        allowed_capabilities=RESTRICTED_CAPABILITIES | {"NET_RAW"},
         allowed_service_accounts=("default", "vllm"),
         pod_security=PodSecurityLabels("privileged", "baseline", None),
     )
