@@ -329,9 +329,21 @@ def test_invalid_replica_names_the_field(case: BadCase) -> None:
 
 
 def test_policy_allows_ordinary_templates() -> None:
-    """With the default policy an ordinary replica gives exactly what it gives without one."""
+    """With the default policy an ordinary replica gives what it gives without one, hardened
+    to Pod Security's restricted level where its template left fields unset."""
     ordinary = replica([STANDALONE])
-    assert materialize(ordinary, ClusterPolicy()) == materialize(ordinary)
+    made = materialize(ordinary, ClusterPolicy())
+    assert made == materialize(ordinary, hardened=True) != materialize(ordinary)
+    assert materialize(ordinary, ClusterPolicy(level="baseline")) == materialize(ordinary)
+    spec = made[0]["spec"]["template"]["spec"]
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert spec["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def test_policy_refuses_the_whole_replica_naming_every_violation() -> None:

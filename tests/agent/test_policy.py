@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gpufleet.agent.policy import (
     AGENT_NAMESPACE,
     BASELINE_CAPABILITIES,
+    RESTRICTED_CAPABILITIES,
     ClusterPolicy,
     PodSecurityLabels,
     PolicyInvalid,
@@ -106,9 +107,15 @@ CASES = [
         policy=ClusterPolicy(allow_host_ports=True),
     ),
     Case(
-        "baseline capabilities",
+        "baseline capabilities at level baseline",
         engine_with(securityContext={"capabilities": {"add": ["CHOWN", "cap_kill"]}}),
         [],
+        policy=ClusterPolicy(level="baseline", allowed_capabilities=BASELINE_CAPABILITIES),
+    ),
+    Case(
+        "restricted adds only NET_BIND_SERVICE",
+        engine_with(securityContext={"capabilities": {"add": ["NET_BIND_SERVICE", "cap_kill"]}}),
+        [("spec.containers[0].securityContext.capabilities.add[1]", V.CAPABILITY_NOT_ALLOWED)],
     ),
     Case(
         "capability beyond baseline",
@@ -117,6 +124,7 @@ CASES = [
             ("spec.containers[0].securityContext.capabilities.add[1]", V.CAPABILITY_NOT_ALLOWED),
             ("spec.containers[0].securityContext.capabilities.add[2]", V.CAPABILITY_NOT_ALLOWED),
         ],
+        policy=ClusterPolicy(level="baseline", allowed_capabilities=BASELINE_CAPABILITIES),
     ),
     Case(
         "capability allowed",
@@ -341,7 +349,7 @@ def test_parse_full() -> None:
         namespaces=("ml", "search"),
         excluded_namespaces=("kube-system",),
         allow_host_network=True,
-        allowed_capabilities=BASELINE_CAPABILITIES | {"NET_ADMIN"},
+        allowed_capabilities=RESTRICTED_CAPABILITIES | {"NET_ADMIN"},
         allowed_service_accounts=("default", "vllm"),
         pod_security=PodSecurityLabels("privileged", None, "restricted", "v1.33"),
     )

@@ -235,3 +235,28 @@ def test_crd_rules_and_the_validator_agree_on_the_invalid_examples() -> None:
         (body,) = yaml.safe_load_all(path.read_text())
         for where in crd_violations(schemas[body["kind"]], body):
             assert any(e.path.startswith(where) for e in failure.errors), (path.name, where)
+
+
+@pytest.mark.parametrize(
+    ("kind", "longest"), [("ModelDeployment", 63), ("InferenceCluster", 46)], ids=str
+)
+def test_names_that_become_label_values_must_fit_one(kind: str, longest: int) -> None:
+    """A name past a label value's 63 characters (a cluster's: its hub namespace's 46) is
+    refused by the validator and by the CRD's root rule alike, at metadata.name (issue 30,
+    4: 999 refused replica writes a step, forever)."""
+    from builders_api import inference_cluster, model_deployment
+    from gpufleet.api import ValidationFailed, parse_object
+
+    build = model_deployment if kind == "ModelDeployment" else inference_cluster
+    schema = crd_schemas()[kind]
+    fits = build()
+    fits["metadata"]["name"] = "a" * longest
+    parse_object(fits)
+    assert crd_violations(schema, fits) == []
+    too_long = build()
+    too_long["metadata"]["name"] = "a" * (longest + 1)
+    with pytest.raises(ValidationFailed) as e:
+        parse_object(too_long)
+    assert [err.path for err in e.value.errors] == ["metadata.name"]
+    assert f"at most {longest} characters" in e.value.errors[0].message
+    assert crd_violations(schema, too_long) == [""]  # a root rule: reported at the object

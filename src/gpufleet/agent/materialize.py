@@ -25,7 +25,10 @@ CPU/memory requests are set (a known limitation carried over from Modelplane).
 
 Given the cluster's policy (`gpufleet.agent.policy`), a replica whose namespace or pod
 templates break it is refused whole before anything is made (`PolicyDenied`): no claim
-template, no workload, so nothing is half-applied.
+template, no workload, so nothing is half-applied. At the policy's `level: restricted` (the
+default) every pod also gets what Pod Security's restricted level requires where its template
+left it unset (`runAsNonRoot`, `seccompProfile: RuntimeDefault`, `allowPrivilegeEscalation:
+false`, `capabilities.drop: [ALL]`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpufleet.agent.pod_security import RESTRICTED, harden
 from gpufleet.agent.policy import ClusterPolicy, Violation, check_replica, summary
 from gpufleet.agent.steer import Choice, gang_anti_affinity, steer_template
 from gpufleet.core import labels
@@ -97,8 +101,14 @@ def materialize(
     policy: ClusterPolicy | None = None,
     steering: Choice | None = None,
     mode: Steering = Steering.PREFERRED,
+    *,
+    hardened: bool | None = None,
 ) -> list[Obj]:
     """The desired local objects for one ModelReplica, sorted by (kind, name).
+
+    `hardened` (default: whether `policy` is at `level: restricted`): every pod template gets
+    what Pod Security's restricted level requires where the template leaves it unset
+    (`gpufleet.agent.pod_security.harden`).
 
     `steering` (`gpufleet.agent.steer`): per (engine, role), the nodes chosen for the member's
     pods; its pod template is steered to them (`mode`). The claiming members of a gang carry
@@ -112,6 +122,8 @@ def materialize(
         violations = check_replica(replica, policy)
         if violations:
             raise PolicyDenied(violations)
+    if hardened is None:
+        hardened = policy is not None and policy.level == RESTRICTED
     meta = replica.get("metadata") or {}
     name = _required(meta, "name", "metadata.name")
     namespace = _required(meta, "namespace", "metadata.namespace")
@@ -139,7 +151,7 @@ def materialize(
                 templates[role] = rct
         wname = workload_name(name, engine_name)
 
-        made = _Made(name, engine_name, base, generation, templates, steering or {}, mode)
+        made = _Made(name, engine_name, base, generation, templates, steering or {}, mode, hardened)
         if set(by_role) == {"Standalone"}:
             out.append(_deployment(wname, namespace, base, copies, made.pod(by_role, "Standalone")))
         elif set(by_role) == {"Leader", "Worker"}:
@@ -175,12 +187,15 @@ class _Made:
     templates: Mapping[str, Obj]
     steering: Choice
     mode: Steering
+    hardened: bool
 
     def pod(self, by_role: Mapping[str, Mapping[str, Any]], role: str) -> Obj:
         """The member's pod template: a claiming gang member's keeps off its copy's other
         claiming pods' nodes; steered to the nodes chosen for the member, if any."""
         claim = self.templates.get(role)
         made = _pod_template(by_role[role], role, self.base, self.generation, claim)
+        if self.hardened:
+            made["spec"] = harden(made["spec"])
         if role != "Standalone" and claim is not None:
             made = gang_anti_affinity(made, self.replica, self.engine)
         nodes = self.steering.get((self.engine, role), ())

@@ -15,17 +15,22 @@ What is checked, per pod template (`check`), each rule a `ViolationCode` with th
 - `securityContext.privileged` of every container, init container and ephemeral container
   (`Privileged`), and `securityContext.windowsOptions.hostProcess` at pod or container level
   (`HostProcess`);
-- `capabilities.add` beyond Pod Security Admission's `baseline` set (`CapabilityNotAllowed`;
-  names compared upper-cased without a `CAP_` prefix, so `cap_sys_admin` is `SYS_ADMIN`);
+- `capabilities.add` beyond the allowed set: Pod Security's `restricted` set (only
+  `NET_BIND_SERVICE`) by default, its `baseline` set at `level: baseline`
+  (`CapabilityNotAllowed`; names compared upper-cased without a `CAP_` prefix, so
+  `cap_sys_admin` is `SYS_ADMIN`);
 - `hostPath` volumes (`HostPath`) and container `hostPort`s (`HostPort`);
 - the pod's service account (`serviceAccountName`, or the deprecated `serviceAccount`; empty
-  means `default`) against the allowed names (`ServiceAccountNotAllowed`).
+  means `default`) against the allowed names (`ServiceAccountNotAllowed`);
+- the rest of Pod Security's `baseline` and `restricted` rules, the fields only the fleet may
+  set (priority, nodeName, tolerations beyond the pool's, runtime class, extra devices) and
+  which Secrets and PersistentVolumeClaims a pod may reference: `gpufleet.agent.pod_security`.
 
-The default policy is Pod Security Admission's `baseline` level for these fields and allows
-only the `default` service account: secure by default, each relaxation explicit. The other
-`baseline` rules (seccomp, AppArmor, SELinux, /proc mount, sysctls) are left to Pod Security
-Admission itself, whose labels the agent sets on the namespaces it creates
-(`namespace_labels`).
+The default policy is at least Pod Security's `restricted` level, checked on every template
+whatever the labels of its namespace (Pod Security Admission may not be enforcing there), and
+allows only the `default` service account: secure by default, each relaxation explicit. The
+agent also sets Pod Security Admission's labels on the namespaces it creates
+(`namespace_labels`), as a second line.
 
 Templates are hostile input: `check` never raises. A field the rules read that has the wrong
 type (a string where a bool belongs, a list that is a map) is a violation (`MalformedField`):
@@ -37,8 +42,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Final
+
+from gpufleet.agent.pod_security import (
+    ANY,
+    BASELINE,
+    GPU_TOLERATION_RULE,
+    LEVELS,
+    RESTRICTED,
+    TolerationRule,
+    check_spec,
+)
+from gpufleet.agent.violations import Violation as Violation
+from gpufleet.agent.violations import ViolationCode as ViolationCode
+from gpufleet.agent.violations import as_map as _map
+from gpufleet.agent.violations import flag as _flag
+from gpufleet.agent.violations import malformed as _malformed
+from gpufleet.agent.violations import shown as _shown
 
 #: Pod Security Admission's `baseline` level allows adding exactly these capabilities.
 BASELINE_CAPABILITIES: Final = frozenset(
@@ -58,6 +78,8 @@ BASELINE_CAPABILITIES: Final = frozenset(
         "SYS_CHROOT",
     }
 )
+#: Pod Security Admission's `restricted` level allows adding only this one.
+RESTRICTED_CAPABILITIES: Final = frozenset({"NET_BIND_SERVICE"})
 #: The agent's own namespace (`gpufleet.kube.install.SYSTEM_NAMESPACE`; a test keeps the two
 #: equal: the agent layer must not import kube for a constant).
 AGENT_NAMESPACE: Final = "gpufleet-system"
@@ -88,30 +110,6 @@ POLICY_ALLOWED: Final = "PolicyAllowed"
 REASON_POLICY_DENIED: Final = "PolicyDenied"
 
 
-class ViolationCode(StrEnum):
-    """Why a pod template is refused; CamelCase, fit for a condition's reason."""
-
-    NAMESPACE_NOT_SERVED = "NamespaceNotServed"
-    PRIVILEGED = "Privileged"
-    HOST_NAMESPACE = "HostNamespace"
-    HOST_PROCESS = "HostProcess"
-    CAPABILITY_NOT_ALLOWED = "CapabilityNotAllowed"
-    HOST_PATH = "HostPath"
-    HOST_PORT = "HostPort"
-    SERVICE_ACCOUNT_NOT_ALLOWED = "ServiceAccountNotAllowed"
-    #: A field a rule reads has the wrong type: refused, since it cannot be checked.
-    MALFORMED_FIELD = "MalformedField"
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Violation:
-    """One refused field: its path (from the object checked), the rule and a short message."""
-
-    path: str
-    code: ViolationCode
-    message: str
-
-
 @dataclass(frozen=True, slots=True)
 class PodSecurityLabels:
     """The Pod Security Admission labels put on namespaces the agent creates; None: unset."""
@@ -138,10 +136,21 @@ class ClusterPolicy:
     allow_host_process: bool = False
     allow_host_path: bool = False
     allow_host_ports: bool = False
+    #: `restricted` (Pod Security's restricted rules, the default) or `baseline` (without
+    #: them); see `gpufleet.agent.pod_security`.
+    level: str = RESTRICTED
     #: Capabilities allowed in `capabilities.add` (normalized: upper case, no `CAP_`).
-    allowed_capabilities: frozenset[str] = BASELINE_CAPABILITIES
+    allowed_capabilities: frozenset[str] = RESTRICTED_CAPABILITIES
     #: Service account names allowed; `*` allows any.
     allowed_service_accounts: tuple[str, ...] = (DEFAULT_SERVICE_ACCOUNT,)
+    #: Names a template may use (`*`: any); empty: none.
+    allowed_priority_classes: tuple[str, ...] = ()
+    allowed_runtime_classes: tuple[str, ...] = ()
+    allowed_secrets: tuple[str, ...] = ()
+    allowed_claims: tuple[str, ...] = ()
+    allowed_csi_drivers: tuple[str, ...] = ()
+    #: The tolerations a template may carry (and every narrower one): the pool's.
+    allowed_tolerations: tuple[TolerationRule, ...] = (GPU_TOLERATION_RULE,)
     pod_security: PodSecurityLabels = field(default_factory=PodSecurityLabels)
 
     def serves(self, namespace: str) -> bool:
@@ -276,6 +285,7 @@ def _check_template(template: object, policy: ClusterPolicy, path: str) -> list[
     out = _check_pod_flags(spec, policy, at)
     out.extend(_check_service_account(spec, policy, at))
     out.extend(_check_volumes(spec.get("volumes"), policy, f"{at}volumes"))
+    out.extend(check_spec(template, spec, policy, at))
     for kind in ("initContainers", "containers", "ephemeralContainers"):
         containers = spec.get(kind)
         if containers is None:
@@ -461,33 +471,9 @@ def normalize_capability(name: str) -> str:
     return upper[4:] if upper.startswith("CAP_") else upper
 
 
-def _flag(value: object, path: str, out: list[Violation]) -> bool:
-    """A boolean field: True when set. A value of another type is reported malformed (once:
-    the caller's rule does not also report it) and the template is refused either way."""
-    if value is None or value is False:
-        return False
-    if value is True:
-        return True
-    out.append(_malformed(path, "a boolean"))
-    return False
-
-
-def _malformed(path: str, want: str) -> Violation:
-    return Violation(path, ViolationCode.MALFORMED_FIELD, f"must be {want}")
-
-
-def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _shown(value: str) -> str:
-    """A tenant's string as a message quotes it: repr, cut to 64 characters."""
-    return repr(value[:64] + ("..." if len(value) > 64 else ""))
-
-
 # --- parsing a policy document ---------------------------------------------------------------
 
-_TOP_KEYS: Final = frozenset({"namespaces", "excludedNamespaces", "allow", "podSecurity"})
+_TOP_KEYS: Final = frozenset({"namespaces", "excludedNamespaces", "level", "allow", "podSecurity"})
 #: `allow` flags: document key -> ClusterPolicy field.
 _ALLOW_FLAGS: Final = {
     "privileged": "allow_privileged",
@@ -498,7 +484,18 @@ _ALLOW_FLAGS: Final = {
     "hostPath": "allow_host_path",
     "hostPorts": "allow_host_ports",
 }
-_ALLOW_KEYS: Final = frozenset({*_ALLOW_FLAGS, "capabilities", "serviceAccounts"})
+#: `allow` lists of names ("*": any; default none).
+_ALLOW_NAMES: Final = (
+    "priorityClasses",
+    "runtimeClasses",
+    "secrets",
+    "persistentVolumeClaims",
+    "csiDrivers",
+)
+_ALLOW_KEYS: Final = frozenset(
+    {*_ALLOW_FLAGS, *_ALLOW_NAMES, "capabilities", "serviceAccounts", "tolerations"}
+)
+_TOLERATION_FIELDS: Final = frozenset({"key", "operator", "value", "effect"})
 _PSA_KEYS: Final = frozenset({"enforce", "warn", "audit", "version"})
 #: The fields an `allow` flag relaxes beyond `baseline`: a namespace enforcing `baseline`
 #: (or `restricted`) would reject the very pods the policy lets through.
@@ -522,8 +519,14 @@ def parse_policy(data: object) -> ClusterPolicy:
         allow:
           privileged: false                 # and hostNetwork, hostPID, hostIPC, hostProcess,
           hostPath: false                   # hostPorts: booleans, default false
-          capabilities: [NET_ADMIN]         # added to Pod Security's baseline set
+          capabilities: [NET_ADMIN]         # added to the level's set
           serviceAccounts: [default, vllm]  # the whole list ("*": any); default [default]
+          priorityClasses: [inference]      # and runtimeClasses, secrets,
+          secrets: [hf-token]               # persistentVolumeClaims, csiDrivers:
+                                            # names ("*": any), default none
+          tolerations:                      # added to the pool's (nvidia.com/gpu NoSchedule)
+          - {key: dedicated, operator: Equal, value: ml, effect: NoSchedule}
+        level: restricted                   # or baseline (without restricted's rules)
         podSecurity: {enforce: privileged, warn: restricted, audit: restricted, version: latest}
                                             # (beyond baseline: enforce must be privileged)
     """
@@ -539,6 +542,15 @@ def parse_policy(data: object) -> ClusterPolicy:
         allow.get("serviceAccounts", [DEFAULT_SERVICE_ACCOUNT]), "allow.serviceAccounts", _account
     )
     pod_security = _pod_security(doc.get("podSecurity", {}))
+    level = doc.get("level", RESTRICTED)
+    if level not in LEVELS:
+        raise PolicyInvalid("level", f"must be one of {', '.join(LEVELS)}")
+    if level == BASELINE and pod_security.enforce == RESTRICTED:
+        raise PolicyInvalid(
+            "podSecurity.enforce",
+            "must not be restricted at level baseline: those namespaces reject what it allows",
+        )
+    names = {key: _names(allow.get(key, []), f"allow.{key}", _object_name) for key in _ALLOW_NAMES}
     relaxed = [k for k in _BEYOND_BASELINE if allow.get(k) is True]
     if {normalize_capability(c) for c in extra_caps} - BASELINE_CAPABILITIES:
         relaxed.append("capabilities")
@@ -555,11 +567,76 @@ def parse_policy(data: object) -> ClusterPolicy:
             "excludedNamespaces",
             _namespace,
         ),
-        allowed_capabilities=BASELINE_CAPABILITIES | {normalize_capability(c) for c in extra_caps},
+        level=level,
+        allowed_capabilities=(
+            RESTRICTED_CAPABILITIES if level == RESTRICTED else BASELINE_CAPABILITIES
+        )
+        | {normalize_capability(c) for c in extra_caps},
         allowed_service_accounts=accounts,
+        allowed_tolerations=(
+            GPU_TOLERATION_RULE,
+            *_tolerations(allow.get("tolerations", []), "allow.tolerations"),
+        ),
         pod_security=pod_security,
+        allowed_priority_classes=names["priorityClasses"],
+        allowed_runtime_classes=names["runtimeClasses"],
+        allowed_secrets=names["secrets"],
+        allowed_claims=names["persistentVolumeClaims"],
+        allowed_csi_drivers=names["csiDrivers"],
         **flags,
     )
+
+
+def warnings(policy: ClusterPolicy) -> list[str]:
+    """What a valid policy does that an operator should know: serving a namespace of the
+    cluster's own (`kube-system`, the agent's) because `excludedNamespaces` no longer lists it."""
+    served = [n for n in DEFAULT_EXCLUDED_NAMESPACES if n not in policy.excluded_namespaces]
+    if not served or (policy.namespaces and not set(served) & set(policy.namespaces)):
+        return []
+    if policy.namespaces:
+        served = [n for n in served if n in policy.namespaces]
+    return [
+        f"excludedNamespaces: serves {', '.join(served)}: tenant pods may run in the "
+        "cluster's own namespaces (list them in excludedNamespaces unless that is meant)"
+    ]
+
+
+def _tolerations(value: object, path: str) -> tuple[TolerationRule, ...]:
+    if not isinstance(value, list | tuple):
+        raise PolicyInvalid(path, "must be a list")
+    if len(value) > MAX_LIST_ENTRIES:
+        raise PolicyInvalid(path, f"at most {MAX_LIST_ENTRIES} entries (got {len(value)})")
+    out: list[TolerationRule] = []
+    for i, item in enumerate(value):
+        doc = _mapping(item, f"{path}[{i}]", _TOLERATION_FIELDS)
+        fields: dict[str, str] = {}
+        for key in _TOLERATION_FIELDS:
+            text = doc.get(key, "")
+            if not isinstance(text, str) or len(text) > MAX_NAME_CHARS:
+                raise PolicyInvalid(
+                    f"{path}[{i}].{key}", f"must be a string of at most {MAX_NAME_CHARS}"
+                )
+            fields[key] = text
+        operator = fields["operator"] or "Equal"
+        if operator not in ("Equal", "Exists"):
+            raise PolicyInvalid(f"{path}[{i}].operator", "must be Equal or Exists")
+        if not fields["key"] and operator != "Exists":
+            raise PolicyInvalid(f"{path}[{i}].operator", "must be Exists when key is empty")
+        if fields["effect"] not in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise PolicyInvalid(
+                f"{path}[{i}].effect", "must be NoSchedule, PreferNoSchedule, NoExecute or empty"
+            )
+        out.append(TolerationRule(fields["key"], operator, fields["value"], fields["effect"]))
+    return tuple(out)
+
+
+def _object_name(name: str) -> str:
+    if name == ANY:
+        return ""
+    parts = name.split(".")
+    if len(name) <= MAX_NAME_CHARS and all(_is_dns_label(p, 63) for p in parts):
+        return ""
+    return 'must be an object name (a DNS subdomain of at most 253) or "*"'
 
 
 def _pod_security(data: object) -> PodSecurityLabels:

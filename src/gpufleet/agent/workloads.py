@@ -44,6 +44,7 @@ from typing import Any, Final, TypeVar
 
 from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
 from gpufleet.agent.model import keys_and_versions, moved_keys, versions_of
+from gpufleet.agent.pod_security import RESTRICTED
 from gpufleet.agent.policy import ClusterPolicy, namespace_body
 from gpufleet.agent.steer import Steerer, keep_steering
 from gpufleet.store.port import (
@@ -280,7 +281,12 @@ def _desired_of(
             check = materialize(replica, policy)  # refused or invalid: nothing is chosen
             choice = steerer.choose(replica)
             # The policy allowed the replica just now: it is not checked again.
-            objs = materialize(replica, None, choice, steerer.mode) if choice else check
+            hardened = policy.level == RESTRICTED
+            objs = (
+                materialize(replica, None, choice, steerer.mode, hardened=hardened)
+                if choice
+                else check
+            )
     except ReplicaInvalid as e:
         return e
     return tuple((_kind(o), (o["metadata"]["namespace"], o["metadata"]["name"]), o) for o in objs)

@@ -19,6 +19,7 @@ from gpufleet.api.models import (
     ReplicaObservationSpec,
     ReplicaObservationStatus,
 )
+from gpufleet.api.names import cluster_name_problem, deployment_name_problem
 from gpufleet.api.rules import ApiModel, Rules
 
 
@@ -37,6 +38,18 @@ class _Object(ApiModel):
         with rules.reading():
             if not type(self).is_namespaced and self.metadata.namespace is not None:
                 rules.add(("metadata", "namespace"), "must not be set on a cluster-scoped object")
+        with rules.reading():
+            problem = type(self).name_problem(self.metadata.name)
+            if problem is not None:
+                rules.add(("metadata", "name"), problem)
+
+    @staticmethod
+    def name_problem(name: str) -> str | None:
+        """What is wrong with the name beyond the DNS subdomain rule (None: nothing). A kind
+        whose name becomes a label value or part of another name says so. It reads only the
+        name, so a status write, which keeps the name, keeps the verdict
+        (`parse_status_change`)."""
+        return None
 
     @property
     def display_name(self) -> str:
@@ -66,6 +79,10 @@ class InferenceCluster(_Object):
 
     is_namespaced = False
 
+    @staticmethod
+    def name_problem(name: str) -> str | None:
+        return cluster_name_problem(name)
+
     kind: Literal["InferenceCluster"] = "InferenceCluster"
     """InferenceCluster."""
     spec: InferenceClusterSpec
@@ -76,6 +93,10 @@ class InferenceCluster(_Object):
 
 class ModelDeployment(_Object):
     """A model to serve: how many replicas, where, and the shape of one replica (ML team)."""
+
+    @staticmethod
+    def name_problem(name: str) -> str | None:
+        return deployment_name_problem(name)
 
     kind: Literal["ModelDeployment"] = "ModelDeployment"
     """ModelDeployment."""

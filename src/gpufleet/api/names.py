@@ -43,6 +43,20 @@ LABEL_VALUE_RULE = (
 )
 
 
+#: A ModelDeployment's name is the value of its replicas' `gpufleet.io/deployment` label (on
+#: the hub and on every workload cluster), so it must fit a label value: a longer one would be
+#: refused by the API server on every write of every replica (issue 30, 4).
+DEPLOYMENT_NAME_RULE = (
+    f"must be at most {LABEL_VALUE_MAX_CHARS} characters: it is the value of its replicas' "
+    "gpufleet.io/deployment label"
+)
+
+
+def deployment_name_problem(name: str) -> str | None:
+    """What is wrong with a ModelDeployment's name beyond the DNS subdomain rule, or None."""
+    return DEPLOYMENT_NAME_RULE if len(name) > LABEL_VALUE_MAX_CHARS else None
+
+
 def is_qualified_name(value: str) -> bool:
     """A label or annotation key as Kubernetes validates it (`example.com/name`)."""
     prefix, slash, name = value.rpartition("/")
@@ -68,6 +82,14 @@ CLUSTER_NAME_RULE = (
     f"must be a DNS label of at most {CLUSTER_NAME_MAX_CHARS} characters "
     f"(it names the hub namespace {CLUSTER_NAMESPACE_PREFIX}<cluster>)"
 )
+
+
+def cluster_name_problem(name: str) -> str | None:
+    """What is wrong with an InferenceCluster's name beyond the DNS subdomain rule, or None (a
+    name that is no DNS subdomain is refused by that rule already)."""
+    if is_cluster_name(name) or not is_dns_subdomain(name):
+        return None
+    return CLUSTER_NAME_RULE + " and is a label value"
 
 
 class ClusterNameError(ValueError):

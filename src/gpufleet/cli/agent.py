@@ -26,6 +26,8 @@ It composes the generic daemon pieces of `gpufleet.kube` with the `Agent`:
 from __future__ import annotations
 
 import logging
+import os
+import stat
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -33,12 +35,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 from prometheus_client import CollectorRegistry
 
 from gpufleet.agent.materialize import OWNED_SELECTOR
 from gpufleet.agent.policy import ClusterPolicy, PolicyInvalid, parse_policy
+from gpufleet.agent.policy import warnings as policy_warnings
 from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, observation_namespace
+from gpufleet.api.errors import LimitExceeded, ValidationFailed
+from gpufleet.api.loader import load_yaml_documents
 from gpufleet.api.models import STANDALONE_LEASE
 from gpufleet.api.names import CLUSTER_NAME_MAX_CHARS, is_cluster_name
 from gpufleet.cli.controller import (
@@ -110,20 +114,33 @@ def load_policy(path: Path | None) -> ClusterPolicy:
         return typer.BadParameter(f"{path}: {problem}", param_hint="'--policy'")
 
     try:
-        with path.open("rb") as f:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise bad("not a regular file")
             raw = f.read(MAX_POLICY_FILE_BYTES + 1)
     except OSError as e:
         raise bad(e.strerror or type(e).__name__) from None
     if len(raw) > MAX_POLICY_FILE_BYTES:
         raise bad(f"larger than {MAX_POLICY_FILE_BYTES} bytes")
     try:
-        doc = yaml.safe_load(raw.decode("utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError):
+        docs = load_yaml_documents(raw.decode("utf-8"), str(path))
+    except UnicodeDecodeError:
         raise bad("not YAML (UTF-8)") from None
+    except LimitExceeded as e:
+        raise bad(str(e)) from None
+    except ValidationFailed:
+        raise bad("not YAML (UTF-8)") from None
+    if len(docs) > 1:
+        raise bad(f"one YAML document expected, got {len(docs)}")
     try:
-        return parse_policy(doc)
+        policy = parse_policy(docs[0] if docs else None)
     except PolicyInvalid as e:
         raise bad(str(e)) from None
+    for warning in policy_warnings(policy):
+        typer.echo(f"warning: {path}: {warning}", err=True)
+    return policy
 
 
 def report_result(outcome: StepOutcome) -> str:

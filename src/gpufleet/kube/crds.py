@@ -422,6 +422,26 @@ def _add_rules(model: str, schema: dict[str, Any]) -> None:
             prop["x-kubernetes-list-map-keys"] = list(keys)
 
 
+#: Rules on a whole object (CEL may read `self.metadata.name` at the root only): names that
+#: become label values must fit one (`gpufleet.api.names`).
+ROOT_VALIDATIONS: dict[str, tuple[dict[str, str], ...]] = {
+    "ModelDeployment": (
+        {
+            "rule": "self.metadata.name.size() <= 63",
+            "message": "metadata.name must be at most 63 characters: it is the value of its "
+            "replicas' gpufleet.io/deployment label",
+        },
+    ),
+    "InferenceCluster": (
+        {
+            "rule": "self.metadata.name.size() <= 46",
+            "message": "metadata.name must be a DNS label of at most 46 characters: it names "
+            "the cluster's hub namespace gpufleet-cluster-<name>",
+        },
+    ),
+}
+
+
 def _object_schema(model: type[BaseModel]) -> dict[str, Any]:
     converted = structural(model.model_json_schema(by_alias=True, mode="validation"))
     properties = dict(converted.get("properties", {}))
@@ -437,6 +457,8 @@ def _object_schema(model: type[BaseModel]) -> dict[str, Any]:
     required = [r for r in converted.get("required", []) if r not in ("metadata",)]
     if required:
         schema["required"] = required
+    if model.__name__ in ROOT_VALIDATIONS:
+        schema["x-kubernetes-validations"] = [dict(r) for r in ROOT_VALIDATIONS[model.__name__]]
     return schema
 
 
