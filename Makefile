@@ -1,4 +1,5 @@
-# One target per check; CI (.ci/run) runs `make ci`, the README names `make test`.
+# One target per check; CI (.ci/run) runs `make install`, `make check` and `make test`; the README
+# names `make demo` and `make test`.
 VENV ?= .venv
 PYTHON ?= python3
 PY := $(VENV)/bin/python
@@ -11,10 +12,19 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 
 .PHONY: install test lint typecheck layers check ci demo bench image deploy
 
-$(VENV)/.installed: pyproject.toml
+# Two stamps: `.runtime` is the project and its runtime dependencies only (what `make demo`
+# needs, about 35 packages); `.installed` adds the dev tools and the benchmarks' solver (what
+# `make test`, `make check` and `.ci/run` need). pip's own upgrade is skipped: the venv's pip
+# installs these pins, and --disable-pip-version-check keeps it quiet about newer ones.
+PIP := $(BIN)/pip install -q --disable-pip-version-check
+
+$(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.runtime
+	$(PIP) -e '.[dev,bench]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -39,7 +49,7 @@ ci: check test
 bench: install
 	$(BIN)/gpufleet bench --write docs/performance.md
 
-demo: install
+demo: $(VENV)/.runtime
 	$(BIN)/gpufleet simulate
 
 image:
