@@ -13,18 +13,24 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 .PHONY: install test lint typecheck layers check ci demo bench image deploy
 
 # Two stamps: `.runtime` is the project and its runtime dependencies only (what `make demo`
-# needs, about 35 packages); `.installed` adds the dev tools and the benchmarks' solver (what
-# `make test`, `make check` and `.ci/run` need). pip's own upgrade is skipped: the venv's pip
-# installs these pins, and --disable-pip-version-check keeps it quiet about newer ones.
-PIP := $(BIN)/pip install -q --disable-pip-version-check
+# needs); `.installed` adds the dev tools, the benchmarks' solver and pip itself (what
+# `make test`, `make check` and `.ci/run` need; tests/deploy/test_image.py runs the venv's pip).
+# Fast from cold (docs/performance.md, "Cold start"): the venv is made without pip and filled by
+# the pip of $(PYTHON) (`pip --python`), when it has one new enough, instead of bootstrapping a
+# pip of its own (ensurepip: about 6 s of CPU); nothing is byte-compiled at install
+# (--no-compile: Python compiles a module when it is first imported, so the thousands of
+# lightkube-models modules the daemons never load cost nothing).
+PIP = $$([ -x $(BIN)/pip ] && echo $(BIN)/pip || echo $(PYTHON) -m pip --python $(PY)) \
+	install -q --disable-pip-version-check --no-compile
 
 $(VENV)/.runtime: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv --without-pip $(VENV)
+	$(PYTHON) -m pip --python $(PY) --version >/dev/null 2>&1 || $(PY) -m ensurepip -q
 	$(PIP) -e .
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.runtime
-	$(PIP) -e '.[dev,bench]'
+	$(PIP) -e '.[dev,bench]' pip
 	touch $@
 
 install: $(VENV)/.installed

@@ -372,7 +372,7 @@ def container_args(store: KubeStore, name: str) -> list[str]:
 
 def parsed(args: list[str]) -> dict[str, Any]:
     """The container's args as `gpufleet` parses them (its defaults included)."""
-    command = get_command(app).commands[args[0]]  # type: ignore[attr-defined]
+    command = get_command(app).get_command(None, args[0])  # type: ignore[attr-defined]
     context = command.make_context(args[0], list(args[1:]))
     return dict(context.params)
 
