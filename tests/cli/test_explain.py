@@ -55,6 +55,10 @@ def test_refused_deployment_on_one_node_shows_cluster_and_pool_verdicts() -> Non
         + "DETAILS",
         "solo     l4    engine  FreeGPU     no   nodes=1 free_devices=0 best_node_free=0  "
         f"{INSUFFICIENT}  {NUMBERS}",
+        "",
+        "what would change it",
+        "  InsufficientGPU (solo): nobody (wait): devices free up as other replicas leave; or "
+        "the platform team grows the pool (spec.nodePools[].maxNodeCount)",
     ]
 
 
@@ -76,7 +80,7 @@ def test_refused_deployment_in_the_fleet_lists_every_cluster_and_pool() -> None:
         "needs 3 whole nodes; 2 of 4 free                                "
         "requested_nodes=3 free_nodes=2 nodes=4"
     )
-    pools = lines[lines.index("pools") + 1 :]
+    pools = lines[lines.index("pools") + 1 : lines.index("what would change it") - 1]
     assert [line.split()[:5] for line in pools] == [
         ["CLUSTER", "POOL", "ENGINE", "ACCOUNTING", "FIT"],
         ["eks-us-east", "l4", "-", "WholeNode", "-"],
@@ -103,6 +107,15 @@ def test_explain_json_is_the_deployment_and_the_pools() -> None:
         "deployment": plan["deployments"][-1],
         "clusters": ["solo"],
         "pools": plan["pools"],
+        "fixes": [
+            {
+                "code": "InsufficientGPU",
+                "clusters": ["solo"],
+                "who": "nobody (wait)",
+                "what": "devices free up as other replicas leave; or the platform team grows "
+                "the pool (spec.nodePools[].maxNodeCount)",
+            }
+        ],
     }
 
 
@@ -166,3 +179,30 @@ def test_invalid_manifests_exit_1_with_the_errors() -> None:
     lines = result.stderr.splitlines()
     assert sum(line.startswith("✗") for line in lines) == 10
     assert lines[-1] == "6 invalid (10 errors): nothing scheduled"
+
+
+def test_a_cluster_that_is_not_ready_says_who_fixes_it(tmp_path: Path) -> None:
+    """Not Ready (no agent ever reported, as after an install without one): explain names the
+    platform team and the agent, in the table and in JSON; a missing gateway refuses nothing."""
+    for source in ONE_NODE.iterdir():
+        text = source.read_text()
+        if "kind: InferenceCluster" in text:
+            text = text.replace(
+                'status: "True", reason: AgentReporting',
+                'status: "False", reason: AgentNotReporting',
+            )
+            text = text.replace("  gateway: {address: 10.0.0.1}\n", "")
+        (tmp_path / source.name).write_text(text)
+    result = invoke("explain", "ml-team/qwen-2-7b", tmp_path, "--now", NOW)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "what would change it" in lines
+    hint = lines[lines.index("what would change it") + 1]
+    assert hint.startswith("  ClusterNotReady (solo): platform team: the controller sets Ready")
+    assert "NoGateway" not in result.stdout
+    data = json.loads(
+        invoke("explain", "ml-team/qwen-2-7b", tmp_path, "--now", NOW, "-o", "json").stdout
+    )
+    assert [(f["code"], f["clusters"], f["who"]) for f in data["fixes"]] == [
+        ("ClusterNotReady", ["solo"], "platform team")
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -68,6 +69,52 @@ def test_python_dash_m_runs_the_same_cli() -> None:
         check=False,
     )
     assert (done.returncode, done.stdout) == (0, f"gpufleet {metadata.version('gpufleet')}\n")
+
+
+#: A Python type shown as a placeholder (`<bool>`, `<list[Path]>`, `<int range>`).
+PYTHON_TYPE = re.compile(r"<(str|int|float|bool|Path|path|datetime|list\[)[^>]*>")
+#: What `gpufleet --help` must not import (each costs a large share of a start-up).
+HEAVY = ("pydantic", "cel", "yaml", "rich", "lightkube", "prometheus_client", "gpufleet.api")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], []])
+def test_the_root_help_and_version_import_no_command(args: list[str]) -> None:
+    """Lazy commands (cli/main.py): the list of commands and --version load no command's
+    module, so none of what the commands import."""
+    code = (
+        "import sys\n"
+        "from gpufleet.cli.main import app\n"
+        f"try:\n    app({args!r})\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r} "
+        f"or any(m.startswith(h + '.') or m == h for h in {HEAVY!r})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_each_command_summary_is_its_help_and_examples_are_shown() -> None:
+    """`COMMANDS` (what `gpufleet --help` lists without loading) agrees with each command."""
+    from gpufleet.cli.main import COMMANDS, load
+
+    root = invoke("--help")
+    for name, entry in COMMANDS.items():
+        command = load(name)
+        first = " ".join((command.help or "").split("\n\n")[0].split())
+        assert first.startswith(entry.summary.rstrip(".").split(":")[0]), (name, first)
+        assert name in root.stdout
+        own = invoke(name, "--help")
+        assert own.exit_code == 0
+        assert not PYTHON_TYPE.search(own.stdout), own.stdout
+        for example in entry.examples:
+            assert example.split(" | ")[0] in " ".join(own.stdout.split()), (name, example)
+    completed = invoke(
+        "",
+        env={"_GPUFLEET_COMPLETE": "complete_bash", "COMP_WORDS": "gpufleet pl", "COMP_CWORD": "1"},
+    )
+    assert completed.stdout.split() == ["plain,plan"] or "plan" in completed.stdout
 
 
 def test_shell_completion_script_is_offered() -> None:

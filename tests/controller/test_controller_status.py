@@ -212,7 +212,7 @@ def test_a_ready_condition_and_gateway_set_by_another_writer_are_kept() -> None:
 
 def test_without_manages_ready_the_controller_writes_no_ready_condition() -> None:
     store = hub(gpu_class(), cluster(), pool_obs())
-    Controller(store, ControllerConfig(), "ctl").step(T0)
+    Controller(store, ControllerConfig(manages_ready=False), "ctl").step(T0)
     got = store.get(INFERENCE_CLUSTER, "a")
     assert condition_of(got, "Ready") is None
     assert "gateway" not in got["status"]  # type: ignore[index]

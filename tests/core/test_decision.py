@@ -46,7 +46,7 @@ def _verdict(name: str, *codes: ReasonCode, fits: bool = False) -> ClusterVerdic
 def test_summary_counts_each_code_once_per_cluster_and_sorts() -> None:
     diag = Diagnosis(
         (
-            _verdict("a", ReasonCode.TAINTED, ReasonCode.NO_GATEWAY),
+            _verdict("a", ReasonCode.TAINTED, ReasonCode.CLUSTER_NOT_READY),
             _verdict("b", ReasonCode.INSUFFICIENT_GPU, ReasonCode.OBSERVATION_STALE),
             _verdict("c", ReasonCode.INSUFFICIENT_GPU),
             _verdict("d", ReasonCode.OBSERVATION_STALE, fits=True),
@@ -54,7 +54,7 @@ def test_summary_counts_each_code_once_per_cluster_and_sorts() -> None:
         )
     )
     assert diag.summary() == (
-        "1/5 clusters fit: 2 InsufficientGPU, 1 ClusterNotSelected, 1 NoGateway, 1 Tainted"
+        "1/5 clusters fit: 2 InsufficientGPU, 1 ClusterNotReady, 1 ClusterNotSelected, 1 Tainted"
     )
     assert diag.dominant_code() is ReasonCode.INSUFFICIENT_GPU
 

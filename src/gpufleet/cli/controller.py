@@ -340,6 +340,18 @@ def check_address(address: str, flag: str) -> None:
         raise typer.BadParameter(str(e), param_hint=f"'{flag}'") from e
 
 
+def check_gateway_template(template: str) -> None:
+    """Fail as a usage error (exit 2) on a `--gateway-address` other than text with `{cluster}`
+    as its only placeholder."""
+    try:
+        template.format(cluster="c")
+    except (KeyError, IndexError, ValueError) as e:
+        raise typer.BadParameter(
+            f"{template!r}: the only placeholder allowed is {{cluster}} ({e})",
+            param_hint="'--gateway-address'",
+        ) from None
+
+
 def leader_config(
     is_enabled: bool,
     name: str,
@@ -395,15 +407,26 @@ def command(
         typer.Option(
             "--manage-ready/--no-manage-ready",
             help="Write each InferenceCluster's Ready condition from its agent's reports "
-            "(off: the platform team owns Ready).",
+            "(--no-manage-ready: your platform owns Ready).",
         ),
-    ] = False,
+    ] = True,
+    gateway_address: Annotated[
+        str,
+        typer.Option(
+            "--gateway-address",
+            metavar="TEMPLATE",
+            help="Gateway address of a cluster whose status has none, {cluster} replaced by its "
+            "name (example: '{cluster}.inference.example.com'); default none (a gateway is "
+            "optional).",
+        ),
+    ] = "",
     log_format: LogFormatOption = LogFormat.JSON,
     log_level: LogLevelOption = LogLevel.INFO,
 ) -> None:
     """Run the hub controller: publish cluster status, schedule the fleet (leader only)."""
     check_address(metrics_address, "--metrics-address")
     check_address(health_address, "--health-address")
+    check_gateway_template(gateway_address)
     hub_config = kube_config(kubeconfig)
     logs.configure(log_level.value, log_format.value)
     leader = leader_config(
@@ -422,6 +445,7 @@ def command(
             stale_after_s=stale_after,
             expire_after_s=expire_after,
             manages_ready=manage_ready,
+            default_gateway_address=gateway_address,
             stuck_after_s=stuck_after,
         ),
     )

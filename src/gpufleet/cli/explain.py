@@ -3,7 +3,8 @@
 Schedules the fleet exactly as `gpufleet plan` does, then prints the deployment's decision and,
 as kube-scheduler reports its per-node filters, every cluster of the fleet with its verdict and
 reasons (codes, messages, numbers) and every pool with its accounting, fit, reasons and free
-summary. A pool's FREE is its capacity when the verdict was taken; a pool that no verdict
+summary, then "what would change it": per refusal code, who can lift it (the platform team,
+the deployment's owner, or nobody: wait) and how (cli/fixes.py). A pool's FREE is its capacity when the verdict was taken; a pool that no verdict
 covers (its cluster was refused before its pools were looked at) shows its state after the plan.
 
 The scheduler diagnoses only deployments with a shortfall; for a deployment that got every
@@ -25,6 +26,7 @@ from typing import Annotated
 import typer
 
 from gpufleet.api.convert import DEFAULT_NAMESPACE
+from gpufleet.cli.fixes import fixes
 from gpufleet.cli.plan import (
     NowOption,
     OutputOption,
@@ -48,7 +50,7 @@ from gpufleet.cli.render import (
     print_deployment,
     rfc3339,
 )
-from gpufleet.core.decision import DeploymentDecision
+from gpufleet.core.decision import DeploymentDecision, Diagnosis
 from gpufleet.core.model import ClusterName, DeploymentKey
 
 
@@ -114,6 +116,9 @@ def command(
         }
         if key in scheduled.one_more:
             body["oneMore"] = diagnosis_json(scheduled.one_more[key])
+        found = chosen.diagnosis or scheduled.one_more.get(key)
+        if found is not None:
+            body["fixes"] = fixes_json(found)
         typer.echo(data_text(body, output))
         return
     printer = Printer(stdout())
@@ -144,6 +149,25 @@ def command(
     printer.line("pools", style="bold")
     refused = {v.cluster: ", ".join(r.code.value for r in v.reasons) for v in diagnosis.clusters}
     printer.table(pool_verdicts_table(diagnosis, pools, refused))
+    _print_fixes(printer, diagnosis)
+
+
+def fixes_json(diagnosis: Diagnosis) -> list[dict[str, object]]:
+    return [
+        {"code": fix.code.value, "clusters": names, "who": fix.who, "what": fix.what}
+        for fix, names in fixes(diagnosis)
+    ]
+
+
+def _print_fixes(printer: Printer, diagnosis: Diagnosis) -> None:
+    """Who can lift each refusal, and how (cli/fixes.py)."""
+    found = fixes(diagnosis)
+    if not found:
+        return
+    printer.line()
+    printer.line("what would change it", style="bold")
+    for fix, names in found:
+        printer.line(f"{fix.code.value} ({', '.join(names)}): {fix.who}: {fix.what}", indent=2)
 
 
 def _print_placed(

@@ -19,12 +19,14 @@ app = typer.Typer(
     name="install",
     help="Print install manifests (pipe into `kubectl apply -f -`).",
     no_args_is_help=True,
+    rich_markup_mode=None,
+    add_completion=False,
 )
 
 _IMAGE = typer.Option("--image", help="The gpufleet container image (default: this version's).")
 
 
-@app.command(name="hub")
+@app.command(name="hub", short_help="The hub: CRDs, the controller, its RBAC.")
 def hub(
     image: Annotated[str, _IMAGE] = install.DEFAULT_IMAGE,
     replicas: Annotated[
@@ -35,7 +37,7 @@ def hub(
     typer.echo(install.hub_yaml(image, replicas), nl=False)
 
 
-@app.command(name="agent")
+@app.command(name="agent", short_help="An agent (--hub-access: its hub side).")
 def agent(
     cluster: Annotated[
         str, typer.Option("--cluster", help="The InferenceCluster this agent reports for.")

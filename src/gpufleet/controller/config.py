@@ -28,11 +28,11 @@ class ControllerConfig:
     stale_after_s: float = 60.0
     #: An agent silent longer than this makes its pools `Expired`: no new placements there.
     expire_after_s: float = 300.0
-    #: When True the controller owns each cluster's `Ready` condition: True while the agent
-    #: reports and is not Expired. A `Ready` condition another writer set (its reason is not
-    #: one of the controller's) is always kept. The simulator sets this; a real hub leaves it
-    #: to the platform team by default.
-    manages_ready: bool = False
+    #: When True (the default) the controller owns each cluster's `Ready` condition: True
+    #: while the agent reports and is not Expired. A `Ready` condition another writer set (its
+    #: reason is not one of the controller's) is always kept. A platform that owns Ready
+    #: itself turns this off (`gpufleet controller --no-manage-ready`).
+    manages_ready: bool = True
     #: When not empty, a cluster without `status.gateway` gets this address, with `{cluster}`
     #: replaced by its name (the simulator has no real gateways). A gateway another writer
     #: set is never changed.

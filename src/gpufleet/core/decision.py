@@ -53,8 +53,6 @@ class ReasonCode(StrEnum):
     CLUSTER_MISSING = "ClusterMissing"
     #: The cluster is not Ready. Retry: when it reports Ready (existing replicas stay).
     CLUSTER_NOT_READY = "ClusterNotReady"
-    #: The cluster has no gateway address. Retry: when the gateway gets an address.
-    NO_GATEWAY = "NoGateway"
     #: A NoSchedule/NoExecute taint the deployment does not tolerate (NoExecute also drains).
     #: Retry: when the taint is removed or a toleration added.
     TAINTED = "Tainted"
@@ -123,7 +121,6 @@ ROOT_CAUSE_ORDER: tuple[ReasonCode, ...] = (
     ReasonCode.OBSERVATION_EXPIRED,
     ReasonCode.TAINTED,
     ReasonCode.CLUSTER_NOT_READY,
-    ReasonCode.NO_GATEWAY,
     ReasonCode.NO_MATCHING_POOL,
     ReasonCode.ENGINE_CANNOT_CLAIM,
     ReasonCode.BACKING_OFF,
@@ -290,7 +287,7 @@ class Placement:
     cluster: ClusterName
     index: int
     engines: tuple[PlacedEngine, ...]
-    #: The cluster's gateway address, "" when it has none (degraded).
+    #: The cluster's gateway address, "" when it has none (a gateway is optional).
     gateway_address: str = ""
 
 

@@ -144,10 +144,6 @@ def not_ready() -> Reason:
     return Reason(ReasonCode.CLUSTER_NOT_READY, "cluster is not Ready", {})
 
 
-def no_gateway() -> Reason:
-    return Reason(ReasonCode.NO_GATEWAY, "cluster has no gateway address", {})
-
-
 def expired(age_s: float | None, expire_after_s: float) -> Reason:
     age = int(age_s) if age_s is not None else -1
     return Reason(

@@ -16,7 +16,7 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
 4. Fill round-robin: each round, each deployment in key order places one replica; a deployment
    stops at its first failure, and its diagnosis is taken against the ledger at that moment.
    One placement: among clusters that are selected, tolerated (NoSchedule and NoExecute),
-   Ready with a gateway, and not Expired, take the first that fits in order of (this
+   Ready, and not Expired (a gateway is optional), take the first that fits in order of (this
    deployment's replicas there, tie rank) (spread before pack); the index is the lowest
    unused one on that cluster (not one of a replica being re-placed). Ties are dealt like
    cards: the candidates in name order are read from an offset, each deployment starting

@@ -3,7 +3,7 @@
 
 Model. A cluster's verdict for a deployment is, in order: `ClusterNotSelected` when the
 deployment's selector does not take it; else its gates (untolerated NoSchedule/NoExecute
-taints, not Ready, no gateway, Expired: `gates`) with its pools' verdicts; else the verdict of
+taints, not Ready, Expired: `gates`) with its pools' verdicts; else the verdict of
 explaining a replica there (`placement.ungated_verdict`). A Stale cluster's age is a note after
 the reasons. A cluster where the deployment avoids pools (re-placement backoff) is explained
 for that deployment alone.
@@ -47,8 +47,6 @@ def gates(ledger: ClusterLedger, deployment: Deployment, expire_after_s: float) 
         reasons.append(diagnosis.tainted(taints))
     if not cluster.is_ready:
         reasons.append(diagnosis.not_ready())
-    if not cluster.gateway_address:
-        reasons.append(diagnosis.no_gateway())
     if ledger.freshness.state is ObservationState.EXPIRED:
         reasons.append(diagnosis.expired(ledger.freshness.age_s, expire_after_s))
     return reasons
@@ -67,7 +65,6 @@ def gate_profile(ledger: ClusterLedger, memo: PlacementMemo) -> int:
             tuple(sorted(cluster.labels.items())),
             cluster.taints,
             cluster.is_ready,
-            bool(cluster.gateway_address),
             ledger.freshness.state is ObservationState.EXPIRED,
         )
         found = ledger.gate_profile = memo.gate_id(profile)
