@@ -11,13 +11,20 @@ from dataclasses import dataclass
 import pytest
 
 from gpufleet.cli.simulate import summary_sentence
-from gpufleet.sim.charts import Line, histogram_chart, line_chart, nice_max, spread
-from gpufleet.sim.compare import check_outcomes, metrics, ready_differs, ready_story
-from gpufleet.sim.events import MAX_MARKERS, Event, EventKind, marker_instants, run_events, tier
-from gpufleet.sim.report import render_html
-from gpufleet.sim.run import RunResult, Series, run_scenario
-from gpufleet.sim.samples import expected_pods
-from gpufleet.sim.scenario import builtin_names, load_scenario
+from gpufleet.sim.report.charts import Line, histogram_chart, line_chart, nice_max, spread
+from gpufleet.sim.report.events import (
+    MAX_MARKERS,
+    Event,
+    EventKind,
+    marker_instants,
+    run_events,
+    tier,
+)
+from gpufleet.sim.report.html import render_html
+from gpufleet.sim.run.compare import check_outcomes, metrics, ready_differs, ready_story
+from gpufleet.sim.run.runner import RunResult, Series, run_scenario
+from gpufleet.sim.run.samples import expected_pods
+from gpufleet.sim.scenario.load import builtin_names, load_scenario
 
 
 @functools.cache
