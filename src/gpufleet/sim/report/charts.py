@@ -7,8 +7,13 @@ markers (a numbered flag and a thin vertical rule per marked instant; the number
 event table shows). Two charts given the same `t_max` and `y_max` share their axes, which is
 how `--compare` puts two runs side by side.
 
-Lines that carry equal values would hide each other, so each `Line` has an `offset_px`: the
-caller spreads lines a few pixels apart (`spread`) and says so in the caption.
+Every line is drawn at its true value. Lines that carry equal values are told apart by width
+and dash, not by moving them: the caller draws the wider line first, and a narrower or dashed
+one on top of it stays visible.
+
+Each colour has one meaning on the page. The states (lanes, badges, flags) take `GOOD`,
+`STARTING`, `DEGRADED`, `FAILING` and `NOTHING`; the agent's report is always `REPORTED`, the
+ground truth `TRUTH`; pools and clusters take `COLOURS`, which holds none of those.
 """
 
 from __future__ import annotations
@@ -18,27 +23,16 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from gpufleet.sim.report.colours import REPORTED, TRUTH
 from gpufleet.sim.report.events import Marker
 from gpufleet.sim.scenario.load import format_duration
 
-COLOURS = (
-    "#1f77b4",
-    "#ff7f0e",
-    "#2ca02c",
-    "#d62728",
-    "#9467bd",
-    "#8c564b",
-    "#e377c2",
-    "#7f7f7f",
-    "#bcbd22",
-    "#17becf",
-)
 X_TITLE = "simulated time"
 _PAD_L = 64
 _PAD_R = 30
-_PAD_T = 30  # the marker band
+_PAD_T = 38  # the marker band
 _PAD_B = 44
-_BAND_ROW = 12
+_BAND_ROW = 16
 #: Tick steps for the time axis, in seconds.
 _TIME_STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600)
 
@@ -48,7 +42,9 @@ DEFS = (
     '<svg xmlns="http://www.w3.org/2000/svg" width="0" height="0" style="position:absolute">'
     '<defs><pattern id="hatch" width="5" height="5" patternUnits="userSpaceOnUse" '
     'patternTransform="rotate(45)"><rect width="5" height="5" fill="#fdebd3"/>'
-    '<line x1="0" y1="0" x2="0" y2="5" stroke="#ff7f0e" stroke-width="2"/></pattern></defs></svg>'
+    '<line x1="0" y1="0" x2="0" y2="5" stroke="'
+    + REPORTED
+    + '" stroke-width="2"/></pattern></defs></svg>'
 )
 
 
@@ -64,16 +60,7 @@ class Line:
     values: Sequence[float | None]
     colour: str
     is_dashed: bool = False
-    offset_px: float = 0.0
     width: float = 1.8
-
-
-def spread(count: int, step_px: float = 3.5, limit_px: float = 9.0) -> list[float]:
-    """Pixel offsets for `count` lines, centred on zero, so lines of equal value stay apart."""
-    if count <= 1:
-        return [0.0] * count
-    step = min(step_px, 2 * limit_px / (count - 1))
-    return [(i - (count - 1) / 2) * step for i in range(count)]
 
 
 def nice_max(value: float, *, is_count: bool = True) -> tuple[float, float]:
@@ -159,16 +146,16 @@ def _markers(frame: _Frame, markers: Sequence[Marker]) -> list[str]:
         if m.at_s > frame.t_max + 1e-9:
             continue
         x = frame.x(m.at_s)
-        free = [row for row in (0, 1) if x - last_x[row] >= 16]
+        free = [row for row in (0, 1) if x - last_x[row] >= 22]
         flag = ""
         if free:
             row = free[0]
             last_x[row] = x
             y = 4 + row * _BAND_ROW
             flag = (
-                f'<rect x="{x - 7:.1f}" y="{y:.1f}" width="14" height="11" rx="2" '
+                f'<rect x="{x - 10:.1f}" y="{y:.1f}" width="20" height="15" rx="2" '
                 f'fill="{m.colour}"/>'
-                f'<text class="flag" x="{x:.1f}" y="{y + 8.5:.1f}" text-anchor="middle">'
+                f'<text class="flag" x="{x:.1f}" y="{y + 11.5:.1f}" text-anchor="middle">'
                 f"{m.number}</text>"
             )
         parts.append(
@@ -198,7 +185,7 @@ def _path(frame: _Frame, times_s: Sequence[float], line: Line) -> str:
             is_open = False
             continue
         x = frame.x(t)
-        y = frame.y(v) + line.offset_px
+        y = frame.y(v)
         points.append(f"H{x:.1f}V{y:.1f}" if is_open else f"M{x:.1f},{y:.1f}")
         is_open = True
     return "".join(points)
@@ -270,7 +257,7 @@ def lane_chart(
     title: str = "states over time",
 ) -> str:
     """An SVG of lanes: each a bar coloured by its state over time, its label above it."""
-    lane_h, label_h = 14, 13
+    lane_h, label_h = 17, 15
     height = _PAD_T + len(lanes) * (lane_h + label_h + 4) + _PAD_B - 4
     t_end = t_max or max([1.0, *times_s])
     frame = _Frame(width, height, t_end, 1.0)
@@ -280,7 +267,7 @@ def lane_chart(
     ]
     y = float(_PAD_T)
     for lane in lanes:
-        parts.append(f'<text x="{frame.x0 + 4}" y="{y + 10:.1f}">{esc(lane.label)}</text>')
+        parts.append(f'<text x="{frame.x0 + 4}" y="{y + 12:.1f}">{esc(lane.label)}</text>')
         y += label_h
         for start, end, state in _runs(times_s, lane.values, t_end):
             x_a, x_b = frame.x(start), frame.x(end)
@@ -290,9 +277,9 @@ def lane_chart(
                 f"<title>{esc(lane.label)}: {esc(state)} from {esc(format_duration(start))} to "
                 f"{esc(format_duration(end))}</title></rect>"
             )
-            if x_b - x_a > 7 * len(state) + 6:
+            if x_b - x_a > 7.5 * len(state) + 8:
                 parts.append(
-                    f'<text class="on-lane" x="{x_a + 4:.1f}" y="{y + 10.5:.1f}">{esc(state)}</text>'
+                    f'<text class="on-lane" x="{x_a + 4:.1f}" y="{y + 13:.1f}">{esc(state)}</text>'
                 )
         y += lane_h + 4
     parts += _time_axis(frame)
@@ -338,7 +325,7 @@ def histogram_chart(
     bar = slot * (0.4 if reported is not None else 0.7)
     for i, k in enumerate(keys):
         left = x0 + i * slot + (slot - bar * (2 if reported is not None else 1)) / 2
-        bars = [("truth", truth.get(k, 0), "#1f77b4")]
+        bars = [("truth", truth.get(k, 0), TRUTH)]
         if reported is not None:
             bars.append(("agent's report", reported.get(k, 0), "url(#hatch)"))
         for j, (who, n, fill) in enumerate(bars):
@@ -346,7 +333,7 @@ def histogram_chart(
             x = left + j * bar
             parts.append(
                 f'<rect x="{x:.1f}" y="{y0 - h:.1f}" width="{bar - 1:.1f}" height="{h:.1f}" '
-                f'fill="{fill}" stroke="{"#ff7f0e" if j else "#1f77b4"}">'
+                f'fill="{fill}" stroke="{REPORTED if j else TRUTH}">'
                 f"<title>{esc(who)}: {nodes_text(n)} with {k} free</title></rect>"
             )
             if n:

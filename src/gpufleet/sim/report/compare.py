@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpufleet.sim.report.charts import esc
-from gpufleet.sim.report.events import Event, Marker, marker_instants, run_events
+from gpufleet.sim.report.events import Event, Marker, run_events, shared_markers
+from gpufleet.sim.report.headline import comparison_headline, expected_misses
 from gpufleet.sim.report.single import (
     cluster_lanes,
     deployment_lanes,
@@ -20,8 +21,10 @@ from gpufleet.sim.report.single import (
     gpu_axis_top,
     gpu_chart,
     header,
+    headline_box,
     histograms,
     kinds_legend,
+    lane_order,
     replica_chart,
     replica_lines,
     table,
@@ -94,10 +97,20 @@ def checks_section(results: Sequence[RunResult]) -> list[str]:
         "mode; the rest hold in every mode.</p>",
     ]
 
+    out += [f"<p>{esc(s)}</p>" for s in expected_misses(results, modes)]
+
     def cell(failures: tuple[str, ...]) -> str:
+        # The first failure of a check; the rest folded (a check of a whole fleet can miss
+        # many expectations at once, and each is the same story).
         if not failures:
             return '<span class="ok">holds</span>'
-        return "<br/>".join(esc(f) for f in failures)
+        if len(failures) == 1:
+            return esc(failures[0])
+        rest = "<br/>".join(esc(f) for f in failures[1:])
+        return (
+            f"{esc(failures[0])}<details><summary>{len(failures) - 1} more</summary>"
+            f"{rest}</details>"
+        )
 
     if differ:
         out.append('<h3 id="checks-differ">Checks that differ between the modes</h3>')
@@ -142,15 +155,16 @@ def charts_section(
     )
     out = [
         '<h2 id="charts">Over time, side by side</h2>',
-        "<p>Each pair shares its axes. Flags are numbered per run, as in that run's event "
-        "timeline below.</p>",
+        "<p>Each pair shares its axes, its flags' numbers (a number is one instant in both "
+        "panels and in each run's event timeline below) and its lanes' order.</p>",
         kinds_legend([e for run in events for e in run]),
     ]
+    order = lane_order(results)
     runs = list(zip(results, markers, run_names(results), strict=True))
     pairs = [
         [gpu_chart(r, m, width=HALF, y_max=gpu_top, label=f"{n}: ") for r, m, n in runs],
         [replica_chart(r, m, width=HALF, y_max=replica_top, label=f"{n}: ") for r, m, n in runs],
-        [deployment_lanes(r, m, width=HALF, label=f"{n}: ") for r, m, n in runs],
+        [deployment_lanes(r, m, width=HALF, label=f"{n}: ", order=order) for r, m, n in runs],
         [cluster_lanes(r, m, width=HALF, label=f"{n}: ") for r, m, n in runs],
     ]
     for pair in pairs:
@@ -162,11 +176,12 @@ def comparison(results: Sequence[RunResult]) -> list[str]:
     """The body of the comparison page."""
     modes = _modes(results)
     out = header(results[0], " (" + " vs ".join(modes) + ")")
+    out.insert(1, headline_box(comparison_headline(results)))
     out += ready_section(results)
     out += summary_section(results)
     out += checks_section(results)
     events = [run_events(r, is_compared=True) for r in results]
-    markers = [marker_instants(e) for e in events]
+    markers = shared_markers(events)
     out += charts_section(results, events, markers)
     out.append('<h2 id="runs">Each run</h2>')
     for r, e, m, name in zip(results, events, markers, modes, strict=True):

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gpufleet.sim.report import colours
 from gpufleet.sim.run.runner import RunResult
 from gpufleet.sim.scenario.load import Action, ActionKind
 
@@ -41,16 +42,16 @@ class EventKind(StrEnum):
 
 #: Colours of the kinds (markers, badges); the page's legend names them.
 KIND_COLOURS: dict[EventKind, str] = {
-    EventKind.ACTION: "#444444",
-    EventKind.AGENT: "#8e44ad",
-    EventKind.PLACED: "#1a7f37",
-    EventKind.DROPPED: "#b35900",
-    EventKind.REPLACED: "#b35900",
-    EventKind.REFUSED: "#cf222e",
-    EventKind.NODES: "#0a7d8c",
-    EventKind.CHECK: "#cf222e",
-    EventKind.CHECK_DIFFERS: "#bf8700",
-    EventKind.OTHER: "#777777",
+    EventKind.ACTION: colours.ACTION,
+    EventKind.AGENT: colours.AGENT,
+    EventKind.PLACED: colours.GOOD,
+    EventKind.DROPPED: colours.MOVED,
+    EventKind.REPLACED: colours.MOVED,
+    EventKind.REFUSED: colours.FAILING,
+    EventKind.NODES: colours.NODES,
+    EventKind.CHECK: colours.FAILING,
+    EventKind.CHECK_DIFFERS: colours.DEGRADED,
+    EventKind.OTHER: colours.OTHER,
 }
 _AGENT_ACTIONS = {
     ActionKind.KILL_AGENT,
@@ -227,3 +228,25 @@ _PRIORITY = (
     EventKind.PLACED,
     EventKind.OTHER,
 )
+
+
+def shared_markers(runs: Sequence[Sequence[Event]]) -> list[list[Marker]]:
+    """Markers for runs compared side by side, numbered once over all of them: an instant has
+    the same number in every panel and event table. Each run is flagged at the chosen instants
+    it has events at, coloured and titled by its own events there."""
+    chosen = marker_instants([e for run in runs for e in run])
+    out = []
+    for run in runs:
+        by_instant: dict[float, list[Event]] = {}
+        for event in run:
+            by_instant.setdefault(event.at_s, []).append(event)
+        markers = []
+        for m in chosen:
+            group = by_instant.get(m.at_s)
+            if not group:
+                continue
+            first = min(group, key=lambda e: _PRIORITY.index(e.kind))
+            title = "; ".join(e.text for e in group[:6]) + (" ..." if len(group) > 6 else "")
+            markers.append(Marker(m.number, m.at_s, KIND_COLOURS[first.kind], title))
+        out.append(markers)
+    return out

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from gpufleet.sim.report.charts import (
-    COLOURS,
     DEFS,
     Lane,
     Line,
@@ -32,7 +31,17 @@ from gpufleet.sim.report.charts import (
     legend,
     line_chart,
     nodes_text,
-    spread,
+)
+from gpufleet.sim.report.colours import (
+    COLOURS,
+    DEGRADED,
+    FAILING,
+    GOOD,
+    NOTHING,
+    REPORTED,
+    STARTING,
+    TRUTH,
+    WANTED,
 )
 from gpufleet.sim.report.events import (
     KIND_COLOURS,
@@ -42,6 +51,7 @@ from gpufleet.sim.report.events import (
     marker_instants,
     run_events,
 )
+from gpufleet.sim.report.headline import run_headline
 from gpufleet.sim.run.runner import RunResult
 from gpufleet.sim.scenario.load import format_duration
 
@@ -65,8 +75,8 @@ table.summary td:first-child{white-space:nowrap}
 td.num{text-align:right}.ok{color:#1a7f37}.bad{color:#cf222e}.diff{color:#9a6700}
 .charts{display:flex;flex-wrap:wrap;gap:18px 24px}figure{margin:0 0 1.4em}
 figcaption{font-size:.95em;font-weight:600;color:#333;margin:.4em 0 0}
-svg text{font-size:11px;fill:#444}svg text.axis-title{font-size:12px;fill:#222}
-svg text.flag{font-size:9px;fill:#fff;font-weight:bold}svg text.on-lane{font-size:10px;fill:#fff}
+svg text{font-size:12px;fill:#444}svg text.axis-title{font-size:13px;fill:#222}
+svg text.flag{font-size:12px;fill:#fff;font-weight:bold}svg text.on-lane{font-size:12px;fill:#fff}
 .legend{font-size:.85em;margin:2px 0 4px}.legend .item{margin-right:14px;white-space:nowrap}
 .legend svg{vertical-align:middle;margin-right:4px}.legend .note{color:#555}
 .kind{display:inline-block;padding:0 6px;border-radius:3px;color:#fff;font-size:.8em;white-space:nowrap}
@@ -74,22 +84,20 @@ svg text.flag{font-size:9px;fill:#fff;font-weight:bold}svg text.on-lane{font-siz
 font-size:.8em;font-weight:bold}
 .pair{display:grid;grid-template-columns:1fr 1fr;gap:12px}
 details{margin:.6em 0}summary{cursor:pointer;font-weight:600}
+.headline{border-left:4px solid #1f77b4;background:#f4f8fc;padding:.5em 1em;margin:1em 0}
+.headline h2{border:0;margin:.2em 0 .4em;font-size:1.15em}.headline ul{margin:.2em 0;padding-left:1.2em}
+.headline li{margin:.25em 0}
 """
 
 #: States of the lanes and their colours.
-FRESHNESS_COLOURS = {
-    "Fresh": "#2da44e",
-    "Stale": "#d4a72c",
-    "Expired": "#cf222e",
-    "None": "#b0b0b0",
-}
-AGENT_COLOURS = {"up": "#2da44e", "partitioned": "#d4a72c", "down": "#cf222e"}
-READY_COLOURS = {"True": "#2da44e", "False": "#cf222e", "Unknown": "#b0b0b0"}
+FRESHNESS_COLOURS = {"Fresh": GOOD, "Stale": DEGRADED, "Expired": FAILING, "None": NOTHING}
+AGENT_COLOURS = {"up": GOOD, "partitioned": DEGRADED, "down": FAILING}
+READY_COLOURS = {"True": GOOD, "False": FAILING, "Unknown": NOTHING}
 REPLICA_COLOURS = {
-    "running": "#2da44e",
-    "starting": "#8fd19e",
-    "short": "#cf222e",
-    "none wanted": "#b0b0b0",
+    "running": GOOD,
+    "starting": STARTING,
+    "short": FAILING,
+    "none wanted": NOTHING,
 }
 FRESHNESS_NOTE = (
     "The hub's freshness of the cluster's last agent report, as the controller published it "
@@ -124,6 +132,12 @@ def table(
 
 def figure(svg: str, caption: str, legend_html: str = "") -> str:
     return f"<figure><figcaption>{esc(caption)}</figcaption>{svg}{legend_html}</figure>"
+
+
+def headline_box(sentences: Sequence[str]) -> str:
+    """What happened and why, with the numbers: the top of every report."""
+    items = "".join(f"<li>{esc(s)}</li>" for s in sentences)
+    return f'<div class="headline" id="headline"><h2>What happened</h2><ul>{items}</ul></div>'
 
 
 def header(result: RunResult, subtitle: str) -> list[str]:
@@ -221,16 +235,14 @@ def gpu_chart(
         for i, (a, f) in enumerate(zip(s.pool_allocated[(c, p)], s.pool_free[(c, p)], strict=True)):
             acc[i] = (acc[i] or 0.0) + a
             cap[i] = (cap[i] or 0.0) + a + f
-    offsets = spread(len(allocated))
     lines = []
     entries = []
     for i, name in enumerate(allocated):
         colour = COLOURS[i % len(COLOURS)]
-        lines.append(Line(f"{name}: GPUs allocated", allocated[name], colour, False, offsets[i]))
-        # Capacity a little above its pool's allocation, so a full pool shows both lines.
-        lines.append(
-            Line(f"{name}: GPUs published", capacity[name], colour, True, offsets[i] - 3, 1.2)
-        )
+        # At their true values: the wide allocation under its dashed capacity, so a full pool
+        # shows both.
+        lines.append(Line(f"{name}: GPUs allocated", allocated[name], colour, False, 4.0))
+        lines.append(Line(f"{name}: GPUs published", capacity[name], colour, True, 1.6))
         entries.append((name, colour, "solid"))
     svg = line_chart(
         s.times_s,
@@ -241,9 +253,7 @@ def gpu_chart(
         y_max=y_max,
         markers=markers,
     )
-    note = "solid: GPUs allocated (ground truth) · dashed: GPUs published (capacity)"
-    if len(allocated) > 1:
-        note += " · equal lines are drawn a few pixels apart"
+    note = "wide solid: GPUs allocated (ground truth) · dashed: GPUs published (capacity)"
     return figure(
         svg,
         label + "GPUs allocated per " + ("cluster" if per_cluster else "pool") + " over time",
@@ -270,11 +280,11 @@ def replica_lines(result: RunResult) -> list[Line]:
     placed = [float(sum(col[i] for col in s.placed.values())) for i in range(n)]
     running_cols = list(result.samples.replicas_running.values())
     running = [float(sum(col[i] for col in running_cols if i < len(col))) for i in range(n)]
-    offsets = spread(3)
+    # At their true values, widest first: equal lines stay visible, one inside the other.
     return [
-        Line("replicas wanted", desired, "#555555", True, offsets[0], 1.4),
-        Line("replicas placed (ModelReplicas)", placed, COLOURS[0], False, offsets[1]),
-        Line("replicas running (every pod Running)", running, COLOURS[2], False, offsets[2]),
+        Line("replicas placed (ModelReplicas)", placed, TRUTH, False, 6.0),
+        Line("replicas running (every pod Running)", running, GOOD, False, 2.5),
+        Line("replicas wanted", desired, WANTED, True, 1.4),
     ]
 
 
@@ -296,8 +306,8 @@ def replica_chart(
         y_max=y_max,
         markers=markers,
     )
-    entries = [("wanted (spec.replicas)", "#555555", "dashed")]
-    entries += [("placed", COLOURS[0], "solid"), ("running", COLOURS[2], "solid")]
+    entries = [("wanted (spec.replicas)", WANTED, "dashed")]
+    entries += [("placed (wide)", TRUTH, "solid"), ("running", GOOD, "solid")]
     return figure(
         svg,
         label + "Replicas, fleet-wide: wanted, placed on a cluster, and running there",
@@ -313,16 +323,31 @@ def replica_state(desired: int, placed: int, running: int) -> str:
     return "running" if running >= placed else "starting"
 
 
+def lane_order(results: Sequence[RunResult]) -> list[str]:
+    """The deployments' lanes in order: those ever short of replicas in any of the runs first
+    (in a busy run they are the story), then by name; compared runs share one order."""
+
+    def was_short(result: RunResult, d: str) -> bool:
+        s = result.series
+        return any(p < w for p, w in zip(s.placed[d], s.desired[d], strict=True))
+
+    names = sorted({d for r in results for d in r.series.desired})
+    return sorted(
+        names, key=lambda d: not any(was_short(r, d) for r in results if d in r.series.desired)
+    )
+
+
 def deployment_lanes(
-    result: RunResult, markers: Sequence[Marker], *, width: int, label: str = ""
+    result: RunResult,
+    markers: Sequence[Marker],
+    *,
+    width: int,
+    label: str = "",
+    order: Sequence[str] | None = None,
 ) -> str:
     s = result.series
     lanes = []
-    # Deployments that were ever short of replicas first: in a busy run they are the story.
-    shown = sorted(
-        s.desired,
-        key=lambda d: not any(p < w for p, w in zip(s.placed[d], s.desired[d], strict=True)),
-    )[:MAX_LANES]
+    shown = [d for d in (order or lane_order([result])) if d in s.desired][:MAX_LANES]
     for dep in shown:
         running = result.samples.replicas_running.get(dep, [])
         values = [
@@ -362,10 +387,9 @@ def agent_vs_truth(
     s = result.series
     truth = [float(v) for v in s.pool_free[key]]
     reported = [None if v is None else float(v) for v in result.samples.reported_free[key]]
-    offsets = spread(2)
     lines = [
-        Line("ground truth: free GPUs", truth, COLOURS[0], False, offsets[0]),
-        Line("agent's report on the hub: free GPUs", reported, COLOURS[1], True, offsets[1]),
+        Line("ground truth: free GPUs", truth, TRUTH, False, 4.0),
+        Line("agent's report on the hub: free GPUs", reported, REPORTED, True, 1.8),
     ]
     svg = line_chart(
         s.times_s,
@@ -389,8 +413,8 @@ def agent_vs_truth_section(result: RunResult, markers: Sequence[Marker]) -> list
         "<h3>Per pool: what the agent reported next to the ground truth</h3>",
         legend(
             [
-                ("ground truth (the cluster's claims)", COLOURS[0], "solid"),
-                ("agent's last report, as the hub holds it", COLOURS[1], "dashed"),
+                ("ground truth (the cluster's claims)", TRUTH, "solid"),
+                ("agent's last report, as the hub holds it", REPORTED, "dashed"),
             ],
             "A gap in the dashed line: no report on the hub yet. The report lags by the agent's "
             "report interval and its delay in transit.",
@@ -425,9 +449,12 @@ def cluster_lanes(
         markers=markers,
         title="clusters over time",
     )
-    entries = [(k, v, "box") for k, v in FRESHNESS_COLOURS.items()]
-    entries += [("Ready False / agent down", READY_COLOURS["False"], "box")]
-    entries += [("agent partitioned", AGENT_COLOURS["partitioned"], "box")]
+    entries = [
+        ("Fresh / Ready True / agent up", GOOD, "box"),
+        ("Stale / agent partitioned", DEGRADED, "box"),
+        ("Expired / Ready False / agent down", FAILING, "box"),
+        ("None / Unknown", NOTHING, "box"),
+    ]
     return figure(
         svg,
         label + "Per cluster: freshness, Ready (" + ready_reasons(result) + ") and the agent",
@@ -445,8 +472,8 @@ def histograms(result: RunResult) -> list[str]:
         "<h3>Pools at the end: nodes by free GPUs</h3>",
         legend(
             [
-                ("ground truth", COLOURS[0], "box"),
-                ("agent's last report", COLOURS[1], "hatched"),
+                ("ground truth", TRUTH, "box"),
+                ("agent's last report", REPORTED, "hatched"),
             ],
             "Each bar: how many nodes have that many GPUs free; the number above it says so.",
         ),
@@ -573,6 +600,7 @@ def single(result: RunResult) -> list[str]:
     events = run_events(result)
     markers = marker_instants(events)
     out = header(result, "")
+    out.insert(1, headline_box(run_headline(result)))
     out.append(verdict(result))
     if result.failures:
         out.append(failures_table(result))
