@@ -1,38 +1,45 @@
-"""A quiet controller step costs what changed, not the fleet: the step time at N and at 2N.
+"""A quiet controller step costs what changed, not the fleet: its time at 10 to 2,000 clusters.
 
-    .venv/bin/python bench/bench_quiet.py                  # 10 clusters, 500 deployments
-    .venv/bin/python bench/bench_quiet.py --clusters 20 --deployments 1000 --steps 200
+    .venv/bin/python bench/bench_quiet.py                    # 10, 100, 1,000, 2,000 clusters
+    .venv/bin/python bench/bench_quiet.py --sizes 10,100 --steps 50
 
-Builds a hub (a MemoryStore) with C clusters of 4 observed pools (the B4 fleet's classes) and D
-single-replica deployments, runs the real `Controller` until it has placed them and a step
-writes nothing, then times steps at later times with nothing changed on the hub (a *quiet*
-step: nothing dirty, nothing scheduled), and steps after which every pool observation
-heartbeated (only `observedAt` moved: O(clusters) work, nothing scheduled). Then doubles the
-fleet (2C clusters, 2D deployments), settles it, and times the same steps again. Prints CPU
-microseconds per step (median over --steps) and the Python function calls of a quiet step
-(deterministic), at both sizes: the quiet step should not grow with the fleet. Measured on
-the shared 2-core machine (2026-12-01): 10 clusters / 500 deployments and 20 / 1,000 both
-take 247 calls per quiet step, ~80-240 us CPU (noise of the shared machine; gc frozen). No agent runs, so replicas stay NotObserved; times stay inside one freshness
-state, so no status falls due.
+Builds a hub (a MemoryStore) whose clusters each have 4 observed pools (the B4 fleet's
+classes) and 10 single-replica deployments per cluster, and runs the real `Controller` with the
+simulator's settings (it owns each cluster's `Ready` condition and gives every cluster a
+gateway) until every deployment is placed and a step writes nothing. It then times steps at
+later times with nothing changed on the hub (a *quiet* step: nothing dirty, nothing scheduled)
+and steps after which every pool observation heartbeated (only `observedAt` moved: O(clusters)
+work, nothing scheduled). The fleet grows to each size in turn (10, 100, 1,000, 2,000 clusters).
+
+Prints one JSON line per size: `clusters`, `deployments`, `replicas_placed` (ModelReplicas on
+the hub; the benchmark fails unless it equals the replicas asked for), `quiet_step_us` and
+`heartbeat_step_us` (CPU microseconds, median over the size's steps; gc frozen after the
+settle, as a long-running controller's old generation is), and `rss_mib` (the process's
+resident set after the size's steps: the hub store and the controller). No agent runs, so
+replicas stay NotObserved; times stay inside one freshness state, so no status falls due.
+Results and the command are in docs/performance.md ("Quiet steps").
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import gc
+import json
+import resource
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from gpufleet.bench.simulate import POOLS, deployment
 from gpufleet.controller import Controller, ControllerConfig
 from gpufleet.controller.config import observation_namespace
 from gpufleet.store import MemoryStore, format_time
-from gpufleet.store.port import POOL_OBSERVATION, Obj
+from gpufleet.store.port import MODEL_REPLICA, POOL_OBSERVATION, Obj
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 API = "gpufleet.io/v1alpha1"
+DEPLOYMENTS_PER_CLUSTER = 10
 
 
 def _class(name: str, gpus: int) -> Obj:
@@ -80,29 +87,29 @@ def _pool_obs(cluster: str, pool: str, gpus: int, nodes: int, at: datetime) -> O
     }
 
 
-def _grow(hub: MemoryStore, clusters: range, deployments: range, nodes: int) -> None:
+def _grow(hub: MemoryStore, clusters: range, nodes: int, at: datetime) -> None:
     for c in clusters:
-        name = f"c{c:03d}"
+        name = f"c{c:04d}"
         hub.create(_cluster(name, nodes))
         for pool, gpus in POOLS:
-            hub.create(_pool_obs(name, pool, gpus, nodes, T0))
-    for d in deployments:
-        hub.create(deployment(f"d{d:04d}", 1 + d % 4, 1, None))
+            hub.create(_pool_obs(name, pool, gpus, nodes, at))
+        for d in range(c * DEPLOYMENTS_PER_CLUSTER, (c + 1) * DEPLOYMENTS_PER_CLUSTER):
+            hub.create(deployment(f"d{d:05d}", 1 + d % 4, 1, None))
 
 
 def _heartbeat(hub: MemoryStore, at: datetime) -> None:
+    stamp = {"observedAt": format_time(at)}
     for obj in hub.view(POOL_OBSERVATION):
         meta = obj["metadata"]
-        stamp = {"observedAt": format_time(at)}
         hub.patch_status(POOL_OBSERVATION, meta["name"], meta["namespace"], stamp, None)
 
 
 def _settle(controller: Controller, now: datetime) -> datetime:
-    for _ in range(20):
+    for _ in range(30):
         now += timedelta(seconds=1)
         if controller.step(now).write_count == 0:
             return now
-    raise SystemExit("the fleet did not settle in 20 steps")
+    raise SystemExit("the fleet did not settle in 30 steps")
 
 
 def _time_steps(
@@ -117,52 +124,64 @@ def _time_steps(
         started = time.process_time()
         result = controller.step(now)
         quiet.append(time.process_time() - started)
-        assert result.is_quiet and result.write_count == 0
+        assert result.is_quiet and result.write_count == 0, result
         _heartbeat(hub, now)
         now += timedelta(milliseconds=100)
         started = time.process_time()
         result = controller.step(now)
         beat.append(time.process_time() - started)
-        assert result.is_quiet
+        assert result.is_quiet, result
+    gc.unfreeze()
     return statistics.median(quiet) * 1e6, statistics.median(beat) * 1e6, now
 
 
-def _calls_per_quiet_step(
-    controller: Controller, now: datetime, steps: int
-) -> tuple[int, datetime]:
-    """Python function calls of a quiet step (deterministic, unlike its time)."""
-    profile = cProfile.Profile()
-    for _ in range(steps):
-        now += timedelta(milliseconds=100)
-        profile.runcall(controller.step, now)
-    calls = sum(entry.callcount for entry in profile.getstats())
-    return calls // steps, now
+def _rss_mib() -> float:
+    """The resident set now (Linux's /proc), else the peak (`getrusage`)."""
+    status = Path("/proc/self/status")
+    if status.exists():
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--clusters", type=int, default=10)
-    parser.add_argument("--deployments", type=int, default=500)
+    parser.add_argument("--sizes", default="10,100,1000,2000", help="cluster counts, growing")
     parser.add_argument("--nodes", type=int, default=50)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=40, help="timed steps of each kind")
     args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
     hub = MemoryStore(clock=lambda: T0, uid_seed="hub")
     for name, gpus in POOLS:
         hub.create(_class(name, gpus))
-    config = ControllerConfig(stale_after_s=3600, expire_after_s=7200, status_refresh_s=7200)
+    config = ControllerConfig(
+        stale_after_s=3600,
+        expire_after_s=7200,
+        status_refresh_s=7200,
+        manages_ready=True,
+        default_gateway_address="{cluster}.gateway.example",
+    )
     controller = Controller(hub, config, "bench")
-    c, d = args.clusters, args.deployments
-    header = f"{'clusters':>8} {'deploys':>8} {'revision':>8} {'quiet step us':>14}"
-    print(f"{header} {'calls/quiet step':>17} {'heartbeat us':>13}")
-    now = T0
-    for size in (1, 2):
-        _grow(hub, range((size - 1) * c, size * c), range((size - 1) * d, size * d), args.nodes)
+    now, built = T0, 0
+    for size in sizes:
+        _grow(hub, range(built, size), args.nodes, now)
+        built = size
         now = _settle(controller, now)
+        asked = size * DEPLOYMENTS_PER_CLUSTER
+        placed = len(hub.view(MODEL_REPLICA))
+        if placed != asked:
+            raise SystemExit(f"{size} clusters: {placed} replicas placed of {asked} asked")
         quiet, beat, now = _time_steps(controller, hub, now, args.steps)
-        calls, now = _calls_per_quiet_step(controller, now, 20)
-        revision = hub.revision  # the hub's writes so far
-        row = f"{size * c:>8} {size * d:>8} {revision:>8} {quiet:>14.0f}"
-        print(f"{row} {calls:>17} {beat:>13.0f}")
+        row = {
+            "clusters": size,
+            "deployments": asked,
+            "replicas_placed": placed,
+            "quiet_step_us": round(quiet),
+            "heartbeat_step_us": round(beat),
+            "rss_mib": round(_rss_mib()),
+        }
+        print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ import time
 import tracemalloc
 
 from gpufleet.bench.simulate import fleet_scenario
-from gpufleet.sim.run import run_scenario
+from gpufleet.sim.run.runner import run_scenario
 
 
 def main() -> None:

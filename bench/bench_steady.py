@@ -52,8 +52,8 @@ from gpufleet.controller import loop
 from gpufleet.core import schedule as core_schedule
 from gpufleet.core.decision import Decision
 from gpufleet.core.model import Snapshot
-from gpufleet.sim.run import build_fleet, timeline_runner
-from gpufleet.sim.scenario import Accounting
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
+from gpufleet.sim.scenario.load import Accounting
 from gpufleet.store.port import MODEL_REPLICA
 
 # A compiled selector pickles as its expression (its CEL program does not pickle).

@@ -17,8 +17,8 @@ import time
 from typing import Any
 
 from gpufleet.bench.simulate import fleet_scenario
-from gpufleet.sim.run import build_fleet, run_scenario, timeline_runner
-from gpufleet.sim.scenario import Scenario, builtin_names, load_scenario
+from gpufleet.sim.run.runner import build_fleet, run_scenario, timeline_runner
+from gpufleet.sim.scenario.load import Scenario, builtin_names, load_scenario
 
 
 def _digest(value: Any) -> str:

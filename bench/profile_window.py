@@ -20,8 +20,8 @@ import pstats
 import time
 
 from gpufleet.bench.simulate import fleet_scenario
-from gpufleet.sim.run import build_fleet, timeline_runner
-from gpufleet.sim.scenario import Accounting
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
+from gpufleet.sim.scenario.load import Accounting
 from gpufleet.store.port import MODEL_REPLICA
 
 

@@ -24,10 +24,10 @@ from gpufleet.agent.runner import Agent
 from gpufleet.bench.simulate import fleet_scenario
 from gpufleet.controller import loop
 from gpufleet.controller.loop import Controller
-from gpufleet.sim.cluster import WorkloadCluster
-from gpufleet.sim.fleet import Fleet
-from gpufleet.sim.run import _fewer_collections, build_fleet, timeline_runner
-from gpufleet.sim.scenario import Accounting
+from gpufleet.sim.emulated.cluster import WorkloadCluster
+from gpufleet.sim.emulated.fleet import Fleet
+from gpufleet.sim.run.runner import _fewer_collections, build_fleet, timeline_runner
+from gpufleet.sim.scenario.load import Accounting
 
 SPENT: Counter[str] = Counter()
 CALLS: Counter[str] = Counter()

@@ -10,7 +10,7 @@ import pytest
 
 from gpufleet.api import ValidationFailed, parse_object, parse_status_change
 from gpufleet.bench.simulate import fleet_scenario
-from gpufleet.sim.run import build_fleet, timeline_runner
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
 from gpufleet.store.port import INFERENCE_CLUSTER, MODEL_REPLICA, Kind
 
 

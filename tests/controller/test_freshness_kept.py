@@ -14,8 +14,8 @@ from gpufleet.bench.simulate import fleet_scenario
 from gpufleet.controller.loop import Controller, StepResult
 from gpufleet.core.capacity import cluster_freshness
 from gpufleet.core.decision import ObservationState
-from gpufleet.sim.run import build_fleet, timeline_runner
-from gpufleet.sim.scenario import Scenario, load_scenario
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
+from gpufleet.sim.scenario.load import Scenario, load_scenario
 from gpufleet.store.port import INFERENCE_CLUSTER, POOL_OBSERVATION
 
 _QUOTED = (ObservationState.STALE, ObservationState.EXPIRED)

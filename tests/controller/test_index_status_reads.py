@@ -9,7 +9,7 @@ from typing import Any
 from gpufleet.api import parse_object, parse_status_change
 from gpufleet.bench.simulate import fleet_scenario
 from gpufleet.controller.index import HubIndex, read_replica
-from gpufleet.sim.run import build_fleet, timeline_runner
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
 from gpufleet.store.port import MODEL_REPLICA
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from gpufleet.api.names import cluster_namespace
 from gpufleet.core import labels
-from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
-from gpufleet.sim.fleet import Fleet, FleetSpec
+from gpufleet.sim.emulated.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
+from gpufleet.sim.emulated.fleet import Fleet, FleetSpec
 from gpufleet.store.port import MODEL_REPLICA, POOL_OBSERVATION, Obj, Store
 
 Obj_ = dict[str, Any]

@@ -7,8 +7,8 @@ import functools
 
 import pytest
 
-from gpufleet.sim.run import RunResult, run_scenario
-from gpufleet.sim.scenario import Accounting, builtin_names, load_scenario
+from gpufleet.sim.run.runner import RunResult, run_scenario
+from gpufleet.sim.scenario.load import Accounting, builtin_names, load_scenario
 
 
 @functools.cache
@@ -92,7 +92,7 @@ def test_the_example_in_the_docs_runs_and_passes() -> None:
     import re
     from pathlib import Path
 
-    from gpufleet.sim.scenario import parse_scenario_text
+    from gpufleet.sim.scenario.load import parse_scenario_text
 
     docs = (Path(__file__).parents[2] / "docs" / "scenarios.md").read_text()
     found = re.search(r"## Example\n\n```yaml\n(.*?)```", docs, re.S)

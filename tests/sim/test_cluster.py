@@ -9,8 +9,8 @@ from typing import Any
 
 from sim_builders import pool
 
-from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
-from gpufleet.sim.engine import EventLoop
+from gpufleet.sim.emulated.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
+from gpufleet.sim.emulated.engine import EventLoop
 from gpufleet.store.port import DEPLOYMENT, POD, Obj
 
 QUICK = ClusterBehaviour(

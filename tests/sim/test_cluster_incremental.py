@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from sim_builders import pool
 
-from gpufleet.sim import dra
-from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
-from gpufleet.sim.engine import EventLoop
+from gpufleet.sim.emulated import dra
+from gpufleet.sim.emulated.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
+from gpufleet.sim.emulated.engine import EventLoop
 from gpufleet.store.port import (
     DEPLOYMENT,
     KNOWN_KINDS,

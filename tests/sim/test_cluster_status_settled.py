@@ -23,8 +23,8 @@ from gpufleet.controller.status import (
     without_ages,
     without_times,
 )
-from gpufleet.sim.run import build_fleet, timeline_runner
-from gpufleet.sim.scenario import builtin_names, load_scenario
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
+from gpufleet.sim.scenario.load import builtin_names, load_scenario
 from gpufleet.store.port import INFERENCE_CLUSTER
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.sim.run import build_fleet, timeline_runner
-from gpufleet.sim.scenario import load_scenario
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
+from gpufleet.sim.scenario.load import load_scenario
 
 #: The condition types the controller writes, by kind.
 OWNED = {

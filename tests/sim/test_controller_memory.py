@@ -19,8 +19,8 @@ import pytest
 
 from gpufleet.bench.simulate import fleet_scenario
 from gpufleet.controller.loop import Controller, StepResult
-from gpufleet.sim.run import build_fleet, timeline_runner
-from gpufleet.sim.scenario import Scenario, builtin_names, load_scenario
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
+from gpufleet.sim.scenario.load import Scenario, builtin_names, load_scenario
 
 #: The state a controller needs to be correct, which the forgetful one keeps.
 _REMEMBERED = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gpufleet.sim.engine import EPOCH, EventLoop
+from gpufleet.sim.emulated.engine import EPOCH, EventLoop
 
 
 def test_events_run_in_time_then_schedule_order() -> None:

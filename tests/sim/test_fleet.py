@@ -16,11 +16,11 @@ from sim_builders import ReplicaWriter, cluster, fleet, histogram, model_replica
 
 from gpufleet.core import labels
 from gpufleet.core.model import NodeChoice, Steering
-from gpufleet.sim.cluster import ClusterSpec
-from gpufleet.sim.engine import EPOCH
-from gpufleet.sim.fleet import Fleet
-from gpufleet.sim.run import build_fleet, timeline_runner
-from gpufleet.sim.scenario import load_scenario
+from gpufleet.sim.emulated.cluster import ClusterSpec
+from gpufleet.sim.emulated.engine import EPOCH
+from gpufleet.sim.emulated.fleet import Fleet
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
+from gpufleet.sim.scenario.load import load_scenario
 from gpufleet.store.port import (
     DEPLOYMENT,
     EVENT,

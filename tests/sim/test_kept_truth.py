@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_builders import cluster, pool
 
-from gpufleet.sim.cluster import WorkloadCluster
-from gpufleet.sim.engine import EventLoop
-from gpufleet.sim.state import KeptTruth, pool_truth
+from gpufleet.sim.emulated.cluster import WorkloadCluster
+from gpufleet.sim.emulated.engine import EventLoop
+from gpufleet.sim.run.state import KeptTruth, pool_truth
 from gpufleet.store.port import NODE, RESOURCE_SLICE
 
 _OPS = st.lists(

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_builders import pool
 
-from gpufleet.sim import dra
-from gpufleet.sim import kube_scoring as ks
-from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
-from gpufleet.sim.engine import EventLoop
-from gpufleet.sim.kube_scheduler import KubeScheduler, eligible_keys
-from gpufleet.sim.objects import node_filter
+from gpufleet.sim.emulated import dra
+from gpufleet.sim.emulated import kube_scoring as ks
+from gpufleet.sim.emulated.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
+from gpufleet.sim.emulated.engine import EventLoop
+from gpufleet.sim.emulated.kube_scheduler import KubeScheduler, eligible_keys
+from gpufleet.sim.emulated.objects import node_filter
 from gpufleet.store.port import NODE, POD, Obj
 
 QUICK = ClusterBehaviour(

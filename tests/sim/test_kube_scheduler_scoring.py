@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.sim import kube_scoring as ks
+from gpufleet.sim.emulated import kube_scoring as ks
 from gpufleet.store.port import Obj
 
 GI = 1024**3

@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpufleet.sim.kube_scheduler import NodeIndex
-from gpufleet.sim.objects import SELECTOR_MISMATCH, node_filter
+from gpufleet.sim.emulated.kube_scheduler import NodeIndex
+from gpufleet.sim.emulated.objects import SELECTOR_MISMATCH, node_filter
 
 _KEYS = st.sampled_from(["pool", "zone", "gpu"])
 _VALUES = st.sampled_from(["a", "b", "c"])

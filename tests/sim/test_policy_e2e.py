@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from gpufleet.sim.run import build_fleet, timeline_runner
-from gpufleet.sim.scenario import builtin_text, parse_scenario_text
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
+from gpufleet.sim.scenario.load import builtin_text, parse_scenario_text
 
 
 def _scenario_text() -> str:

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.sim.run import build_fleet, run_scenario, timeline_runner
-from gpufleet.sim.scenario import builtin_text, load_scenario, parse_scenario_text
-from gpufleet.sim.scenario_model import ScenarioInvalid
+from gpufleet.sim.run.runner import build_fleet, run_scenario, timeline_runner
+from gpufleet.sim.scenario.load import builtin_text, load_scenario, parse_scenario_text
+from gpufleet.sim.scenario.model import ScenarioInvalid
 
 
 def _replica_on(snap: dict[str, Any], deployment: str) -> list[dict[str, Any]]:

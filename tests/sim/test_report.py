@@ -4,20 +4,29 @@ the samples behind it, the comparison's numbers, and the charts' promises."""
 from __future__ import annotations
 
 import functools
-import itertools
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
 import pytest
 
 from gpufleet.cli.simulate import summary_sentence
-from gpufleet.sim.charts import Line, histogram_chart, line_chart, nice_max, spread
-from gpufleet.sim.compare import check_outcomes, metrics, ready_differs, ready_story
-from gpufleet.sim.events import MAX_MARKERS, Event, EventKind, marker_instants, run_events, tier
-from gpufleet.sim.report import render_html
-from gpufleet.sim.run import RunResult, Series, run_scenario
-from gpufleet.sim.samples import expected_pods
-from gpufleet.sim.scenario import builtin_names, load_scenario
+from gpufleet.sim.report.charts import Line, histogram_chart, line_chart, nice_max
+from gpufleet.sim.report.events import (
+    MAX_MARKERS,
+    Event,
+    EventKind,
+    marker_instants,
+    run_events,
+    shared_markers,
+    tier,
+)
+from gpufleet.sim.report.headline import comparison_headline, run_headline
+from gpufleet.sim.report.html import render_html
+from gpufleet.sim.run.compare import check_outcomes, metrics, ready_differs, ready_story
+from gpufleet.sim.run.runner import RunResult, Series, run_scenario
+from gpufleet.sim.run.samples import expected_pods
+from gpufleet.sim.scenario.load import builtin_names, load_scenario
 
 
 @functools.cache
@@ -218,30 +227,87 @@ def test_comparison_numbers_and_ready() -> None:
     assert not any(m.is_different for m in metrics(same))
 
 
-@pytest.mark.parametrize("count", [1, 2, 3, 5, 12])
-def test_spread_keeps_lines_apart_and_bounded(count: int) -> None:
-    offsets = spread(count)
-    assert len(offsets) == count and abs(sum(offsets)) < 1e-9
-    assert all(abs(o) <= 9.0 for o in offsets)
-    if count > 1:
-        gaps = [b - a for a, b in itertools.pairwise(offsets)]
-        assert min(gaps) >= 1.5
-
-
 @pytest.mark.parametrize("value", [0.5, 1, 3, 4, 7, 40, 1000, 12345])
 def test_axis_top_holds_the_value_with_whole_ticks(value: float) -> None:
     top, step = nice_max(value)
     assert top >= value and step >= 1 and top / step <= 7 and float(top / step).is_integer()
 
 
-def test_equal_lines_are_drawn_apart() -> None:
+def test_lines_are_drawn_at_their_true_values() -> None:
+    # Equal lines are told apart by width and dash, never moved off their value: a capacity of
+    # 4 sits on the 4 tick, and 0 on the frame's floor.
     svg = line_chart(
         [0.0, 10.0],
-        [Line("a", [4, 4], "#000", offset_px=-2), Line("b", [4, 4], "#111", offset_px=2)],
+        [Line("a", [4, 0], "#000", width=4.0), Line("b", [4, 0], "#111", True, 1.5)],
         y_title="GPUs",
     )
-    paths = [p.attrib["d"] for p in ET.fromstring(svg).iter(_svg("path"))]
-    assert len(paths) == 2 and paths[0] != paths[1]
+    root = ET.fromstring(svg)
+    ticks = {
+        _text(t): float(t.attrib["y"]) - 3.5
+        for t in root.iter(_svg("text"))
+        if t.attrib.get("text-anchor") == "end"
+    }
+    paths = [p for p in root.iter(_svg("path"))]
+    assert len(paths) == 2 and paths[0].attrib["d"] == paths[1].attrib["d"]
+    ys = [float(v) for v in re.findall(r"[,V](-?[\d.]+)", paths[0].attrib["d"])]
+    assert ys == pytest.approx([ticks["4"], ticks["0"]], abs=0.05)
+    assert [p.attrib["stroke-width"] for p in paths] == ["4.0", "1.5"]
+
+
+def test_no_text_under_12_px() -> None:
+    page = render_html([_run("stale-expired")])
+    sizes = [float(px) for px in re.findall(r"font-size:([\d.]+)px", page)]
+    assert sizes and min(sizes) >= 12
+
+
+def test_a_single_run_opens_with_what_happened_and_why() -> None:
+    lines = run_headline(_run("quickstart"))
+    assert lines[0].startswith("4 of 4 wanted replicas placed on 1 cluster and 4 running")
+    assert any(
+        line.startswith("ml-team/qwen-2-7b waited: InsufficientGPU: 1 pod requests 1 device")
+        and "best node has 0 free" in line
+        and line.endswith("it was placed after 1m15s.")
+        for line in lines
+    )
+    assert lines[-1] == "All 5 checks hold."
+    root = _parse(render_html([_run("quickstart")]))
+    first_div = next(d for d in root.iter("div") if "headline" in d.attrib.get("class", ""))
+    assert "ml-team/qwen-2-7b waited" in _text(first_div)
+
+
+def test_a_comparison_says_why_the_runs_end_apart() -> None:
+    results = [_run("quickstart", "whole-node"), _run("quickstart", "free-gpu")]
+    lines = comparison_headline(results)
+    assert lines[0].startswith("whole-node: 1 of 4 wanted replicas placed")
+    assert lines[1].startswith("free-gpu: 4 of 4 wanted replicas placed")
+    why = [line for line in lines if line.startswith("Why:")]
+    assert why == [
+        "Why: under whole-node, ml-team/llama-3-8b, ml-team/mistral-7b and ml-team/qwen-2-7b "
+        "are short at the end (0 of 1 placed each): InsufficientNodes: needs 1 whole nodes; "
+        "0 of 1 free (cluster solo, pool l4)."
+    ]
+    # The checks whole-node misses are written for free-gpu: one sentence with counts.
+    assert any(
+        line.startswith("whole-node misses 4 of 5 checks written for free-gpu accounting")
+        for line in lines
+    )
+
+
+def test_compared_panels_share_flag_numbers_and_lane_order() -> None:
+    results = [_run("quickstart", "whole-node"), _run("quickstart", "free-gpu")]
+    events = [run_events(r, is_compared=True) for r in results]
+    markers = shared_markers(events)
+    numbers = [{m.at_s: m.number for m in run} for run in markers]
+    common = set(numbers[0]) & set(numbers[1])
+    assert common and all(numbers[0][t] == numbers[1][t] for t in common)
+    root = _parse(render_html(results))
+    pairs = [d for d in root.iter("div") if d.attrib.get("class") == "pair"]
+    lanes = [
+        [_text(t) for t in fig.iter(_svg("text")) if _text(t).startswith("ml-team/")]
+        for fig in pairs[2]
+        if fig.tag == "figure"
+    ]
+    assert len(lanes) == 2 and lanes[0] == lanes[1]
 
 
 def test_histogram_bars_say_nodes_in_words() -> None:

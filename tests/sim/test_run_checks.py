@@ -8,16 +8,16 @@ from typing import Any
 
 import yaml
 
-from gpufleet.sim.engine import EPOCH
-from gpufleet.sim.invariants import (
+from gpufleet.sim.emulated.engine import EPOCH
+from gpufleet.sim.run.invariants import (
     DEVICE_HELD_TWICE,
     HUB_ABOVE_ACTUAL,
     PENDING_WITHOUT_CAUSE,
     InvariantWatch,
 )
-from gpufleet.sim.run import RunResult, build_fleet, run_scenario
-from gpufleet.sim.scenario import Accounting, Scenario, parse_scenario
-from gpufleet.sim.state import FleetState
+from gpufleet.sim.run.runner import RunResult, build_fleet, run_scenario
+from gpufleet.sim.run.state import FleetState
+from gpufleet.sim.scenario.load import Accounting, Scenario, parse_scenario
 from gpufleet.store.port import RESOURCE_CLAIM
 
 FLEET = """

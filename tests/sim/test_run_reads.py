@@ -16,11 +16,11 @@ from collections import Counter
 import pytest
 
 from gpufleet.core import labels
-from gpufleet.sim.cluster import WorkloadCluster
-from gpufleet.sim.objects import is_unschedulable
-from gpufleet.sim.run import build_fleet, timeline_runner
-from gpufleet.sim.scenario import load_scenario
-from gpufleet.sim.state import FleetState, KeptTruth, PoolTruth, pool_truth
+from gpufleet.sim.emulated.cluster import WorkloadCluster
+from gpufleet.sim.emulated.objects import is_unschedulable
+from gpufleet.sim.run.runner import build_fleet, timeline_runner
+from gpufleet.sim.run.state import FleetState, KeptTruth, PoolTruth, pool_truth
+from gpufleet.sim.scenario.load import load_scenario
 from gpufleet.store.port import NODE, POD
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpufleet.core.model import NodeChoice
-from gpufleet.sim.scenario import (
+from gpufleet.sim.scenario.load import (
     Accounting,
     ActionKind,
     NodeRef,

@@ -14,11 +14,11 @@ from sim_builders import cluster, fleet, model_replica, pool
 from gpufleet.agent.materialize import materialize
 from gpufleet.agent.steer import STEERED_NODES
 from gpufleet.core.model import Steering
-from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
-from gpufleet.sim.engine import EventLoop
-from gpufleet.sim.objects import is_unschedulable
-from gpufleet.sim.run import run_scenario
-from gpufleet.sim.scenario import builtin_text, parse_scenario_text
+from gpufleet.sim.emulated.cluster import ClusterBehaviour, ClusterSpec, WorkloadCluster
+from gpufleet.sim.emulated.engine import EventLoop
+from gpufleet.sim.emulated.objects import is_unschedulable
+from gpufleet.sim.run.runner import run_scenario
+from gpufleet.sim.scenario.load import builtin_text, parse_scenario_text
 from gpufleet.store.port import DEPLOYMENT, INFERENCE_CLUSTER, POD, Obj
 
 QUICK = ClusterBehaviour(

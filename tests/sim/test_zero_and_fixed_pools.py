@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import functools
 
-from gpufleet.sim.run import RunResult, build_fleet, run_scenario, timeline_runner
-from gpufleet.sim.scenario import Accounting, load_scenario
+from gpufleet.sim.run.runner import RunResult, build_fleet, run_scenario, timeline_runner
+from gpufleet.sim.scenario.load import Accounting, load_scenario
 from gpufleet.store.port import EVENT, INFERENCE_CLUSTER
 
 

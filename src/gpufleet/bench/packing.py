@@ -24,7 +24,7 @@ real `plan(snapshot, now, record=True)` against a snapshot holding only that dep
 - *free-GPU steered, Spread cluster* (issue 14): the cluster's agent steers (the hub predicts
   Pack), and the ground truth is not the prediction: the agent's real `Steerer` chooses each
   claiming pod's node by best fit from the ground truth and writes preferred node affinity,
-  and the emulated default-profile kube-scheduler (`gpufleet.sim.kube_scoring`) binds each pod
+  and the emulated default-profile kube-scheduler (`gpufleet.sim.emulated.kube_scoring`) binds each pod
   in creation order (`gpufleet.bench.steered`). A placed replica with a pod no node takes is
   released and counted as refused (the note says how many).
 

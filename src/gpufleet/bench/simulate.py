@@ -38,11 +38,11 @@ from typing import Any
 from gpufleet.bench.common import Section, Table, count, percent, seconds
 from gpufleet.core import labels
 from gpufleet.core.model import NodeChoice, Steering
-from gpufleet.sim.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
-from gpufleet.sim.engine import EPOCH
-from gpufleet.sim.fleet import FleetSpec
-from gpufleet.sim.run import build_fleet, perform, pool_truth, run_scenario
-from gpufleet.sim.scenario import Accounting, Action, ActionKind, ControllerSettings, Scenario
+from gpufleet.sim.emulated.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
+from gpufleet.sim.emulated.engine import EPOCH
+from gpufleet.sim.emulated.fleet import FleetSpec
+from gpufleet.sim.run.runner import build_fleet, perform, pool_truth, run_scenario
+from gpufleet.sim.scenario.load import Accounting, Action, ActionKind, ControllerSettings, Scenario
 from gpufleet.store.port import POD, Obj
 
 POOLS = (("l4", 4), ("a10g", 4), ("h100", 8), ("t4", 4))

@@ -6,7 +6,7 @@ says. Each placed replica goes through what a steered cluster does:
 1. **The agent** (`gpufleet.agent.steer.Steerer`, the real code) chooses each claiming pod's
    node by best fit from the exact per-node free GPUs, and steers the member's pods to the set
    chosen (preferred node affinity, weight 100, or required).
-2. **kube-scheduler** (`gpufleet.sim.kube_scoring`, the simulator's emulation of the default
+2. **kube-scheduler** (`gpufleet.sim.emulated.kube_scoring`, the simulator's emulation of the default
    profile) binds the pods one by one in creation order (engines in order, copies in order, a
    gang's leader then workers): a node must have the pod's GPUs free, match a required
    steering term, and (a claiming gang pod) hold no claiming pod of the same copy; among
@@ -28,7 +28,7 @@ from typing import Any
 from gpufleet.agent.steer import Steerer, steer_template
 from gpufleet.core.decision import Placement
 from gpufleet.core.model import Role, Steering
-from gpufleet.sim import kube_scoring
+from gpufleet.sim.emulated import kube_scoring
 
 #: Every node's allocatable CPU and memory (a GPU node's usual size; the same on every node).
 NODE_STATUS = {"allocatable": {"cpu": "96", "memory": "1024Gi"}}

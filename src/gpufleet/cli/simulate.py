@@ -37,7 +37,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from gpufleet.cli.paths import writable
 from gpufleet.cli.render import OutputFormat, Printer, Table, plural
 from gpufleet.core.model import Steering
-from gpufleet.sim.compare import (
+from gpufleet.sim.report.html import render_html
+from gpufleet.sim.run.compare import (
     READY_MEANING,
     check_outcomes,
     metrics,
@@ -46,9 +47,8 @@ from gpufleet.sim.compare import (
     run_names,
     with_steering,
 )
-from gpufleet.sim.report import render_html
-from gpufleet.sim.run import RunResult, run_scenario
-from gpufleet.sim.scenario import (
+from gpufleet.sim.run.runner import RunResult, run_scenario
+from gpufleet.sim.scenario.load import (
     Accounting,
     Scenario,
     ScenarioInvalid,

@@ -1,0 +1,328 @@
+"""Emulated cluster-autoscaler for one workload cluster.
+
+Every `autoscaler_scan_s`: for unschedulable pods that would fit an empty node of their pool,
+it adds nodes (after `scale_up_delay_s`) up to `maxNodeCount`, counting nodes on the way; it
+removes nodes idle for `scale_down_idle_s` down to `minNodeCount` (only in pools with a
+`maxNodeCount`: a fixed-size pool has no autoscaled node group behind it). Under stockout it
+adds nothing and records `NotTriggerScaleUp` events. Every verdict on a pod is an Event with
+its times (`TriggeredScaleUp` when it adds nodes for the pod, `NotTriggerScaleUp` when it will
+not), recorded when the pod's verdict changes, as the agent reads them (agent/scaleup.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Final
+
+from gpufleet.core import labels
+from gpufleet.sim.emulated import dra
+from gpufleet.sim.emulated.cluster_spec import PoolSpec
+from gpufleet.sim.emulated.kube_scoring import HOSTNAME_KEY, required_affinity_matches
+from gpufleet.sim.emulated.objects import (
+    GPU_TAINT,
+    LWS_GROUP_KEY,
+    allocation_nodes,
+    is_alive,
+    untolerated,
+)
+from gpufleet.store import format_time
+from gpufleet.store.port import (
+    POD,
+    RESOURCE_CLAIM,
+    RESOURCE_SLICE,
+    Obj,
+)
+
+if TYPE_CHECKING:
+    from gpufleet.sim.emulated.cluster import WorkloadCluster
+
+
+class ClusterAutoscaler:
+    """The autoscaler of one cluster, with its own memory: nodes asked for and not yet made,
+    when each node went idle, when it last scanned."""
+
+    def __init__(self, cluster: WorkloadCluster) -> None:
+        self.cluster = cluster
+        self.name = cluster.name
+        self.spec = cluster.spec
+        self.behaviour = cluster.behaviour
+        self.loop = cluster.loop
+        self.store = cluster.store
+        self.pools = cluster.pools
+        self.class_drivers = cluster.class_drivers
+        self._idle_since: dict[str, datetime] = {}
+        #: Nodes the autoscaler asked for and not yet created, per pool.
+        self._provisioning: dict[str, int] = defaultdict(int)
+        self._event_seq = 0
+        self._last_scan: datetime | None = None
+        self._has_unschedulable = False
+
+    def run(self, has_unschedulable: Callable[[], bool]) -> datetime | None:
+        """Scan if a scan is due; return when the cluster must tick again for the next one
+        (None: a scan would find nothing to do).
+
+        The autoscaler keeps its own cadence, as the real one scans every 10s whatever else
+        happens: the next scan is due whenever one could act, which this tick's state says
+        (`has_unschedulable()`: some pod is Unschedulable now, possibly since the last scan;
+        asked only of an autoscaling cluster), not only the last scan's. A cluster otherwise
+        quiet is woken for it."""
+        if not self.behaviour.is_autoscaling:
+            return None
+        is_waiting = has_unschedulable()  # as this tick left it, before the scan
+        if (
+            self._last_scan is None
+            or (self.loop.now - self._last_scan).total_seconds() >= self.behaviour.autoscaler_scan_s
+        ):
+            self._last_scan = self.loop.now
+            self._scan()
+        if (
+            is_waiting
+            or self._has_unschedulable
+            or self._idle_since
+            or any(self._provisioning.values())
+            or self._may_shrink()
+        ):
+            return self._last_scan + timedelta(seconds=self.behaviour.autoscaler_scan_s)
+        return None
+
+    def _may_shrink(self) -> bool:
+        """Some autoscaled pool is above its minimum: a node of it may go idle at any time
+        (a pod finishes, a claim is released) and must then be seen by a scan."""
+        return any(
+            pool.max_node_count is not None
+            and len(self.cluster.peek_nodes(pool.name)) > pool.min_node_count
+            for pool in self.spec.pools
+        )
+
+    def forget_node(self, name: str) -> None:
+        """A node is gone: it is no longer idle."""
+        self._idle_since.pop(name, None)
+
+    def _scan(self) -> None:
+        self._scale_up()
+        self._scale_down()
+
+    def _scale_up(self) -> None:
+        pending: dict[str, list[Obj]] = defaultdict(list)
+        for pod in self.store.peek(POD):
+            if pod["spec"].get("nodeName") or not is_alive(pod):
+                continue
+            if not any(
+                c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+                for c in pod["status"].get("conditions") or []
+            ):
+                continue
+            pool = (pod["spec"].get("nodeSelector") or {}).get(labels.POOL)
+            if pool in self.pools:
+                pending[pool].append(pod)
+        self._has_unschedulable = bool(pending)
+        published = {s["spec"].get("nodeName") for s in self.store.peek(RESOURCE_SLICE)}
+        for pool_name, pods in sorted(pending.items()):
+            pool = self.pools[pool_name]
+            template = self._template_devices(pool)
+            demands: list[tuple[str | None, dict[str, int], Obj]] = []
+            for pod in pods:
+                demand = self._pod_demand(pod, template)
+                if demand is None:
+                    self._record_event(pod, "NotTriggerScaleUp", "pod does not fit a new node")
+                    continue
+                group = (pod["metadata"].get("labels") or {}).get(LWS_GROUP_KEY)
+                demands.append((group, demand, pod))
+            if not demands:
+                continue
+            existing = len(self.cluster.peek_nodes(pool_name))
+            upcoming = self._provisioning[pool_name] + sum(
+                1
+                for n in self.cluster.peek_nodes(pool_name)
+                if n["metadata"]["name"] not in published
+            )
+            needed = _nodes_needed(demands, _full(pool), upcoming)
+            ceiling = pool.max_node_count if pool.max_node_count is not None else existing
+            room = max(0, ceiling - existing - self._provisioning[pool_name])
+            add = min(needed, room)
+            if needed > 0 and (add == 0 or self.behaviour.is_stocked_out):
+                reason = "stockout" if self.behaviour.is_stocked_out else "max node count reached"
+                for _, _, pod in demands:
+                    self._record_event(
+                        pod, "NotTriggerScaleUp", f"pod didn't trigger scale-up: {reason}"
+                    )
+                continue
+            for _ in range(add):
+                self._provisioning[pool_name] += 1
+                self.loop.after(
+                    self.behaviour.scale_up_delay_s,
+                    functools.partial(self._provisioned, pool_name),
+                    f"{self.name}/scale-up/{pool_name}",
+                )
+            if add:
+                for _, _, pod in demands:
+                    self._record_event(
+                        pod, "TriggeredScaleUp", f"pod triggered scale-up: {pool_name}"
+                    )
+
+    def _provisioned(self, pool_name: str) -> None:
+        self._provisioning[pool_name] -= 1
+        self.cluster.add_node(pool_name)
+
+    def _scale_down(self) -> None:
+        now = self.loop.now
+        taken_nodes: set[str] = set()
+        for claim in self.store.peek(RESOURCE_CLAIM):
+            for term in allocation_nodes(claim):
+                taken_nodes.add(term)
+        busy = {
+            p["spec"].get("nodeName")
+            for p in self.store.peek(POD)
+            if p["status"].get("phase") not in ("Failed", "Succeeded")
+        }
+        idle_for = timedelta(seconds=self.behaviour.scale_down_idle_s)
+        for pool in self.spec.pools:
+            if pool.max_node_count is None:
+                continue  # a fixed-size pool: no autoscaling node group behind it
+            nodes = self.cluster.peek_nodes(pool.name)
+            count = len(nodes)
+            for node in sorted(nodes, key=lambda n: dra.natural_key(n["metadata"]["name"])):
+                name = node["metadata"]["name"]
+                if name in busy or name in taken_nodes:
+                    self._idle_since.pop(name, None)
+                    continue
+                since = self._idle_since.setdefault(name, now)
+                if now >= since + idle_for and count > pool.min_node_count:
+                    self.cluster.remove_node(name)
+                    count -= 1
+
+    def _template_devices(self, pool: PoolSpec) -> list[dra.PublishedDevice]:
+        out: list[dra.PublishedDevice] = []
+        for d in pool.devices:
+            if d.claim != "DRA":
+                continue
+            for i in range(d.count):
+                out.append(
+                    dra.PublishedDevice(
+                        d.driver,
+                        "template",
+                        f"{d.name}-{i}",
+                        "template",
+                        {k: dict(v) for k, v in d.attributes.items()},
+                        {k: {"value": v} for k, v in d.capacity.items()},
+                    )
+                )
+        return out
+
+    def _pod_demand(self, pod: Obj, template: list[dra.PublishedDevice]) -> dict[str, int] | None:
+        """Devices per driver the pod needs, or None when an empty node of the pool can't fit it."""
+        node = {"spec": {"taints": [dict(GPU_TAINT)] if self.behaviour.has_gpu_taint else []}}
+        if untolerated(node, pod["spec"]):
+            return None
+        # A new node has a new hostname: a pod required onto existing nodes (the agent's
+        # Required steering) does not fit it, as cluster-autoscaler's simulation finds.
+        labels_ = {**(pod["spec"].get("nodeSelector") or {}), HOSTNAME_KEY: "<new node>"}
+        new_node = {"metadata": {"name": "<new node>", "labels": labels_}, **node}
+        if not required_affinity_matches(new_node, pod["spec"]):
+            return None
+        demand: dict[str, int] = defaultdict(int)
+        taken: set[dra.DeviceKey] = set()
+        for entry in pod["status"].get("resourceClaimStatuses") or []:
+            claim = self.store.peek_one(
+                RESOURCE_CLAIM, entry["resourceClaimName"], pod["metadata"]["namespace"]
+            )
+            if claim is None:
+                continue
+            results = dra.allocate(dra.claim_requests(claim, self.class_drivers), template, taken)
+            if results is None:
+                return None
+            for r in results:
+                demand[r["driver"]] += 1
+                taken.add((r["driver"], r["pool"], r["device"]))
+        return dict(demand)
+
+    def _record_event(self, pod: Obj, reason: str, message: str) -> None:
+        """Record the verdict on `pod` as cluster-autoscaler does, in an Event with its times:
+        nothing when it is the pod's latest verdict already; an earlier Event of the same
+        reason is recorded once more (`count`, `lastTimestamp`), so the latest verdict is
+        always the Event with the latest time (what the agent reads, agent/scaleup.py)."""
+        meta = pod["metadata"]
+        stamp = format_time(self.loop.now)
+        events = [
+            e
+            for e in self.store.events_of(meta["uid"], meta["namespace"])
+            if e.get("reason") in _VERDICTS
+        ]
+        latest = max(events, key=_event_order, default=None)
+        if latest is not None and latest.get("reason") == reason:
+            return
+        same = next((e for e in events if e.get("reason") == reason), None)
+        if same is not None:
+            self.store.update_shared(
+                {**same, "count": int(same.get("count") or 1) + 1, "lastTimestamp": stamp}
+            )
+            return
+        self._event_seq += 1
+        self.store.create_shared(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {
+                    "name": f"{meta['name']}.{self._event_seq:x}",
+                    "namespace": meta["namespace"],
+                },
+                "involvedObject": {
+                    "kind": "Pod",
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                },
+                "reason": reason,
+                "message": message,
+                "source": {"component": "cluster-autoscaler"},
+                "type": "Normal",
+                "firstTimestamp": stamp,
+                "lastTimestamp": stamp,
+                "count": 1,
+            }
+        )
+
+
+#: The reasons of the autoscaler's verdicts on a pod.
+_VERDICTS: Final = frozenset({"TriggeredScaleUp", "NotTriggerScaleUp"})
+
+
+def _event_order(event: Obj) -> tuple[str, int]:
+    """Latest first by time (RFC 3339 in UTC sorts as text), then by the sequence in its name."""
+    name = str(event["metadata"]["name"])
+    return (str(event.get("lastTimestamp") or ""), int(name.rsplit(".", 1)[-1], 16))
+
+
+def _full(pool: PoolSpec) -> dict[str, int]:
+    full: dict[str, int] = defaultdict(int)
+    for d in pool.devices:
+        if d.claim == "DRA":
+            full[d.driver] += d.count
+    return dict(full)
+
+
+def _nodes_needed(
+    demands: list[tuple[str | None, dict[str, int], Obj]], full: Mapping[str, int], upcoming: int
+) -> int:
+    """New nodes for the pending pods, first-fit decreasing onto `upcoming` nodes first."""
+    bins: list[tuple[dict[str, int], set[str]]] = [(dict(full), set()) for _ in range(upcoming)]
+    order = sorted(demands, key=lambda d: (-sum(d[1].values()), d[2]["metadata"]["name"]))
+    for group, demand, _ in order:
+        for free, groups in bins:
+            if group is not None and group in groups:
+                continue
+            if all(free.get(k, 0) >= v for k, v in demand.items()):
+                for k, v in demand.items():
+                    free[k] -= v
+                if group is not None:
+                    groups.add(group)
+                break
+        else:
+            free = dict(full)
+            for k, v in demand.items():
+                free[k] -= v
+            bins.append((free, {group} if group is not None else set()))
+    return max(0, len(bins) - upcoming)
