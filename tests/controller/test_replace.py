@@ -40,8 +40,11 @@ def replica(
     scale_up_at: datetime | None = None,
     scheduled: bool = False,
     observed_generation: int | None = 1,
+    ready: int = 0,
 ) -> Replica:
-    pool = ReplicaPoolStatus(PoolName("l4"), None, (), pods, since, scale_up, scale_up_at)
+    pool = ReplicaPoolStatus(
+        PoolName("l4"), None, (), pods, since, scale_up, scale_up_at, ready_pods=ready
+    )
     status = ReplicaStatus(scheduled, observed_generation, (pool,))
     return Replica(name, DeploymentKey("ml", "llm"), ClusterName("east"), 0, (), 1, status)
 
@@ -104,6 +107,13 @@ CASES = [
         "running is never moved", replica(since=ago(999), scheduled=True), NO_CONDITIONS, [], None
     ),
     Case("no time given", replica(since=None), NO_CONDITIONS, [], None),
+    Case(
+        "a replica that serves is never stuck",
+        replica(since=ago(999), ready=1),
+        NO_CONDITIONS,
+        [],
+        None,
+    ),
     Case(
         "another generation counted",
         replica(since=ago(999), observed_generation=None),

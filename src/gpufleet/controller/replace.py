@@ -10,8 +10,10 @@ A replica is *stuck* (docs/controller.md, "Re-placement"):
   autoscaler says it is adding a node for them (`scaleUp: Triggered`), the replica waits
   `scale_up_timeout_s` from that verdict as well; `NotTriggered` waits for nothing more.
 
-A replica whose pods are all scheduled is never stuck (a running replica is never moved), and
-neither is one whose unschedulable pods give no time (errs toward not moving).
+A replica whose pods are all scheduled is never stuck (a running replica is never moved),
+neither is one that serves (a pod of any generation Running and Ready: its old pod serves while
+a new one waits), and neither is one whose unschedulable pods give no time (errs toward not
+moving). Unschedulable pods are counted over every generation of the replica.
 
 `Replacer` is the controller's memory of re-placements: per (deployment, cluster, pool) how
 many times a replica of the deployment was stuck there and until when the pool is avoided (a
@@ -78,6 +80,8 @@ def stuck_pools(
     status = replica.status
     if status.pods_scheduled or status.observed_generation != replica.generation:
         return [], None
+    if status.is_serving:
+        return [], None  # what serves is never deleted as stuck
     found: list[_Stuck] = []
     due: datetime | None = None
     for pool in status.pools:
