@@ -162,9 +162,33 @@ def test_the_backoff_doubles_per_repeat_up_to_its_cap_and_each_replica_counts_on
         assert not replacer.update(
             {("ml", stuck.name): (stuck, NO_CONDITIONS)}, {("ml", stuck.name)}, later
         )
-        now = now + timedelta(seconds=60)  # deleted meanwhile; the next one is stuck a minute on
+        # Deleted meanwhile; the next one is stuck there again just after the backoff ended.
+        now = now + timedelta(seconds=backoffs[-1] + 1)
         replacer.update({}, set(), now)
     assert backoffs == [120, 240, 480, 960, 1800, 1800]
+
+
+def test_replicas_stuck_in_one_episode_share_one_backoff() -> None:
+    replacer = Replacer(CONFIG)
+    stuck = [replica(f"llm-{i}", since=ago(200)) for i in range(4)]
+    waiting = {("ml", r.name): (r, NO_CONDITIONS) for r in stuck}
+    assert replacer.update(waiting, set(waiting), NOW)
+    named = sorted(a.replica for a in replacer.avoid if a.replica)
+    assert named == ["llm-0", "llm-1", "llm-2", "llm-3"]
+    # stuckAfter's documented first backoff, for all four: one episode, not four repeats.
+    assert {(a.until - NOW).total_seconds() for a in replacer.avoid} == {120}
+    # A fifth stuck a minute later, while the backoff stands, joins the episode.
+    later = NOW + timedelta(seconds=60)
+    fifth = replica("llm-4", since=later - timedelta(seconds=200))
+    waiting[("ml", "llm-4")] = (fifth, NO_CONDITIONS)
+    replacer.update(waiting, set(waiting), later)
+    assert {a.until for a in replacer.avoid} == {NOW + timedelta(seconds=120)}
+    # Stuck there again after it ended: the backoff doubles.
+    after = NOW + timedelta(seconds=121)
+    again = replica("llm-5", since=after - timedelta(seconds=200))
+    replacer.update({("ml", "llm-5"): (again, NO_CONDITIONS)}, {("ml", "llm-5")}, after)
+    [entry] = [a for a in replacer.avoid if a.replica == "llm-5"]
+    assert (entry.until - after).total_seconds() == 240
 
 
 def test_what_ended_is_forgotten_and_the_count_starts_again() -> None:

@@ -16,8 +16,11 @@ a new one waits), and neither is one whose unschedulable pods give no time (errs
 moving). Unschedulable pods are counted over every generation of the replica.
 
 `Replacer` is the controller's memory of re-placements: per (deployment, cluster, pool) how
-many times a replica of the deployment was stuck there and until when the pool is avoided (a
-backoff of `replace_backoff_s`, doubled on each repeat, at most `replace_backoff_max_s`; the
+many times the deployment was stuck there and until when the pool is avoided (a backoff of
+`replace_backoff_s`, doubled on each repeat, at most `replace_backoff_max_s`). One *episode*
+is every replica of the deployment found stuck there while its backoff stands: they share it
+(four replicas stuck in one step back off 2 minutes, not 16), and a repeat is a replica stuck
+there again after the backoff ended (the
 count is forgotten once the pool has been free of repeats for `replace_backoff_max_s` after its
 backoff ended), and the stuck replicas already counted. From it, every step, the core's
 `Snapshot.avoid`: what the pure `schedule` reads, so a decision stays a function of its inputs.
@@ -162,16 +165,25 @@ class Replacer:
         pool, cause, message = stuck
         dep = replica.deployment
         key = (dep.namespace, dep.name, replica.cluster, pool or "")
-        repeats = self._repeats[key][0] + 1 if key in self._repeats else 1
+        known = self._repeats.get(key)
         base, cap = self.config.replace_backoff_s, self.config.replace_backoff_max_s
-        backoff = min(cap, base * 2 ** min(repeats - 1, 32))
+        named = PoolName(pool) if pool is not None else None
         where = f"{replica.cluster}/{pool}" if pool else f"cluster {replica.cluster}"
+        if known is not None and known[1].until > now:
+            # The same episode: its backoff stands, and this replica is named under it.
+            repeats, until = known[0], known[1].until
+            text = (
+                f"replica {replica.name}: {message}; {where} avoided until "
+                f"{format_time(until)} (repeat {repeats}, the backoff of this episode)"
+            )
+            return Avoid(dep, replica.cluster, named, until, cause, text, replica.name)
+        repeats = known[0] + 1 if known is not None else 1
+        backoff = min(cap, base * 2 ** min(repeats - 1, 32))
         text = (
             f"replica {replica.name}: {message}; {where} avoided for {_seconds(backoff)} "
             f"(repeat {repeats}, backoff {_seconds(base)} doubling to {_seconds(cap)})"
         )
         until = now + timedelta(seconds=backoff)
-        named = PoolName(pool) if pool is not None else None
         avoid = Avoid(dep, replica.cluster, named, until, cause, text, replica.name)
         self._repeats[key] = (repeats, dataclasses.replace(avoid, replica=""))
         return avoid
