@@ -222,3 +222,21 @@ def test_replicas_running_tells_placed_from_running() -> None:
 def test_a_running_replica_is_not_even_followed() -> None:
     assert not is_waiting(replica(since=ago(999), scheduled=True), NO_CONDITIONS)
     assert not is_waiting(replica(pods=0), NO_CONDITIONS)
+
+
+def test_replicas_running_reads_short_until_whole() -> None:
+    # The stuck replica went and its replacement has nowhere to go: never True "0 of 0".
+    replacer = Replacer(CONFIG)
+    stuck = replica(since=ago(200))
+    replacer.update({("ml", stuck.name): (stuck, NO_CONDITIONS)}, {("ml", stuck.name)}, NOW)
+    standing = replacer.replaced("ml", "llm", NOW)
+    condition = running_condition(0, 0, [], standing, desired=1, short_reason="BackingOff")
+    assert (condition["status"], condition["reason"]) == ("False", "BackingOff")
+    assert condition["message"].startswith("0 of 1 replicas running; 0 of 1 placed; re-placed:")
+    assert condition["message"].endswith("backing off until 2026-12-01T12:02:00Z")
+    # Placed again, not yet running: Replaced while the backoff stands.
+    again = running_condition(1, 0, [("llm-1", None)], standing, desired=1)
+    assert again["reason"] == "Replaced"
+    # Short for another reason: the diagnosis' code; whole and running: True.
+    assert running_condition(1, 1, [], [], 2, "InsufficientGPU")["reason"] == "InsufficientGPU"
+    assert running_condition(2, 2, [], [], 2)["status"] == "True"

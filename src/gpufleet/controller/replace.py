@@ -210,15 +210,28 @@ def _order(a: Avoid) -> tuple[object, ...]:
 
 
 def running_condition(
-    total: int, running: int, pending: Sequence[tuple[str, Any]], replaced: Sequence[Avoid]
+    total: int,
+    running: int,
+    pending: Sequence[tuple[str, Any]],
+    replaced: Sequence[Avoid],
+    desired: int | None = None,
+    short_reason: str = "",
 ) -> Obj:
-    """`ReplicasRunning`: True when every placed replica has all its pods scheduled; else
-    False with `Replaced` (a replica was re-placed and its backoff stands), `PodsUnschedulable`
-    (some replica has unschedulable pods) or `PodsPending`, naming the replicas not running.
+    """`ReplicasRunning`: True when the deployment has every desired replica placed and each
+    has all its pods scheduled; else False until it is whole again, with the reason:
+
+    - `BackingOff`: fewer placed than desired while a re-placement's backoff stands (the stuck
+      replica went and its replacement has nowhere to go yet); the message gives the end time;
+    - `Replaced`: a replica was re-placed, its backoff stands and its replacement does not run
+      yet (the message adds why, with numbers, and until when);
+    - `short_reason` (the diagnosis' dominant code, e.g. `InsufficientGPU`; `NoRoomForSurge`
+      while a rollout waits): fewer placed than desired for another reason;
+    - `PodsUnschedulable` (some replica has unschedulable pods) or `PodsPending`.
 
     `pending` holds (name, its `ModelPodsScheduled` condition or None) of each placed replica
-    not running."""
-    if not pending:
+    not running; `desired` None means `total`."""
+    want = total if desired is None else desired
+    if not pending and total >= want:
         return condition(
             REPLICAS_RUNNING,
             "True",
@@ -226,23 +239,25 @@ def running_condition(
             f"{running} of {total} replicas have every pod scheduled",
         )
     listed = []
-    unschedulable = False
     for name, found in pending[:_MAX_LISTED]:
         reason = (found or {}).get("reason") or PodsReason.NOT_OBSERVED.value
-        unschedulable = unschedulable or reason == PodsReason.PODS_UNSCHEDULABLE.value
         listed.append(f"{name} ({reason})")
     if len(pending) > _MAX_LISTED:
         listed.append(f"and {len(pending) - _MAX_LISTED} more")
-    unschedulable = unschedulable or any(
+    unschedulable = any(
         (f or {}).get("reason") == PodsReason.PODS_UNSCHEDULABLE.value for _, f in pending
     )
-    message = (
-        f"{running} of {total} replicas running; {len(pending)} placed but not all pods "
-        f"scheduled: {', '.join(listed)}"
-    )
+    message = f"{running} of {want} replicas running"
+    if total < want:
+        message += f"; {total} of {want} placed"
+    if pending:
+        message += f"; {len(pending)} placed but not all pods scheduled: {', '.join(listed)}"
     if replaced:
-        reason = "Replaced"
-        message = f"{message}; re-placed: {replaced[0].message}"
+        until = format_time(replaced[0].until)
+        message = f"{message}; re-placed: {replaced[0].message}; backing off until {until}"
+        reason = "BackingOff" if total < want else "Replaced"
+    elif total < want:
+        reason = short_reason or "ReplicasUnplaced"
     elif unschedulable:
         reason = ReasonCode.PODS_UNSCHEDULABLE.value
     else:
