@@ -156,6 +156,14 @@ class Case:
     want: list[Obj]
 
 
+#: Written out, not imported: a replica's workload never surges (DESIGN.md decision 11).
+NO_SURGE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+NO_SURGE_GROUPS = {
+    "type": "RollingUpdate",
+    "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 1},
+}
+
+
 CASES = [
     Case(
         "standalone-claiming",
@@ -173,6 +181,7 @@ CASES = [
                             "gpufleet.io/engine": "main",
                         }
                     },
+                    "strategy": NO_SURGE,
                     "template": pod_template("Standalone", "llama-3f9a1-main-standalone"),
                 },
             },
@@ -195,6 +204,7 @@ CASES = [
                             "gpufleet.io/engine": "main",
                         }
                     },
+                    "strategy": NO_SURGE,
                     "template": pod_template("Standalone", None),
                 },
             }
@@ -226,6 +236,7 @@ CASES = [
                 "metadata": {"name": "llama-3f9a1-main", "namespace": "ml", "labels": BASE_LABELS},
                 "spec": {
                     "replicas": 2,
+                    "rolloutStrategy": NO_SURGE_GROUPS,
                     "leaderWorkerTemplate": {
                         "size": 4,
                         "leaderTemplate": gang_pod_template("Leader", "llama-3f9a1-main-leader"),

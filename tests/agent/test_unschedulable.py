@@ -40,16 +40,23 @@ def test_unschedulable_claiming_pods_are_counted_per_pool_with_the_earliest_time
         unschedulable(pod("r-2", "r"), None),  # counted, gives no time
         # Bound: whatever its stale condition says, kube-scheduler is done with it.
         unschedulable(pod("r-3", "r", node_name="n1"), format_time(SINCE)),
-        unschedulable(pod("r-old", "r", generation=0), format_time(SINCE)),  # old generation
+        # Of an old generation: counted too (the stuck rule counts every generation).
+        unschedulable(pod("r-old", "r", generation=0), format_time(SINCE - timedelta(1))),
     ]
     objects = ClusterObjects(nodes=(node("n1", "h100"),), pods=tuple(pods), replicas=(rep,))
     result, _ = observe(objects, AllocationClock(), ObserveConfig(), T0)
     [observed] = result.replicas
     [pool] = observed.pools
-    assert (pool.unschedulable_pods, pool.unschedulable_since) == (3, SINCE)
-    assert observed.unschedulable == (("h100", "r-0"), ("h100", "r-1"), ("h100", "r-2"))
+    earliest = SINCE - timedelta(1)
+    assert (pool.unschedulable_pods, pool.unschedulable_since) == (4, earliest)
+    assert observed.unschedulable == (
+        ("h100", "r-0"),
+        ("h100", "r-1"),
+        ("h100", "r-2"),
+        ("h100", "r-old"),
+    )
     body = observed.to_status()["pools"][0]
-    assert (body["unschedulablePods"], body["unschedulableSince"]) == (3, format_time(SINCE))
+    assert (body["unschedulablePods"], body["unschedulableSince"]) == (4, format_time(earliest))
     assert "scaleUp" not in body
 
 
@@ -139,3 +146,26 @@ def observed_result(observed: ObservedReplica) -> Any:
     objects = ClusterObjects(nodes=(node("n1", "h100"),))
     result, _ = observe(objects, AllocationClock(), ObserveConfig(), T0)
     return dataclasses.replace(result, replicas=(observed,))
+
+
+def ready(p: Obj) -> Obj:
+    p["status"] = {**p["status"], "conditions": [{"type": "Ready", "status": "True"}]}
+    return p
+
+
+def test_pods_that_serve_are_counted_over_every_generation() -> None:
+    rep = replica("r", copies=2)
+    pods = [
+        ready(pod("r-old", "r", generation=0, node_name="n1")),  # the old one serves
+        unschedulable(pod("r-new", "r"), format_time(SINCE)),
+        pod("r-starting", "r", node_name="n1"),  # Running, not yet Ready
+        ready(pod("r-going", "r", node_name="n1", deleting=True)),  # not live
+    ]
+    objects = ClusterObjects(nodes=(node("n1", "h100"),), pods=tuple(pods), replicas=(rep,))
+    result, _ = observe(objects, AllocationClock(), ObserveConfig(), T0)
+    [observed] = result.replicas
+    [pool] = observed.pools
+    assert (pool.ready_pods, pool.unschedulable_pods) == (1, 1)
+    assert observed.to_status()["pools"][0]["readyPods"] == 1
+    # What is charged is still counted for the current generation only.
+    assert [(m.live_pods, m.allocated_pods) for m in pool.members] == [(2, 0)]

@@ -40,8 +40,11 @@ def replica(
     scale_up_at: datetime | None = None,
     scheduled: bool = False,
     observed_generation: int | None = 1,
+    ready: int = 0,
 ) -> Replica:
-    pool = ReplicaPoolStatus(PoolName("l4"), None, (), pods, since, scale_up, scale_up_at)
+    pool = ReplicaPoolStatus(
+        PoolName("l4"), None, (), pods, since, scale_up, scale_up_at, ready_pods=ready
+    )
     status = ReplicaStatus(scheduled, observed_generation, (pool,))
     return Replica(name, DeploymentKey("ml", "llm"), ClusterName("east"), 0, (), 1, status)
 
@@ -105,6 +108,13 @@ CASES = [
     ),
     Case("no time given", replica(since=None), NO_CONDITIONS, [], None),
     Case(
+        "a replica that serves is never stuck",
+        replica(since=ago(999), ready=1),
+        NO_CONDITIONS,
+        [],
+        None,
+    ),
+    Case(
         "another generation counted",
         replica(since=ago(999), observed_generation=None),
         NO_CONDITIONS,
@@ -152,9 +162,33 @@ def test_the_backoff_doubles_per_repeat_up_to_its_cap_and_each_replica_counts_on
         assert not replacer.update(
             {("ml", stuck.name): (stuck, NO_CONDITIONS)}, {("ml", stuck.name)}, later
         )
-        now = now + timedelta(seconds=60)  # deleted meanwhile; the next one is stuck a minute on
+        # Deleted meanwhile; the next one is stuck there again just after the backoff ended.
+        now = now + timedelta(seconds=backoffs[-1] + 1)
         replacer.update({}, set(), now)
     assert backoffs == [120, 240, 480, 960, 1800, 1800]
+
+
+def test_replicas_stuck_in_one_episode_share_one_backoff() -> None:
+    replacer = Replacer(CONFIG)
+    stuck = [replica(f"llm-{i}", since=ago(200)) for i in range(4)]
+    waiting = {("ml", r.name): (r, NO_CONDITIONS) for r in stuck}
+    assert replacer.update(waiting, set(waiting), NOW)
+    named = sorted(a.replica for a in replacer.avoid if a.replica)
+    assert named == ["llm-0", "llm-1", "llm-2", "llm-3"]
+    # stuckAfter's documented first backoff, for all four: one episode, not four repeats.
+    assert {(a.until - NOW).total_seconds() for a in replacer.avoid} == {120}
+    # A fifth stuck a minute later, while the backoff stands, joins the episode.
+    later = NOW + timedelta(seconds=60)
+    fifth = replica("llm-4", since=later - timedelta(seconds=200))
+    waiting[("ml", "llm-4")] = (fifth, NO_CONDITIONS)
+    replacer.update(waiting, set(waiting), later)
+    assert {a.until for a in replacer.avoid} == {NOW + timedelta(seconds=120)}
+    # Stuck there again after it ended: the backoff doubles.
+    after = NOW + timedelta(seconds=121)
+    again = replica("llm-5", since=after - timedelta(seconds=200))
+    replacer.update({("ml", "llm-5"): (again, NO_CONDITIONS)}, {("ml", "llm-5")}, after)
+    [entry] = [a for a in replacer.avoid if a.replica == "llm-5"]
+    assert (entry.until - after).total_seconds() == 240
 
 
 def test_what_ended_is_forgotten_and_the_count_starts_again() -> None:
@@ -188,3 +222,21 @@ def test_replicas_running_tells_placed_from_running() -> None:
 def test_a_running_replica_is_not_even_followed() -> None:
     assert not is_waiting(replica(since=ago(999), scheduled=True), NO_CONDITIONS)
     assert not is_waiting(replica(pods=0), NO_CONDITIONS)
+
+
+def test_replicas_running_reads_short_until_whole() -> None:
+    # The stuck replica went and its replacement has nowhere to go: never True "0 of 0".
+    replacer = Replacer(CONFIG)
+    stuck = replica(since=ago(200))
+    replacer.update({("ml", stuck.name): (stuck, NO_CONDITIONS)}, {("ml", stuck.name)}, NOW)
+    standing = replacer.replaced("ml", "llm", NOW)
+    condition = running_condition(0, 0, [], standing, desired=1, short_reason="BackingOff")
+    assert (condition["status"], condition["reason"]) == ("False", "BackingOff")
+    assert condition["message"].startswith("0 of 1 replicas running; 0 of 1 placed; re-placed:")
+    assert condition["message"].endswith("backing off until 2026-12-01T12:02:00Z")
+    # Placed again, not yet running: Replaced while the backoff stands.
+    again = running_condition(1, 0, [("llm-1", None)], standing, desired=1)
+    assert again["reason"] == "Replaced"
+    # Short for another reason: the diagnosis' code; whole and running: True.
+    assert running_condition(1, 1, [], [], 2, "InsufficientGPU")["reason"] == "InsufficientGPU"
+    assert running_condition(2, 2, [], [], 2)["status"] == "True"

@@ -15,7 +15,7 @@ import pytest
 
 from builders import NOW, Outcome, cluster, deployment, key, outcome, settled, snapshot, stamp
 from gpufleet.core.decision import ReasonCode
-from gpufleet.core.model import Avoid, ClusterName, PoolName, ReplicaStatus
+from gpufleet.core.model import Avoid, ClusterName, PoolName, ReplicaPoolStatus, ReplicaStatus
 from gpufleet.core.schedule import ScheduleMemo, plan, schedule
 
 A = cluster("a").pool("p", nodes=2, gpus=8).pool("q", nodes=2, gpus=8)
@@ -54,6 +54,18 @@ def test_a_running_replica_is_never_moved() -> None:
     running = settled(stamp(DEP, A, 0, "p"))
     snap = dataclasses.replace(
         snapshot([A, B], [DEP], [running]), avoid=(_avoid("a", "p", 120, running.name),)
+    )
+    assert outcome(schedule(snap, NOW)) == Outcome(retained=("a/0:p",))
+
+
+def test_a_serving_replica_is_never_moved_though_a_pod_of_it_waits() -> None:
+    serving_pool = ReplicaPoolStatus(PoolName("p"), None, (), 1, NOW, ready_pods=1)
+    serving = stamp(
+        DEP, A, 0, "p", status=ReplicaStatus(pods_scheduled=False, pools=(serving_pool,))
+    )
+    assert serving.status.is_serving
+    snap = dataclasses.replace(
+        snapshot([A, B], [DEP], [serving]), avoid=(_avoid("a", "p", 120, serving.name),)
     )
     assert outcome(schedule(snap, NOW)) == Outcome(retained=("a/0:p",))
 

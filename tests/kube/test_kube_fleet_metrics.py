@@ -265,6 +265,20 @@ def test_replicas_and_deployments() -> None:
     )
 
 
+def test_deployments_short_of_running_replicas_are_counted_by_reason() -> None:
+    def short(name: str, reason: str | None) -> Obj:
+        obj = deployment(name, 2, None)
+        status = "True" if reason is None else "False"
+        running = {"type": "ReplicasRunning", "status": status, "reason": reason or "All"}
+        obj["status"]["conditions"].append(running)
+        return obj
+
+    deployments = [short("d0", "BackingOff"), short("d1", "BackingOff"), short("d2", None)]
+    fleet = fleet_capacity([], [], [*deployments, short("d3", "NoRoomForSurge")], T0)
+    assert fleet.short_deployments == (("BackingOff", 2), ("NoRoomForSurge", 1))
+    assert fleet.unscheduled_deployments == ()
+
+
 @st.composite
 def consistent_pools(draw: st.DrawFn) -> tuple[Obj, int]:
     """A pool as an agent reports it (excluded nodes have nothing free), and its node count."""

@@ -120,3 +120,10 @@ def test_the_autoscaler_scans_on_its_own_cadence_in_a_quiet_cluster() -> None:
     assert not result.failures, "\n".join(str(f) for f in result.failures)
     assert _first_time(result, ("quiet", "l4"), 1, 0) <= 5 + 10 + 60 + 1
     assert _first_time(result, ("quiet", "l4"), 0, 6 * 60) <= 6 * 60 + 15 + 10 + 120 + 1
+
+
+def test_a_serving_replica_is_kept_though_a_pod_of_it_is_stuck() -> None:
+    result = run("serving-not-replaced")
+    assert deployment(result, "llm") == (1, 1, 1)
+    assert not [line for _, line in result.log if "dropped" in line or "avoid" in line]
+    assert [line for _, line in result.log if "placed ml/llm" in line] == ["placed ml/llm on solo"]

@@ -19,6 +19,12 @@ the ReplicaObservation selects on (deployment, replica, engine, member, replica-
 Workloads and templates carry deployment/replica/engine labels, so the agent finds what it owns
 (`OWNED_SELECTOR`) and deletes what no replica wants any more.
 
+Neither kind of workload ever surges: a Deployment rolls with `maxSurge: 0, maxUnavailable:
+1`, a LeaderWorkerSet with the same `rollingUpdateConfiguration`, so a change to a replica's
+pods (its steering, say) never needs a GPU beyond the ones the replica holds. A change to what
+the deployment runs does not reach an existing replica: the hub rolls the fleet replica by
+replica (docs/controller.md, "Rollouts").
+
 Names are deterministic: `<replica>-<engine>` for workloads, `<replica>-<engine>-<role>` for
 templates, cut to a DNS label (63) with a 5-hex hash of the full name when too long. No
 CPU/memory requests are set (a known limitation carried over from Modelplane).
@@ -60,6 +66,17 @@ GPU_TOLERATION: Final[Mapping[str, str]] = {
     "key": "nvidia.com/gpu",
     "operator": "Exists",
     "effect": "NoSchedule",
+}
+
+#: Every replica's Deployment: replace a pod in place, never surge (DESIGN.md decision 11).
+DEPLOYMENT_STRATEGY: Final[Mapping[str, Any]] = {
+    "type": "RollingUpdate",
+    "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+}
+#: Every replica's LeaderWorkerSet: the same, in groups.
+LWS_ROLLOUT_STRATEGY: Final[Mapping[str, Any]] = {
+    "type": "RollingUpdate",
+    "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 1},
 }
 
 _MAX_NAME_CHARS: Final = 63
@@ -301,6 +318,9 @@ def _deployment(name: str, namespace: str, base: Mapping[str, str], copies: int,
                     labels.ENGINE: base[labels.ENGINE],
                 }
             },
+            # No surge pod: a cluster never needs a GPU that does not exist. The replica's
+            # template does not change in place (the hub rolls by making a new replica).
+            "strategy": copy_json(dict(DEPLOYMENT_STRATEGY)),
             "template": pod,
         },
     }
@@ -321,6 +341,7 @@ def _leader_worker_set(
         "metadata": {"name": name, "namespace": namespace, "labels": dict(base)},
         "spec": {
             "replicas": copies,
+            "rolloutStrategy": copy_json(dict(LWS_ROLLOUT_STRATEGY)),
             "leaderWorkerTemplate": {
                 "size": 1 + worker_nodes,
                 "leaderTemplate": leader,

@@ -283,6 +283,8 @@ class ObservedReplica:
                 }
                 for m in p.members
             ]
+            if p.ready_pods:
+                body["readyPods"] = p.ready_pods
             if p.unschedulable_pods:
                 body["unschedulablePods"] = p.unschedulable_pods
                 if p.unschedulable_since is not None:

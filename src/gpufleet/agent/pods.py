@@ -44,6 +44,8 @@ class Member:
     #: earliest time one was so marked (None: no such pod gives a time).
     unschedulable: list[str] = field(default_factory=list)
     unschedulable_since: datetime | None = None
+    #: Live pods of any generation that are Running and Ready: the member serves.
+    ready_pods: int = 0
 
 
 @dataclass(slots=True)
@@ -210,7 +212,8 @@ def _pod_claim_names(
 #: been created; whether its claim fields are malformed (never counted allocated); whether
 #: it is neither Succeeded, Failed nor deleting; its node; whether it waits unbound with
 #: `PodScheduled=False, reason Unschedulable`, and since when (that condition's
-#: `lastTransitionTime`; None when absent or unparsable). A plain tuple (see `ClaimInfo`).
+#: `lastTransitionTime`; None when absent or unparsable); whether it is Running with
+#: `Ready=True`. A plain tuple (see `ClaimInfo`).
 PodInfo = tuple[
     tuple[str, str],
     str | None,
@@ -224,8 +227,9 @@ PodInfo = tuple[
     str,
     bool,
     datetime | None,
+    bool,
 ]
-_NO_REPLICA: Final = (None, "", "", None, (), False, False, False, "", False, None)
+_NO_REPLICA: Final = (None, "", "", None, (), False, False, False, "", False, None, False)
 
 
 def _unschedulable(
@@ -249,6 +253,19 @@ def _unschedulable(
     return False, None
 
 
+def _is_ready(status: Mapping[str, Any]) -> bool:
+    """Running with `Ready=True`: the pod serves."""
+    if status.get("phase") != "Running":
+        return False
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list | tuple):
+        return False
+    return any(
+        isinstance(c, Mapping) and c.get("type") == "Ready" and c.get("status") == "True"
+        for c in conditions
+    )
+
+
 def read_pod(pod: RawObject) -> PodInfo:
     meta = pod.get("metadata")
     if not (type(meta) is dict or isinstance(meta, Mapping)):
@@ -266,6 +283,9 @@ def read_pod(pod: RawObject) -> PodInfo:
     claim_names, is_complete = claim_info if claim_info is not None else ((), False)
     engine, role, node = labels.get(ENGINE_LABEL), labels.get(MEMBER_LABEL), spec.get("nodeName")
     is_unschedulable, since = _unschedulable(spec, status) if not node else (False, None)
+    is_live = status.get("phase") not in ("Succeeded", "Failed") and (
+        meta.get("deletionTimestamp") is None
+    )
     return (
         key,
         replica_name,
@@ -275,11 +295,11 @@ def read_pod(pod: RawObject) -> PodInfo:
         claim_names,
         is_complete,
         claim_info is None,
-        status.get("phase") not in ("Succeeded", "Failed")
-        and meta.get("deletionTimestamp") is None,
+        is_live,
         node if type(node) is str else as_str(node),
         is_unschedulable,
         since,
+        is_live and _is_ready(status),
     )
 
 
@@ -305,6 +325,7 @@ def count_pods(
             node_name,
             is_unschedulable,
             since,
+            is_ready,
         ) = pod
         if is_malformed:
             rep.problems.add(f"pod {key[1]}: resourceClaims")
@@ -324,26 +345,28 @@ def count_pods(
                 prev = rep.pool_last.get(pool)
                 if prev is None or latest > prev:
                     rep.pool_last[pool] = latest
-        if member is None or rep.generation is None:
+        if member is None or rep.generation is None or not is_live:
             continue
-        if pod_generation != rep.generation_label and as_int(pod_generation) != rep.generation:
-            continue
-        if not is_live:
-            continue
-        member.live_pods += 1
-        if is_allocated:
-            member.allocated_pods += 1
-        elif is_unschedulable and member.is_claiming:
+        # Serving and stuck are judged over the pods of every generation (a replica whose
+        # old pod serves while its new one waits is not stuck); accounting, over the current.
+        member.ready_pods += is_ready
+        if is_unschedulable and member.is_claiming and not is_allocated:
             member.unschedulable.append(key[1])
             if since is not None and (
                 member.unschedulable_since is None or since < member.unschedulable_since
             ):
                 member.unschedulable_since = since
+        if pod_generation != rep.generation_label and as_int(pod_generation) != rep.generation:
+            continue
+        member.live_pods += 1
+        if is_allocated:
+            member.allocated_pods += 1
 
 
 def observed_replica(rep: Replica) -> ObservedReplica:
     by_pool: dict[str, list[MemberPods]] = defaultdict(list)
     stuck: dict[str, tuple[int, datetime | None]] = {}
+    ready: dict[str, int] = defaultdict(int)
     waiting: list[tuple[str, str]] = []
     is_scheduled = rep.is_readable
     for key in sorted(rep.members):
@@ -352,6 +375,7 @@ def observed_replica(rep: Replica) -> ObservedReplica:
             is_scheduled = False
         if m.pool is not None:
             by_pool[m.pool].append(MemberPods(m.engine, m.role, m.live_pods, m.allocated_pods))
+            ready[m.pool] += m.ready_pods
             if m.unschedulable:
                 stuck[m.pool] = _stuck_add(stuck.get(m.pool), m)
                 waiting.extend((m.pool, pod) for pod in m.unschedulable)
@@ -363,6 +387,7 @@ def observed_replica(rep: Replica) -> ObservedReplica:
             rep.pool_last.get(p),
             tuple(by_pool[p]),
             *stuck.get(p, (0, None)),
+            ready_pods=ready.get(p, 0),
         )
         for p in sorted(by_pool)
     )

@@ -259,6 +259,7 @@ def _pool_status(pool: ReplicaPoolPodsStatus) -> ReplicaPoolStatus:
         unschedulable_since=pool.unschedulable_since,
         scale_up=ScaleUp(pool.scale_up) if pool.scale_up is not None else None,
         scale_up_at=pool.scale_up_time,
+        ready_pods=pool.ready_pods,
     )
 
 

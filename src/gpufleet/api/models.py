@@ -806,8 +806,11 @@ class ReplicaPoolPodsStatus(ApiModel):
     """The latest allocation of the replica's claims on the pool."""
     members: list[MemberPodsStatus] = Field(default_factory=list)
     """Pod counts per engine and member."""
+    ready_pods: NonNegativeInt = 0
+    """Live pods of the replica on the pool, of any generation, Running with Ready=True: a
+    replica with one serves and is never re-placed as stuck."""
     unschedulable_pods: NonNegativeInt = 0
-    """Live claiming pods of the current generation that kube-scheduler marked
+    """Live claiming pods, of any generation and not allocated, that kube-scheduler marked
     Unschedulable."""
     unschedulable_since: AwareDatetime | None = None
     """The earliest time one of those pods was marked Unschedulable."""

@@ -102,7 +102,11 @@ class DecisionWriter(ReportEvents):
         ready = total - len(pending)
         scheduled = replica_docs.decision_condition(decided.condition)
         replaced = self.replacer.replaced(namespace, decided.key.name, now)
-        running = running_condition(total, ready, pending, replaced)
+        short = decided.condition.reason if decided.condition.status == "False" else ""
+        if not short and decided.diagnosis is not None:
+            code = decided.diagnosis.dominant_code(decided.diagnosis.blocking_counts())
+            short = code.value if code is not None else ""
+        running = running_condition(total, ready, pending, replaced, decided.desired, short)
 
         def desire(current: ReadObj) -> Obj:
             return replica_docs.deployment_status(current, scheduled, total, ready, now, running)

@@ -10,12 +10,17 @@ A replica is *stuck* (docs/controller.md, "Re-placement"):
   autoscaler says it is adding a node for them (`scaleUp: Triggered`), the replica waits
   `scale_up_timeout_s` from that verdict as well; `NotTriggered` waits for nothing more.
 
-A replica whose pods are all scheduled is never stuck (a running replica is never moved), and
-neither is one whose unschedulable pods give no time (errs toward not moving).
+A replica whose pods are all scheduled is never stuck (a running replica is never moved),
+neither is one that serves (a pod of any generation Running and Ready: its old pod serves while
+a new one waits), and neither is one whose unschedulable pods give no time (errs toward not
+moving). Unschedulable pods are counted over every generation of the replica.
 
 `Replacer` is the controller's memory of re-placements: per (deployment, cluster, pool) how
-many times a replica of the deployment was stuck there and until when the pool is avoided (a
-backoff of `replace_backoff_s`, doubled on each repeat, at most `replace_backoff_max_s`; the
+many times the deployment was stuck there and until when the pool is avoided (a backoff of
+`replace_backoff_s`, doubled on each repeat, at most `replace_backoff_max_s`). One *episode*
+is every replica of the deployment found stuck there while its backoff stands: they share it
+(four replicas stuck in one step back off 2 minutes, not 16), and a repeat is a replica stuck
+there again after the backoff ended (the
 count is forgotten once the pool has been free of repeats for `replace_backoff_max_s` after its
 backoff ended), and the stuck replicas already counted. From it, every step, the core's
 `Snapshot.avoid`: what the pure `schedule` reads, so a decision stays a function of its inputs.
@@ -78,6 +83,8 @@ def stuck_pools(
     status = replica.status
     if status.pods_scheduled or status.observed_generation != replica.generation:
         return [], None
+    if status.is_serving:
+        return [], None  # what serves is never deleted as stuck
     found: list[_Stuck] = []
     due: datetime | None = None
     for pool in status.pools:
@@ -158,16 +165,25 @@ class Replacer:
         pool, cause, message = stuck
         dep = replica.deployment
         key = (dep.namespace, dep.name, replica.cluster, pool or "")
-        repeats = self._repeats[key][0] + 1 if key in self._repeats else 1
+        known = self._repeats.get(key)
         base, cap = self.config.replace_backoff_s, self.config.replace_backoff_max_s
-        backoff = min(cap, base * 2 ** min(repeats - 1, 32))
+        named = PoolName(pool) if pool is not None else None
         where = f"{replica.cluster}/{pool}" if pool else f"cluster {replica.cluster}"
+        if known is not None and known[1].until > now:
+            # The same episode: its backoff stands, and this replica is named under it.
+            repeats, until = known[0], known[1].until
+            text = (
+                f"replica {replica.name}: {message}; {where} avoided until "
+                f"{format_time(until)} (repeat {repeats}, the backoff of this episode)"
+            )
+            return Avoid(dep, replica.cluster, named, until, cause, text, replica.name)
+        repeats = known[0] + 1 if known is not None else 1
+        backoff = min(cap, base * 2 ** min(repeats - 1, 32))
         text = (
             f"replica {replica.name}: {message}; {where} avoided for {_seconds(backoff)} "
             f"(repeat {repeats}, backoff {_seconds(base)} doubling to {_seconds(cap)})"
         )
         until = now + timedelta(seconds=backoff)
-        named = PoolName(pool) if pool is not None else None
         avoid = Avoid(dep, replica.cluster, named, until, cause, text, replica.name)
         self._repeats[key] = (repeats, dataclasses.replace(avoid, replica=""))
         return avoid
@@ -194,15 +210,28 @@ def _order(a: Avoid) -> tuple[object, ...]:
 
 
 def running_condition(
-    total: int, running: int, pending: Sequence[tuple[str, Any]], replaced: Sequence[Avoid]
+    total: int,
+    running: int,
+    pending: Sequence[tuple[str, Any]],
+    replaced: Sequence[Avoid],
+    desired: int | None = None,
+    short_reason: str = "",
 ) -> Obj:
-    """`ReplicasRunning`: True when every placed replica has all its pods scheduled; else
-    False with `Replaced` (a replica was re-placed and its backoff stands), `PodsUnschedulable`
-    (some replica has unschedulable pods) or `PodsPending`, naming the replicas not running.
+    """`ReplicasRunning`: True when the deployment has every desired replica placed and each
+    has all its pods scheduled; else False until it is whole again, with the reason:
+
+    - `BackingOff`: fewer placed than desired while a re-placement's backoff stands (the stuck
+      replica went and its replacement has nowhere to go yet); the message gives the end time;
+    - `Replaced`: a replica was re-placed, its backoff stands and its replacement does not run
+      yet (the message adds why, with numbers, and until when);
+    - `short_reason` (the diagnosis' dominant code, e.g. `InsufficientGPU`; `NoRoomForSurge`
+      while a rollout waits): fewer placed than desired for another reason;
+    - `PodsUnschedulable` (some replica has unschedulable pods) or `PodsPending`.
 
     `pending` holds (name, its `ModelPodsScheduled` condition or None) of each placed replica
-    not running."""
-    if not pending:
+    not running; `desired` None means `total`."""
+    want = total if desired is None else desired
+    if not pending and total >= want:
         return condition(
             REPLICAS_RUNNING,
             "True",
@@ -210,23 +239,25 @@ def running_condition(
             f"{running} of {total} replicas have every pod scheduled",
         )
     listed = []
-    unschedulable = False
     for name, found in pending[:_MAX_LISTED]:
         reason = (found or {}).get("reason") or PodsReason.NOT_OBSERVED.value
-        unschedulable = unschedulable or reason == PodsReason.PODS_UNSCHEDULABLE.value
         listed.append(f"{name} ({reason})")
     if len(pending) > _MAX_LISTED:
         listed.append(f"and {len(pending) - _MAX_LISTED} more")
-    unschedulable = unschedulable or any(
+    unschedulable = any(
         (f or {}).get("reason") == PodsReason.PODS_UNSCHEDULABLE.value for _, f in pending
     )
-    message = (
-        f"{running} of {total} replicas running; {len(pending)} placed but not all pods "
-        f"scheduled: {', '.join(listed)}"
-    )
+    message = f"{running} of {want} replicas running"
+    if total < want:
+        message += f"; {total} of {want} placed"
+    if pending:
+        message += f"; {len(pending)} placed but not all pods scheduled: {', '.join(listed)}"
     if replaced:
-        reason = "Replaced"
-        message = f"{message}; re-placed: {replaced[0].message}"
+        until = format_time(replaced[0].until)
+        message = f"{message}; re-placed: {replaced[0].message}; backing off until {until}"
+        reason = "BackingOff" if total < want else "Replaced"
+    elif total < want:
+        reason = short_reason or "ReplicasUnplaced"
     elif unschedulable:
         reason = ReasonCode.PODS_UNSCHEDULABLE.value
     else:

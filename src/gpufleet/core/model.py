@@ -321,7 +321,7 @@ class ReplicaPoolStatus:
     pool: PoolName
     last_allocation_time: datetime | None
     members: tuple[MemberPods, ...] = ()
-    #: Live claiming pods of the current generation that kube-scheduler marked
+    #: Live claiming pods (of any generation, not allocated) that kube-scheduler marked
     #: `PodScheduled=False, reason Unschedulable`, and the earliest time one was so marked
     #: (its condition's `lastTransitionTime`; None when no such pod gives one).
     unschedulable_pods: int = 0
@@ -330,6 +330,8 @@ class ReplicaPoolStatus:
     #: given (the event's time); None when it said nothing.
     scale_up: ScaleUp | None = None
     scale_up_at: datetime | None = None
+    #: Live pods of the replica on the pool, of any generation, Running with `Ready=True`.
+    ready_pods: int = 0
 
 
 class ScaleUp(StrEnum):
@@ -352,6 +354,12 @@ class ReplicaStatus:
     pods_scheduled: bool = False
     observed_generation: int | None = None
     pools: tuple[ReplicaPoolStatus, ...] = ()
+
+    @property
+    def is_serving(self) -> bool:
+        """Whether some pod of the replica (of any generation) is Running and Ready: then it is
+        never deleted as stuck (DESIGN.md decision 11)."""
+        return any(p.ready_pods for p in self.pools)
 
 
 @dataclass(frozen=True, slots=True)

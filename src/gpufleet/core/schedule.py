@@ -7,8 +7,8 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
    goes when its cluster is gone or no longer selected, the cluster carries an untolerated
    NoExecute taint, its (cluster, index) is already kept, or re-resolving it against its pinned
    pools with the current definition fails, or a standing `Snapshot.avoid` entry names it and
-   its pods are not all scheduled (re-placement: `PodsUnschedulable`, `PolicyDenied`; a running
-   replica is never moved). Kept replicas are re-stamped. Then drop from the most loaded
+   its pods are not all scheduled and none serves (re-placement: `PodsUnschedulable`,
+   `PolicyDenied`; a running or serving replica is never moved). Kept replicas are re-stamped. Then drop from the most loaded
    cluster (ties: the later name), highest index first.
 3. Charge every surviving replica of every deployment, and every replica whose deployment is
    not in the snapshot (they still hold devices), in canonical order (replica name), per pod
@@ -666,8 +666,8 @@ def _retain(
             drop(replica, diagnosis.cluster_missing(replica.cluster))
             continue
         stuck = doomed.get(replica.name) if doomed else None
-        if stuck is not None and not replica.status.pods_scheduled:
-            drop(replica, stuck)  # it cannot run there; a running replica is never moved
+        if stuck is not None and not (replica.status.pods_scheduled or replica.status.is_serving):
+            drop(replica, stuck)  # it cannot run there; a serving replica is never moved
             continue
         if not is_selected(ledger.cluster, deployment.cluster_selector):
             drop(replica, diagnosis.not_selected(deployment.cluster_selector))

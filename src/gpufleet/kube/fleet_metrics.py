@@ -16,8 +16,9 @@ port hands them out, and returns what an SRE graphs first (docs/operations.md, "
 - **per cluster**: replicas placed (ModelReplicas pinned to it) and running (their
   `ModelPodsScheduled` condition is True: every live pod of the replica's current generation has
   its devices allocated);
-- **fleet-wide**: replicas desired (the deployments' `spec.replicas`), and deployments whose
-  `ReplicasScheduled` condition is False, by reason.
+- **fleet-wide**: replicas desired (the deployments' `spec.replicas`), deployments whose
+  `ReplicasScheduled` condition is False, by reason, and deployments short of running
+  replicas (`ReplicasRunning` False), by reason.
 
 What is not known is left out rather than guessed: a pool without a published observation has
 no device or age numbers; one without a histogram (over the bucket cap) has no free, allocated,
@@ -50,6 +51,7 @@ ReadObj = Mapping[str, Any]
 
 MODEL_PODS_SCHEDULED = "ModelPodsScheduled"
 REPLICAS_SCHEDULED = "ReplicasScheduled"
+REPLICAS_RUNNING = "ReplicasRunning"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,9 @@ class FleetCapacity:
     replicas_desired: int
     #: (reason, deployments whose ReplicasScheduled is False with it), by reason.
     unscheduled_deployments: tuple[tuple[str, int], ...]
+    #: (reason, deployments whose ReplicasRunning is False with it), by reason: short of
+    #: running replicas (BackingOff, Replaced, NoRoomForSurge, PodsUnschedulable...).
+    short_deployments: tuple[tuple[str, int], ...] = ()
 
 
 def _count(value: object) -> int | None:
@@ -248,16 +253,21 @@ def fleet_capacity(
                 pools.append(_pool(name, status, now))
     desired = 0
     unscheduled: Counter[str] = Counter()
+    short: Counter[str] = Counter()
     for deployment in deployments:
         desired += _count(_mapping(deployment.get("spec")).get("replicas", 1)) or 0
         scheduled = _condition(deployment, REPLICAS_SCHEDULED)
         if scheduled is not None and scheduled.get("status") == "False":
             unscheduled[str(scheduled.get("reason") or "Unknown")] += 1
+        running = _condition(deployment, REPLICAS_RUNNING)
+        if running is not None and running.get("status") == "False":
+            short[str(running.get("reason") or "Unknown")] += 1
     return FleetCapacity(
         pools=tuple(sorted(pools, key=lambda p: (p.cluster, p.pool))),
         replicas=_replicas(names, replicas),
         replicas_desired=desired,
         unscheduled_deployments=tuple(sorted(unscheduled.items())),
+        short_deployments=tuple(sorted(short.items())),
     )
 
 

@@ -226,6 +226,13 @@ def fleet_families(fleet: FleetCapacity) -> list[GaugeMetricFamily]:
     )
     for reason, count in fleet.unscheduled_deployments:
         unscheduled.add_metric([reason], count)
+    short = _gauge(
+        "gpufleet_short_deployments",
+        "ModelDeployments whose ReplicasRunning condition is False, by its reason.",
+        ["reason"],
+    )
+    for reason, count in fleet.short_deployments:
+        short.add_metric([reason], count)
     return [
         nodes,
         max_nodes,
@@ -241,6 +248,7 @@ def fleet_families(fleet: FleetCapacity) -> list[GaugeMetricFamily]:
         running,
         desired,
         unscheduled,
+        short,
     ]
 
 

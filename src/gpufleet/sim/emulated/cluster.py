@@ -24,12 +24,15 @@ kubelet), each reading the store and writing through it:
   deleted pod after `termination_grace_s` (pods carry a finalizer so a delete sets
   `deletionTimestamp` first, as the API server does for graceful deletion). Pods on a NotReady
   node are removed at once (as pod GC force-deletes pods of lost nodes).
-- **Deployment controller** keeps `replicas` pods of the current template (RollingUpdate, 25%
-  surge and unavailability, rounded as Kubernetes rounds), replacing failed ones; ReplicaSets
-  are not modelled (pods carry `pod-template-hash`). **LeaderWorkerSet controller** keeps
-  `replicas` groups of `size` pods (`<lws>-<g>` leader, `<lws>-<g>-<w>` workers); a group that
-  loses a pod is recreated whole (RecreateGroupOnPodRestart); template changes roll one group
-  at a time. **Garbage collector** deletes pods whose owning workload is gone.
+- **Deployment controller** keeps `replicas` pods of the current template by its
+  `spec.strategy` (RollingUpdate with `maxSurge`/`maxUnavailable`, default 25% each, rounded as
+  Kubernetes rounds, or Recreate: `gpufleet.sim.emulated.workload_rollout`), replacing failed ones;
+  ReplicaSets are not modelled (pods carry `pod-template-hash`). **LeaderWorkerSet
+  controller** keeps `replicas` groups of `size` pods (`<lws>-<g>` leader, `<lws>-<g>-<w>`
+  workers); a group that loses a pod is recreated whole (RecreateGroupOnPodRestart); template
+  changes roll by `rolloutStrategy.rollingUpdateConfiguration` (maxSurge default 0, surge
+  groups past `replicas`; maxUnavailable default 1). **Garbage collector** deletes pods whose
+  owning workload is gone.
 - **DRA driver** publishes one ResourceSlice per node and driver (`gpu-0..gpu-N-1`, attributes and
   capacity of the pool's class) `dra_publish_delay_s` after the node appears; slices go with the
   node.
@@ -59,7 +62,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -97,6 +99,7 @@ from gpufleet.sim.emulated.objects import (
     template_hash_of,
 )
 from gpufleet.sim.emulated.sim_store import BY_OWNER, SimStore, owner_uids
+from gpufleet.sim.emulated.workload_rollout import deployment_strategy, lws_strategy
 from gpufleet.store import format_time
 from gpufleet.store.port import (
     DEPLOYMENT,
@@ -512,8 +515,10 @@ class WorkloadCluster:
         new = [p for p in alive if p["metadata"]["labels"].get(POD_TEMPLATE_HASH) == thash]
         is_new = {id(p) for p in new}
         old = [p for p in alive if id(p) not in is_new]
-        surge = max(1, math.ceil(replicas * 0.25)) if replicas else 0
-        unavailable = math.floor(replicas * 0.25)
+        strategy = deployment_strategy(spec, replicas)
+        surge, unavailable = strategy.max_surge, strategy.max_unavailable
+        if strategy.is_recreate and self._recreating(dep, pods, thash):
+            return
         # Scale the new set down first (unbound pods first, then newest).
         excess = len(new) - replicas
         if excess > 0:
@@ -537,6 +542,24 @@ class WorkloadCluster:
             "readyReplicas": ready_new + ready_old,
         }
         self._patch_status_if_changed(dep, status)
+
+    def _recreating(self, dep: Obj, pods: list[Obj], thash: str) -> bool:
+        """Recreate: while a pod of another template is left (terminating ones too), delete
+        the live ones and create nothing; whether that is so."""
+        stale = [p for p in pods if p["metadata"]["labels"].get(POD_TEMPLATE_HASH) != thash]
+        if not stale:
+            return False
+        for pod in stale:
+            if is_alive(pod):
+                self._delete_pod(pod)
+        status = {
+            "observedGeneration": dep["metadata"].get("generation", 1),
+            "replicas": 0,
+            "updatedReplicas": 0,
+            "readyReplicas": 0,
+        }
+        self._patch_status_if_changed(dep, status)
+        return True
 
     def _template_hash(self, uid: str, template: Obj) -> str:
         """`template_hash_of(template)`, remembered while the workload keeps the same template object:
@@ -567,37 +590,44 @@ class WorkloadCluster:
         lwt = spec["leaderWorkerTemplate"]
         size = int(lwt.get("size", 1))
         thash = self._template_hash(meta["uid"], lwt)
+        strategy = lws_strategy(spec, replicas)
         groups: dict[int, list[Obj]] = defaultdict(list)
         for pod in owned:
             groups[int(pod["metadata"]["labels"][LWS_GROUP_INDEX])].append(pod)
-        # Roll one group at a time: only while every group is whole and ready.
-        is_rolling = any(
-            len(groups[g]) < size or not all(is_ready(p) for p in groups[g])
-            for g in groups
-            if g < replicas
+
+        def is_whole(g: int) -> bool:
+            pods = groups.get(g, [])
+            return len(pods) == size and all(is_ready(p) for p in pods)
+
+        def is_stale(g: int) -> bool:
+            return any(p["metadata"]["labels"].get(LWS_TEMPLATE_HASH) != thash for p in groups[g])
+
+        # While a group below `replicas` is of another template, up to maxSurge extra groups
+        # of the new one (past `replicas`); a group goes only while maxUnavailable allows.
+        # Surge groups stay until every group below `replicas` is new, whole and ready.
+        is_rolling = any(is_stale(g) for g in groups if g < replicas) or (
+            any(g >= replicas for g in groups) and not all(is_whole(g) for g in range(replicas))
         )
+        limit = replicas + (strategy.max_surge if is_rolling else 0)
+        available = sum(1 for g in groups if g < limit and is_whole(g))
+        floor = replicas - strategy.max_unavailable
         for g in sorted(groups):
             pods = groups[g]
-            broken = (
-                any(
-                    p["status"].get("phase") in ("Failed", "Succeeded") or not is_alive(p)
-                    for p in pods
-                )
-                or len(pods) < size
+            broken = len(pods) < size or any(
+                p["status"].get("phase") in ("Failed", "Succeeded") or not is_alive(p) for p in pods
             )
-            stale = any(p["metadata"]["labels"].get(LWS_TEMPLATE_HASH) != thash for p in pods)
-            if g >= replicas or (broken and len(pods) > 0 and any_alive(pods)):
+            if g >= limit or (broken and any_alive(pods)):
                 for p in pods:
                     self._delete_pod(p)
-                is_rolling = is_rolling or g < replicas
-            elif stale and not is_rolling:
+                available -= g < limit and is_whole(g)
+            elif is_stale(g) and g < replicas and (not is_whole(g) or available - 1 >= floor):
                 for p in pods:
                     self._delete_pod(p)
-                is_rolling = True
+                available -= is_whole(g)
         ready = 0
-        for g in range(replicas):
+        for g in range(limit):
             if groups.get(g):
-                ready += all(is_ready(p) for p in groups[g]) and len(groups[g]) == size
+                ready += is_whole(g)
                 continue
             for w in range(size):
                 template = lwt["leaderTemplate"] if w == 0 else lwt["workerTemplate"]
