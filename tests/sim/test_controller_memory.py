@@ -7,7 +7,8 @@ stores, the same log, the same refusals and the same errors.
 Only what a controller must remember to be correct survives a step in the forgetful one: its
 assume ledger, the lease epochs it accepted, when it received each report version (reports
 age from their receipt, docs/controller.md), which events it already recorded, and its
-memory of re-placements (the backoffs that stand: controller/replace.py).
+memory of re-placements (the backoffs that stand: controller/replace.py) and its quarantine
+(the objects whose processing raised, and their backoffs: controller/barrier.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _REMEMBERED = {
     "epochs",
     "receipts",
     "replacer",
+    "quarantine",
 }
 
 

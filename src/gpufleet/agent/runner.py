@@ -45,6 +45,17 @@ resourceVersion moved (or that came or went) since its last call and at what it 
 last push left (the versions on the hub are kept from the hub's change feed,
 `ObservationVersions`, not read again).
 
+**Fault barrier** (client-go's `HandleCrash` plus a rate-limited requeue, as the controller's,
+docs/agent.md). A bug must cost one replica, never the cluster. When materializing raises, the
+replica that makes it raise is found by bisection (its desired objects made again, alone, from
+scratch) and quarantined: the step says so in its errors, the replica's last version that
+materialized stands (its workloads are left as they were; a replica never materialized is left
+out) and it is retried after a backoff (`fault_backoff_s`, doubled on each failure in a row, at
+most `fault_backoff_max_s`), or at once when it changes. A failure no one replica explains, or
+one while observing, stops that half of the step only: the half's incremental state is dropped
+(the next try lists the cluster again, so no change read by the failed step is lost) and it is
+retried with the same backoff. `AgentFaults` is the declared fault-injection seam.
+
 The cluster's policy for tenant pod templates (`AgentConfig.policy`, `gpufleet.agent.policy`)
 is enforced in both halves: a replica that breaks it is not materialized, and its observation
 says why (`PolicyGate`: `podsScheduled: false`, condition `PolicyAllowed=False`). Its verdict
@@ -60,8 +71,8 @@ import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Final, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, Final, Protocol, TypeVar
 
 from gpufleet.agent.admission import PolicyGate
 from gpufleet.agent.feed import ClusterFeed
@@ -79,7 +90,7 @@ from gpufleet.agent.reads import declared_pools
 from gpufleet.agent.scaleup import ScaleUpVerdicts
 from gpufleet.agent.steer import Steerer, steering_of
 from gpufleet.agent.table import FreeDeviceTable
-from gpufleet.agent.workloads import OWNED_KINDS, PassOutcome, Workloads
+from gpufleet.agent.workloads import OWNED_KINDS, DesiredState, PassOutcome, Workloads
 from gpufleet.api.models import STANDALONE_LEASE
 from gpufleet.api.names import cluster_namespace, replica_object_name
 from gpufleet.core import labels
@@ -133,6 +144,34 @@ class AgentConfig:
     #: while the agent has not read its InferenceCluster; once read, its `spec.steering` (what
     #: the hub predicts by) is followed.
     steering: Steering = Steering.PREFERRED
+    #: A half of the step or a replica whose processing raised is retried after this long,
+    #: doubled on each failure in a row, at most `fault_backoff_max_s` (the fault barrier).
+    fault_backoff_s: float = 1.0
+    fault_backoff_max_s: float = 300.0
+
+
+class AgentFaults(Protocol):
+    """The fault-injection seam: raise to make `point` fail; `point` is `observe` (the
+    observe-and-push half, `key` ("", "")) or `materialize` (per replica (namespace, name),
+    checked before the half and when its culprit is looked for)."""
+
+    def check(self, point: str, key: tuple[str, str]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """Why and until when a half of the step, or a replica, waits (the fault barrier)."""
+
+    error: str
+    count: int
+    retry_at: datetime
+    #: The resourceVersion of the replica that failed (another version is tried at once).
+    version: object = None
+
+
+#: The keys of the two halves in `Agent.quarantine` (replicas are (namespace, name)).
+_OBSERVE: Final = ("", "observe")
+_MATERIALIZE: Final = ("", "materialize")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +209,7 @@ class Agent:
         identity: str = "agent",
         lease_epoch: int = 1,
         lease_uid: str = STANDALONE_LEASE,
+        faults: AgentFaults | None = None,
     ) -> None:
         self.cluster_name = cluster_name
         self.local = local
@@ -183,6 +223,16 @@ class Agent:
         self.namespace = observation_namespace(cluster_name)
         #: Its ModelReplicas, read from its hub namespace only, as their deployments see them.
         self._hub_replicas = HubReplicas(hub, cluster_name)
+        #: The fault barrier: what failed (a half of the step, or a replica) and its backoff.
+        self.faults = faults
+        self.quarantine: dict[tuple[str, str], _Failure] = {}
+        #: The replicas the last materialize that raised nothing was given (held, not copied).
+        self._materialized: Sequence[Mapping[str, Any]] = ()
+        self._start_observing()
+
+    def _start_observing(self) -> None:
+        """Observe from scratch: what the observe half keeps between steps, made new (as
+        after a restart, but for the lease and the last push's time)."""
         self._policy_gate = PolicyGate(self.config.policy)
         self._last_push_at: datetime | None = None
         #: The mappings of the last report pushed (held: their identities stay theirs).
@@ -193,9 +243,9 @@ class Agent:
         )
         #: The cluster's free-device table, fed by its change feed.
         self.table = FreeDeviceTable(self.config.observe)
-        self._feed = ClusterFeed(local, self.table)
+        self._feed = ClusterFeed(self.local, self.table)
         #: The cluster autoscaler's verdicts on unschedulable pods (their Events).
-        self._scale_up = ScaleUpVerdicts(local)
+        self._scale_up = ScaleUpVerdicts(self.local)
         #: The last status body made from each pool's and replica's observation: an equal
         #: observation reuses it, so unchanged content is the same object step after step and
         #: compares (and diffs) by identity.
@@ -206,12 +256,12 @@ class Agent:
         self._last_report_pools: dict[str, Obj] = {}
         self._last_report_replicas: Mapping[str, tuple[Obj, Obj]] = {}
         #: The versions of the ReplicaObservations on the hub, by name, kept from its feed.
-        self._hub_versions = ObservationVersions(hub, self.namespace)
+        self._hub_versions = ObservationVersions(self.hub, self.namespace)
         #: The materialize half of the step.
         #: Chooses the nodes of new replicas' claiming pods; its mode follows the
         #: InferenceCluster's `spec.steering` (read with the declared pools).
-        self._steerer = Steerer(self.config.steering, self.table.free_devices, self._allocated_pods)
-        self._workloads = Workloads(local, self._retry, self.config.policy, self._steerer)
+        self._steerer = Steerer(self.config.steering, self._free_devices, self._allocated_pods)
+        self._workloads = Workloads(self.local, self._retry, self.config.policy, self._steerer)
         #: Per observation (kind, name), the object as our last write left it, and the status
         #: content (without agent/observedAt) written then. The next write patches it blind,
         #: guarded by its resourceVersion, instead of reading it again.
@@ -230,15 +280,147 @@ class Agent:
     # --- the step -------------------------------------------------------------------------
 
     def step(self, now: datetime) -> StepOutcome:
-        """Observe, push if due, and materialize."""
+        """Observe, push if due, and materialize, each half behind the fault barrier."""
         outcome = StepOutcome()
         replicas = self.read_replicas(outcome)
         if replicas is None:
             return outcome
-        report = self.observe(now, replicas)
-        self.push(report, now, outcome)
-        self.materialize(replicas, outcome)
+        if self._is_open(_OBSERVE, now):
+            try:
+                if self.faults is not None:
+                    self.faults.check("observe", ("", ""))
+                report = self.observe(now, replicas)
+                self.push(report, now, outcome)
+            except Exception as e:
+                log.exception("agent %s: observing failed", self.cluster_name)
+                self._fail(_OBSERVE, e, now, outcome)
+                self._start_observing()  # list the cluster again: no change read is lost
+                self._last_pushed_from = None
+            else:
+                self.quarantine.pop(_OBSERVE, None)
+        if self._is_open(_MATERIALIZE, now):
+            self._materialize_behind_barrier(replicas, now, outcome)
         return outcome
+
+    # --- the fault barrier ----------------------------------------------------------------
+
+    def _is_open(self, key: tuple[str, str], now: datetime) -> bool:
+        failure = self.quarantine.get(key)
+        return failure is None or failure.retry_at <= now
+
+    def _fail(
+        self,
+        key: tuple[str, str],
+        error: Exception,
+        now: datetime,
+        outcome: StepOutcome,
+        version: object = None,
+    ) -> None:
+        last = self.quarantine.get(key)
+        count = 1 if last is None else last.count + 1
+        config = self.config
+        wait_s = min(config.fault_backoff_max_s, config.fault_backoff_s * 2 ** min(count - 1, 62))
+        text = f"{type(error).__name__}: {error}"[:500]
+        self.quarantine[key] = _Failure(text, count, now + timedelta(seconds=wait_s), version)
+        what = key[1] if not key[0] else f"replica {key[0]}/{key[1]}"
+        outcome.errors.append(f"{what} failed ({count} in a row): {text}; retried in {wait_s:g} s")
+
+    def _materialize_behind_barrier(
+        self, replicas: Sequence[Mapping[str, Any]], now: datetime, outcome: StepOutcome
+    ) -> None:
+        """`materialize`, with each replica that makes it raise quarantined (bisection) and
+        the others materialized; a failure no one replica explains waits as a whole."""
+        for _ in range(8):  # at most this many culprits per step
+            given = self._held_back(replicas, now) if len(self.quarantine) > 0 else replicas
+            try:
+                self._check_each(given, now)
+                self.materialize(given, outcome)
+            except Exception as e:
+                log.exception("agent %s: materializing failed", self.cluster_name)
+                # Its memory may hold half a pass: the next look is at everything.
+                self._workloads = Workloads(
+                    self.local, self._retry, self.config.policy, self._steerer
+                )
+                culprit = self._culprit(given, now)
+                if culprit is None:
+                    self._fail(_MATERIALIZE, e, now, outcome)
+                    return
+                key = _key_of(culprit)
+                self._fail(key, e, now, outcome, _version_of(culprit))
+                continue
+            self._materialized = given
+            self.quarantine.pop(_MATERIALIZE, None)
+            self._release(replicas, now)
+            return
+        self._fail(_MATERIALIZE, RuntimeError("too many replicas failed"), now, outcome)
+
+    def _check_each(self, replicas: Sequence[Mapping[str, Any]], now: datetime) -> None:
+        """The seam's check of each replica but those held back at a version that
+        materialized (`_held_back`)."""
+        if self.faults is not None:
+            for r in replicas:
+                key = _key_of(r)
+                if self._is_open(key, now):
+                    self.faults.check("materialize", key)
+
+    def _culprit(
+        self, replicas: Sequence[Mapping[str, Any]], now: datetime
+    ) -> Mapping[str, Any] | None:
+        """The one replica whose desired objects raise, made alone from scratch (bisection);
+        None when no one replica explains the failure."""
+
+        def fails(part: Sequence[Mapping[str, Any]]) -> bool:
+            try:
+                self._check_each(part, now)
+                DesiredState(self.config.policy).update(part)
+            except Exception:
+                return True
+            return False
+
+        candidates = list(replicas)
+        if not fails(candidates):
+            return None
+        while len(candidates) > 1:
+            half = len(candidates) // 2
+            for part in (candidates[:half], candidates[half:]):
+                if fails(part):
+                    candidates = part
+                    break
+            else:
+                return None  # only together
+        return candidates[0]
+
+    def _held_back(
+        self, replicas: Sequence[Mapping[str, Any]], now: datetime
+    ) -> list[Mapping[str, Any]]:
+        """`replicas`, with each quarantined one (its backoff standing, the same version)
+        as it last materialized, or left out when it never did."""
+        last = {_key_of(r): r for r in self._materialized}
+        out: list[Mapping[str, Any]] = []
+        for r in replicas:
+            key = _key_of(r)
+            failure = self.quarantine.get(key)
+            if failure is None or failure.retry_at <= now or failure.version != _version_of(r):
+                out.append(r)
+            elif key in last:
+                out.append(last[key])
+        return out
+
+    def _release(self, replicas: Sequence[Mapping[str, Any]], now: datetime) -> None:
+        """Forget the quarantined replicas that just materialized (or are gone)."""
+        present = {_key_of(r): r for r in replicas} if len(self.quarantine) > 0 else {}
+        for key, failure in list(self.quarantine.items()):
+            replica = present.get(key)
+            if key[0] and (
+                replica is None
+                or failure.retry_at <= now
+                or failure.version != _version_of(replica)
+            ):
+                del self.quarantine[key]
+
+    def _free_devices(self, pool: str) -> Mapping[str, Mapping[Any, int]]:
+        """`FreeDeviceTable.free_devices` of the table in use (it is made again on a fault)."""
+        return self.table.free_devices(pool)
 
     def read_replicas(self, outcome: StepOutcome | None = None) -> list[Mapping[str, Any]] | None:
         """The ModelReplicas assigned to this cluster (read-only), or None when the hub is
@@ -589,6 +771,15 @@ _ReplicasLeft = tuple[
 ]
 
 _O = TypeVar("_O", ObservedPool, ObservedReplica)
+
+
+def _key_of(replica: Mapping[str, Any]) -> tuple[str, str]:
+    meta = replica.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+
+
+def _version_of(replica: Mapping[str, Any]) -> object:
+    return (replica.get("metadata") or {}).get("resourceVersion")
 
 
 def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:

@@ -64,6 +64,10 @@ class ControllerConfig:
     #: doubled on each repeat, at most `replace_backoff_max_s`.
     replace_backoff_s: float = 120.0
     replace_backoff_max_s: float = 1800.0
+    #: An object whose processing raised is retried after this long, doubled on each failure
+    #: in a row, at most `fault_backoff_max_s` (the fault barrier, barrier.py).
+    fault_backoff_s: float = 1.0
+    fault_backoff_max_s: float = 300.0
     #: Per cluster, how its own scheduler picks nodes (default Spread).
     node_choice: Mapping[str, NodeChoice] = field(default_factory=dict)
     #: `source.component` / `reportingComponent` of the Events the controller writes.

@@ -51,6 +51,8 @@ class EventReason(StrEnum):
     IMPLAUSIBLE_REPORT = "ImplausibleReport"
     #: A cluster's observation is stamped beyond the clock-skew tolerance: not accepted.
     FUTURE_AGENT_REPORT = "FutureAgentReport"
+    #: Processing the object raised: it is quarantined and retried with backoff (barrier.py).
+    PROCESSING_FAILED = "ProcessingFailed"
 
 
 @dataclass(frozen=True, slots=True)

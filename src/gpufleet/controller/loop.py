@@ -55,16 +55,16 @@ from gpufleet.api import FieldError, InferenceClass, InferenceCluster, cluster_f
 from gpufleet.api.times import parse_time
 from gpufleet.controller import replicas as replica_docs
 from gpufleet.controller.apply import DecisionWriter
+from gpufleet.controller.barrier import FaultPoint, Faults, Quarantine, describe
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
-from gpufleet.controller.events import (
-    Recorder,
-)
+from gpufleet.controller.events import Recorder
 from gpufleet.controller.fence import Fence, known_fence, published_fence, remember
 from gpufleet.controller.index import (
     HubIndex,
     Key,
     Receipts,
+    Record,
     is_deleting,
     name_of,
     version_of,
@@ -92,7 +92,7 @@ from gpufleet.controller.status import (
 from gpufleet.core.capacity import cluster_freshness
 from gpufleet.core.decision import Decision, DeploymentDecision, ObservationState
 from gpufleet.core.model import Cluster, Deployment, Replica, SchedulingConfig, Snapshot
-from gpufleet.core.schedule import ScheduleMemo, SnapshotError, schedule
+from gpufleet.core.schedule import ScheduleMemo, SnapshotError
 from gpufleet.store import Kind, Store, StoreError
 from gpufleet.store.port import (
     INFERENCE_CLASS,
@@ -249,6 +249,7 @@ class Controller(DecisionWriter):
         identity: str = "gpufleet-controller",
         *,
         timer: Callable[[], float] | None = None,
+        faults: Faults | None = None,
     ) -> None:
         self.hub = hub
         self.config = config or ControllerConfig()
@@ -267,6 +268,11 @@ class Controller(DecisionWriter):
         self.quiet_steps = 0
         #: What was re-placed, and the backoffs that stand (replace.py).
         self.replacer = Replacer(self.config)
+        #: The objects whose processing raised, and their backoffs (barrier.py).
+        config = self.config
+        self.quarantine = Quarantine(config.fault_backoff_s, config.fault_backoff_max_s, faults)
+        #: The step under way (its time and result): what `_track` reports a failure in.
+        self._step_at: tuple[datetime, StepResult] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -305,6 +311,8 @@ class Controller(DecisionWriter):
         #: The deployments not being deleted, valid (with the core's Deployment) or not.
         self._deployments: dict[Key, tuple[ReadObj, Deployment]] = {}
         self._invalid: dict[Key, tuple[ReadObj, list[FieldError]]] = {}
+        #: The deployments whose read raised (quarantined): their replicas are kept.
+        self._unread: dict[Key, ReadObj] = {}
         #: The replicas not being deleted: objects, as the core reads them, and errors.
         self._replica_objs: dict[Key, ReadObj] = {}
         self._replica_cores: dict[Key, Replica] = {}
@@ -325,19 +333,37 @@ class Controller(DecisionWriter):
 
     def step(self, now: datetime) -> StepResult:
         result = StepResult(now)
+        try:
+            self._step(now, result)
+        except Exception as e:
+            log.exception("controller step failed")
+            self._reset()  # list the hub again next step: no change read here is lost
+            self._error(result, f"step failed: {describe(e)}")
+        return result
+
+    def _step(self, now: datetime, result: StepResult) -> None:
+        self._step_at = (now, result)
         self.ledger.expire(now)
         try:
             self._sync(now)
         except StoreError as e:
             self._reset()  # list again next step
             self._error(result, f"read: {e}")
-            return result
+            return
+        self._requeue(now)
         classes, is_complete = self._classes(result)
         self._judge(now, result)
+        records = self.index.records[INFERENCE_CLUSTER]
         for name in self._clusters_to_publish(now):
-            self._publish_cluster(name, classes, now, result)
+            publish = functools.partial(self._publish_cluster, name, classes, now, result)
+            obj = records[("", name)].obj
+            _, is_done = self._run(FaultPoint.PUBLISH, INFERENCE_CLUSTER, obj, now, result, publish)
+            if not is_done:
+                self._clusters.pop(name, None)  # computed again when it is retried
         self._publish_replicas(now, result)
         self._dirty.schedule = self._collect(now, result) or self._dirty.schedule
+        if self.quarantine.faults is not None:
+            self.quarantine.faults.check(FaultPoint.STEP, "", ("", ""))
         if is_complete:
             self._schedule(classes, now, result)
         else:
@@ -345,7 +371,6 @@ class Controller(DecisionWriter):
         result.assumed = len(self.ledger)
         if result.errors:
             self._everything_dirty()  # a failed write is retried from scratch
-        return result
 
     def _sync(self, now: datetime) -> None:
         """Read the change feed and mark what the changed keys make dirty."""
@@ -364,6 +389,7 @@ class Controller(DecisionWriter):
             dirty.cores.update(k[1] for k in index.records[INFERENCE_CLUSTER])
             dirty.schedule = True
         for key in moved[INFERENCE_CLUSTER]:
+            self.quarantine.touch(INFERENCE_CLUSTER.kind, key)
             dirty.clusters.add(key[1])
             dirty.trusts.add(key[1])
             dirty.cores.add(key[1])
@@ -377,6 +403,7 @@ class Controller(DecisionWriter):
             )
             if record is None or last is None or record.signature != last.signature:
                 dirty.schedule = True
+            self.quarantine.touch(MODEL_DEPLOYMENT.kind, key)
             self._track(MODEL_DEPLOYMENT, key)
         for key in moved[MODEL_REPLICA]:
             dirty.replicas.add(key)
@@ -387,25 +414,70 @@ class Controller(DecisionWriter):
             ):
                 if record is not None:
                     dirty.deployments.add(replica_docs.deployment_of(record.obj))
+            self.quarantine.touch(MODEL_REPLICA.kind, key)
             self._track(MODEL_REPLICA, key)
         for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION):
             records = index.records[kind]
             if is_first:
                 self.receipts.keep(kind, records)
             for key in moved[kind]:
-                read = self.receipts.receive(kind, key, records.get(key), now)
-                clusters, replicas = self.reports.put(kind.kind, key, read)
-                dirty.clusters |= clusters
-                dirty.trusts |= clusters
-                dirty.replicas |= replicas
+                self.quarantine.touch(kind.kind, key)
+                self._receive(kind, key, now)
         if is_first:
             self._everything_dirty()
+
+    def _requeue(self, now: datetime) -> None:
+        """Mark dirty again the quarantined objects whose backoff ended (barrier.py)."""
+        if not self.quarantine.held:
+            return
+        dirty = self._dirty
+        for kind_name, key in self.quarantine.due(now):
+            if kind_name == INFERENCE_CLUSTER.kind:
+                dirty.clusters.add(key[1])
+                dirty.trusts.add(key[1])
+                dirty.cores.add(key[1])
+            elif kind_name == MODEL_DEPLOYMENT.kind:
+                self._track(MODEL_DEPLOYMENT, key)
+                dirty.deployments.add(key)
+            elif kind_name == MODEL_REPLICA.kind:
+                self._track(MODEL_REPLICA, key)
+                dirty.replicas.add(key)
+            else:  # an observation: read it again
+                is_pool = kind_name == POOL_OBSERVATION.kind
+                self._receive(POOL_OBSERVATION if is_pool else REPLICA_OBSERVATION, key, now)
+            dirty.schedule = True
+
+    def _receive(self, kind: Kind, key: Key, now: datetime) -> None:
+        """File the observation at `key` again. A version that cannot be read is quarantined,
+        and what its last version filed stands (its cluster ages from it, toward full)."""
+        record = self.index.records[kind].get(key)
+
+        def receive() -> tuple[set[str], set[Key]]:
+            read = self.receipts.receive(kind, key, record, now)
+            return self.reports.put(kind.kind, key, read)
+
+        touched: tuple[set[str], set[Key]] | None = None
+        if record is None:
+            self.quarantine.forget(kind.kind, key)
+            touched = receive()
+        else:
+            assert self._step_at is not None
+            touched, _ = self._run(
+                FaultPoint.READ, kind, record.obj, now, self._step_at[1], receive
+            )
+        if touched is None:
+            return
+        clusters, replicas = touched
+        dirty = self._dirty
+        dirty.clusters |= clusters
+        dirty.trusts |= clusters
+        dirty.replicas |= replicas
 
     def _track(self, kind: Kind, key: Key) -> None:
         """Bring the step's tables of deployments and replicas up to the record at `key`."""
         record = self.index.records[kind].get(key)
         if kind == MODEL_DEPLOYMENT:
-            tables: tuple[dict[Key, Any], ...] = (self._deployments, self._invalid)
+            tables: tuple[dict[Key, Any], ...] = (self._deployments, self._invalid, self._unread)
         elif kind == MODEL_REPLICA:
             tables = (self._replica_objs, self._replica_cores, self._replica_errors, self._waiting)
         else:
@@ -414,15 +486,38 @@ class Controller(DecisionWriter):
             for table in tables:
                 table.pop(key, None)
             self._watch(kind, key, None)
+            if self.quarantine.held:
+                self.quarantine.forget(kind.kind, key)
             return
         self._watch(kind, key, record.obj)
+        assert self._step_at is not None
+        now, result = self._step_at
+        parsed, is_read = self._run(
+            FaultPoint.READ,
+            kind,
+            record.obj,
+            now,
+            result,
+            functools.partial(getattr, record, "parsed"),
+        )
+        if not is_read or parsed is None:
+            # Quarantined: a deployment is left out of the decision (its replicas are kept);
+            # a replica is an input that cannot be read (scheduling fails closed).
+            for table in tables:
+                table.pop(key, None)
+            if kind == MODEL_DEPLOYMENT:
+                self._unread[key] = record.obj
+            else:
+                self._replica_objs[key] = record.obj
+                self._replica_errors[key] = f"ModelReplica {name_of(record.obj)}: quarantined"
+            return
         if kind == MODEL_DEPLOYMENT:
-            checked = record.parsed
+            checked = parsed
             good = isinstance(checked, Deployment)
             _put(self._deployments, key, (record.obj, checked) if good else None)
             _put(self._invalid, key, None if good else (record.obj, checked))
             return
-        core, error, _ = record.parsed
+        core, error, _ = parsed
         self._replica_objs[key] = record.obj
         _put(self._replica_errors, key, error or None)
         _put(self._replica_cores, key, core if not error else None)
@@ -487,8 +582,11 @@ class Controller(DecisionWriter):
             if record is None:
                 self.trusts.pop(cluster, None)
                 self._rejecting.discard(cluster)
+                self.quarantine.forget(INFERENCE_CLUSTER.kind, ("", cluster))
                 continue
-            self._judge_cluster(cluster, record.obj, now)
+            judge = functools.partial(self._judge_cluster, cluster, record.obj, now)
+            # (Quarantined: its trust stays the last one judged.)
+            self._run(FaultPoint.JUDGE, INFERENCE_CLUSTER, record.obj, now, result, judge)
         self._report_future(now, result)
         self._report_stale(now, result)
 
@@ -625,19 +723,30 @@ class Controller(DecisionWriter):
             record = records.get(key)
             if record is None or is_deleting(record.obj):
                 continue
-            replica = record.obj
-            cluster = (replica.get("spec") or {}).get("clusterName", "")
-            trust = self.trusts.get(cluster)
-            found = self.reports.replica_reports(cluster, *key, trust)
-            desire = functools.partial(_replica_desire, found=found, now=now)
-            written = self._write_status(MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result)
-            if written is not replica:
-                self._dirty.schedule = True
-                self._dirty.deployments.add(replica_docs.deployment_of(replica))
+            publish = functools.partial(self._publish_replica, key, record.obj, now, result)
+            self._run(FaultPoint.PUBLISH, MODEL_REPLICA, record.obj, now, result, publish)
+
+    def _publish_replica(
+        self, key: Key, replica: ReadObj, now: datetime, result: StepResult
+    ) -> None:
+        cluster = (replica.get("spec") or {}).get("clusterName", "")
+        trust = self.trusts.get(cluster)
+        found = self.reports.replica_reports(cluster, *key, trust)
+        desire = functools.partial(_replica_desire, found=found, now=now)
+        written = self._write_status(MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result)
+        if written is not replica:
+            self._dirty.schedule = True
+            self._dirty.deployments.add(replica_docs.deployment_of(replica))
 
     # --- scheduling -----------------------------------------------------------------------
 
-    def _update_cores(self, classes: Mapping[str, ReadObj], config: SchedulingConfig) -> None:
+    def _update_cores(
+        self,
+        classes: Mapping[str, ReadObj],
+        config: SchedulingConfig,
+        now: datetime,
+        result: StepResult,
+    ) -> None:
         """Convert again the clusters whose object or a class changed (`_core`), and bring
         the others in `dirty.cores` (their reports' time moved) as fresh as their reports
         (`_reported`). A cluster that came, went or reads differently to the core, times
@@ -654,30 +763,58 @@ class Controller(DecisionWriter):
         self._fresh_moved |= names  # their freshness may have moved
         for name in names:
             record = records.get(("", name))
-            parsed, error = record.parsed if record is not None else (None, "")
             self._cluster_errors.pop(name, None)
-            if record is not None and parsed is None:
-                self._cluster_errors[name] = f"InferenceCluster {name_of(record.obj)}: {error}"
-            if not isinstance(parsed, InferenceCluster):
-                if self._core.pop(name, None) is not None:
-                    self._dirty.schedule = True
-                self._reported.pop(name, None)
+            if record is None:
+                self._update_core(name, None, typed, signature_classes, config)
                 continue
-            signature = (record.signature if record else (), signature_classes, config)
+            update = functools.partial(
+                self._update_core, name, record, typed, signature_classes, config
+            )
+            _, is_read = self._run(
+                FaultPoint.READ, INFERENCE_CLUSTER, record.obj, now, result, update
+            )
+            if is_read:
+                continue
+            # Quarantined: the core reads it as last converted; never converted, it is an
+            # input that cannot be read (scheduling fails closed).
             known = self._core.get(name)
-            if known is None or known[0] != signature:
-                core = cluster_from_manifest(parsed, typed, config, signature[:2])
-                untimed = None
-                if known is None:
+            if known is not None:
+                self._reported[name] = _reported(known[1], self.trusts.get(name))
+            else:
+                self._cluster_errors[name] = f"InferenceCluster {name}: quarantined"
+
+    def _update_core(
+        self,
+        name: str,
+        record: Record | None,
+        typed: Mapping[str, InferenceClass],
+        signature_classes: tuple[object, ...],
+        config: SchedulingConfig,
+    ) -> None:
+        """Convert the cluster `name` again if its object or a class moved (`_update_cores`)."""
+        parsed, error = record.parsed if record is not None else (None, "")
+        if record is not None and parsed is None:
+            self._cluster_errors[name] = f"InferenceCluster {name_of(record.obj)}: {error}"
+        if record is None or not isinstance(parsed, InferenceCluster):
+            if self._core.pop(name, None) is not None:
+                self._dirty.schedule = True
+            self._reported.pop(name, None)
+            return
+        signature = (record.signature, signature_classes, config)
+        known = self._core.get(name)
+        if known is None or known[0] != signature:
+            core = cluster_from_manifest(parsed, typed, config, signature[:2])
+            untimed = None
+            if known is None:
+                self._dirty.schedule = True
+            elif not self._dirty.schedule:  # (else the comparison would change nothing)
+                untimed = _untimed(core)
+                was = known[2] if known[2] is not None else _untimed(known[1])
+                if was != untimed:
                     self._dirty.schedule = True
-                elif not self._dirty.schedule:  # (else the comparison would change nothing)
-                    untimed = _untimed(core)
-                    was = known[2] if known[2] is not None else _untimed(known[1])
-                    if was != untimed:
-                        self._dirty.schedule = True
-                known = (signature, core, untimed)
-                self._core[name] = known
-            self._reported[name] = _reported(known[1], self.trusts.get(name))
+            known = (signature, core, untimed)
+            self._core[name] = known
+        self._reported[name] = _reported(known[1], self.trusts.get(name))
 
     def _freshness(self, now: datetime, config: SchedulingConfig) -> dict[str, tuple[object, ...]]:
         """What the decision reads of `now`: each cluster's freshness state, and its age
@@ -715,7 +852,7 @@ class Controller(DecisionWriter):
 
     def _schedule(self, classes: Mapping[str, ReadObj], now: datetime, result: StepResult) -> None:
         config = self.config.scheduling()
-        self._update_cores(classes, config)
+        self._update_cores(classes, config, now, result)
         unreadable = [e for _, e in sorted(self._cluster_errors.items())]
         unreadable.extend(error for _, error in sorted(self._replica_errors.items()))
         if unreadable:
@@ -734,8 +871,14 @@ class Controller(DecisionWriter):
         ):
             self._quiet(last, result)
             return
+        deployments: Mapping[Key, tuple[ReadObj, Deployment]] = self._deployments
+        if self.quarantine.held:  # the quarantined ones wait out their backoff
+            held = self.quarantine.is_held
+            kind = MODEL_DEPLOYMENT.kind
+            at = FaultPoint.SCHEDULE
+            deployments = {k: v for k, v in deployments.items() if not held(kind, k, now, at)}
         snapshot = Snapshot(
-            deployments=tuple(map(_CORE, self._deployments.values())),
+            deployments=tuple(map(_CORE, deployments.values())),
             clusters=tuple(self._reported[name] for name in sorted(self._reported)),
             replicas=tuple(self._replica_cores.values()),
             config=config,
@@ -743,7 +886,7 @@ class Controller(DecisionWriter):
         )
         started = self.timer() if self.timer else None
         try:
-            decision = schedule(snapshot, now, memo=self.schedule_memo)
+            decision = self._decide(snapshot, now, result)
         except SnapshotError as e:
             self._error(result, f"scheduling skipped: {e}")
             return
@@ -790,7 +933,8 @@ class Controller(DecisionWriter):
         """Say why of each invalid deployment not being deleted (`_invalid_deployment`)."""
         alive: set[tuple[str, ...]] = set()
         for key, (obj, errors) in sorted(self._invalid.items()):
-            self._invalid_deployment(obj, errors, now, result)
+            say = functools.partial(self._invalid_deployment, obj, errors, now, result)
+            self._run(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, say)
             alive.add(("invalid", *key))
         self._forget("invalid", alive)
 
@@ -830,7 +974,10 @@ class Controller(DecisionWriter):
             if last is not None and key not in dirty and (last is decided or last == decided):
                 continue
             self._applied.pop(key, None)
-            if self._apply_once(self._deployments[key][0], decided, now, result):
+            obj = self._deployments[key][0]
+            apply = functools.partial(self._apply_once, obj, decided, now, result)
+            is_applied, _ = self._run(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, apply)
+            if is_applied:
                 self._applied[key] = decided
         self._dirty.deployments = set()
         self._add_numbers(result)

@@ -12,10 +12,11 @@ from typing import Protocol
 
 from gpufleet.controller.conditions import ReadObj
 from gpufleet.controller.events import Event, EventReason, EventType
+from gpufleet.controller.faulted import FaultWriter
 from gpufleet.controller.fence import rejection
 from gpufleet.controller.plausible import Implausible
 from gpufleet.controller.status import Trust, future_message, implausible_pools
-from gpufleet.controller.writes import HubWriter, StepErrors
+from gpufleet.controller.writes import StepErrors
 from gpufleet.store.port import INFERENCE_CLUSTER
 
 
@@ -25,7 +26,7 @@ class ReportedSteps(StepErrors, Protocol):
     rejected_reports: list[str]
 
 
-class ReportEvents(HubWriter):
+class ReportEvents(FaultWriter):
     """Events about reports not accepted (see the module docstring); the half of `Controller`
     between the step (loop.py) and its writes (`HubWriter`)."""
 

@@ -15,9 +15,10 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from gpufleet.api.names import ClusterNameError
+from gpufleet.controller.barrier import FaultPoint
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal, owned_patch
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import Event, Recorder, event_body, repeated
@@ -37,6 +38,8 @@ from gpufleet.store import AlreadyExists, Conflict, Invalid, Kind, NotFound, Sto
 from gpufleet.store.port import EVENT, MODEL_REPLICA
 
 log = logging.getLogger("gpufleet.controller.loop")
+
+_T = TypeVar("_T")
 
 
 class StepErrors(Protocol):
@@ -76,8 +79,22 @@ class HubWriter:
     #: The replicas `_collect` judges again (their object or deployment moved).
     orphans: OrphanWatch
 
+    _unread: dict[Key, ReadObj]
+
     def _track(self, kind: Kind, key: Key) -> None:
         """Bring what the step derives from the index's record at `key` up to date."""
+        raise NotImplementedError
+
+    def _run(
+        self,
+        point: FaultPoint,
+        kind: Kind,
+        obj: ReadObj,
+        now: datetime,
+        result: StepErrors,
+        process: Callable[[], _T],
+    ) -> tuple[_T | None, bool]:
+        """`process()` behind the fault barrier (faulted.py)."""
         raise NotImplementedError
 
     def _error(self, result: StepErrors, message: str) -> None:
@@ -253,20 +270,35 @@ class HubWriter:
             found = self._deployments.get(deployment) or self._invalid.get(deployment)
             if found is not None:
                 existing[deployment] = found[0]
+            elif deployment in self._unread:  # quarantined: its replicas are kept
+                existing[deployment] = self._unread[deployment]
         is_collected = False
         for key, obj in due:
-            why = orphaned(obj, existing)
-            if why is None:
-                continue
-            delete = functools.partial(self._delete, MODEL_REPLICA, obj, now, result)
-            if not self._guard(result, f"delete ModelReplica {name_of(obj)} ({why})", delete):
-                continue
-            log.info("deleted ModelReplica %s: %s", name_of(obj), why.value)
-            for table in (self._replica_objs, self._replica_cores, self._replica_errors):
-                table.pop(key, None)  # gone for this step's decision too
-            self.orphans.replica(key, None)
-            is_collected = True
+            collect = functools.partial(self._collect_one, key, obj, existing, now, result)
+            is_deleted, _ = self._run(FaultPoint.COLLECT, MODEL_REPLICA, obj, now, result, collect)
+            is_collected = is_collected or bool(is_deleted)
         return is_collected
+
+    def _collect_one(
+        self,
+        key: Key,
+        obj: ReadObj,
+        existing: Mapping[Key, ReadObj],
+        now: datetime,
+        result: StepErrors,
+    ) -> bool:
+        """Delete the replica at `key` when it is an orphan (`_collect`); True when it was."""
+        why = orphaned(obj, existing)
+        if why is None:
+            return False
+        delete = functools.partial(self._delete, MODEL_REPLICA, obj, now, result)
+        if not self._guard(result, f"delete ModelReplica {name_of(obj)} ({why})", delete):
+            return False
+        log.info("deleted ModelReplica %s: %s", name_of(obj), why.value)
+        for table in (self._replica_objs, self._replica_cores, self._replica_errors):
+            table.pop(key, None)  # gone for this step's decision too
+        self.orphans.replica(key, None)
+        return True
 
     # --- events ---------------------------------------------------------------------------
 
