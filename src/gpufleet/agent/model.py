@@ -82,6 +82,9 @@ class ObserveConfig:
     tolerations: tuple[Toleration, ...] = field(default_factory=_default_tolerations)
     #: A pool with more histogram buckets than this reports no histogram.
     max_histogram_buckets: int = MAX_HISTOGRAM_BUCKETS
+    #: The device taints (KEP-5055) the fleet's claims tolerate; a device with any other
+    #: NoSchedule/NoExecute taint is not free. The fleet's claims carry none by default.
+    device_tolerations: tuple[Toleration, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,20 @@ class ProblemCode(StrEnum):
     MALFORMED_REPLICA = "MalformedReplica"
     #: Two objects of one kind with the same name: one is kept, chosen by content.
     DUPLICATE_OBJECT = "DuplicateObject"
+    #: A DRA pool's shared counters (KEP-4815 partitionable devices) cannot be accounted
+    #: exactly: the DRA pool is unusable and the pool reports no histogram (whole-node
+    #: accounting; `HistogramAvailable` False with this reason).
+    PARTITIONABLE_DEVICES_UNACCOUNTED = "PartitionableDevicesUnaccounted"
+    #: A device carries a NoSchedule/NoExecute device taint (KEP-5055) the fleet's claims do
+    #: not tolerate: published, never free.
+    TAINTED_DEVICE = "TaintedDevice"
+    #: A device that allows multiple allocations (KEP-5075 consumable capacity): counted taken
+    #: after its first allocation, whatever capacity it has left.
+    CONSUMABLE_CAPACITY_COUNTED_WHOLE = "ConsumableCapacityCountedWhole"
+
+
+#: The problems that withhold a pool's histogram (the reason of `HistogramAvailable` False).
+WITHHOLDING: Final = frozenset({ProblemCode.PARTITIONABLE_DEVICES_UNACCOUNTED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,14 +222,25 @@ class ObservedPool:
     problems: tuple[Problem, ...] = ()
 
     @property
+    def withheld_reason(self) -> str:
+        """Why the histogram is withheld: a withholding problem's code, else TooManyBuckets."""
+        for p in self.problems:
+            if p.code in WITHHOLDING:
+                return str(p.code)
+        return REASON_TOO_MANY_BUCKETS
+
+    @property
     def conditions(self) -> tuple[Condition, ...]:
         """HistogramAvailable, then one True condition per problem code (type = code)."""
         if self.free_devices is None:
+            reason = self.withheld_reason
             available = Condition(
                 HISTOGRAM_AVAILABLE,
                 ConditionStatus.FALSE,
-                REASON_TOO_MANY_BUCKETS,
-                f"{self.bucket_count} buckets exceed the cap",
+                reason,
+                f"{self.bucket_count} buckets exceed the cap"
+                if reason == REASON_TOO_MANY_BUCKETS
+                else "shared counters cannot be accounted exactly: whole-node accounting",
             )
         else:
             available = Condition(
@@ -232,7 +260,7 @@ class ObservedPool:
             last_allocation_time=self.last_allocation_time,
             excluded_nodes=self.excluded_nodes,
             extended_resources=self.extended_resources,
-            unusable_reason="" if self.free_devices is not None else REASON_TOO_MANY_BUCKETS,
+            unusable_reason="" if self.free_devices is not None else self.withheld_reason,
         )
 
     def to_status(self) -> dict[str, Any]:

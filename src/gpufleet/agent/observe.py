@@ -73,6 +73,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from gpufleet.agent.counters import UnitKey
 from gpufleet.agent.model import (
     AllocationClock,
     ClusterObjects,
@@ -102,7 +103,6 @@ from gpufleet.agent.pods import (
 )
 from gpufleet.agent.reads import (
     ClaimInfo,
-    DevKey,
     Inventory,
     NodeInfo,
     NodeState,
@@ -216,7 +216,9 @@ def _read_nodes(objects: Iterable[object], config: ObserveConfig, problems: Prob
     return _Nodes(infos, node_pool, dict(unnamed), frozenset(pools))
 
 
-def _read_inventory(objects: Iterable[object], problems: Problems, found: list[Found]) -> Inventory:
+def _read_inventory(
+    objects: Iterable[object], config: ObserveConfig, problems: Problems, found: list[Found]
+) -> Inventory:
     """The DRA inventory of the slices (of two slices with one name, one is kept)."""
     slices, _ = _read_each(
         objects,
@@ -229,7 +231,7 @@ def _read_inventory(objects: Iterable[object], problems: Problems, found: list[F
     found.extend(keyless)
     inv = Inventory()
     for key, infos in groups.items():
-        pool = read_dra_pool(key, infos)
+        pool = read_dra_pool(key, infos, config.device_tolerations)
         found.extend(pool.found)
         inv.add(pool)
     return inv
@@ -243,8 +245,8 @@ class _Claims:
     allocated: dict[tuple[str, str], datetime]
     #: The new allocation clock: uid -> first seen allocated.
     clock: dict[str, datetime]
-    #: Published devices some allocated claim takes.
-    taken: set[DevKey]
+    #: The units (`gpufleet.agent.counters`) some allocated claim takes, with their nodes.
+    taken: dict[UnitKey, str]
     #: node -> latest allocation time of a claim holding devices on it.
     node_last: dict[str, datetime]
     #: node -> drivers it has nothing free of (because of a claim); None: of any driver.
@@ -261,7 +263,7 @@ def _read_claims(
 ) -> _Claims:
     """Allocated claims' times, the new clock, the devices they take and what they do to nodes."""
     claims, kept = _read_each(objects, "claim", problems, read_claim, _first)
-    read = _Claims({}, {}, set(), {}, defaultdict(set))
+    read = _Claims({}, {}, {}, {}, defaultdict(set))
     for key, info in claims.items():
         if info[1]:
             _add_claim(read, info, kept[key], inv, prev, now, found)
@@ -285,7 +287,7 @@ def _add_claim(
     read.allocated[key] = t
     effect = claim_effect(info, obj, inv)
     found.extend(effect.found)
-    read.taken.update(dev for dev, _ in effect.devices)
+    read.taken.update(effect.devices)
     node_last = read.node_last
     for n in effect.touched:
         last = node_last.get(n)
@@ -337,9 +339,9 @@ def node_states(
 ) -> list[NodeState]:
     """The inputs of `observe_pool` for the named nodes."""
     taken: dict[str, dict[str, int]] = defaultdict(dict)
-    for dev in claims.taken:
-        per_driver = taken[inv.device_node[dev]]
-        per_driver[dev[0]] = per_driver.get(dev[0], 0) + 1
+    for unit, holder in claims.taken.items():
+        per_driver = taken[holder]
+        per_driver[unit[0]] = per_driver.get(unit[0], 0) + 1
     out = []
     for n in names:
         poison = claims.poison.get(n, set())
@@ -353,6 +355,7 @@ def node_states(
                 None in poison,
                 taken.get(n, {}),
                 claims.node_last.get(n),
+                inv.blocked.get(n, {}),
             )
         )
     return out
@@ -379,7 +382,7 @@ def observe(
     nodes = _read_nodes(objects.nodes, config, problems)
     replicas, replica_pools = read_replicas(objects.replicas, problems)
     found: list[Found] = []
-    inv = _read_inventory(objects.slices, problems, found)
+    inv = _read_inventory(objects.slices, config, problems, found)
     claims = _read_claims(objects.claims, inv, clock.first_seen, now, problems, found)
     for f in found:
         problems.add_found(f, nodes.node_pool)

@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpufleet.agent.counters import SET_UNIT, Published, UnitKey, account
 from gpufleet.agent.model import (
     EMPTY,
+    WITHHOLDING,
     ExclusionReason,
     Found,
     ObserveConfig,
@@ -242,9 +244,14 @@ class DraPool:
     nodes: frozenset[str]
     #: Usable: each node-local device's node.
     device_node: Mapping[DevKey, str]
-    #: Usable: node -> how many devices it publishes.
+    #: Usable: node -> how many units (whole devices: `gpufleet.agent.counters`) it publishes.
     published: Mapping[str, int]
     found: tuple[Found, ...]
+    #: Usable: the units an allocation of each device takes, where they are not the device
+    #: itself (`counters.Accounting.units`).
+    units: Mapping[DevKey, tuple[UnitKey, ...]] = field(default_factory=dict)
+    #: Usable: node -> how many of its units are blocked (tainted: never free).
+    blocked: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -285,20 +292,22 @@ def _newest(slices: Iterable[SliceInfo]) -> _Newest:
 
 def _slice_devices(
     s: SliceInfo, label: str, nodes: set[str], found: list[Found]
-) -> tuple[list[tuple[str, str]], bool]:
-    """The slice's (device name, node) pairs ("" for a device that is not node-local), and
-    whether every device is named."""
+) -> tuple[list[Published], bool]:
+    """The slice's (device name, node, device) triples (node "" for a device that is not
+    node-local), and whether every device is named. A slice that only defines counter sets
+    is not reported for lacking a node."""
     spec = as_map(s.obj.get("spec"))
     node, per_device = _slice_nodes(spec)
+    devices = as_list(spec.get("devices"))
     if node is not None:
         nodes.add(node)
-    elif not per_device:
+    elif not per_device and (devices or spec.get("sharedCounters") is None):
         found.append(Found(ProblemCode.SLICE_NOT_NODE_LOCAL, f"slice {s.name} ({label})"))
-    local: list[tuple[str, str]] = []
+    local: list[Published] = []
     is_named = True
-    for dev in as_list(spec.get("devices")):
+    for dev in devices:
         dev_name = dev.get("name") if type(dev) is dict else as_map(dev).get("name")
-        if type(dev_name) is not str or not dev_name:
+        if type(dev_name) is not str or not dev_name or dev_name.startswith(SET_UNIT):
             is_named = False
             continue
         dev_node = node
@@ -314,31 +323,35 @@ def _slice_devices(
                 )
             else:
                 nodes.add(dev_node)
-        local.append((dev_name, dev_node or ""))
+        local.append((dev_name, dev_node or "", dev))
     return local, is_named
 
 
-def _pool_problem(newest: _Newest, local: list[tuple[str, str]]) -> ProblemCode | None:
+def _pool_problem(newest: _Newest, local: list[Published]) -> ProblemCode | None:
     """Why a DRA pool whose names are readable is unusable (None: it is usable)."""
     names = {s.name for s in newest.slices}
     if len(newest.slice_counts) != 1 or len(names) != next(iter(newest.slice_counts)):
         return ProblemCode.INCOMPLETE_SLICE_GENERATION
-    device_names = [dev_name for dev_name, _ in local]
+    device_names = [dev_name for dev_name, _, _ in local]
     if len(set(device_names)) != len(device_names):
         return ProblemCode.DUPLICATE_DEVICE
     return None
 
 
-def read_dra_pool(key: DraKey, slices: Iterable[SliceInfo]) -> DraPool:
+def read_dra_pool(
+    key: DraKey, slices: Iterable[SliceInfo], tolerations: Sequence[Toleration] = ()
+) -> DraPool:
     """What the slices of one (driver, DRA pool) publish (every slice of that key, any
-    generation): the newest complete generation's node-local devices, or nothing when it is
-    incomplete, lists a device twice or is malformed (its nodes then get nothing free)."""
+    generation): the newest complete generation's node-local devices, counted in units
+    (`gpufleet.agent.counters`, with the device taints `tolerations` tolerate), or nothing
+    when it is incomplete, lists a device twice, is malformed or its counters cannot be
+    accounted (its nodes then get nothing free)."""
     newest = _newest(slices)
     driver, pool_name = key
     label = f"{driver}/{pool_name}"
     found: list[Found] = []
     nodes: set[str] = set()
-    local: list[tuple[str, str]] = []
+    local: list[Published] = []
     is_named = True
     for s in newest.slices:
         devices, named = _slice_devices(s, label, nodes, found)
@@ -347,16 +360,39 @@ def read_dra_pool(key: DraKey, slices: Iterable[SliceInfo]) -> DraPool:
     problem: ProblemCode | None = ProblemCode.MALFORMED_SLICE
     if is_named and not newest.is_malformed:
         problem = _pool_problem(newest, local)
-    if problem is not None:
-        found.append(Found(problem, label, nodes=tuple(sorted(nodes))))
+    accounting = None
+    if problem is None:
+        specs = [as_map(s.obj.get("spec")) for s in newest.slices]
+        accounting = account(key, specs, local, tolerations)
+        if accounting.unaccounted:
+            found.append(
+                Found(
+                    ProblemCode.PARTITIONABLE_DEVICES_UNACCOUNTED,
+                    accounting.unaccounted,
+                    nodes=tuple(sorted(nodes)),
+                )
+            )
+            return DraPool(key, False, frozenset(nodes), {}, {}, tuple(found))
+    if problem is not None or accounting is None:
+        found.append(
+            Found(problem or ProblemCode.MALFORMED_SLICE, label, nodes=tuple(sorted(nodes)))
+        )
         return DraPool(key, False, frozenset(nodes), {}, {}, tuple(found))
     device_node: dict[DevKey, str] = {}
-    published: dict[str, int] = {}
-    for dev_name, dev_node in local:
+    for dev_name, dev_node, _ in local:
         if dev_node:  # else not node-local: not counted
             device_node[(driver, pool_name, dev_name)] = dev_node
-            published[dev_node] = published.get(dev_node, 0) + 1
-    return DraPool(key, True, frozenset(nodes), device_node, published, tuple(found))
+    found.extend(accounting.found)
+    return DraPool(
+        key,
+        True,
+        frozenset(nodes),
+        device_node,
+        accounting.published,
+        tuple(found),
+        accounting.units,
+        accounting.blocked,
+    )
 
 
 class Inventory:
@@ -367,8 +403,11 @@ class Inventory:
         self.pools: dict[DraKey, DraPool] = {}
         #: (driver, DRA pool, device) -> node, over the usable pools.
         self.device_node: dict[DevKey, str] = {}
-        #: node -> driver -> published device count.
+        #: node -> driver -> published unit count, and how many of them are blocked.
         self.published: dict[str, dict[str, int]] = {}
+        self.blocked: dict[str, dict[str, int]] = {}
+        #: The units of the devices whose units are not themselves (`DraPool.units`).
+        self.device_units: dict[DevKey, tuple[UnitKey, ...]] = {}
         #: node -> driver -> how many unusable DRA pools of that driver name the node.
         self.poisoned: dict[str, dict[str, int]] = {}
 
@@ -390,15 +429,24 @@ class Inventory:
             return pool.nodes
         if by > 0:
             self.device_node.update(pool.device_node)
+            self.device_units.update(pool.units)
         else:
             for dev in pool.device_node:
                 del self.device_node[dev]
+            for dev in pool.units:
+                del self.device_units[dev]
         for node, count in pool.published.items():
             _bump(self.published, node, driver, by * count)
+        for node, count in pool.blocked.items():
+            _bump(self.blocked, node, driver, by * count)
         return pool.published.keys()
 
     def node_of(self, dev: DevKey) -> str | None:
         return self.device_node.get(dev)
+
+    def units_of(self, dev: DevKey) -> tuple[UnitKey, ...]:
+        """The units an allocation of the (published) device takes."""
+        return self.device_units.get(dev, (dev,))
 
     def is_unusable(self, key: DraKey) -> bool:
         pool = self.pools.get(key)
@@ -510,8 +558,9 @@ def _allocation(claim: RawObject) -> Mapping[str, Any] | None:
 class ClaimEffect:
     """What one allocated claim does to the nodes, given the inventory."""
 
-    #: The published devices it takes, each with its node.
-    devices: tuple[tuple[DevKey, str], ...]
+    #: The units (`gpufleet.agent.counters`) of the published devices it takes, each with its
+    #: node.
+    devices: tuple[tuple[UnitKey, str], ...]
     #: The nodes whose latest allocation time it raises (to its own).
     touched: tuple[str, ...]
     #: (node, driver) it leaves with nothing free of that driver; driver None: of any.
@@ -528,6 +577,10 @@ def claim_effect(info: ClaimInfo, obj: RawObject, inv: Inventory) -> ClaimEffect
         if all(k in device_node for k in keys):
             # The common case (every device known), without the general bookkeeping.
             holders = tuple([device_node[k] for k in keys])
+            units = inv.device_units
+            if units and any(k in units for k in keys):
+                taken = tuple((u, device_node[k]) for k in keys for u in inv.units_of(k))
+                return ClaimEffect(taken, holders, (), uidless)
             return ClaimEffect(tuple(zip(keys, holders, strict=True)), holders, (), uidless)
     effect = _irregular_effect(key, obj, inv)
     if uidless:
@@ -562,7 +615,7 @@ def _irregular_effect(key: tuple[str, str], obj: RawObject, inv: Inventory) -> C
         nodes = (node,) if node is not None else ()
         found = Found(ProblemCode.MALFORMED_CLAIM, f"claim {label}", nodes=nodes)
         return ClaimEffect((), nodes, tuple((n, None) for n in nodes), (found,))
-    devices: list[tuple[DevKey, str]] = []
+    devices: list[tuple[UnitKey, str]] = []
     touched: list[str] = []
     poison: list[tuple[str, str | None]] = []
     found_all: list[Found] = []
@@ -576,7 +629,7 @@ def _result_effect(
     label: str,
     allocation: Mapping[str, Any],
     inv: Inventory,
-    into: tuple[list[tuple[DevKey, str]], list[str], list[tuple[str, str | None]], list[Found]],
+    into: tuple[list[tuple[UnitKey, str]], list[str], list[tuple[str, str | None]], list[Found]],
 ) -> None:
     """One allocation result's part of `_irregular_effect`, added to `into`."""
     devices, touched, poison, found = into
@@ -585,7 +638,7 @@ def _result_effect(
     if isinstance(driver, str) and isinstance(dra_pool, str) and isinstance(device, str):
         holder = inv.node_of((driver, dra_pool, device))
         if holder is not None:
-            devices.append(((driver, dra_pool, device), holder))
+            devices.extend((u, holder) for u in inv.units_of((driver, dra_pool, device)))
             touched.append(holder)
             return
         if inv.is_unusable((driver, dra_pool)):
@@ -621,7 +674,7 @@ class NodeState:
     name: str
     #: The Node's exclusion reason (NoSlices aside).
     excluded: str | None
-    #: driver -> published devices.
+    #: driver -> published units (whole devices).
     published: Mapping[str, int]
     #: Drivers of which the node has nothing free (unusable DRA pools, bad claims).
     poisoned: frozenset[str]
@@ -631,6 +684,8 @@ class NodeState:
     taken: Mapping[str, int]
     #: The latest allocation time of a claim holding devices on it.
     last: datetime | None
+    #: driver -> published units that are blocked (tainted devices: never free).
+    blocked: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def drivers(self) -> frozenset[str]:
@@ -717,10 +772,11 @@ def pool_of_nodes(
         Bucket({DriverName(d): v for d, v in zip(driver_order, vector, strict=True)}, c)
         for vector, c in sorted(counts.items())
     )
+    withheld = len(buckets) > max_buckets or any(p.code in WITHHOLDING for p in problems)
     observed = ObservedPool(
         name=PoolName(pool),
         observed_nodes=len(views) + unnamed,
-        free_devices=buckets if len(buckets) <= max_buckets else None,
+        free_devices=None if withheld else buckets,
         last_allocation_time=max(present) if present else None,
         excluded_nodes=dict(sorted(excluded.items())),
         extended_resources=dict(extended),
@@ -731,7 +787,10 @@ def pool_of_nodes(
 
 
 def _free_vector(n: NodeState, driver_order: Sequence[str]) -> tuple[int, ...]:
+    blocked = n.blocked
     return tuple(
-        0 if d in n.poisoned else max(0, n.published.get(d, 0) - n.taken.get(d, 0))
+        0
+        if d in n.poisoned
+        else max(0, n.published.get(d, 0) - blocked.get(d, 0) - n.taken.get(d, 0))
         for d in driver_order
     )

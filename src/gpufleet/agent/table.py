@@ -411,7 +411,8 @@ class FreeDeviceTable:
         made = {}
         for key in dirty:
             group = self._groups.get(key)
-            pool = read_dra_pool(key, group.values()) if group else None
+            tolerations = self.config.device_tolerations
+            pool = read_dra_pool(key, group.values(), tolerations) if group else None
             if pool != inv.pools.get(key):
                 made[key] = pool
         if not made:
@@ -697,6 +698,7 @@ class FreeDeviceTable:
                 and not (e.taken or e.times or e.poison)
                 and name not in inv.published
                 and name not in inv.poisoned
+                and name not in inv.blocked
             ):
                 del self._entries[name]
             if e is None or e.info is None:
@@ -790,6 +792,7 @@ class FreeDeviceTable:
             None in entry.poison,
             dict(entry.taken),
             max(entry.times) if entry.times else None,
+            dict(inv.blocked.get(name, {})),
         )
 
     def _observe_replicas(self) -> frozenset[_Key]:
