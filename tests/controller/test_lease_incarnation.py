@@ -227,7 +227,14 @@ def test_one_incarnation_is_accepted_and_a_live_one_is_never_displaced(
         taker = [at(t) for u, e, t in reports if u == trust.uid]
         assert last is None or max(taker) > last
     else:
-        assert trust.epoch is not None and trust.epoch >= fence.epoch  # epochs never go back
+        assert trust.epoch is not None
+        if trust.epoch < top:
+            # Back to a lower epoch only once the top one was silent, to one heard after it
+            # and still alive.
+            assert last is None or (at(now) - last).total_seconds() > 300
+            fallback = [at(t) for u, e, t in reports if u == fence.uid and e == trust.epoch]
+            assert last is None or max(fallback) > last
+            assert (at(now) - max(fallback)).total_seconds() <= 300
 
 
 def test_choose_fence_without_a_clock_never_takes_over_a_known_fence() -> None:
@@ -253,3 +260,45 @@ def test_an_incarnation_heard_before_the_fenced_one_never_contests_it() -> None:
         False,
         ["a"],
     )
+
+
+def test_a_forged_epoch_recovers_once_it_is_silent_while_the_honest_one_reports() -> None:
+    """Issue 30, 4: a report at epoch 2,147,483,647 with the current Lease uid (written with
+    the cluster's own hub credentials) kept the honest agent refused for good, even after it
+    was deleted and the controller restarted. Now the forged epoch holds the fence only until
+    it has been silent for expire_after_s (300 s) while the honest epoch keeps reporting."""
+    store, controller = _fenced_store()  # the honest agent: OLD at epoch 3, heard at 0
+    forged = pool_obs(free=((8, 1),), epoch=2**31 - 1, observed_at=at(10))
+    forged["metadata"]["name"] = "forged"
+    forged["status"]["agent"]["leaseUID"] = OLD
+    store.create(forged)
+    controller.step(at(10))
+    assert _agent(store)["leaseEpoch"] == 2**31 - 1
+    store.delete(POOL_OBSERVATION, "forged", NS)
+    restarted = Controller(store, SIM, "ctl")  # knows the forged fence from the status only
+    for t in range(20, 320, 20):  # the honest agent heartbeats; refused while the forgery is
+        _report(store, OLD, 3, t, gpus=2)  # "alive" (heard within 300 s)
+        restarted.step(at(t))
+        assert _agent(store)["leaseEpoch"] == 2**31 - 1, t
+    _report(store, OLD, 3, 320, gpus=2)
+    restarted.step(at(320))  # forged epoch silent for 310 s, the honest one heard now
+    assert (_agent(store)["leaseEpoch"], _free(store)) == (3, 2)
+    _report(store, OLD, 3, 330, gpus=1)
+    again = Controller(store, SIM, "ctl")  # the recovered fence is read back as it is
+    again.step(at(330))
+    assert (_agent(store)["leaseEpoch"], _free(store)) == (3, 1)
+
+
+def test_a_lower_epoch_that_is_silent_too_takes_nothing_back() -> None:
+    fence, contested = choose_fence(
+        [_r("u1", 5, 0), _r("u1", 4, 10)], Fence("u1", 5), at(0), now=at(400), silence_s=300
+    )
+    assert (fence, contested) == (Fence("u1", 5), False)
+    fence, contested = choose_fence(
+        [_r("u1", 5, 0), _r("u1", 4, 200)], Fence("u1", 5), at(0), now=at(250), silence_s=300
+    )
+    assert (fence, contested) == (Fence("u1", 5), True)  # judged again as time passes
+    fence, _ = choose_fence(
+        [_r("u1", 5, 0), _r("u1", 4, 200)], Fence("u1", 5), at(0), now=at(301), silence_s=300
+    )
+    assert fence == Fence("u1", 4)

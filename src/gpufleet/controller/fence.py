@@ -5,7 +5,14 @@ Lease's `leaseTransitions` when it acquired it (`leaseEpoch`). A cluster is fenc
 (incarnation, epoch):
 
 - Within the fenced incarnation the highest epoch wins, as Lease transitions only grow: a
-  report of a lower epoch comes from a leader that lost the Lease (`StaleLeaseEpoch`).
+  report of a lower epoch comes from a leader that lost the Lease (`StaleLeaseEpoch`). But
+  a fence within one incarnation recovers: once the fenced epoch has been silent for
+  `silence_s` while a lower epoch of the same Lease was heard after it and within the last
+  `silence_s` (it keeps reporting), that lower epoch is fenced (the one heard last). So an
+  epoch no leader holds -- one forged with the cluster's own hub credentials (up to int32,
+  2,147,483,647), or a leader that died right after a transition -- keeps the cluster's
+  honest agent out for `silence_s` at most, not for good; the cluster is Expired meanwhile
+  (docs/operations.md, "Security model", says what an operator does).
 - A report of another incarnation (a recreated Lease: a reinstalled agent, a deleted namespace,
   a rebuilt cluster of the same name, a switch to or from `--no-leader-elect`, whose
   incarnation is `standalone`) is ignored while the fenced incarnation is alive
@@ -87,6 +94,17 @@ def _incarnations(reports: Iterable[Stamped]) -> dict[str, _Seen]:
     return seen
 
 
+def _stamps(reports: Iterable[Stamped]) -> dict[tuple[str, int], datetime]:
+    """When each (incarnation, epoch) was last heard."""
+    out: dict[tuple[str, int], datetime] = {}
+    for report in reports:
+        key = (report.lease_uid, report.lease_epoch)
+        found = out.get(key)
+        if found is None or report.aged_from > found:
+            out[key] = report.aged_from
+    return out
+
+
 def _latest(seen: Mapping[str, _Seen]) -> str:
     """The incarnation heard from last (ties: the higher epoch, then the greater uid)."""
     return max(seen, key=lambda uid: (seen[uid].heard, seen[uid].epoch, uid))
@@ -125,15 +143,41 @@ def choose_fence(
     waiting = {
         u: s for u, s in seen.items() if u != fenced.uid and (heard is None or s.heard > heard)
     }
-    if not waiting:
+    lower = _lower_epochs(reports, fenced, heard, now, silence_s)
+    if not waiting and not lower:
         return fenced, False
     is_silent = heard is None or (
         now is not None and silence_s is not None and (now - heard).total_seconds() > silence_s
     )
     if not is_silent:
         return fenced, True
-    uid = _latest(waiting)
-    return Fence(uid, waiting[uid].epoch), False
+    taker = _latest(waiting) if waiting else None
+    if taker is None or (lower and max(lower.values()) >= waiting[taker].heard):
+        epoch = max(lower, key=lambda e: (lower[e], e))
+        return Fence(fenced.uid, epoch), False
+    return Fence(taker, waiting[taker].epoch), False
+
+
+def _lower_epochs(
+    reports: Iterable[Stamped],
+    fenced: Fence,
+    heard: datetime | None,
+    now: datetime | None,
+    silence_s: float | None,
+) -> dict[int, datetime]:
+    """The lower epochs of the fenced incarnation heard after the fenced epoch and still
+    alive (heard within `silence_s` of `now`), with when each was last heard: what the fence
+    falls back to once the fenced epoch is silent. Without a clock: none."""
+    if now is None or silence_s is None:
+        return {}
+    return {
+        epoch: when
+        for (uid, epoch), when in _stamps(reports).items()
+        if uid == fenced.uid
+        and epoch < fenced.epoch
+        and (heard is None or when > heard)
+        and (now - when).total_seconds() <= silence_s
+    }
 
 
 def is_fenced(report: Stamped, fence: Fence | None) -> bool:
@@ -184,11 +228,16 @@ def known_fence(
     """The fence a cluster is known to hold, and when it was last heard: the one persisted in
     its status (`published_fence`) or the one this controller remembers, whichever was heard
     last (a takeover always comes after the old incarnation's silence, so the later one is the
-    newer fence); of one incarnation, the higher epoch."""
+    newer fence); of one incarnation too (epochs grow with time, but for a fallback), and the
+    higher epoch when neither was heard later."""
     if published is None or remembered is None:
         return remembered or published or (None, None)
     (mine, my_heard), (theirs, their_heard) = remembered, published
     if mine.uid == theirs.uid:
+        if my_heard is not None and their_heard is not None and my_heard != their_heard:
+            # The one heard last: a fence that fell back to a lower epoch (after the higher
+            # one's silence) is newer than the higher epoch its status may still hold.
+            return remembered if my_heard > their_heard else published
         heard = max((t for t in (my_heard, their_heard) if t is not None), default=None)
         return Fence(mine.uid, max(mine.epoch, theirs.epoch)), heard
     if their_heard is not None and (my_heard is None or their_heard > my_heard):
