@@ -155,5 +155,5 @@ def test_the_wheel_builds_and_runs_from_a_clean_venv(tmp_path: Path) -> None:
         check=True,
     ).stdout
     # The scenarios are package data: each one in the source is listed from the wheel.
-    scenarios = sorted(p.stem for p in (ROOT / "src/gpufleet/sim/scenarios").glob("*.yaml"))
+    scenarios = sorted(p.stem for p in (ROOT / "src/gpufleet/sim/scenario/builtin").glob("*.yaml"))
     assert scenarios and all(name in listed for name in scenarios)
