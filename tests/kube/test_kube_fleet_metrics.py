@@ -513,7 +513,8 @@ def test_the_leader_exports_what_its_step_left_on_the_hub(
     status = until_cached(store, INFERENCE_CLUSTER, "a")["status"]
     assert status["gpuPools"] == []
     assert [(c["type"], c["reason"]) for c in status["conditions"]] == [
-        ("PoolsPublished", "ClassNotFound")
+        ("Ready", "AgentNotReporting"),  # the hub manages Ready by default (docs/controller.md)
+        ("PoolsPublished", "ClassNotFound"),
     ]
     after = samples(render(daemon.registry).decode())
     assert not any(k.startswith("gpufleet_pool_") for k in after)
