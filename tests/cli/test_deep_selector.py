@@ -19,7 +19,9 @@ from gpufleet.cli.main import app
 runner = CliRunner()
 NOW = "2026-11-29T10:00:00Z"
 PATH = "spec.template.spec.engines[0].members[0].nodeSelector.devices[0].selectors[0].cel"
-SCENARIOS = Path(__file__).resolve().parents[2] / "src" / "gpufleet" / "sim" / "scenario" / "builtin"
+SCENARIOS = (
+    Path(__file__).resolve().parents[2] / "src" / "gpufleet" / "sim" / "scenario" / "builtin"
+)
 SHAPES = {
     "250-plus": " + ".join(["1"] * 250) + " > 0",
     "300-selections": "device.attributes" + ".a" * 300 + " == 1",
