@@ -102,6 +102,9 @@ class ReasonCode(StrEnum):
     #: A replica of the deployment could not run on this pool lately: new replicas avoid it
     #: for a backoff. Retry: when the backoff ends (the message says when).
     BACKING_OFF = "BackingOff"
+    #: A replica of an older revision, removed in a rollout: a replacement of the current
+    #: revision stands in for it (or `maxUnavailable` lets it go first).
+    SUPERSEDED = "Superseded"
 
 
 #: Codes that describe how a cluster or pool was used, not why it was refused. They never make
@@ -310,6 +313,22 @@ class Condition:
 
 
 @dataclass(frozen=True, slots=True)
+class RolloutProgress:
+    """One step of a deployment's rollout (core/rollout.py), after this decision: replicas
+    of its `revision` (kept and created), old ones left, old ones removed in this step, and
+    the `Progressing` condition. `diagnosis` says why a new replica could not be placed (the
+    surge: verdicts with numbers), when one was wanted and none was placed."""
+
+    revision: str
+    desired: int
+    updated: int
+    old: int
+    superseded: int
+    condition: Condition
+    diagnosis: Diagnosis | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class DeploymentDecision:
     key: DeploymentKey
     desired: int
@@ -319,6 +338,8 @@ class DeploymentDecision:
     shortfall: int
     diagnosis: Diagnosis | None
     condition: Condition
+    #: While a template change rolls (some kept replica runs an older revision): how far.
+    rollout: RolloutProgress | None = None
 
     @property
     def placements(self) -> tuple[Placement, ...]:

@@ -215,6 +215,16 @@ def scaled_down(desired: int, kept: int) -> Reason:
     )
 
 
+def superseded(revision: str, is_serving: bool) -> Reason:
+    """An old replica removed by a rollout to revision `revision` (core/rollout.py)."""
+    what = "serving" if is_serving else "serving nothing"
+    return Reason(
+        ReasonCode.SUPERSEDED,
+        f"runs an older revision ({what}); replaced by revision {revision}",
+        {"revision": revision},
+    )
+
+
 def stuck(code: ReasonCode, message: str, replica: str) -> Reason:
     """A replica dropped to be re-placed (`PodsUnschedulable`, `PolicyDenied`)."""
     return Reason(code, message, {"replica": replica})

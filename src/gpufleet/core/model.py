@@ -250,6 +250,16 @@ class DeploymentKey:
 
 
 @dataclass(frozen=True, slots=True)
+class RolloutStrategy:
+    """`spec.strategy.rollingUpdate`, in replicas: how many may exist above `replicas` while
+    a template change rolls, and how many may be unavailable below it (core/rollout.py). Both
+    0 reads as a surge of 1 (the API refuses it)."""
+
+    max_surge: int = 1
+    max_unavailable: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Deployment:
     key: DeploymentKey
     replicas: int
@@ -259,9 +269,15 @@ class Deployment:
     serving_mode: ServingMode = ServingMode.UNIFIED
     #: False when a dependency (the model cache) is unresolved: retain only, never place.
     fill: bool = True
+    #: What its replicas run (a hash of the template); "" when not declared: then no rollout,
+    #: every replica is re-stamped in place (core/rollout.py).
+    revision: str = ""
+    strategy: RolloutStrategy = field(default_factory=RolloutStrategy)
     #: What the caller declares identifies this content across `schedule` calls (e.g. the
     #: object's uid and generation); () when it declares none, and then nothing derived from
-    #: it is reused in a later call. Not part of the value (equality ignores it).
+    #: it is reused in a later call. It must cover every field above (the controller's does:
+    #: they are all in the spec, which moves `generation`). Not part of the value (equality
+    #: ignores it).
     signature: tuple[object, ...] = field(default=(), compare=False, repr=False)
 
 
@@ -373,7 +389,10 @@ class Replica:
     engines: tuple[ReplicaEngine, ...]
     generation: int = 1
     status: ReplicaStatus = field(default_factory=ReplicaStatus)
-    #: As `Deployment.signature` (e.g. the object's uid and resourceVersion).
+    #: The deployment revision it was made for ("" unknown: it counts as current).
+    revision: str = ""
+    #: As `Deployment.signature` (e.g. the object's uid and resourceVersion), covering its
+    #: status and revision too.
     signature: tuple[object, ...] = field(default=(), compare=False, repr=False)
 
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
-from gpufleet.core import diagnosis
+from gpufleet.core import diagnosis, rollout
 from gpufleet.core.accounting import demand_shape
 from gpufleet.core.avoiding import NOT_AVOIDING, REPLACED, Avoiding, avoiding_at
 from gpufleet.core.capacity import (
@@ -111,6 +111,7 @@ from gpufleet.core.placement import (
     PlacementMemo,
     can_ever_host,
 )
+from gpufleet.core.rollout import RolloutStep
 from gpufleet.core.verdicts import Diagnoser, gate_profile, gates
 
 CONDITION_TYPE = "ReplicasScheduled"
@@ -160,6 +161,8 @@ class _Retained:
     kept: tuple[Kept, ...]
     #: The deployment's decision when retaining is all it needs (nothing pending), else None.
     settled: DeploymentDecision | None
+    #: While a template change rolls: this step of it (core/rollout.py).
+    rollout: RolloutStep | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,9 +340,12 @@ class _Work:
     diagnosis: Diagnosis | None = None
     #: Per cluster, the pools its new replicas avoid (re-placement backoff), with the reason.
     avoid: Mapping[ClusterName, Mapping[PoolName, Reason]] = field(default_factory=dict)
+    rollout: RolloutStep | None = None
 
     @property
     def pending(self) -> int:
+        if self.rollout is not None:
+            return self.rollout.create - len(self.created)
         return max(0, self.deployment.replicas) - len(self.retained) - len(self.created)
 
     @classmethod
@@ -349,12 +355,18 @@ class _Work:
         retained: _Retained,
         avoid: Mapping[ClusterName, Mapping[PoolName, Reason]],
     ) -> _Work:
-        work = cls(deployment, list(retained.retained), retained.dropped, avoid=avoid)
+        work = cls(
+            deployment,
+            list(retained.retained),
+            retained.dropped,
+            avoid=avoid,
+            rollout=retained.rollout,
+        )
         for placement in retained.retained:
             work.counts[placement.cluster] += 1
             work.indices.setdefault(placement.cluster, set()).add(placement.index)
         for gone in retained.dropped:
-            if gone.reason.code in REPLACED:
+            if gone.reason.code in REPLACED or gone.reason.code is ReasonCode.SUPERSEDED:
                 # Its name is not reused while it is being deleted: the new replica is new.
                 work.indices.setdefault(gone.cluster, set()).add(gone.index)
         return work
@@ -462,6 +474,15 @@ def _restamp(
             return diagnosis.engine_cannot_claim(engine.name, 1)
         engines.append(ReplicaEngine(engine.name, tuple(members), engine.copies, engine.phase))
     return tuple(engines)
+
+
+def _pinned(replica: Replica, ledger: ClusterLedger) -> tuple[ReplicaEngine, ...] | Reason:
+    """A replica of an older revision as it is, while every pool it pins is still there."""
+    for engine in replica.engines:
+        for member in engine.members:
+            if member.pool not in ledger.by_name:
+                return diagnosis.pool_missing(engine.name, member.role.value, member.pool)
+    return replica.engines
 
 
 def _placed_engines(engines: tuple[ReplicaEngine, ...]) -> tuple[PlacedEngine, ...]:
@@ -680,14 +701,24 @@ def _retain(
         if identity in holders:
             drop(replica, diagnosis.duplicate(replica.cluster, replica.index, holders[identity]))
             continue
-        restamped = _restamp(replica, deployment, ledger, matcher)
+        # An old revision runs as it is until replaced (rollout.py): never re-stamped.
+        is_old = not rollout.is_current(replica, deployment)
+        restamped = (
+            _pinned(replica, ledger) if is_old else _restamp(replica, deployment, ledger, matcher)
+        )
         if isinstance(restamped, Reason):
             drop(replica, restamped)
             continue
         holders[identity] = replica.name
         kept.append((replica, restamped))
     desired = max(0, deployment.replicas)
-    while len(kept) > desired:
+    stepped = rollout.plan(deployment, [r for r, _ in kept])
+    if stepped is not None:
+        going = {*stepped.superseded, *stepped.scaled_down}
+        for position in sorted(going):
+            drop(kept[position][0], rollout.why_gone(deployment, kept[position][0], stepped))
+        kept = [k for position, k in enumerate(kept) if position not in going]
+    while stepped is None and len(kept) > desired:
         load = Counter(r.cluster for r, _ in kept)
         cluster = max(load, key=lambda c: (load[c], c))
         victim = max((k for k in kept if k[0].cluster == cluster), key=lambda k: k[0].index)
@@ -709,7 +740,7 @@ def _retain(
     )
     gone = tuple(sorted(dropped, key=lambda d: (d.name, d.cluster, d.index)))
     settled = None
-    if len(retained) == desired:
+    if len(retained) == desired and stepped is None:
         condition = _condition(desired, desired, None)
         settled = DeploymentDecision(
             deployment.key, desired, tuple(retained), (), gone, 0, None, condition
@@ -722,6 +753,7 @@ def _retain(
             for replica, restamped in kept
         ),
         settled,
+        stepped,
     )
 
 
@@ -869,6 +901,10 @@ def _decide(work: _Work, diagnoser: Diagnoser) -> DeploymentDecision:
     placed = len(work.retained) + len(work.created)
     shortfall = max(0, desired - placed)
     diag = work.diagnosis
+    progress = None
+    if work.rollout is not None:
+        progress = rollout.progress(work.deployment, work.rollout, len(work.created), diag)
+        placed = min(placed, desired)  # surge replicas are not counted twice
     if shortfall > 0 and diag is None:
         diag = diagnoser.diagnose(work.deployment, work.avoid)
     if shortfall == 0:
@@ -882,6 +918,7 @@ def _decide(work: _Work, diagnoser: Diagnoser) -> DeploymentDecision:
         shortfall=shortfall,
         diagnosis=diag,
         condition=_condition(desired, placed, diag),
+        rollout=progress,
     )
 
 
