@@ -28,6 +28,7 @@ from gpufleet.api import (
     replica_from_manifest,
     snapshot_from_manifests,
 )
+from gpufleet.api.convert import template_revision
 from gpufleet.cel import compile_selector
 from gpufleet.core.model import (
     Attribute,
@@ -212,6 +213,7 @@ def test_gang_deployment() -> None:
             ),
         ),
         fill=True,
+        revision=template_revision(obj),
     )
 
 

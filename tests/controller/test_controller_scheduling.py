@@ -67,7 +67,10 @@ def test_a_new_deployment_gets_a_replica_a_status_and_an_event() -> None:
         "gpufleet.io/deployment-uid": owner["metadata"]["uid"],
         "gpufleet.io/cluster": "a",
         "gpufleet.io/replica-index": "0",
+        # The template revision it runs (a rollout replaces replicas of another).
+        "gpufleet.io/revision": owner["status"]["revision"],
     }
+    assert len(owner["status"]["revision"]) == 10
     assert "ownerReferences" not in replica["metadata"]
     assert replica["spec"] == {
         "deploymentName": "llama",
@@ -330,6 +333,10 @@ def test_a_conflict_during_an_update_is_retried_and_nothing_is_lost() -> None:
     current = inner.get(MODEL_DEPLOYMENT, "llama", "ml")
     current["spec"]["template"]["spec"]["engines"][0]["copies"] = 2  # type: ignore[index]
     inner.update(current)  # type: ignore[arg-type]
+    # A replica made before rollouts (no revision label) is re-stamped in place.
+    (made,) = _replicas(inner)
+    del made["metadata"]["labels"]["gpufleet.io/revision"]
+    inner.update(made)
     result = controller.step(at(2))
 
     assert store.conflicts == 1

@@ -22,6 +22,8 @@ What is carried over, and the choices where the API and the core differ:
   condition `ModelPodsScheduled` is `True`.
 """
 
+import hashlib
+import json
 from collections.abc import Iterable, Mapping
 
 from gpufleet.api.kinds import (
@@ -45,7 +47,7 @@ from gpufleet.api.models import (
 )
 from gpufleet.api.names import replica_origin
 from gpufleet.cel import compile_selector
-from gpufleet.core.labels import DEPLOYMENT_NAMESPACE, REPLICA_INDEX
+from gpufleet.core.labels import DEPLOYMENT_NAMESPACE, REPLICA_INDEX, REVISION
 from gpufleet.core.model import (
     Attribute,
     AttributeKind,
@@ -69,6 +71,7 @@ from gpufleet.core.model import (
     ReplicaPoolStatus,
     ReplicaStatus,
     ResolvedRequest,
+    RolloutStrategy,
     ScaleUp,
     SchedulingConfig,
     Snapshot,
@@ -233,7 +236,29 @@ def deployment_from_manifest(deployment: ModelDeployment) -> Deployment:
         ),
         serving_mode=template.serving.mode,
         fill=True,
+        revision=template_revision(deployment),
+        strategy=RolloutStrategy(
+            deployment.spec.strategy.rolling_update.max_surge,
+            deployment.spec.strategy.rolling_update.max_unavailable,
+        ),
     )
+
+
+#: Hex digits of a template revision.
+REVISION_CHARS = 10
+
+
+def template_revision(deployment: ModelDeployment) -> str:
+    """What a replica of `deployment` runs, as a short hash: the template's metadata, serving
+    and engines, with defaults filled in (so spelling a default out changes nothing). The
+    cluster selector and tolerations say where replicas may go, not what they run: changing
+    them is no rollout (a replica no longer selected or tolerated is dropped as ever)."""
+    template = deployment.spec.template
+    body = template.model_dump(
+        mode="json", by_alias=True, exclude={"spec": {"cluster_selector", "tolerations"}}
+    )
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:REVISION_CHARS]
 
 
 def replica_index(labels: Mapping[str, str]) -> int:
@@ -302,6 +327,7 @@ def replica_from_manifest(replica: ModelReplica) -> Replica:
         ),
         generation=replica.metadata.generation or 1,
         status=replica_status_from_manifest(replica),
+        revision=replica.metadata.labels.get(REVISION, ""),
     )
 
 

@@ -682,11 +682,39 @@ class DeploymentTemplate(ApiModel):
     """The shape of one replica."""
 
 
+class RollingUpdateSpec(ApiModel):
+    """How a template change rolls across the fleet, replica by replica, in replicas."""
+
+    max_surge: Annotated[StrictInt, Field(ge=0, le=MAX_REPLICAS)] = 1
+    """Replicas that may exist above `replicas` while it rolls (default 1): each new replica
+    is placed wherever it fits before an old one goes."""
+    max_unavailable: Annotated[StrictInt, Field(ge=0, le=MAX_REPLICAS)] = 0
+    """Replicas that may be unavailable below `replicas` while it rolls (default 0): with 1,
+    an old replica may go before its replacement runs (in place, one step at a time)."""
+
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if self.max_surge == 0 and self.max_unavailable == 0:
+                rules.add(("maxUnavailable",), "must be at least 1 when maxSurge is 0")
+
+
+class DeploymentStrategySpec(ApiModel):
+    """How replicas are replaced when the template changes."""
+
+    rolling_update: RollingUpdateSpec = Field(default_factory=RollingUpdateSpec)
+    """maxSurge and maxUnavailable, in replicas (defaults 1 and 0: make-before-break)."""
+
+
 class ModelDeploymentSpec(ApiModel):
     """A model to serve."""
 
     replicas: Annotated[StrictInt, Field(ge=0, le=MAX_REPLICAS)] = 1
     """How many replicas to place (0-1000)."""
+    strategy: DeploymentStrategySpec = Field(default_factory=DeploymentStrategySpec)
+    """How a template change rolls: replica by replica, new before old by default."""
+    progress_deadline_seconds: Annotated[StrictInt, Field(ge=1, le=INT64_MAX)] = 600
+    """Seconds a rollout may make no progress before Progressing reads
+    False/ProgressDeadlineExceeded (default 600, as a Deployment)."""
     template: DeploymentTemplate
     """The template of one replica."""
 
@@ -709,8 +737,12 @@ class ModelDeploymentStatus(ApiModel):
     """The generation the status was computed for."""
     replicas: ReplicaCounts | None = None
     """Replicas placed and ready."""
+    updated_replicas: NonNegativeInt | None = None
+    """Replicas placed for the current template (its revision)."""
+    revision: StrictStr | None = None
+    """The current template's revision, the hash its replicas carry in gpufleet.io/revision."""
     conditions: list[Condition] = Field(default_factory=list)
-    """The deployment's conditions (ReplicasScheduled, InvalidSpec...)."""
+    """The deployment's conditions (ReplicasScheduled, ReplicasRunning, Progressing...)."""
 
     def check(self, rules: Rules) -> None:
         _unique_conditions(rules, self.conditions)

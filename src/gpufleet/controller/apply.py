@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from gpufleet.api import FieldError
 from gpufleet.controller import replicas as replica_docs
@@ -21,6 +21,7 @@ from gpufleet.controller.events import Event, EventReason, EventType
 from gpufleet.controller.index import Key, key_of
 from gpufleet.controller.replace import Replacer, running_condition
 from gpufleet.controller.report_events import ReportedSteps, ReportEvents
+from gpufleet.controller.rollouts import DEFAULT_PROGRESS_DEADLINE_S, RolloutClock, is_rolling
 from gpufleet.controller.status import MODEL_PODS_SCHEDULED, is_pods_scheduled
 from gpufleet.core.decision import DeploymentDecision, ReasonCode
 from gpufleet.store.port import MODEL_DEPLOYMENT, MODEL_REPLICA
@@ -33,11 +34,17 @@ class AppliedSteps(ReportedSteps, Protocol):
     placements: int
     drops: int
 
+    @property
+    def write_count(self) -> int: ...
+
 
 class DecisionWriter(ReportEvents):
     """Applies deployment decisions (see the module docstring); a mixin of `Controller`."""
 
     replacer: Replacer
+    rollouts: RolloutClock
+    #: The step's valid deployments, as read and as the core reads them (loop.py).
+    _deployments: dict[Key, tuple[ReadObj, Any]]
     #: The replicas not being deleted, as last synced.
     _replica_objs: dict[Key, ReadObj]
 
@@ -64,22 +71,51 @@ class DecisionWriter(ReportEvents):
         event = Event(obj, EventType.WARNING, EventReason.INVALID_SPEC, scheduled["message"])
         self._record_once(("invalid", namespace, name), event, now, result)
 
+    def _apply_once(
+        self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: AppliedSteps
+    ) -> bool:
+        """`_apply`; True when it wrote nothing and met no error, so that the next step may
+        skip it (`_apply` is a function of the decision, the deployment and its replicas, and
+        of `now` only through the times of writes it then did not need, and the deadline of a
+        rollout under way: `is_rolling`)."""
+        writes, errors = result.write_count, len(result.errors)
+        self._apply(deployment, decided, now, result)
+        return (
+            not decided.created
+            and not decided.dropped
+            and result.write_count == writes
+            and len(result.errors) == errors
+            and not is_rolling(decided)
+        )
+
     def _apply(
         self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: AppliedSteps
     ) -> None:
         namespace = decided.key.namespace
+        known = self._deployments.get((namespace, decided.key.name))
+        revision: str = known[1].revision if known is not None else ""
         is_applied = self._drop(deployment, decided, now, result)
+        updated = 0
         for placement in decided.retained:
             current = self._replica_of(placement.cluster, namespace, placement.name)
-            if current is None or replica_docs.restamped(current, placement, deployment) is None:
+            if current is not None and replica_docs.is_old_revision(current, revision):
+                continue  # runs as it is until the rollout replaces it
+            updated += 1
+            if (
+                current is None
+                or replica_docs.restamped(current, placement, deployment, revision) is None
+            ):
                 continue
             restamp = functools.partial(
-                replica_docs.restamped, placement=placement, deployment=deployment
+                replica_docs.restamped,
+                placement=placement,
+                deployment=deployment,
+                revision=revision,
             )
             update = functools.partial(self._update, MODEL_REPLICA, current, restamp, now, result)
             if not self._guard(result, f"update ModelReplica {namespace}/{placement.name}", update):
                 is_applied = False
-        created, is_created = self._create_replicas(deployment, decided, now, result)
+        created, is_created = self._create_replicas(deployment, decided, now, result, revision)
         is_applied = is_applied and is_created
         if decided.shortfall > 0:
             event = Event(
@@ -106,10 +142,27 @@ class DecisionWriter(ReportEvents):
         if not short and decided.diagnosis is not None:
             code = decided.diagnosis.dominant_code(decided.diagnosis.blocking_counts())
             short = code.value if code is not None else ""
-        running = running_condition(total, ready, pending, replaced, decided.desired, short)
+        if decided.rollout is not None and ready >= decided.desired:
+            # Every desired replica runs; a new one starting beside them is the rollout's
+            # business (Progressing), not a replica short.
+            running = running_condition(decided.desired, ready, [], replaced, decided.desired)
+        else:
+            running = running_condition(total, ready, pending, replaced, decided.desired, short)
+        deadline = (deployment.get("spec") or {}).get("progressDeadlineSeconds")
+        progressing = self.rollouts.condition(
+            (namespace, decided.key.name),
+            decided.rollout,
+            revision,
+            updated + created,
+            float(deadline) if isinstance(deadline, int) else DEFAULT_PROGRESS_DEADLINE_S,
+            now,
+        )
+        rollout = (revision, updated + created, progressing) if revision else None
 
         def desire(current: ReadObj) -> Obj:
-            return replica_docs.deployment_status(current, scheduled, total, ready, now, running)
+            return replica_docs.deployment_status(
+                current, scheduled, total, ready, now, running, rollout
+            )
 
         self._write_status(
             MODEL_DEPLOYMENT, deployment, desire, replica_docs.DEPLOYMENT_OWNED, now, result
@@ -133,6 +186,8 @@ class DecisionWriter(ReportEvents):
             reason = dropped.reason
             kind = EventType.NORMAL if reason.code is ReasonCode.SCALED_DOWN else EventType.WARNING
             what = EventReason.DROPPED
+            if reason.code is ReasonCode.SUPERSEDED:
+                kind = EventType.NORMAL
             message = f"deleted replica {dropped.name} on cluster {dropped.cluster}: "
             if reason.code in (ReasonCode.PODS_UNSCHEDULABLE, ReasonCode.POLICY_DENIED):
                 what = EventReason.REPLACED
@@ -142,7 +197,12 @@ class DecisionWriter(ReportEvents):
         return is_applied
 
     def _create_replicas(
-        self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: AppliedSteps
+        self,
+        deployment: ReadObj,
+        decided: DeploymentDecision,
+        now: datetime,
+        result: AppliedSteps,
+        revision: str = "",
     ) -> tuple[int, bool]:
         """Create the new replicas; how many were, and whether every one was."""
         namespace = decided.key.namespace
@@ -150,10 +210,13 @@ class DecisionWriter(ReportEvents):
         is_applied = True
         for placement in decided.created:
             restamp = functools.partial(
-                replica_docs.restamped, placement=placement, deployment=deployment
+                replica_docs.restamped,
+                placement=placement,
+                deployment=deployment,
+                revision=revision,
             )
             create = functools.partial(
-                self._create_replica, placement, deployment, restamp, now, result
+                self._create_replica, placement, deployment, restamp, now, result, revision
             )
             if not self._guard(result, f"create ModelReplica {namespace}/{placement.name}", create):
                 is_applied = False

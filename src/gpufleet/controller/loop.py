@@ -73,6 +73,7 @@ from gpufleet.controller.ledger import AssumeLedger
 from gpufleet.controller.replace import Replacer, is_waiting
 from gpufleet.controller.replicas import OrphanWatch
 from gpufleet.controller.reports import NO_TRUST, FleetReports
+from gpufleet.controller.rollouts import RolloutClock
 from gpufleet.controller.status import (
     CLUSTER_OWNED,
     REPLICA_OWNED,
@@ -268,6 +269,7 @@ class Controller(DecisionWriter):
         self.quiet_steps = 0
         #: What was re-placed, and the backoffs that stand (replace.py).
         self.replacer = Replacer(self.config)
+        self.rollouts = RolloutClock()
         #: The objects whose processing raised, and their backoffs (barrier.py).
         config = self.config
         self.quarantine = Quarantine(config.fault_backoff_s, config.fault_backoff_max_s, faults)
@@ -982,18 +984,3 @@ class Controller(DecisionWriter):
         self._dirty.deployments = set()
         self._add_numbers(result)
         self._forget("refusal", {("refusal", *key) for key in short})
-
-    def _apply_once(
-        self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: StepResult
-    ) -> bool:
-        """`_apply`; True when it wrote nothing and met no error, so that the next step may
-        skip it (`_apply` is a function of the decision, the deployment and its replicas, and
-        of `now` only through the times of writes it then did not need)."""
-        writes, errors = result.write_count, len(result.errors)
-        self._apply(deployment, decided, now, result)
-        return (
-            not decided.created
-            and not decided.dropped
-            and result.write_count == writes
-            and len(result.errors) == errors
-        )

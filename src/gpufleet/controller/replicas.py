@@ -33,7 +33,13 @@ from gpufleet.store import copy_json, copy_obj
 
 REPLICAS_SCHEDULED: Final = "ReplicasScheduled"
 #: The status keys of a ModelDeployment the controller writes.
-DEPLOYMENT_OWNED: Final = ("observedGeneration", "replicas", "conditions")
+DEPLOYMENT_OWNED: Final = (
+    "observedGeneration",
+    "replicas",
+    "conditions",
+    "revision",
+    "updatedReplicas",
+)
 #: The longest condition message the controller writes (the API allows 32 KiB).
 MAX_MESSAGE_CHARS: Final = 4000
 
@@ -209,9 +215,10 @@ def replica_spec(placement: Placement, deployment: ReadObj) -> Obj:
     }
 
 
-def replica_body(placement: Placement, deployment: ReadObj) -> Obj:
+def replica_body(placement: Placement, deployment: ReadObj, revision: str = "") -> Obj:
     """A new ModelReplica for `placement`, in its cluster's hub namespace, labelled with
-    `deployment` (raises `ClusterNameError` for a cluster name that names no namespace)."""
+    `deployment` and the template `revision` it runs (raises `ClusterNameError` for a cluster
+    name that names no namespace)."""
     namespace = cluster_namespace(placement.cluster)
     name = replica_object_name(placement.deployment.namespace, placement.name)
     return {
@@ -220,13 +227,33 @@ def replica_body(placement: Placement, deployment: ReadObj) -> Obj:
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {**replica_labels(placement), **uid_label(deployment)},
+            "labels": {
+                **replica_labels(placement),
+                **uid_label(deployment),
+                **revision_label(revision),
+            },
         },
         "spec": replica_spec(placement, deployment),
     }
 
 
-def restamped(current: ReadObj, placement: Placement, deployment: ReadObj) -> Obj | None:
+def revision_label(revision: str) -> dict[str, str]:
+    """`gpufleet.io/revision` of a replica made for template revision `revision` ("": none)."""
+    return {labels.REVISION: revision} if revision else {}
+
+
+def is_old_revision(replica: ReadObj, revision: str) -> bool:
+    """Whether `replica` was made for another template revision than `revision`: a rollout
+    replaces it, and until then it is left as it runs (never re-stamped). A replica without
+    the label was made before rollouts: it counts as current."""
+    have = (replica.get("metadata") or {}).get("labels") or {}
+    made_for = have.get(labels.REVISION)
+    return bool(revision and made_for and made_for != revision)
+
+
+def restamped(
+    current: ReadObj, placement: Placement, deployment: ReadObj, revision: str = ""
+) -> Obj | None:
     """`current` with the spec and labels the placement wants; None when it has them.
 
     Labels other writers added are kept, and so is the deployment uid it was created with
@@ -235,7 +262,7 @@ def restamped(current: ReadObj, placement: Placement, deployment: ReadObj) -> Ob
     want_spec = replica_spec(placement, deployment)
     meta = current.get("metadata") or {}
     have_labels: Mapping[str, str] = meta.get("labels") or {}
-    want_labels = replica_labels(placement)
+    want_labels = {**replica_labels(placement), **revision_label(revision)}
     is_labelled = all(have_labels.get(k) == v for k, v in want_labels.items())
     if current.get("spec") == want_spec and is_labelled:
         return None
@@ -275,6 +302,7 @@ def deployment_status(
     ready: int,
     now: datetime,
     running: ReadObj | None = None,
+    rollout: tuple[str, int, ReadObj] | None = None,
 ) -> Obj:
     """The desired `DEPLOYMENT_OWNED` keys of a deployment's status.
 
@@ -282,17 +310,26 @@ def deployment_status(
     `replicas.ready` those whose `ModelPodsScheduled` is True (every live pod of the current
     replica generation has its devices allocated; it says nothing about the model serving);
     `replicas.pending` the others: placed, not all pods scheduled. `running` is the
-    `ReplicasRunning` condition (None: left as it is).
+    `ReplicasRunning` condition (None: left as it is). `rollout` is (the template revision,
+    replicas placed for it, the `Progressing` condition); None: left as they are.
     """
     current: Obj = deployment.get("status") or {}
     generation = deployment["metadata"].get("generation")
     conditions = set_condition(list(current.get("conditions") or []), scheduled, now, generation)
     if running is not None:
         conditions = set_condition(conditions, running, now, generation)
+    if rollout is not None:
+        conditions = set_condition(conditions, rollout[2], now, generation)
     desired: Obj = {
         "replicas": {"total": total, "ready": ready, "pending": max(0, total - ready)},
         "conditions": conditions,
     }
+    if rollout is not None:
+        desired["revision"], desired["updatedReplicas"] = rollout[0], rollout[1]
+    else:
+        for key in ("revision", "updatedReplicas"):
+            if key in current:
+                desired[key] = current[key]
     if generation is not None:
         desired["observedGeneration"] = generation
     return desired

@@ -231,12 +231,13 @@ class HubWriter:
         change: Callable[[ReadObj], Obj | None],
         now: datetime,
         result: StepErrors,
+        revision: str = "",
     ) -> None:
         """Create the replica of `placement` in its cluster's hub namespace (`_create`). A
         cluster whose name names no namespace is an error of the write, as the API server's
         refusal would be."""
         try:
-            body = replica_body(placement, deployment)
+            body = replica_body(placement, deployment, revision)
         except ClusterNameError as e:
             raise Invalid(str(e)) from None
         self._create(MODEL_REPLICA, body, change, now, result)

@@ -31,3 +31,7 @@ ENGINE: Final = "gpufleet.io/engine"
 MEMBER: Final = "gpufleet.io/member"
 #: On pods: `metadata.generation` of the ModelReplica the pod was made for.
 REPLICA_GENERATION: Final = "gpufleet.io/replica-generation"
+#: On ModelReplicas: the revision of the deployment's template the replica was made for (a
+#: hash of what a replica runs: engines, serving, metadata); a rollout replaces the replicas
+#: of another revision (core/rollout.py). Absent: made before rollouts, counts as current.
+REVISION: Final = "gpufleet.io/revision"

@@ -248,6 +248,12 @@ INFOS: tuple[CrdInfo, ...] = (
                 "type": "string",
                 "jsonPath": _condition("ReplicasScheduled", "reason"),
             },
+            {"name": "Up-To-Date", "type": "integer", "jsonPath": ".status.updatedReplicas"},
+            {
+                "name": "Progressing",
+                "type": "string",
+                "jsonPath": _condition("Progressing", "reason"),
+            },
             {
                 "name": "Message",
                 "type": "string",
