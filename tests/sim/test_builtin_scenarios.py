@@ -127,3 +127,46 @@ def test_a_serving_replica_is_kept_though_a_pod_of_it_is_stuck() -> None:
     assert deployment(result, "llm") == (1, 1, 1)
     assert not [line for _, line in result.log if "dropped" in line or "avoid" in line]
     assert [line for _, line in result.log if "placed ml/llm" in line] == ["placed ml/llm on solo"]
+
+
+def _after(result: RunResult, series: dict[str, list[int]], from_s: float) -> list[int]:
+    return [n for t, n in zip(result.series.times_s, series["ml/llm"], strict=True) if t >= from_s]
+
+
+def _rolled(result: RunResult) -> list[str]:
+    """What the controller did to ml/llm after the image change at 1m."""
+    return [
+        line for t, line in result.log if t >= 60 and "ml/llm" in line and "refused" not in line
+    ]
+
+
+def test_an_image_change_on_a_full_pool_deletes_nothing_and_waits_with_numbers() -> None:
+    # On main the change re-stamped every replica in place: all four pods went at once.
+    result = run("rollout-no-room")
+    assert min(_after(result, result.series.running, 30)) == 4
+    assert _rolled(result) == ["apply ml/llm"]
+    assert deployment(result, "llm") == (4, 4, 4)
+
+
+def test_max_unavailable_one_rolls_one_replica_at_a_time() -> None:
+    result = run("rollout-in-place")
+    assert min(_after(result, result.series.running, 30)) == 3  # replicas - maxUnavailable
+    assert max(_after(result, result.series.placed, 30)) == 4
+    rolled = _rolled(result)
+    # Each old replica goes, then its replacement is placed, before the next old one goes.
+    one_at_a_time = ["dropped ml/llm from solo (Superseded)", "placed ml/llm on solo"] * 4
+    assert rolled == ["apply ml/llm", *one_at_a_time]
+    assert deployment(result, "llm") == (4, 4, 4)
+
+
+def test_room_on_another_cluster_rolls_make_before_break() -> None:
+    result = run("rollout-room-elsewhere")
+    assert min(_after(result, result.series.running, 30)) == 4
+    rolled = _rolled(result)
+    assert rolled[:3] == [
+        "apply ml/llm",
+        "placed ml/llm on spare",  # the surge, first
+        "dropped ml/llm from main (Superseded)",  # only once it runs
+    ]
+    assert rolled.count("dropped ml/llm from main (Superseded)") == 4
+    assert deployment(result, "llm") == (4, 4, 4)

@@ -140,6 +140,20 @@ def _ready_replicas(check: Check, state: FleetState, fail: Fail) -> None:
             fail(f"replicas.ready of {dep}", want_n, got_n)
 
 
+def _updated_replicas(check: Check, state: FleetState, fail: Fail) -> None:
+    for dep, want_n in sorted(check.updated_replicas.items()):
+        got_n = state.updated_replicas(dep)
+        if got_n != want_n:
+            fail(f"updatedReplicas of {dep}", want_n, got_n)
+
+
+def _min_pods_running(check: Check, state: FleetState, fail: Fail) -> None:
+    for dep, want_n in sorted(check.min_pods_running.items()):
+        got_n = state.running.get(dep, 0)
+        if got_n < want_n:
+            fail(f"running pods of {dep} (at least)", f">= {want_n}", got_n)
+
+
 def _hub_free_gpus(check: Check, state: FleetState, fail: Fail) -> None:
     for (c, p), want in sorted(check.hub_free_gpus.items()):
         got = state.hub_free(c, p)
@@ -166,6 +180,8 @@ _EVALUATORS: Final[tuple[Callable[[Check, FleetState, Fail], None], ...]] = (
     _pods,
     _pods_scheduled,
     _ready_replicas,
+    _updated_replicas,
+    _min_pods_running,
     _hub_free_gpus,
 )
 

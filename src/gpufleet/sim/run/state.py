@@ -333,6 +333,11 @@ class FleetState:
         d = self.deployments.get(key)
         return int((((d or {}).get("status") or {}).get("replicas") or {}).get("ready") or 0)
 
+    def updated_replicas(self, key: str) -> int:
+        """The deployment's `status.updatedReplicas` (0 when absent)."""
+        d = self.deployments.get(key)
+        return int(((d or {}).get("status") or {}).get("updatedReplicas") or 0)
+
     def hub_free(self, cluster: str, pool: str) -> int | None:
         """Free GPUs on the pool's nodes in the controller's accounting after its last
         decision (charges included), or None before any. Growth (nodes the pool may still

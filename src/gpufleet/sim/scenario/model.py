@@ -228,6 +228,10 @@ class Check:
     pods: Mapping[str, PodsExpectation] = field(default_factory=dict)
     pods_scheduled: Mapping[str, PodsScheduledExpectation] = field(default_factory=dict)
     ready_replicas: Mapping[str, int] = field(default_factory=dict)
+    #: The deployment's `status.updatedReplicas` (replicas of its current template revision).
+    updated_replicas: Mapping[str, int] = field(default_factory=dict)
+    #: At least this many of the deployment's pods Running (a rollout's floor).
+    min_pods_running: Mapping[str, int] = field(default_factory=dict)
     #: (cluster, pool) -> free GPUs in the hub's accounting, or how they compare with the truth.
     hub_free_gpus: Mapping[tuple[str, str], int | HubVsActual] = field(default_factory=dict)
     mode: CheckMode = CheckMode.AT

@@ -37,6 +37,8 @@ _EXPECT_KEYS: Final = (
     "modelPodsScheduled",
     "readyReplicas",
     "hubFreeGPUs",
+    "updatedReplicas",
+    "minPodsRunning",
 )
 
 
@@ -130,6 +132,8 @@ def read_check(
         pods=_pods(e),
         pods_scheduled=_pods_scheduled(e),
         ready_replicas=_ready_replicas(e),
+        updated_replicas=_ready_replicas(e, "updatedReplicas"),
+        min_pods_running=_ready_replicas(e, "minPodsRunning"),
         hub_free_gpus=_hub_free_gpus(e),
         mode=mode,
         until_s=until_s,
@@ -207,9 +211,10 @@ def _pods_scheduled(e: _Expect) -> dict[str, PodsScheduledExpectation]:
     return out
 
 
-def _ready_replicas(e: _Expect) -> dict[str, int]:
+def _ready_replicas(e: _Expect, key: str = "readyReplicas") -> dict[str, int]:
+    """{deployment: count} under `key` (readyReplicas, updatedReplicas, minPodsRunning)."""
     out: dict[str, int] = {}
-    for name, value, where in e.items("readyReplicas"):
+    for name, value, where in e.items(key):
         key = resolve_deployment(str(name), e.known, where, e.problems)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             e.problems.add(where, "must be an integer, at least 0")
