@@ -173,7 +173,7 @@ def test_every_problem_is_reported_with_its_path() -> None:
         "timeline[2].at: is after the end (5m00s)",
         "checks[0].expect.bogus: unknown field (expected one of placements, pending, "
         "podsRunning, freeGPUs, observedFreeGPUs, allocatedGPUs, histogram, nodes, poolState, "
-        "conditions, pods, modelPodsScheduled, readyReplicas, hubFreeGPUs)",
+        "conditions, pods, modelPodsScheduled, readyReplicas, hubFreeGPUs, updatedReplicas, minPodsRunning)",
         "checks[0].expect.freeGPUs.a/h100: cluster a has no pool 'h100'",
     ]
     for line in expected:
