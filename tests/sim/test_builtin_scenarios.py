@@ -170,3 +170,14 @@ def test_room_on_another_cluster_rolls_make_before_break() -> None:
     ]
     assert rolled.count("dropped ml/llm from main (Superseded)") == 4
     assert deployment(result, "llm") == (4, 4, 4)
+
+
+def test_a_cordoned_node_under_a_serving_replica_is_replaced_first() -> None:
+    # On main the replica stayed on the cordoned node (and a drain then evicted its pod).
+    result = run("cordon-replaced-first")
+    assert min(_after(result, result.series.running, 30)) == 2
+    assert [line for t, line in result.log if t >= 60] == [
+        "cordon solo/l4-0",
+        "placed ml/llm on solo",  # the replacement, first
+        "dropped ml/llm from solo (Superseded)",  # once it runs
+    ]

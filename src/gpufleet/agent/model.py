@@ -313,6 +313,8 @@ class ObservedReplica:
             ]
             if p.ready_pods:
                 body["readyPods"] = p.ready_pods
+            if p.draining_pods:
+                body["drainingPods"] = p.draining_pods
             if p.unschedulable_pods:
                 body["unschedulablePods"] = p.unschedulable_pods
                 if p.unschedulable_since is not None:

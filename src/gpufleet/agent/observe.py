@@ -107,6 +107,7 @@ from gpufleet.agent.reads import (
     NodeInfo,
     NodeState,
     claim_effect,
+    cordoned_nodes,
     group_slices,
     observe_pool,
     read_claim,
@@ -407,9 +408,10 @@ def observe(
         observed_nodes.extend(pool_nodes)
 
     pods_of = _pods_of(objects.pods, problems)
+    cordoned = cordoned_nodes(nodes.infos)
     observed_replicas = []
     for key, rep in replicas.items():
-        count_pods(rep, pods_of.get(key, ()), claims.allocated, nodes.node_pool)
+        count_pods(rep, pods_of.get(key, ()), claims.allocated, nodes.node_pool, cordoned)
         observed_replicas.append(observed_replica(rep))
     result = ObservationResult(
         pools=tuple(observed_pools),

@@ -5,7 +5,7 @@ observation from its pods (`gpufleet.agent.reads` holds the rest; both are pure 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -46,6 +46,9 @@ class Member:
     unschedulable_since: datetime | None = None
     #: Live pods of any generation that are Running and Ready: the member serves.
     ready_pods: int = 0
+    #: Live pods of any generation bound to a cordoned node: the hub replaces their replica
+    #: first, as a rollout step (a node being drained).
+    draining_pods: int = 0
 
 
 @dataclass(slots=True)
@@ -308,8 +311,10 @@ def count_pods(
     pods: Iterable[PodInfo],
     allocated: Mapping[tuple[str, str], datetime],
     node_pool: Mapping[str, str],
+    cordoned: Container[str] = frozenset(),
 ) -> None:
-    """Count the replica's pods (those labelled with it, in its namespace) into `rep`."""
+    """Count the replica's pods (those labelled with it, in its namespace) into `rep`;
+    `cordoned` names the nodes marked unschedulable."""
     ns = rep.namespace
     for pod in pods:
         (
@@ -350,6 +355,8 @@ def count_pods(
         # Serving and stuck are judged over the pods of every generation (a replica whose
         # old pod serves while its new one waits is not stuck); accounting, over the current.
         member.ready_pods += is_ready
+        if node_name and node_name in cordoned:
+            member.draining_pods += 1
         if is_unschedulable and member.is_claiming and not is_allocated:
             member.unschedulable.append(key[1])
             if since is not None and (
@@ -367,6 +374,7 @@ def observed_replica(rep: Replica) -> ObservedReplica:
     by_pool: dict[str, list[MemberPods]] = defaultdict(list)
     stuck: dict[str, tuple[int, datetime | None]] = {}
     ready: dict[str, int] = defaultdict(int)
+    draining: dict[str, int] = defaultdict(int)
     waiting: list[tuple[str, str]] = []
     is_scheduled = rep.is_readable
     for key in sorted(rep.members):
@@ -376,6 +384,7 @@ def observed_replica(rep: Replica) -> ObservedReplica:
         if m.pool is not None:
             by_pool[m.pool].append(MemberPods(m.engine, m.role, m.live_pods, m.allocated_pods))
             ready[m.pool] += m.ready_pods
+            draining[m.pool] += m.draining_pods
             if m.unschedulable:
                 stuck[m.pool] = _stuck_add(stuck.get(m.pool), m)
                 waiting.extend((m.pool, pod) for pod in m.unschedulable)
@@ -388,6 +397,7 @@ def observed_replica(rep: Replica) -> ObservedReplica:
             tuple(by_pool[p]),
             *stuck.get(p, (0, None)),
             ready_pods=ready.get(p, 0),
+            draining_pods=draining.get(p, 0),
         )
         for p in sorted(by_pool)
     )

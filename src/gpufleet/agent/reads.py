@@ -176,6 +176,12 @@ class NodeInfo:
     found: tuple[Found, ...] = ()
 
 
+def cordoned_nodes(infos: Mapping[str, NodeInfo | None]) -> frozenset[str]:
+    """The named nodes marked unschedulable (cordoned, or being drained)."""
+    cordoned = str(ExclusionReason.CORDONED)
+    return frozenset(n for n, i in infos.items() if i is not None and i.excluded == cordoned)
+
+
 def read_node(node: RawObject, config: ObserveConfig) -> NodeInfo | None:
     """The node's pool, exclusion and extended resources; None when it is in no pool."""
     meta = as_map(node.get("metadata"))

@@ -75,6 +75,7 @@ from gpufleet.agent.reads import (
     SliceInfo,
     claim_effect,
     claim_pools,
+    cordoned_nodes,
     keyless_slice_found,
     observe_node,
     pool_drivers,
@@ -173,6 +174,8 @@ class FreeDeviceTable:
         self._node_pool: dict[str, str] = {}
         self._members: dict[str, set[str]] = {}
         self._is_membership_moved = False
+        #: The cordoned nodes (`cordoned_nodes`): a replica's pods on one are draining.
+        self._cordoned: frozenset[str] = frozenset()
         #: Pools that lost a node since the last snapshot.
         self._moved_from: set[str] = set()
         # Slices.
@@ -343,6 +346,11 @@ class FreeDeviceTable:
             entry.info = info
             self._set_found(("node", name), info.found if info is not None else ())
             self._touch((name,))
+            cordoned = cordoned_nodes({name: info})
+            if (name in self._cordoned) != bool(cordoned):
+                self._cordoned = (self._cordoned - {name}) | cordoned
+                # Rare (a cordon or uncordon): every replica is counted again.
+                self._dirty_replicas.update(self._replicas)
         pending.clear()
 
     def _set_pool(self, name: str, pool: str | None) -> None:
@@ -815,7 +823,7 @@ class FreeDeviceTable:
                 self._replica_order = None
             rep = held[1].fresh()
             pods = self._replica_pods.get(key, {}).values()
-            count_pods(rep, pods, self._allocated, self._node_pool)
+            count_pods(rep, pods, self._allocated, self._node_pool, self._cordoned)
             observed = observed_replica(rep)
             if results.get(key) != observed:
                 results[key] = observed

@@ -285,6 +285,7 @@ def _pool_status(pool: ReplicaPoolPodsStatus) -> ReplicaPoolStatus:
         scale_up=ScaleUp(pool.scale_up) if pool.scale_up is not None else None,
         scale_up_at=pool.scale_up_time,
         ready_pods=pool.ready_pods,
+        draining_pods=pool.draining_pods,
     )
 
 

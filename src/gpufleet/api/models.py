@@ -841,6 +841,9 @@ class ReplicaPoolPodsStatus(ApiModel):
     ready_pods: NonNegativeInt = 0
     """Live pods of the replica on the pool, of any generation, Running with Ready=True: a
     replica with one serves and is never re-placed as stuck."""
+    draining_pods: NonNegativeInt = 0
+    """Live pods of the replica on the pool, of any generation, on a cordoned node: the hub
+    places its replacement first, then removes it (a drain is a rollout step)."""
     unschedulable_pods: NonNegativeInt = 0
     """Live claiming pods, of any generation and not allocated, that kube-scheduler marked
     Unschedulable."""

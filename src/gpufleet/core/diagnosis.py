@@ -225,6 +225,16 @@ def superseded(revision: str, is_serving: bool) -> Reason:
     )
 
 
+def drained(is_serving: bool) -> Reason:
+    """A replica with pods on a cordoned node, removed once its replacement runs elsewhere."""
+    what = "serving" if is_serving else "serving nothing"
+    return Reason(
+        ReasonCode.SUPERSEDED,
+        f"pods on a cordoned node ({what}); replaced by a replica placed where it fits",
+        {"cordoned": 1},
+    )
+
+
 def stuck(code: ReasonCode, message: str, replica: str) -> Reason:
     """A replica dropped to be re-placed (`PodsUnschedulable`, `PolicyDenied`)."""
     return Reason(code, message, {"replica": replica})

@@ -348,6 +348,9 @@ class ReplicaPoolStatus:
     scale_up_at: datetime | None = None
     #: Live pods of the replica on the pool, of any generation, Running with `Ready=True`.
     ready_pods: int = 0
+    #: Live pods of the replica on the pool, of any generation, on a cordoned node (a drain):
+    #: the replica is replaced as a rollout step (core/rollout.py).
+    draining_pods: int = 0
 
 
 class ScaleUp(StrEnum):
@@ -376,6 +379,11 @@ class ReplicaStatus:
         """Whether some pod of the replica (of any generation) is Running and Ready: then it is
         never deleted as stuck (DESIGN.md decision 11)."""
         return any(p.ready_pods for p in self.pools)
+
+    @property
+    def is_draining(self) -> bool:
+        """Whether some pod of the replica is on a cordoned node: it must move."""
+        return any(p.draining_pods for p in self.pools)
 
 
 @dataclass(frozen=True, slots=True)

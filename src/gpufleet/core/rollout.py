@@ -155,22 +155,30 @@ def step(
     )
 
 
+def must_move(replica: Replica, deployment: Deployment) -> bool:
+    """Whether the rollout replaces `replica`: it runs an older revision, or some pod of it is
+    on a cordoned node (a drain is a rollout step: its replacement is placed first)."""
+    return not is_current(replica, deployment) or replica.status.is_draining
+
+
 def plan(deployment: Deployment, kept: Sequence[Replica]) -> RolloutStep | None:
     """`step` for a deployment's kept replicas (positions index `kept`); None: no rollout."""
-    if not deployment.revision:
-        return None
     candidates = []
     for position, replica in enumerate(kept):
-        current = is_current(replica, deployment)
+        current = not must_move(replica, deployment)
         available = is_whole(replica) if current else replica.status.is_serving
         candidates.append(Candidate(position, replica.cluster, replica.index, current, available))
+    if all(c.is_current for c in candidates):
+        return None
     return step(deployment.replicas, deployment.strategy, candidates)
 
 
 def why_gone(deployment: Deployment, replica: Replica, stepped: RolloutStep) -> Reason:
     """The drop reason of a kept replica the step removes."""
-    if is_current(replica, deployment):
+    if not must_move(replica, deployment):
         return diagnosis.scaled_down(max(0, deployment.replicas), stepped.current)
+    if is_current(replica, deployment):
+        return diagnosis.drained(replica.status.is_serving)
     return diagnosis.superseded(deployment.revision, replica.status.is_serving)
 
 
@@ -187,7 +195,7 @@ def progress(
     old = stepped.old - len(stepped.superseded)
     gone = len(stepped.superseded)
     revision = deployment.revision
-    counts = f"{updated} of {desired} replicas at revision {revision}, {old} old left"
+    counts = f"{updated} of {desired} replicas at revision {revision}, {old} to replace"
     if old == 0 and updated >= desired:
         condition = Condition(
             PROGRESSING, "True", ROLLOUT_COMPLETE, f"all {desired} replicas run revision {revision}"
