@@ -180,4 +180,5 @@ def test_a_cordoned_node_under_a_serving_replica_is_replaced_first() -> None:
         "cordon solo/l4-0",
         "placed ml/llm on solo",  # the replacement, first
         "dropped ml/llm from solo (Superseded)",  # once it runs
+        "drain solo/l4-0",  # evicts nothing of the fleet
     ]

@@ -166,7 +166,7 @@ def test_every_problem_is_reported_with_its_path() -> None:
         "fleet.clusters[0].pools[0].class: unknown class 'missing' (classes: l4-4x)",
         "manifests[0].spec.replicas: must be at least 0",
         "timeline[0].action: unknown action 'cordonn' (expected one of apply, delete, scale, "
-        "cordon, uncordon, taint, untaint, failNode, recoverNode, addNode, removeNode, "
+        "cordon, uncordon, drain, taint, untaint, failNode, recoverNode, addNode, removeNode, "
         "killAgent, startAgent, reinstallAgent, partition, heal, addForeignClaim, "
         "removeForeignClaim, deleteCluster, labelCluster)",
         "timeline[1].cluster: unknown cluster 'zz' (clusters: a)",

@@ -6,6 +6,7 @@ ModelReplicas it owns at once, as the API server's garbage collector would short
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -20,6 +21,7 @@ from gpufleet.store.port import (
     INFERENCE_CLUSTER,
     MODEL_DEPLOYMENT,
     NODE,
+    POD,
     RESOURCE_CLAIM,
     NotFound,
     Obj,
@@ -228,6 +230,8 @@ def _node_action(cluster: WorkloadCluster, node: str, action: Action) -> None:
         raise ActionFailed(f"{action.path}: {action.describe()}: node {node} {_UNCHANGED_WORDS[k]}")
     if k is ActionKind.CORDON:
         cluster.cordon(node)
+    elif k is ActionKind.DRAIN:
+        _drain(cluster, node, obj)
     elif k is ActionKind.UNCORDON:
         cluster.uncordon(node)
     elif k is ActionKind.TAINT:
@@ -245,6 +249,20 @@ def _node_action(cluster: WorkloadCluster, node: str, action: Action) -> None:
             cluster.add_foreign_claim(node, action.devices)
         except ValueError as error:
             raise ActionFailed(f"{action.path}: {error}") from None
+
+
+def _drain(cluster: WorkloadCluster, node: str, obj: Obj) -> None:
+    """`kubectl drain --ignore-daemonsets`: cordon (unless cordoned), then evict every pod
+    bound to the node. An eviction is a graceful delete; nothing here is guarded by a
+    PodDisruptionBudget, so each goes at once and its controller makes another."""
+    if not obj["spec"].get("unschedulable"):
+        cluster.cordon(node)
+    for pod in list(cluster.store.pods_on(node)):
+        meta = pod["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        with contextlib.suppress(NotFound):
+            cluster.store.delete(POD, meta["name"], meta.get("namespace"))
 
 
 def _taints(node: Obj) -> list[Mapping[str, Any]]:

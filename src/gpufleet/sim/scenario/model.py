@@ -53,6 +53,9 @@ class ActionKind(StrEnum):
     SCALE = "scale"
     CORDON = "cordon"
     UNCORDON = "uncordon"
+    #: `kubectl drain`: cordon, then evict every pod on the node (no PodDisruptionBudget
+    #: guards the fleet's pods: each is evicted at once).
+    DRAIN = "drain"
     TAINT = "taint"
     UNTAINT = "untaint"
     FAIL_NODE = "failNode"

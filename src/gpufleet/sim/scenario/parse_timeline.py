@@ -25,6 +25,7 @@ from gpufleet.sim.scenario.parse_fleet import check_cluster
 _NODE_ACTIONS: Final = (
     ActionKind.CORDON,
     ActionKind.UNCORDON,
+    ActionKind.DRAIN,
     ActionKind.FAIL_NODE,
     ActionKind.RECOVER_NODE,
     ActionKind.REMOVE_NODE,
