@@ -31,6 +31,7 @@ from gpufleet.core.model import (
     PoolObservation,
     Replica,
     ReplicaStatus,
+    RolloutStrategy,
     SchedulingConfig,
     Snapshot,
     Taint,
@@ -97,6 +98,9 @@ CHANGES = (
     "unobserve-replica",
     "recount-replica",
     "reallocate",
+    "new-revision",
+    "serve",
+    "cordon-replica",
     "later",
     "nothing",
 )
@@ -120,7 +124,9 @@ def a_deployment(draw: st.DrawFn, name: str) -> Deployment:
         d = d.tolerate("maintenance")
     if draw(st.integers(0, 6)) == 0:
         d = d.no_fill()
-    return d.build()
+    # Rollouts (core/rollout.py): a revision, or none declared.
+    strategy = RolloutStrategy(draw(st.integers(0, 2)), draw(st.integers(0, 2)))
+    return replace(d.build(), revision=draw(st.sampled_from(["", "r1"])), strategy=strategy)
 
 
 @st.composite
@@ -146,13 +152,18 @@ def settle(snap: Snapshot, decision: Decision, *, report: bool) -> Snapshot:
     change is the same object (the controller's parse cache), others are new; with `report`,
     pools report the histogram the decision predicted."""
     by_name = {r.name: r for r in snap.replicas}
+    revisions = {d.key: d.revision for d in snap.deployments}
     replicas: list[Replica] = []
     for d in decision.deployments:
         for p in d.retained:
             old = by_name.get(p.name)
             is_same = old is not None and replica_from(p).engines == old.engines
-            replicas.append(old if old is not None and is_same else replica_from(p))
-        replicas.extend(replica_from(p) for p in d.created)
+            if old is not None and is_same:
+                replicas.append(old)
+            else:
+                made_for = old.revision if old is not None else revisions[d.key]
+                replicas.append(replace(replica_from(p), revision=made_for))
+        replicas.extend(replace(replica_from(p), revision=revisions[d.key]) for p in d.created)
     kept = {d.key for d in decision.deployments}
     replicas.extend(r for r in snap.replicas if r.deployment not in kept)
     if not report:
@@ -247,6 +258,18 @@ def change(draw: st.DrawFn, kind: str, snap: Snapshot, n: int) -> Snapshot:
         device = replace(device, attributes={**device.attributes, "architecture": became})
         pool = replace(first, devices=(device,))
         return with_cluster(replace(clusters[c], pools=(pool, *rest)))
+    if kind == "new-revision" and d is not None:
+        return with_dep(replace(deps[d], revision=draw(st.sampled_from(["", "r1", "r2"]))))
+    if kind in ("serve", "cordon-replica") and r is not None:
+        # The replica's pods Running and Ready (or on a cordoned node): a rollout reads it.
+        was = replicas[r]
+        pools = tuple(
+            replace(p, ready_pods=8) if kind == "serve" else replace(p, draining_pods=1)
+            for p in was.status.pools
+        )
+        status = replace(was.status, pools=pools, observed_generation=was.generation)
+        served = replace(was, status=status)
+        return replace(snap, replicas=(*replicas[:r], served, *replicas[r + 1 :]))
     if kind == "delete-replica" and r is not None:
         return replace(snap, replicas=replicas[:r] + replicas[r + 1 :])
     if kind == "recount-replica" and r is not None:
