@@ -224,8 +224,10 @@ def running_condition(
       replica went and its replacement has nowhere to go yet); the message gives the end time;
     - `Replaced`: a replica was re-placed, its backoff stands and its replacement does not run
       yet (the message adds why, with numbers, and until when);
-    - `short_reason` (the diagnosis' dominant code, e.g. `InsufficientGPU`; `NoRoomForSurge`
-      while a rollout waits): fewer placed than desired for another reason;
+    - `short_reason` (the diagnosis' dominant code, e.g. `InsufficientGPU`, also when a
+      rollout's `maxUnavailable` let an old replica go before its replacement fits): fewer
+      placed than desired for another reason (a rollout waiting for room with every old
+      replica serving is not short: `Progressing=False/NoRoomForSurge` says it);
     - `PodsUnschedulable` (some replica has unschedulable pods) or `PodsPending`.
 
     `pending` holds (name, its `ModelPodsScheduled` condition or None) of each placed replica
