@@ -2,7 +2,7 @@
 
 The test reads the walkthrough's `sh` block from the document and runs each command line: a
 `gpufleet ...` command through the real CLI (typer's CliRunner, `$KUBECONFIG` naming contexts
-`hub` and `gke-us-central`), and the few `kubectl` forms the block uses (`apply -f FILE|-`,
+`hub` and `gke-us-central`), and the few `kubectl` forms the block uses (`apply [--server-side] -f FILE|-`,
 `create namespace`, `label nodes -l`) as kubectl does them, over HTTP. A command it does not
 know fails the test, so the docs cannot gain a step this test skips.
 
@@ -127,6 +127,8 @@ class Shell:
         if args[:1] == ["--context"]:
             context, args = args[1], args[2:]
         store = self.stores[context]
+        if args[:2] == ["apply", "--server-side"]:
+            args = ["apply", *args[2:]]  # as a create-or-replace here: the objects are whole
         if args[:2] == ["apply", "-f"] and len(args) == 3:
             text = stdin if args[2] == "-" else (ROOT / args[2]).read_text()
             for doc in yaml.safe_load_all(text):
