@@ -180,7 +180,7 @@ def test_the_prometheus_rule_holds_the_alerts_the_docs_describe() -> None:
     # The prose: the observation age past the expiry (--expire-after, 300 s by default) ...
     expired = alerts["GpufleetObservationExpired"]["expr"]
     assert expired == "gpufleet_observation_age_seconds > 300"
-    assert "--expire-after" in DOCS and "| 60, 300 |" in DOCS
+    assert "--expire-after" in DOCS and "| 1m, 5m |" in DOCS
     # ... and not exactly one controller leading for longer than the lease duration (15 s) and
     # two scrapes (30 s each): 1 m.
     leader = alerts["GpufleetControllerLeader"]

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from gpufleet.core.capacity import NodeChoicePolicy, PoolLedger, Vector
 from gpufleet.core.decision import Reason, ReasonCode
+from gpufleet.core.durations import format_duration
 from gpufleet.core.fit import FitFailure, Unit, fit, nodes_that_fit
 from gpufleet.core.model import Taint
 
@@ -148,7 +149,8 @@ def expired(age_s: float | None, expire_after_s: float) -> Reason:
     age = int(age_s) if age_s is not None else -1
     return Reason(
         ReasonCode.OBSERVATION_EXPIRED,
-        f"agent silent for {age}s (expires after {int(expire_after_s)}s): no new replicas",
+        f"agent silent for {format_duration(age)} (expires after {format_duration(expire_after_s)}): "
+        "no new replicas",
         {"age_s": age, "expire_after_s": int(expire_after_s)},
     )
 
@@ -157,7 +159,7 @@ def stale(age_s: float | None, stale_after_s: float) -> Reason:
     age = int(age_s) if age_s is not None else -1
     return Reason(
         ReasonCode.OBSERVATION_STALE,
-        f"observation is {age}s old (stale after {int(stale_after_s)}s)"
+        f"observation is {format_duration(age)} old (stale after {format_duration(stale_after_s)})"
         if age_s is not None
         else "observation has no time: treated as stale",
         {"age_s": age, "stale_after_s": int(stale_after_s)},
