@@ -222,6 +222,35 @@ def free_text(state: PoolState) -> str:
     return ", ".join(bucket_text(b) for b in state.histogram) or "no nodes"
 
 
+def verdict_free_text(accounting: Accounting, free: Mapping[str, int | str]) -> str:
+    """A pool verdict's free numbers in words, one format for every row of explain's pool
+    table: `1 of 6 nodes free` (WholeNode), `10 free on 3 nodes, best node 4` (FreeGPU)."""
+    if accounting is Accounting.WHOLE_NODE and "free_nodes" in free:
+        return f"{free['free_nodes']} of {plural(int(free.get('nodes', 0)), 'node')} free"
+    if "free_devices" in free:
+        best = f", best node {free['best_node_free']}" if "best_node_free" in free else ""
+        return f"{free['free_devices']} free on {plural(int(free.get('nodes', 0)), 'node')}{best}"
+    return details_text(free)
+
+
+def state_free_text(state: PoolState) -> str:
+    """`verdict_free_text` of a pool's state after the plan (for a pool no verdict covers)."""
+    if state.accounting is Accounting.WHOLE_NODE:
+        free_nodes = state.free_nodes if state.free_nodes is not None else 0
+        return verdict_free_text(state.accounting, {"nodes": state.nodes, "free_nodes": free_nodes})
+    if any(len(b.free) != 1 for b in state.histogram):
+        return free_text(state)  # several drivers: their counts do not add up
+    counts = [(next(iter(b.free.values())), b.nodes) for b in state.histogram]
+    return verdict_free_text(
+        state.accounting,
+        {
+            "nodes": sum(n for _, n in counts),
+            "free_devices": sum(free * n for free, n in counts),
+            "best_node_free": max((free for free, n in counts if n > 0), default=0),
+        },
+    )
+
+
 def top_reason(diagnosis: Diagnosis) -> tuple[Reason, str] | None:
     """The reason to show first, with where it was found (`Diagnosis.top_reason`)."""
     return diagnosis.top_reason()
@@ -338,7 +367,7 @@ def pool_verdicts_table(
                     NONE,
                     state.accounting.value,
                     NONE,
-                    free_text(state),
+                    state_free_text(state),
                     f"not evaluated: cluster {why}" if why else "not evaluated",
                     NONE,
                 )
@@ -352,7 +381,7 @@ def pool_verdicts_table(
                     pv.engine,
                     pv.accounting.value,
                     "yes" if pv.fits else "no",
-                    details_text(pv.free),
+                    verdict_free_text(pv.accounting, pv.free),
                     "\n".join(reason_text(r) for r in pv.reasons) or NONE,
                     "\n".join(details_text(r.details) for r in pv.reasons) or NONE,
                 )

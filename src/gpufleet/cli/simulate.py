@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -115,10 +116,7 @@ def print_summary(printer: Printer, result: RunResult) -> None:
         printer.line(s.description)
     printer.line()
     printer.line("What happened", style="bold")
-    for at_s, line in result.log[:30]:
-        printer.line(f"{format_duration(at_s):>8}  {line}", indent=2)
-    if len(result.log) > 30:
-        printer.line(f"... {len(result.log) - 30} more (see --output json)", indent=2)
+    _print_timeline(printer, result)
     printer.line()
     printer.line("Deployments", style="bold")
     printer.table(
@@ -162,20 +160,9 @@ def print_summary(printer: Printer, result: RunResult) -> None:
     )
     printer.line()
     if result.refusals:
-        printer.line(f"Refusals ({len(result.refusals)})", style="bold")
-        for r in result.refusals[:50]:
-            printer.line(
-                f"{format_duration(r.at_s):>8}  {r.deployment}: placed {r.placed} of "
-                f"{r.desired}, {r.reason}",
-                indent=2,
-            )
-            if r.detail:
-                where = f" ({r.where})" if r.where else ""
-                printer.line(f"{r.detail}{where}", indent=12)
-            if r.numbers:
-                printer.line(_numbers(dict(r.numbers)), style="dim", indent=12)
-        if len(result.refusals) > 50:
-            printer.line(f"... {len(result.refusals) - 50} more (see --output json)", indent=2)
+        by_reason = Counter(r.reason for r in result.refusals)
+        counts = ", ".join(f"{n} {reason}" for reason, n in sorted(by_reason.items()))
+        printer.line(f"Refusals: {len(result.refusals)} ({counts}; each under What happened)")
     else:
         printer.line("No refusals.", style="bold")
     printer.line()
@@ -187,6 +174,37 @@ def print_summary(printer: Printer, result: RunResult) -> None:
             style="yellow",
         )
     _print_checks(printer, result)
+
+
+#: Lines of "What happened" shown besides refusals, and refusals shown (each with its reason).
+MAX_EVENTS, MAX_REFUSALS = 30, 50
+
+
+def _print_timeline(printer: Printer, result: RunResult) -> None:
+    """The run's log in time order, each refusal once, with its reason and numbers under it
+    (the simulator logs a refusal and records it in `result.refusals` together, in order)."""
+    refusals = iter(result.refusals)
+    events = shown_refusals = 0
+    for at_s, line in result.log:
+        is_refusal = line.startswith("refused ")
+        refusal = next(refusals, None) if is_refusal else None
+        if (is_refusal and shown_refusals >= MAX_REFUSALS) or (
+            not is_refusal and events >= MAX_EVENTS
+        ):
+            continue
+        printer.line(f"{format_duration(at_s):>8}  {line}", indent=2)
+        if refusal is None:
+            events += 1
+            continue
+        shown_refusals += 1
+        if refusal.detail:
+            where = f" ({refusal.where})" if refusal.where else ""
+            printer.line(f"{refusal.detail}{where}", indent=12)
+        if refusal.numbers:
+            printer.line(_numbers(dict(refusal.numbers)), style="dim", indent=12)
+    hidden = len(result.log) - events - shown_refusals
+    if hidden > 0:
+        printer.line(f"... {hidden} more (see --output json)", indent=2)
 
 
 def _print_checks(printer: Printer, result: RunResult) -> None:

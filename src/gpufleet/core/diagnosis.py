@@ -90,11 +90,23 @@ def insufficient_nodes(ledger: PoolLedger, requested_nodes: int) -> Reason:
     )
 
 
-def member_unmatched(pool: str, role: str, request: str) -> Reason:
+def member_unmatched(pool: str, role: str, request: str, is_selector_miss: bool) -> Reason:
+    """`is_selector_miss`: no device of the pool matches the request's selectors (else one
+    does, with too few devices left for the request's count)."""
+    why = (
+        "no device of the pool matches its selectors"
+        if is_selector_miss
+        else "the devices its selectors match have too few left for its count"
+    )
     return Reason(
         ReasonCode.NO_MATCHING_POOL,
-        f"pool {pool}: {role} request {request} matches no device with enough count",
-        {"pool": pool, "role": role, "request": request},
+        f"pool {pool}: {role} request {request}: {why}",
+        {
+            "pool": pool,
+            "role": role,
+            "request": request,
+            "cause": "selectors" if is_selector_miss else "count",
+        },
     )
 
 
