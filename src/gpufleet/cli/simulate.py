@@ -22,21 +22,25 @@ A progress bar over simulated time is shown on a terminal only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gpufleet.cli.durations import duration_parser
 from gpufleet.cli.paths import writable
-from gpufleet.cli.render import OutputFormat, Printer, Table, plural
+from gpufleet.cli.render import Printer, Table, plural
 from gpufleet.core.model import Steering
 from gpufleet.sim.report.html import render_html
 from gpufleet.sim.run.compare import (
@@ -57,6 +61,7 @@ from gpufleet.sim.scenario.load import (
     format_duration,
     load_scenario,
 )
+from gpufleet.sim.scenario.model import MAX_DURATION_S
 
 DEFAULT_SCENARIO = "quickstart"
 
@@ -311,6 +316,37 @@ def _print_compared_checks(printer: Printer, results: list[RunResult]) -> None:
         )
 
 
+class SimulateOutput(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+#: The built-in scenarios' folder: completion lists it without loading any scenario.
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "sim" / "scenario" / "builtin"
+
+
+def complete_scenario(incomplete: str) -> list[str]:
+    """Shell completion of SCENARIO: the built-in names starting with what was typed."""
+    names = sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+    return [n for n in names if n.startswith(incomplete)]
+
+
+def with_overrides(scenario: Scenario, seed: int | None, end_s: float | None) -> Scenario:
+    """The scenario with `--seed` and `--end` applied. A shorter end drops the timeline
+    actions and the checks it no longer reaches (a check runs only inside the run)."""
+    if seed is not None:
+        scenario = dataclasses.replace(scenario, seed=seed)
+    if end_s is not None:
+        scenario = dataclasses.replace(
+            scenario,
+            end_s=end_s,
+            timeline=tuple(a for a in scenario.timeline if a.at_s <= end_s),
+            checks=tuple(c for c in scenario.checks if c.at_s <= end_s and c.until_s <= end_s),
+        )
+    return scenario
+
+
 def _json(result: RunResult) -> dict[str, object]:
     return {**result.to_json(), "samples": result.samples.to_json()}
 
@@ -324,15 +360,18 @@ def summary_sentence(description: str) -> str:
     return first if first.endswith((".", "!", "?")) or not first else first + "."
 
 
-def _print_list(console: Console, printer: Printer, output: OutputFormat) -> None:
+def _print_list(console: Console, printer: Printer, output: SimulateOutput) -> None:
     rows = []
     for name in builtin_names():
         description = " ".join(load_scenario(name).description.split())
         rows.append(
             {"name": name, "summary": summary_sentence(description), "description": description}
         )
-    if output is OutputFormat.JSON:
+    if output is SimulateOutput.JSON:
         console.print_json(json.dumps({"scenarios": rows}))
+        return
+    if output is SimulateOutput.YAML:
+        typer.echo(yaml.safe_dump({"scenarios": rows}, sort_keys=False), nl=False)
         return
     width = max(len(r["name"]) for r in rows) + 2
     for row in rows:
@@ -378,6 +417,7 @@ def command(
         typer.Argument(
             metavar="[SCENARIO]",
             help="A scenario file, or the name of a built-in (default: quickstart).",
+            autocompletion=complete_scenario,
         ),
     ] = None,
     report: Annotated[
@@ -387,8 +427,22 @@ def command(
         ),
     ] = None,
     output: Annotated[
-        OutputFormat, typer.Option("--output", "-o", help="table or json.")
-    ] = OutputFormat.TABLE,
+        SimulateOutput, typer.Option("--output", "-o", help="table, json or yaml.")
+    ] = SimulateOutput.TABLE,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", min=0, help="Run with this seed instead of the scenario's."),
+    ] = None,
+    end: Annotated[
+        float | None,
+        typer.Option(
+            "--end",
+            parser=duration_parser(1, MAX_DURATION_S),
+            metavar="DURATION",
+            help="Stop at this time instead of the scenario's end (like 10m; checks after it "
+            "are dropped).",
+        ),
+    ] = None,
     compare: Annotated[
         str | None,
         typer.Option(
@@ -414,7 +468,7 @@ def command(
     steerings = _parse_steering(compare) if compare else None
     modes = _parse_compare(compare) if compare and steerings is None else None
     try:
-        loaded = load_scenario(scenario or DEFAULT_SCENARIO)
+        loaded = with_overrides(load_scenario(scenario or DEFAULT_SCENARIO), seed, end)
     except ScenarioInvalid as error:
         errors.print(f"✗ {error}", markup=False)
         raise typer.Exit(code=2) from None
@@ -428,14 +482,17 @@ def command(
     is_compared = modes is not None or steerings is not None
     if report is not None:
         report.write_text(render_html(results), encoding="utf-8")
-    if output is OutputFormat.JSON:
+    if output is not SimulateOutput.TABLE:
         body = _json(results[0]) if not is_compared else {"runs": [_json(r) for r in results]}
-        console.print_json(json.dumps(body))
+        if output is SimulateOutput.JSON:
+            console.print_json(json.dumps(body))
+        else:
+            typer.echo(yaml.safe_dump(json.loads(json.dumps(body)), sort_keys=False), nl=False)
     elif not is_compared:
         print_summary(printer, results[0])
     else:
         print_comparison(printer, results)
-    if report is not None and output is not OutputFormat.JSON:
+    if report is not None and output is SimulateOutput.TABLE:
         printer.line(f"Report: {report}")
     if not is_compared and not results[0].is_passed:
         raise typer.Exit(code=1)
