@@ -50,3 +50,30 @@ def test_a_selector_that_matches_no_device_is_named_as_the_cause() -> None:
         result.stdout
     )
     assert "enough count" not in result.stdout
+
+
+def _snake_keys(value: object, path: str = "") -> list[str]:
+    if isinstance(value, dict):
+        found = [f"{path}.{k}" for k in value if "_" in k]
+        for k, v in value.items():
+            found += _snake_keys(v, f"{path}.{k}")
+        return found
+    if isinstance(value, list):
+        return [k for v in value for k in _snake_keys(v, f"{path}[]")]
+    return []
+
+
+def test_json_keys_are_camel_case_everywhere() -> None:
+    import json
+
+    now = "2026-11-29T10:00:06Z"
+    for args in (
+        ["plan", str(FLEET), "-o", "json"],
+        ["plan", str(FLEET), "--now", now, "-o", "json"],
+        ["explain", "ml-team/llama-70b-pd", str(FLEET), "--now", now, "-o", "json"],
+        ["simulate", "mixed-sizes", "-o", "json"],
+        ["validate", str(FLEET), "-o", "json"],
+    ):
+        result = runner.invoke(app, args, env=ENV)
+        assert result.exit_code in (0, 1), result.output
+        assert _snake_keys(json.loads(result.stdout)) == [], args

@@ -13,6 +13,7 @@ order (deployments by key, clusters and placements by name).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -393,8 +394,25 @@ def pool_verdicts_table(
 # --- JSON ---------------------------------------------------------------------------------
 
 
+_SNAKE = re.compile(r"_([a-z0-9])")
+
+
+def camel(key: str) -> str:
+    """`best_node_free` -> `bestNodeFree`: JSON keys are camelCase, as the API's fields are."""
+    return _SNAKE.sub(lambda m: m.group(1).upper(), key)
+
+
+def camel_keys(numbers: Mapping[str, int | str]) -> Json:
+    """A core `details` (or `free`) mapping with camelCase keys, in its order."""
+    return {camel(k): v for k, v in numbers.items()}
+
+
 def reason_json(reason: Reason) -> Json:
-    return {"code": reason.code.value, "message": reason.message, "details": dict(reason.details)}
+    return {
+        "code": reason.code.value,
+        "message": reason.message,
+        "details": camel_keys(reason.details),
+    }
 
 
 def pool_verdict_json(verdict: PoolVerdict) -> Json:
@@ -404,7 +422,7 @@ def pool_verdict_json(verdict: PoolVerdict) -> Json:
         "accounting": verdict.accounting.value,
         "fits": verdict.fits,
         "reasons": [reason_json(r) for r in verdict.reasons],
-        "free": dict(verdict.free),
+        "free": camel_keys(verdict.free),
     }
 
 

@@ -40,7 +40,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from gpufleet.cli.durations import duration_parser
 from gpufleet.cli.paths import writable
-from gpufleet.cli.render import Printer, Table, plural
+from gpufleet.cli.render import Printer, Table, camel_keys, plural
 from gpufleet.core.model import Steering
 from gpufleet.sim.report.html import render_html
 from gpufleet.sim.run.compare import (
@@ -348,7 +348,14 @@ def with_overrides(scenario: Scenario, seed: int | None, end_s: float | None) ->
 
 
 def _json(result: RunResult) -> dict[str, object]:
-    return {**result.to_json(), "samples": result.samples.to_json()}
+    body = {**result.to_json(), "samples": result.samples.to_json()}
+    refusals = body.get("refusals")
+    if isinstance(refusals, list):  # the core's numbers, with camelCase keys as elsewhere
+        body["refusals"] = [
+            {**r, "numbers": camel_keys(r.get("numbers") or {})} if isinstance(r, dict) else r
+            for r in refusals
+        ]
+    return body
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
