@@ -40,17 +40,24 @@ def test_documents_are_tagged_with_file_and_position(tmp_path: Path) -> None:
     text = dump(inference_class("a")) + "---\n---\n" + dump(None, inference_class("b"))
     manifests = load_manifests([write(tmp_path, "fleet.yaml", text)])
     path = tmp_path / "fleet.yaml"
+    starts = [i for i, line in enumerate(text.splitlines(), start=1) if line.startswith("api")]
     assert [(m.source, m.obj.metadata.name) for m in manifests] == [
-        (Source(str(path), 1), "a"),
-        (Source(str(path), 4), "b"),  # the empty document and the null one are counted
+        (Source(str(path), 1, None, starts[0]), "a"),
+        # the empty document and the null one are counted; the line is the object's first
+        (Source(str(path), 4, None, starts[1]), "b"),
     ]
+    assert str(manifests[1].source) == f"{path}:{starts[1]}"
+    assert str(Source(str(path), 4)) == f"{path}#4"  # read without lines: the document
 
 
 def test_list_is_unwrapped(tmp_path: Path) -> None:
     body = {"apiVersion": "v1", "kind": "List", "items": [inference_class("a"), model_deployment()]}
     path = write(tmp_path, "list.yaml", dump(body))
     manifests = load_manifests([path])
-    assert [str(m.source) for m in manifests] == [f"{path}#1 items[0]", f"{path}#1 items[1]"]
+    items = [i for i, line in enumerate(path.read_text().splitlines(), start=1) if "- api" in line]
+    assert [str(m.source) for m in manifests] == [f"{path}:{items[0]}", f"{path}:{items[1]}"]
+    assert [m.source.item for m in manifests] == [0, 1]
+    assert str(Source(str(path), 1, 1)) == f"{path}#1 items[1]"
 
 
 def test_directory_reads_yaml_files_sorted_and_not_recursively(tmp_path: Path) -> None:
@@ -167,9 +174,14 @@ def test_duplicate_object_is_rejected(tmp_path: Path) -> None:
         load_manifests([path])
     (failure,) = raised.value.failures
     assert failure.errors == (
-        FieldError("metadata.name", f"duplicate object: also defined at {path}#1"),
+        FieldError("metadata.name", f"duplicate object: also defined at {path}:1"),
     )
-    assert failure.source == f"{path}#2"
+    second = [i for i, line in enumerate(path.read_text().splitlines(), start=1)][
+        path.read_text().splitlines().index("---") + 1
+    ]
+    assert failure.source == f"{path}:{second}"
+    name_line = second + path.read_text().splitlines()[second - 1 :].index("  name: h100-8x")
+    assert failure.error_sources == (f"{path}:{name_line}",)
 
 
 def test_load_manifests_raises_every_failure(tmp_path: Path) -> None:
@@ -194,7 +206,7 @@ def test_objects_of_other_apis_are_skipped_not_refused(tmp_path: Path) -> None:
     skipped = results[0]
     assert isinstance(skipped, Skipped)
     assert skipped.note() == (
-        f"skipped apps/v1 Deployment web: not a gpufleet.io object  ({path}#1)"
+        f"skipped apps/v1 Deployment web: not a gpufleet.io object  ({path}:1)"
     )
     assert [m.obj.metadata.name for m in load_manifests([path])] == ["a"]
     with pytest.raises(ValidationFailed) as raised:  # parse_object itself stays strict

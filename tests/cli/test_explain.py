@@ -19,6 +19,7 @@ INSUFFICIENT = (
     "InsufficientGPU: 1 pod requests 1 device (largest pod 1); best node has 0 free, "
     "0 free on 1 node"
 )
+FREE = "0 free on 1 node, best node 0"
 NUMBERS = (
     "pods=1 requested_devices=1 largest_pod_devices=1 failed_pod_devices=1 "
     "nodes_fitting_failed_pod=0 nodes=1 free_devices=0 best_node_free=0"
@@ -50,11 +51,10 @@ def test_refused_deployment_on_one_node_shows_cluster_and_pool_verdicts() -> Non
         f"solo     no   InsufficientGPU  {message}  {NUMBERS}",
         "",
         "pools",
-        "CLUSTER  POOL  ENGINE  ACCOUNTING  FIT  FREE                                     REASON"
+        f"CLUSTER  POOL  ENGINE  ACCOUNTING  FIT  {'FREE':<{len(FREE)}}  REASON"
         + " " * (len(INSUFFICIENT) - 4)
         + "DETAILS",
-        "solo     l4    engine  FreeGPU     no   nodes=1 free_devices=0 best_node_free=0  "
-        f"{INSUFFICIENT}  {NUMBERS}",
+        f"solo     l4    engine  FreeGPU     no   {FREE}  {INSUFFICIENT}  {NUMBERS}",
         "",
         "what would change it",
         "  InsufficientGPU (solo): nobody (wait): devices free up as other replicas leave; or "
@@ -91,10 +91,16 @@ def test_refused_deployment_in_the_fleet_lists_every_cluster_and_pool() -> None:
         ["gke-eu-west", "l4", "decode", "WholeNode", "no"],
     ]
     assert "not evaluated: cluster ClusterNotSelected" in pools[1]
-    assert pools[4].endswith(
-        "InsufficientNodes: needs 3 whole nodes; 2 of 4 free                                  "
+    assert " ".join(pools[4].split()).endswith(
+        "2 of 4 nodes free InsufficientNodes: needs 3 whole nodes; 2 of 4 free "
         "requested_nodes=3 free_nodes=2 nodes=4"
     )
+    # One format for what is free, evaluated or not; the selector named as the cause.
+    assert " ".join(pools[2].split()).startswith(
+        "eks-us-east t4 - FreeGPU - 10 free on 3 nodes, best node 4 not evaluated"
+    )
+    assert "no device of the pool matches its selectors" in pools[5]
+    assert "enough count" not in result.stdout
 
 
 def test_explain_json_is_the_deployment_and_the_pools() -> None:

@@ -115,15 +115,15 @@ def test_one_node_json_has_every_placement_and_the_refusal() -> None:
         "code": "InsufficientGPU",
         "message": "1 pod requests 1 device (largest pod 1); best node has 0 free, "
         "0 free on 1 node",
-        "details": {
+        "details": {  # camelCase, as every JSON key
             "pods": 1,
-            "requested_devices": 1,
-            "largest_pod_devices": 1,
-            "failed_pod_devices": 1,
-            "nodes_fitting_failed_pod": 0,
+            "requestedDevices": 1,
+            "largestPodDevices": 1,
+            "failedPodDevices": 1,
+            "nodesFittingFailedPod": 0,
             "nodes": 1,
-            "free_devices": 0,
-            "best_node_free": 0,
+            "freeDevices": 0,
+            "bestNodeFree": 0,
         },
     }
     assert refused["diagnosis"] == {
@@ -142,7 +142,7 @@ def test_one_node_json_has_every_placement_and_the_refusal() -> None:
                         "accounting": "FreeGPU",
                         "fits": False,
                         "reasons": [reason],
-                        "free": {"nodes": 1, "free_devices": 0, "best_node_free": 0},
+                        "free": {"nodes": 1, "freeDevices": 0, "bestNodeFree": 0},
                     }
                 ],
             }

@@ -23,8 +23,8 @@ def test_valid_fleet_exits_0_with_one_line_per_object() -> None:
     code, lines = run(EXAMPLES / "fleet" / "clusters.yaml")
     assert code == 0
     assert lines == [
-        f"ok   InferenceCluster/eks-us-east  {EXAMPLES}/fleet/clusters.yaml#1",
-        f"ok   InferenceCluster/gke-eu-west  {EXAMPLES}/fleet/clusters.yaml#2",
+        f"ok   InferenceCluster/eks-us-east  {EXAMPLES}/fleet/clusters.yaml:3",
+        f"ok   InferenceCluster/gke-eu-west  {EXAMPLES}/fleet/clusters.yaml:35",
         "2 valid, 0 invalid",
     ]
 
@@ -38,11 +38,11 @@ def test_invalid_input_lists_every_error_and_exits_1() -> None:
     assert [line for line in errors if "broken-cel" not in line and "several" not in line] == [
         f"✗ InferenceCluster aks-west-europe: spec.nodePools[0].name: must be a DNS label "
         f"(lowercase letters, digits and '-', starting and ending with a letter or digit)  "
-        f"({invalid}/bad-pool-name.yaml#1)",
-        f"✗ InferenceClass a100-8x: spec.devices[0].driver: is required  ({invalid}/missing-field.yaml#1)",
+        f"({invalid}/bad-pool-name.yaml:7)",
+        f"✗ InferenceClass a100-8x: spec.devices[0].driver: is required  ({invalid}/missing-field.yaml:7)",
         "✗ ModelDeployment ml-team/negative: spec.template.spec.engines[0].members[0].nodeSelector"
-        f".devices[0].count: must be at least 1  ({invalid}/negative-count.yaml#1)",
-        f"✗ ModelDeployment ml-team/typo: spec.replica: unknown field  ({invalid}/unknown-field.yaml#1)",
+        f".devices[0].count: must be at least 1  ({invalid}/negative-count.yaml:15)",
+        f"✗ ModelDeployment ml-team/typo: spec.replica: unknown field  ({invalid}/unknown-field.yaml:6)",
     ]
     assert sum(line.startswith("ok   InferenceClass/") for line in lines) == 4
     assert lines[-1] == "4 valid, 6 invalid (10 errors)"
@@ -55,11 +55,11 @@ def test_invalid_input_lists_every_error_and_exits_1() -> None:
             "kind: [\n",
             ": malformed YAML at line 2, column 1: expected the node content, but found '<stream end>'",
         ),
-        ("- a\n- b\n", "#1: must be a mapping with apiVersion, kind, metadata and spec"),
+        ("- a\n- b\n", ":1: must be a mapping with apiVersion, kind, metadata and spec"),
         ("", ": contains no objects"),
         (
             "apiVersion: gpufleet.io/v1alpha1\nkind: Pool\nmetadata: {name: x}\n",
-            "#1: kind: unknown kind Pool: supported kinds are InferenceClass, InferenceCluster, "
+            ":1: kind: unknown kind Pool: supported kinds are InferenceClass, InferenceCluster, "
             "ModelDeployment, ModelReplica, PoolObservation, ReplicaObservation",
         ),
     ],
@@ -83,8 +83,8 @@ def test_wrong_types_and_unknown_fields_are_listed_together(tmp_path: Path) -> N
     assert (code, lines) == (
         1,
         [
-            f"✗ InferenceClass c: spec.devices[0].count: must be an integer  ({path}#1)",
-            f"✗ InferenceClass c: spec.devices[0].colour: unknown field  ({path}#1)",
+            f"✗ InferenceClass c: spec.devices[0].count: must be an integer  ({path}:6)",
+            f"✗ InferenceClass c: spec.devices[0].colour: unknown field  ({path}:6)",
             "0 valid, 1 invalid (2 errors)",
         ],
     )
@@ -115,7 +115,7 @@ def test_objects_of_other_apis_are_skipped_with_a_note(tmp_path: Path) -> None:
     code, lines = run(folder)
     assert code == 0
     assert (
-        f"- skipped apps/v1 Deployment web: not a gpufleet.io object  ({folder}/app.yaml#1)"
+        f"- skipped apps/v1 Deployment web: not a gpufleet.io object  ({folder}/app.yaml:1)"
         in lines
     )
     assert lines[-1].endswith(", 0 invalid, 1 skipped")
@@ -126,7 +126,7 @@ def test_plan_skips_objects_of_other_apis_with_a_note(tmp_path: Path) -> None:
     result = runner.invoke(app, ["plan", str(folder), "--now", "2026-11-29T10:00:05Z"])
     assert result.exit_code == 0
     assert result.stderr.splitlines() == [
-        f"- skipped apps/v1 Deployment web: not a gpufleet.io object  ({folder}/app.yaml#1)"
+        f"- skipped apps/v1 Deployment web: not a gpufleet.io object  ({folder}/app.yaml:1)"
     ]
     assert result.stdout.startswith("plan at 2026-11-29T10:00:05Z")
 
@@ -154,7 +154,7 @@ def test_output_json_and_yaml_carry_every_verdict(tmp_path: Path, output: str) -
     assert report["valid"] == sum(o.get("valid") is True for o in report["objects"]) > 0
     (skipped,) = [o for o in report["objects"] if o.get("skipped")]
     assert skipped == {
-        "source": f"{folder}/app.yaml#1",
+        "source": f"{folder}/app.yaml:1",
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "name": "web",
@@ -167,7 +167,9 @@ def test_output_json_and_yaml_carry_every_verdict(tmp_path: Path, output: str) -
         "path": "spec.nodePools[0].name",
         "message": "must be a DNS label (lowercase letters, digits and '-', starting and ending "
         "with a letter or digit)",
+        "source": invalid["errors"][1]["source"],
     }
+    assert invalid["errors"][1]["source"].endswith("zz-bad.yaml:10")
 
 
 def test_output_json_names_the_limit_and_exits_2(tmp_path: Path) -> None:

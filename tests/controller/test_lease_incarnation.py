@@ -76,7 +76,7 @@ def test_a_recreated_lease_takes_over_once_the_old_incarnation_is_silent() -> No
     assert (_agent(store)["leaseUID"], _free(store)) == (OLD, 3)
     assert result.rejected_reports
     (message,) = _messages(store)
-    assert "OtherLeaseIncarnation" in message and NEW in message and "300s" in message
+    assert "OtherLeaseIncarnation" in message and NEW in message and "silent for 5m" in message
     for t in (100, 200, 300):
         controller.step(at(t))
         assert _agent(store)["leaseUID"] == OLD

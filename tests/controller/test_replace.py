@@ -139,8 +139,8 @@ def test_the_message_says_what_and_why_with_numbers() -> None:
     stuck = replica(since=ago(125), pods=2, scale_up=ScaleUp.NOT_TRIGGERED, scale_up_at=ago(115))
     [(_, _, message)] = stuck_pools(stuck, NO_CONDITIONS, NOW, CONFIG)[0]
     assert message == (
-        "2 claiming pod(s) on pool l4 Unschedulable for 125s since 2026-12-01T11:57:55Z "
-        "(stuckAfter 120s); the autoscaler adds no node (NotTriggerScaleUp at "
+        "2 claiming pod(s) on pool l4 Unschedulable for 2m5s since 2026-12-01T11:57:55Z "
+        "(stuckAfter 2m); the autoscaler adds no node (NotTriggerScaleUp at "
         "2026-12-01T11:58:05Z)"
     )
 

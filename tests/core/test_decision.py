@@ -43,7 +43,7 @@ def _verdict(name: str, *codes: ReasonCode, fits: bool = False) -> ClusterVerdic
     return ClusterVerdict(ClusterName(name), fits, tuple(Reason(c, c.value) for c in codes))
 
 
-def test_summary_counts_each_code_once_per_cluster_and_sorts() -> None:
+def test_summary_counts_each_cluster_once_under_its_root_cause_and_sorts() -> None:
     diag = Diagnosis(
         (
             _verdict("a", ReasonCode.TAINTED, ReasonCode.CLUSTER_NOT_READY),
@@ -54,7 +54,9 @@ def test_summary_counts_each_code_once_per_cluster_and_sorts() -> None:
         )
     )
     assert diag.summary() == (
-        "1/5 clusters fit: 2 InsufficientGPU, 1 ClusterNotReady, 1 ClusterNotSelected, 1 Tainted"
+        # a: Tainted (nearer the root cause than its NotReady); the counts add up to the 4
+        # clusters that do not fit.
+        "1/5 clusters fit: 2 InsufficientGPU, 1 ClusterNotSelected, 1 Tainted"
     )
     assert diag.dominant_code() is ReasonCode.INSUFFICIENT_GPU
 

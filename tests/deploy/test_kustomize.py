@@ -78,10 +78,15 @@ def test_the_committed_files_are_what_make_deploy_writes() -> None:
     assert not stale, f"deploy/ is out of date ({stale}): run `make deploy`"
 
 
-def test_the_hub_base_renders_gpufleet_install_hub_plus_a_disruption_budget() -> None:
+def test_the_hub_base_renders_gpufleet_install_hub_with_its_disruption_budget() -> None:
     rendered = by_key(render("hub"))
-    expected = by_key([*hub_install(), install.pod_disruption_budget()])
-    assert rendered == expected
+    assert rendered == by_key(hub_install())
+    assert (
+        "policy/v1",
+        "PodDisruptionBudget",
+        "gpufleet-system",
+        "gpufleet-controller",
+    ) in rendered
 
 
 def test_the_agent_overlay_renders_gpufleet_install_agent_for_its_cluster() -> None:
@@ -112,7 +117,12 @@ def test_an_overlay_for_another_cluster_is_the_example_with_one_name_changed(
 def test_the_monitoring_overlay_adds_a_service_monitor_and_the_documented_alerts() -> None:
     rendered = by_key(render("overlays/monitoring"))
     additions = [install.service_monitor(), install.prometheus_rule()]
-    assert rendered == by_key([*hub_install(), install.pod_disruption_budget(), *additions])
+    assert rendered == by_key([*hub_install(), *additions])
+
+
+def test_the_agent_monitoring_overlay_adds_a_pod_monitor_and_the_agent_alerts() -> None:
+    rendered = by_key(render("overlays/monitoring-agent"))
+    assert rendered == by_key([install.pod_monitor(), install.agent_prometheus_rule()])
 
 
 def test_every_rendered_object_is_valid() -> None:
@@ -160,6 +170,7 @@ def test_the_prometheus_rule_holds_the_alerts_the_docs_describe() -> None:
     (group,) = rule["spec"]["groups"]
     alerts = {r["alert"]: r for r in group["rules"]}
     assert set(alerts) == {"GpufleetObservationExpired", "GpufleetControllerLeader"}
+    assert "GpufleetAgentLeader" in DOCS and "GpufleetAgentReportsFailing" in DOCS
     for name, alert in alerts.items():
         assert set(alert) <= {"alert", "expr", "for", "labels", "annotations"}
         assert DURATION.match(alert["for"]) and alert["labels"]["severity"]
@@ -169,9 +180,10 @@ def test_the_prometheus_rule_holds_the_alerts_the_docs_describe() -> None:
     # The prose: the observation age past the expiry (--expire-after, 300 s by default) ...
     expired = alerts["GpufleetObservationExpired"]["expr"]
     assert expired == "gpufleet_observation_age_seconds > 300"
-    assert "--expire-after" in DOCS and "| 60, 300 |" in DOCS
-    # ... and not exactly one controller leading for longer than the lease duration (15 s).
+    assert "--expire-after" in DOCS and "| 1m, 5m |" in DOCS
+    # ... and not exactly one controller leading for longer than the lease duration (15 s) and
+    # two scrapes (30 s each): 1 m.
     leader = alerts["GpufleetControllerLeader"]
     assert 'sum(gpufleet_leader{component="controller"}) != 1' in leader["expr"]
-    assert leader["for"] == "15s"
+    assert leader["for"] == "1m"
     assert 'sum(gpufleet_leader{component="controller"})' in DOCS

@@ -195,6 +195,9 @@ class KMockPlus(kmock.KubernetesScaffold):
     #: Whether a request may be served (None: every one); a refused one is 403 Forbidden.
     #: May be set from the test thread while serving.
     authorize: Callable[[Request], bool] | None = attrs.field(default=None)
+    #: API groups this server does not serve (a cluster without DRA: `resource.k8s.io`): every
+    #: request for them is answered 404 NotFound, as an API server answers an unknown group.
+    missing_groups: frozenset[str] = attrs.field(default=frozenset())
 
     _objects_by_key: dict[ObjKey, Obj] = attrs.field(factory=dict, init=False)
     _history: list[_Change] = attrs.field(factory=list, init=False)
@@ -315,6 +318,9 @@ class KMockPlus(kmock.KubernetesScaffold):
             self._changed = asyncio.Condition()
         rkey, ns, name, sub, method = call.rkey, call.ns, call.name, call.sub, call.method
         seen = self._record(call)
+        if rkey[0] in self.missing_groups:
+            message = "the server could not find the requested resource"
+            return _json(_status(404, "NotFound", message), 404)
         if self.authorize is not None and not self.authorize(seen):
             where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
             message = (

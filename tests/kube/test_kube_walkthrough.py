@@ -2,7 +2,7 @@
 
 The test reads the walkthrough's `sh` block from the document and runs each command line: a
 `gpufleet ...` command through the real CLI (typer's CliRunner, `$KUBECONFIG` naming contexts
-`hub` and `gke-us-central`), and the few `kubectl` forms the block uses (`apply -f FILE|-`,
+`hub` and `gke-us-central`), and the few `kubectl` forms the block uses (`apply [--server-side] -f FILE|-`,
 `create namespace`, `label nodes -l`) as kubectl does them, over HTTP. A command it does not
 know fails the test, so the docs cannot gain a step this test skips.
 
@@ -13,7 +13,9 @@ talking to the hub with the kubeconfig `gpufleet join` put into the Secret its D
 mounts. The workload cluster's own components are emulated over HTTP (`MemberComponents`: the
 DRA driver's slices, the Deployment and resourceclaim controllers, kube-scheduler with DRA
 allocation, the kubelet), as the real ones behave in the simple case. Done when the replica's
-pod is Running on the member with its claim allocated and the ModelDeployment has 1 ready.
+pod is Running on the member with its claim allocated and the ModelDeployment has 1 ready;
+then the document's "Uninstalling" block runs as written (`kubectl delete --ignore-not-found
+-f -`, `delete namespace`) and nothing of gpufleet is left on either cluster.
 """
 
 from __future__ import annotations
@@ -73,12 +75,12 @@ T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 runner = CliRunner()
 
 
-def walkthrough() -> list[list[list[str]]]:
-    """The walkthrough's command lines, each a pipeline of argv lists."""
+def walkthrough(heading: str = "Walkthrough") -> list[list[list[str]]]:
+    """The command lines of a section's `sh` block, each a pipeline of argv lists."""
     text = OPERATIONS.read_text()
-    section = text.split("\n## Walkthrough", 1)[1].split("\n## ", 1)[0]
+    section = text.split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
     found = re.search(r"```sh\n(.*?)```", section, re.DOTALL)
-    assert found, "docs/operations.md's Walkthrough has no sh block"
+    assert found, f"docs/operations.md's {heading} has no sh block"
     lines = found.group(1).replace("\\\n", " ").splitlines()
     return [[shlex.split(part) for part in line.split("|")] for line in lines if line.strip()]
 
@@ -127,11 +129,21 @@ class Shell:
         if args[:1] == ["--context"]:
             context, args = args[1], args[2:]
         store = self.stores[context]
+        if args[:2] == ["apply", "--server-side"]:
+            args = ["apply", *args[2:]]  # as a create-or-replace here: the objects are whole
         if args[:2] == ["apply", "-f"] and len(args) == 3:
             text = stdin if args[2] == "-" else (ROOT / args[2]).read_text()
             for doc in yaml.safe_load_all(text):
                 if doc:
                     apply(self.urls[context], doc)
+        elif args[:3] == ["delete", "--ignore-not-found", "-f"] and len(args) == 4:
+            text = stdin if args[3] == "-" else (ROOT / args[3]).read_text()
+            for doc in yaml.safe_load_all(text):
+                if doc:
+                    delete(self.urls[context], doc)
+        elif args[:2] == ["delete", "namespace"] and len(args) == 3:
+            status, _ = http(self.urls[context], "DELETE", f"/api/v1/namespaces/{args[2]}")
+            assert status in (200, 202), f"kubectl delete namespace {args[2]}: {status}"
         elif args[:2] == ["create", "namespace"] and len(args) == 3:
             store.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": args[2]}})
         elif args[:3] == ["label", "nodes", "-l"] and len(args) == 5:
@@ -161,6 +173,16 @@ def apply(url: str, doc: Obj) -> None:
         meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         status, _ = http(url, "PUT", f"{path}/{meta['name']}", doc)
     assert status in (200, 201), f"kubectl apply {doc['kind']}/{meta['name']}: {status}"
+
+
+def delete(url: str, doc: Obj) -> None:
+    """`kubectl delete --ignore-not-found` of one object, over HTTP."""
+    group_version, meta = doc["apiVersion"], doc["metadata"]
+    path = f"/api/{group_version}" if "/" not in group_version else f"/apis/{group_version}"
+    if meta.get("namespace"):
+        path += f"/namespaces/{meta['namespace']}"
+    status, _ = http(url, "DELETE", f"{path}/{plural(doc['kind'])}/{meta['name']}")
+    assert status in (200, 202, 404), f"kubectl delete {doc['kind']}/{meta['name']}: {status}"
 
 
 def http(url: str, method: str, path: str, body: Obj | None = None) -> tuple[int, Obj]:
@@ -539,6 +561,20 @@ def test_the_documented_walkthrough_runs_a_replica_on_the_member(
         results = claim["status"]["allocation"]["devices"]["results"]
         assert [r["pool"] for r in results] == [pod["spec"]["nodeName"]] * 2
         assert member.list(RESOURCE_SLICE, None)
+
+        # docs/operations.md's "Uninstalling", as written: nothing of gpufleet is left.
+        for pipeline in walkthrough("Uninstalling"):
+            shell.run(pipeline)
+        assert member.get(DEPLOYMENT, "gpufleet-agent", "gpufleet-system") is None
+        assert member.get(SECRET, "gpufleet-hub", "gpufleet-system") is None
+        assert hub.get(DEPLOYMENT, "gpufleet-controller", "gpufleet-system") is None
+        crds = Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", namespaced=False)
+        assert [
+            c for c in hub.list(crds, None) if c["metadata"]["name"].endswith("gpufleet.io")
+        ] == []
+        namespaces = Kind("v1", "Namespace", namespaced=False)
+        left = {n["metadata"]["name"] for n in hub.list(namespaces, None)}
+        assert not left & {"gpufleet-system", "gpufleet-cluster-gke-us-central", "ml-team"}
     finally:
         for s in opened:
             s.close()

@@ -70,7 +70,7 @@ def test_a_refused_deployment_never_reaches_the_cluster() -> None:
     assert replaced["message"].startswith(f"deleted replica {refused}")
     assert "PolicyDenied" in replaced["message"]
     assert "spec.engines[0].members[0].template.spec.hostNetwork" in replaced["message"]
-    assert "cluster solo avoided for 120s (repeat 1" in replaced["message"]
+    assert "cluster solo avoided for 2m (repeat 1" in replaced["message"]
     [deployment] = [
         o
         for o in snap["hub/ModelDeployment.gpufleet.io/v1alpha1"]

@@ -46,6 +46,8 @@ class ValidationFailed(ValueError):
         self.kind = kind
         self.name = name
         self.source = source
+        #: Where each error's field is (`deploy.yaml:14`, its line in the file), else `source`.
+        self.error_sources: tuple[str, ...] = tuple(source for _ in errors)
         super().__init__(self._render())
 
     @property

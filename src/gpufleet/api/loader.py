@@ -1,11 +1,14 @@
 """Reading manifests from files and directories, as `kubectl apply -f` reads them.
 
-A path is a file or a directory (its `*.yaml` and `*.yml` files, sorted by name; with
-`recursive`, its subdirectories too). A file holds one or more YAML documents; empty documents
-are skipped and a `kind: List` (or `<Kind>List`) document is unwrapped into its `items`. Each
-object is tagged with its `Source`: the file, the document's 1-based position in the file
-(counting empty documents, so it matches what an editor shows), and the item index inside a
-List.
+A path is a file, a directory (its `*.yaml` and `*.yml` files, sorted by name; with
+`recursive`, its subdirectories too), or `-` for standard input (read once; named `stdin`). A
+file holds one or more YAML documents; empty documents are skipped and a `kind: List` (or
+`<Kind>List`) document is unwrapped into its `items`. Each object is tagged with its `Source`:
+the file, the line its object starts on (`deploy.yaml:12`, what an editor shows), the
+document's 1-based position in the file (counting empty documents) and the item index inside
+a List. A `ValidationFailed` for an object carries, beside each error, where the field the
+error names is (`error_sources`, `path:line`: the deepest part of its path the file spells
+out).
 
 YAML is read as Kubernetes reads it: as JSON-shaped data. Timestamps stay strings (the models
 parse them), a duplicate key in a mapping is an error rather than a silent overwrite, and a key
@@ -34,14 +37,15 @@ place of each unreadable file, malformed file or invalid object (and keeps going
 `load_manifests` raises them all at once as `ManifestsInvalid`.
 """
 
+import sys
 from collections.abc import Hashable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 from yaml.events import AliasEvent
-from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from gpufleet.api.errors import FieldError, LimitExceeded, ManifestsInvalid, ValidationFailed
 from gpufleet.api.kinds import ApiObject
@@ -53,27 +57,73 @@ MANIFEST_SUFFIXES = (".yaml", ".yml")
 MAX_FILE_BYTES: Final = 3 * 1024 * 1024
 MAX_DEPTH: Final = 100
 MAX_ALIAS_NODES: Final = 100_000
+#: The path that means standard input, and the name its objects are read from.
+STDIN: Final = "-"
+STDIN_NAME: Final = "stdin"
 
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    """Where an object was read: `path#document`, plus ` items[i]` inside a List."""
+    """Where an object was read: `path:line` (the line its object starts on), else
+    `path#document`, plus ` items[i]` inside a List without a line."""
 
     path: str
     document: int
     item: int | None = None
+    line: int | None = None
 
     def __str__(self) -> str:
+        if self.line is not None:
+            return f"{self.path}:{self.line}"
         where = f"{self.path}#{self.document}"
         return where if self.item is None else f"{where} items[{self.item}]"
 
 
+def line_of(node: Node | None, path: str) -> int | None:
+    """The 1-based line of the field `path` (`spec.engines[0].count`) under `node`: of the
+    deepest part of the path the YAML spells out (a missing field: its parent's line)."""
+    if node is None:
+        return None
+    line = node.start_mark.line + 1
+    for part in _path_parts(path):
+        found: Node | None = None
+        if isinstance(part, int) and isinstance(node, SequenceNode):
+            found = node.value[part] if 0 <= part < len(node.value) else None
+        elif isinstance(part, str) and isinstance(node, MappingNode):
+            for key, value in node.value:
+                if isinstance(key, ScalarNode) and key.value == part:
+                    line, found = key.start_mark.line + 1, value
+                    break
+        if found is None:
+            return line
+        node = found
+        if isinstance(part, int):
+            line = node.start_mark.line + 1
+    return line
+
+
+def _path_parts(path: str) -> list[str | int]:
+    parts: list[str | int] = []
+    for name_index in path.split(".") if path else []:
+        name, *indexes = name_index.split("[")
+        if name:
+            parts.append(name)
+        parts.extend(int(i.rstrip("]")) for i in indexes if i.rstrip("]").isdigit())
+    return parts
+
+
 @dataclass(frozen=True, slots=True)
 class Manifest:
-    """A valid object and where it was read."""
+    """A valid object and where it was read (`node`: its YAML, for `line_of`)."""
 
     source: Source
     obj: ApiObject
+    node: Node | None = field(default=None, compare=False, repr=False)
+
+    def where(self, path: str) -> str:
+        """`file:line` of the field `path` of this object, else its source."""
+        line = line_of(self.node, path)
+        return f"{self.source.path}:{line}" if line is not None else str(self.source)
 
 
 class YamlLimitError(yaml.YAMLError):
@@ -196,7 +246,7 @@ _KubernetesYamlLoader.yaml_implicit_resolvers = {
 
 
 def _file_error(path: Path, message: str) -> ValidationFailed:
-    return ValidationFailed((FieldError("", message),), source=str(path))
+    return ValidationFailed((FieldError("", message),), source=_name(path))
 
 
 def _manifest_files(path: Path, *, recursive: bool) -> list[Path]:
@@ -220,12 +270,19 @@ def load_yaml_documents(text: str, source: str) -> list[object]:
     Raises `LimitExceeded` for a broken bound and `ValidationFailed` for malformed YAML, both
     naming `source`. `text` is expected to be at most `MAX_FILE_BYTES` long (see `read_bounded`).
     """
+    return [data for data, _ in load_yaml_nodes(text, source)]
+
+
+def load_yaml_nodes(text: str, source: str) -> list[tuple[object, Node | None]]:
+    """`load_yaml_documents` with each document's composed node (for `line_of`)."""
     try:
         loader = _KubernetesYamlLoader(text)
         try:
-            documents: list[object] = []
-            while loader.check_data():  # type: ignore[no-untyped-call]
-                documents.append(loader.get_data())
+            documents: list[tuple[object, Node | None]] = []
+            while loader.check_node():
+                node = loader.get_node()
+                data = loader.construct_document(node) if node is not None else None
+                documents.append((data, node))
             return documents
         finally:
             loader.dispose()
@@ -244,36 +301,75 @@ def load_yaml_documents(text: str, source: str) -> list[object]:
 
 
 def read_bounded(path: Path) -> str:
-    """The file's text; `LimitExceeded` past `MAX_FILE_BYTES`, ValidationFailed if unreadable."""
+    """The file's text (standard input for `-`); `LimitExceeded` past `MAX_FILE_BYTES`,
+    ValidationFailed if unreadable."""
     try:
-        with path.open("rb") as stream:
-            data = stream.read(MAX_FILE_BYTES + 1)
+        if str(path) == STDIN:
+            data = sys.stdin.buffer.read(MAX_FILE_BYTES + 1)
+        else:
+            with path.open("rb") as stream:
+                data = stream.read(MAX_FILE_BYTES + 1)
         if len(data) > MAX_FILE_BYTES:
             message = f"file is larger than {MAX_FILE_BYTES:,} bytes (the limit)"
-            raise LimitExceeded(message, limit="fileBytes", value=MAX_FILE_BYTES, source=str(path))
+            raise LimitExceeded(
+                message, limit="fileBytes", value=MAX_FILE_BYTES, source=_name(path)
+            )
         return data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise _file_error(path, f"cannot read: {error}") from None
 
 
-def _documents(path: Path) -> list[tuple[int, object]]:
-    """The file's non-empty documents with their 1-based positions."""
-    loaded = load_yaml_documents(read_bounded(path), str(path))
-    documents = [(index, doc) for index, doc in enumerate(loaded, start=1) if doc is not None]
+def _name(path: Path) -> str:
+    return STDIN_NAME if str(path) == STDIN else str(path)
+
+
+def _documents(path: Path) -> list[tuple[int, object, Node | None]]:
+    """The file's non-empty documents with their 1-based positions and nodes."""
+    loaded = load_yaml_nodes(read_bounded(path), _name(path))
+    documents = [
+        (index, doc, node) for index, (doc, node) in enumerate(loaded, start=1) if doc is not None
+    ]
     if not documents:
         raise _file_error(path, "contains no objects")
     return documents
 
 
-def _objects(path: Path) -> Iterator[tuple[Source, object]]:
-    for document, body in _documents(path):
+def _objects(path: Path) -> Iterator[tuple[Source, object, Node | None]]:
+    name = _name(path)
+    for document, body, node in _documents(path):
         kind = body.get("kind") if isinstance(body, dict) else None
         items = body.get("items") if isinstance(body, dict) else None
         if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
+            items_node = _child(node, "items")
             for item, item_body in enumerate(items):
-                yield Source(str(path), document, item), item_body
+                item_node = (
+                    items_node.value[item]
+                    if isinstance(items_node, SequenceNode) and item < len(items_node.value)
+                    else None
+                )
+                line = item_node.start_mark.line + 1 if item_node is not None else None
+                yield Source(name, document, item, line), item_body, item_node
         else:
-            yield Source(str(path), document), body
+            line = node.start_mark.line + 1 if node is not None else None
+            yield Source(name, document, None, line), body, node
+
+
+def _child(node: Node | None, key: str) -> Node | None:
+    if isinstance(node, MappingNode):
+        for k, v in node.value:
+            if isinstance(k, ScalarNode) and k.value == key:
+                found: Node = v
+                return found
+    return None
+
+
+def _with_lines(failure: ValidationFailed, source: Source, node: Node | None) -> ValidationFailed:
+    """`failure` with where each error's field is (`error_sources`: `path:line`)."""
+    lines = (line_of(node, e.path) for e in failure.errors)
+    failure.error_sources = tuple(
+        f"{source.path}:{line}" if line is not None else str(source) for line in lines
+    )
+    return failure
 
 
 def _identity_key(obj: ApiObject) -> tuple[str, str, str]:
@@ -294,6 +390,9 @@ def check_paths(paths: Iterable[str | Path], *, recursive: bool = False) -> list
     results: list[Result] = []
     first_seen: dict[tuple[str, str, str], Source] = {}
     for raw in paths:
+        if str(raw) == STDIN:
+            results.extend(_check_file(Path(STDIN), first_seen))
+            continue
         try:
             files = _manifest_files(Path(raw), recursive=recursive)
         except ValidationFailed as failure:
@@ -310,7 +409,7 @@ def _check_file(path: Path, first_seen: dict[tuple[str, str, str], Source]) -> l
     except ValidationFailed as failure:
         return [failure]
     results: list[Result] = []
-    for source, body in objects:
+    for source, body, node in objects:
         skipped = _foreign(body, source)
         if skipped is not None:
             results.append(skipped)
@@ -318,22 +417,21 @@ def _check_file(path: Path, first_seen: dict[tuple[str, str, str], Source]) -> l
         try:
             obj = parse_object(body, source=str(source))
         except ValidationFailed as failure:
-            results.append(failure)
+            results.append(_with_lines(failure, source, node))
             continue
         key = _identity_key(obj)
         if key in first_seen:
             message = f"duplicate object: also defined at {first_seen[key]}"
-            results.append(
-                ValidationFailed(
-                    (FieldError("metadata.name", message),),
-                    kind=obj.kind,
-                    name=obj.display_name,
-                    source=str(source),
-                )
+            duplicate = ValidationFailed(
+                (FieldError("metadata.name", message),),
+                kind=obj.kind,
+                name=obj.display_name,
+                source=str(source),
             )
+            results.append(_with_lines(duplicate, source, node))
             continue
         first_seen[key] = source
-        results.append(Manifest(source, obj))
+        results.append(Manifest(source, obj, node))
     return results
 
 

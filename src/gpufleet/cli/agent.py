@@ -67,6 +67,7 @@ from gpufleet.cli.controller import (
     kube_config,
     leader_config,
 )
+from gpufleet.cli.durations import duration_option
 from gpufleet.core import labels
 from gpufleet.core.model import Steering
 from gpufleet.kube import logs
@@ -326,12 +327,11 @@ def command(
     resync_period: ResyncOption = 30.0,
     debounce: DebounceOption = 0.5,
     heartbeat_interval: Annotated[
-        float,
-        typer.Option("--heartbeat-interval", help="Push at least this often (seconds)."),
+        float, duration_option("--heartbeat-interval", "Push at least this often.", 30)
     ] = 30.0,
     min_push_interval: Annotated[
         float,
-        typer.Option("--min-push-interval", help="Never push sooner than this after a push."),
+        duration_option("--min-push-interval", "Never push sooner than this after a push.", 0.5),
     ] = 0.5,
     policy_file: Annotated[
         Path | None,

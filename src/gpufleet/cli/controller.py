@@ -34,6 +34,7 @@ from lightkube.config.kubeconfig import DEFAULT_KUBECONFIG, KubeConfig
 from lightkube.core.exceptions import ConfigError
 from prometheus_client import CollectorRegistry
 
+from gpufleet.cli.durations import duration_option
 from gpufleet.controller import Controller, ControllerConfig, StepResult
 from gpufleet.kube import logs
 from gpufleet.kube.daemon import (
@@ -302,14 +303,21 @@ LeaseIdentityOption = Annotated[
     typer.Option("--lease-identity", help="This replica's identity; default: hostname_<random>."),
 ]
 LeaseDurationOption = Annotated[
-    int, typer.Option("--lease-duration", min=2, help="Seconds a standby waits to take over.")
+    int,
+    duration_option(
+        "--lease-duration",
+        "How long a standby waits to take over (whole seconds).",
+        15,
+        2,
+        is_whole=True,
+    ),
 ]
 RenewDeadlineOption = Annotated[
     float,
-    typer.Option("--renew-deadline", help="Seconds a leader keeps acting without a renewal."),
+    duration_option("--renew-deadline", "How long a leader keeps acting without a renewal.", 10),
 ]
 RetryPeriodOption = Annotated[
-    float, typer.Option("--retry-period", help="Seconds between election attempts.")
+    float, duration_option("--retry-period", "Time between election attempts.", 2)
 ]
 MetricsAddressOption = Annotated[
     str, typer.Option("--metrics-address", help="Serve /metrics here (HOST:PORT, :PORT, 0=off).")
@@ -321,10 +329,10 @@ HealthAddressOption = Annotated[
     ),
 ]
 ResyncOption = Annotated[
-    float, typer.Option("--resync-period", help="Seconds between steps when nothing changes.")
+    float, duration_option("--resync-period", "Time between steps when nothing changes.", 30)
 ]
 DebounceOption = Annotated[
-    float, typer.Option("--debounce", help="Seconds from a change to the step it triggers.")
+    float, duration_option("--debounce", "Time from a change to the step it triggers.", 0.5)
 ]
 LogFormatOption = Annotated[LogFormat, typer.Option("--log-format", help="Log line format.")]
 LogLevelOption = Annotated[
@@ -384,22 +392,23 @@ def command(
     resync_period: ResyncOption = 30.0,
     debounce: DebounceOption = 0.5,
     stale_after: Annotated[
-        float, typer.Option("--stale-after", help="Seconds until an observation is Stale.")
+        float, duration_option("--stale-after", "Age at which an observation is Stale.", 60)
     ] = 60.0,
     expire_after: Annotated[
         float,
-        typer.Option(
-            "--expire-after", help="Seconds of agent silence until a cluster gets no placements."
+        duration_option(
+            "--expire-after", "Agent silence after which a cluster gets no placements.", 300
         ),
     ] = 300.0,
     stuck_after: Annotated[
         float,
-        typer.Option(
+        duration_option(
             "--stuck-after",
-            min=1.0,
-            max=86400.0,
-            help="Seconds a replica's claiming pods may stay Unschedulable before it is "
+            "How long a replica's claiming pods may stay Unschedulable before it is "
             "re-placed on another cluster or pool (not while the autoscaler adds its node).",
+            120,
+            1,
+            86400,
         ),
     ] = 120.0,
     manage_ready: Annotated[

@@ -13,6 +13,7 @@ order (deployments by key, clusters and placements by name).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -222,6 +223,35 @@ def free_text(state: PoolState) -> str:
     return ", ".join(bucket_text(b) for b in state.histogram) or "no nodes"
 
 
+def verdict_free_text(accounting: Accounting, free: Mapping[str, int | str]) -> str:
+    """A pool verdict's free numbers in words, one format for every row of explain's pool
+    table: `1 of 6 nodes free` (WholeNode), `10 free on 3 nodes, best node 4` (FreeGPU)."""
+    if accounting is Accounting.WHOLE_NODE and "free_nodes" in free:
+        return f"{free['free_nodes']} of {plural(int(free.get('nodes', 0)), 'node')} free"
+    if "free_devices" in free:
+        best = f", best node {free['best_node_free']}" if "best_node_free" in free else ""
+        return f"{free['free_devices']} free on {plural(int(free.get('nodes', 0)), 'node')}{best}"
+    return details_text(free)
+
+
+def state_free_text(state: PoolState) -> str:
+    """`verdict_free_text` of a pool's state after the plan (for a pool no verdict covers)."""
+    if state.accounting is Accounting.WHOLE_NODE:
+        free_nodes = state.free_nodes if state.free_nodes is not None else 0
+        return verdict_free_text(state.accounting, {"nodes": state.nodes, "free_nodes": free_nodes})
+    if any(len(b.free) != 1 for b in state.histogram):
+        return free_text(state)  # several drivers: their counts do not add up
+    counts = [(next(iter(b.free.values())), b.nodes) for b in state.histogram]
+    return verdict_free_text(
+        state.accounting,
+        {
+            "nodes": sum(n for _, n in counts),
+            "free_devices": sum(free * n for free, n in counts),
+            "best_node_free": max((free for free, n in counts if n > 0), default=0),
+        },
+    )
+
+
 def top_reason(diagnosis: Diagnosis) -> tuple[Reason, str] | None:
     """The reason to show first, with where it was found (`Diagnosis.top_reason`)."""
     return diagnosis.top_reason()
@@ -338,7 +368,7 @@ def pool_verdicts_table(
                     NONE,
                     state.accounting.value,
                     NONE,
-                    free_text(state),
+                    state_free_text(state),
                     f"not evaluated: cluster {why}" if why else "not evaluated",
                     NONE,
                 )
@@ -352,7 +382,7 @@ def pool_verdicts_table(
                     pv.engine,
                     pv.accounting.value,
                     "yes" if pv.fits else "no",
-                    details_text(pv.free),
+                    verdict_free_text(pv.accounting, pv.free),
                     "\n".join(reason_text(r) for r in pv.reasons) or NONE,
                     "\n".join(details_text(r.details) for r in pv.reasons) or NONE,
                 )
@@ -364,8 +394,25 @@ def pool_verdicts_table(
 # --- JSON ---------------------------------------------------------------------------------
 
 
+_SNAKE = re.compile(r"_([a-z0-9])")
+
+
+def camel(key: str) -> str:
+    """`best_node_free` -> `bestNodeFree`: JSON keys are camelCase, as the API's fields are."""
+    return _SNAKE.sub(lambda m: m.group(1).upper(), key)
+
+
+def camel_keys(numbers: Mapping[str, int | str]) -> Json:
+    """A core `details` (or `free`) mapping with camelCase keys, in its order."""
+    return {camel(k): v for k, v in numbers.items()}
+
+
 def reason_json(reason: Reason) -> Json:
-    return {"code": reason.code.value, "message": reason.message, "details": dict(reason.details)}
+    return {
+        "code": reason.code.value,
+        "message": reason.message,
+        "details": camel_keys(reason.details),
+    }
 
 
 def pool_verdict_json(verdict: PoolVerdict) -> Json:
@@ -375,7 +422,7 @@ def pool_verdict_json(verdict: PoolVerdict) -> Json:
         "accounting": verdict.accounting.value,
         "fits": verdict.fits,
         "reasons": [reason_json(r) for r in verdict.reasons],
-        "free": dict(verdict.free),
+        "free": camel_keys(verdict.free),
     }
 
 

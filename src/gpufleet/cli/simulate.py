@@ -22,20 +22,25 @@ A progress bar over simulated time is shown on a terminal only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from gpufleet.cli.durations import duration_parser
 from gpufleet.cli.paths import writable
-from gpufleet.cli.render import OutputFormat, Printer, Table, plural
+from gpufleet.cli.render import Printer, Table, camel_keys, plural
 from gpufleet.core.model import Steering
 from gpufleet.sim.report.html import render_html
 from gpufleet.sim.run.compare import (
@@ -56,6 +61,7 @@ from gpufleet.sim.scenario.load import (
     format_duration,
     load_scenario,
 )
+from gpufleet.sim.scenario.model import MAX_DURATION_S
 
 DEFAULT_SCENARIO = "quickstart"
 
@@ -115,10 +121,7 @@ def print_summary(printer: Printer, result: RunResult) -> None:
         printer.line(s.description)
     printer.line()
     printer.line("What happened", style="bold")
-    for at_s, line in result.log[:30]:
-        printer.line(f"{format_duration(at_s):>8}  {line}", indent=2)
-    if len(result.log) > 30:
-        printer.line(f"... {len(result.log) - 30} more (see --output json)", indent=2)
+    _print_timeline(printer, result)
     printer.line()
     printer.line("Deployments", style="bold")
     printer.table(
@@ -162,20 +165,9 @@ def print_summary(printer: Printer, result: RunResult) -> None:
     )
     printer.line()
     if result.refusals:
-        printer.line(f"Refusals ({len(result.refusals)})", style="bold")
-        for r in result.refusals[:50]:
-            printer.line(
-                f"{format_duration(r.at_s):>8}  {r.deployment}: placed {r.placed} of "
-                f"{r.desired}, {r.reason}",
-                indent=2,
-            )
-            if r.detail:
-                where = f" ({r.where})" if r.where else ""
-                printer.line(f"{r.detail}{where}", indent=12)
-            if r.numbers:
-                printer.line(_numbers(dict(r.numbers)), style="dim", indent=12)
-        if len(result.refusals) > 50:
-            printer.line(f"... {len(result.refusals) - 50} more (see --output json)", indent=2)
+        by_reason = Counter(r.reason for r in result.refusals)
+        counts = ", ".join(f"{n} {reason}" for reason, n in sorted(by_reason.items()))
+        printer.line(f"Refusals: {len(result.refusals)} ({counts}; each under What happened)")
     else:
         printer.line("No refusals.", style="bold")
     printer.line()
@@ -187,6 +179,37 @@ def print_summary(printer: Printer, result: RunResult) -> None:
             style="yellow",
         )
     _print_checks(printer, result)
+
+
+#: Lines of "What happened" shown besides refusals, and refusals shown (each with its reason).
+MAX_EVENTS, MAX_REFUSALS = 30, 50
+
+
+def _print_timeline(printer: Printer, result: RunResult) -> None:
+    """The run's log in time order, each refusal once, with its reason and numbers under it
+    (the simulator logs a refusal and records it in `result.refusals` together, in order)."""
+    refusals = iter(result.refusals)
+    events = shown_refusals = 0
+    for at_s, line in result.log:
+        is_refusal = line.startswith("refused ")
+        refusal = next(refusals, None) if is_refusal else None
+        if (is_refusal and shown_refusals >= MAX_REFUSALS) or (
+            not is_refusal and events >= MAX_EVENTS
+        ):
+            continue
+        printer.line(f"{format_duration(at_s):>8}  {line}", indent=2)
+        if refusal is None:
+            events += 1
+            continue
+        shown_refusals += 1
+        if refusal.detail:
+            where = f" ({refusal.where})" if refusal.where else ""
+            printer.line(f"{refusal.detail}{where}", indent=12)
+        if refusal.numbers:
+            printer.line(_numbers(dict(refusal.numbers)), style="dim", indent=12)
+    hidden = len(result.log) - events - shown_refusals
+    if hidden > 0:
+        printer.line(f"... {hidden} more (see --output json)", indent=2)
 
 
 def _print_checks(printer: Printer, result: RunResult) -> None:
@@ -293,8 +316,46 @@ def _print_compared_checks(printer: Printer, results: list[RunResult]) -> None:
         )
 
 
+class SimulateOutput(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+    YAML = "yaml"
+
+
+#: The built-in scenarios' folder: completion lists it without loading any scenario.
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "sim" / "scenario" / "builtin"
+
+
+def complete_scenario(incomplete: str) -> list[str]:
+    """Shell completion of SCENARIO: the built-in names starting with what was typed."""
+    names = sorted(p.stem for p in BUILTIN_DIR.glob("*.yaml"))
+    return [n for n in names if n.startswith(incomplete)]
+
+
+def with_overrides(scenario: Scenario, seed: int | None, end_s: float | None) -> Scenario:
+    """The scenario with `--seed` and `--end` applied. A shorter end drops the timeline
+    actions and the checks it no longer reaches (a check runs only inside the run)."""
+    if seed is not None:
+        scenario = dataclasses.replace(scenario, seed=seed)
+    if end_s is not None:
+        scenario = dataclasses.replace(
+            scenario,
+            end_s=end_s,
+            timeline=tuple(a for a in scenario.timeline if a.at_s <= end_s),
+            checks=tuple(c for c in scenario.checks if c.at_s <= end_s and c.until_s <= end_s),
+        )
+    return scenario
+
+
 def _json(result: RunResult) -> dict[str, object]:
-    return {**result.to_json(), "samples": result.samples.to_json()}
+    body = {**result.to_json(), "samples": result.samples.to_json()}
+    refusals = body.get("refusals")
+    if isinstance(refusals, list):  # the core's numbers, with camelCase keys as elsewhere
+        body["refusals"] = [
+            {**r, "numbers": camel_keys(r.get("numbers") or {})} if isinstance(r, dict) else r
+            for r in refusals
+        ]
+    return body
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
@@ -306,15 +367,18 @@ def summary_sentence(description: str) -> str:
     return first if first.endswith((".", "!", "?")) or not first else first + "."
 
 
-def _print_list(console: Console, printer: Printer, output: OutputFormat) -> None:
+def _print_list(console: Console, printer: Printer, output: SimulateOutput) -> None:
     rows = []
     for name in builtin_names():
         description = " ".join(load_scenario(name).description.split())
         rows.append(
             {"name": name, "summary": summary_sentence(description), "description": description}
         )
-    if output is OutputFormat.JSON:
+    if output is SimulateOutput.JSON:
         console.print_json(json.dumps({"scenarios": rows}))
+        return
+    if output is SimulateOutput.YAML:
+        typer.echo(yaml.safe_dump({"scenarios": rows}, sort_keys=False), nl=False)
         return
     width = max(len(r["name"]) for r in rows) + 2
     for row in rows:
@@ -360,6 +424,7 @@ def command(
         typer.Argument(
             metavar="[SCENARIO]",
             help="A scenario file, or the name of a built-in (default: quickstart).",
+            autocompletion=complete_scenario,
         ),
     ] = None,
     report: Annotated[
@@ -369,8 +434,22 @@ def command(
         ),
     ] = None,
     output: Annotated[
-        OutputFormat, typer.Option("--output", "-o", help="table or json.")
-    ] = OutputFormat.TABLE,
+        SimulateOutput, typer.Option("--output", "-o", help="table, json or yaml.")
+    ] = SimulateOutput.TABLE,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", min=0, help="Run with this seed instead of the scenario's."),
+    ] = None,
+    end: Annotated[
+        float | None,
+        typer.Option(
+            "--end",
+            parser=duration_parser(1, MAX_DURATION_S),
+            metavar="DURATION",
+            help="Stop at this time instead of the scenario's end (like 10m; checks after it "
+            "are dropped).",
+        ),
+    ] = None,
     compare: Annotated[
         str | None,
         typer.Option(
@@ -396,7 +475,7 @@ def command(
     steerings = _parse_steering(compare) if compare else None
     modes = _parse_compare(compare) if compare and steerings is None else None
     try:
-        loaded = load_scenario(scenario or DEFAULT_SCENARIO)
+        loaded = with_overrides(load_scenario(scenario or DEFAULT_SCENARIO), seed, end)
     except ScenarioInvalid as error:
         errors.print(f"✗ {error}", markup=False)
         raise typer.Exit(code=2) from None
@@ -410,14 +489,17 @@ def command(
     is_compared = modes is not None or steerings is not None
     if report is not None:
         report.write_text(render_html(results), encoding="utf-8")
-    if output is OutputFormat.JSON:
+    if output is not SimulateOutput.TABLE:
         body = _json(results[0]) if not is_compared else {"runs": [_json(r) for r in results]}
-        console.print_json(json.dumps(body))
+        if output is SimulateOutput.JSON:
+            console.print_json(json.dumps(body))
+        else:
+            typer.echo(yaml.safe_dump(json.loads(json.dumps(body)), sort_keys=False), nl=False)
     elif not is_compared:
         print_summary(printer, results[0])
     else:
         print_comparison(printer, results)
-    if report is not None and output is not OutputFormat.JSON:
+    if report is not None and output is SimulateOutput.TABLE:
         printer.line(f"Report: {report}")
     if not is_compared and not results[0].is_passed:
         raise typer.Exit(code=1)

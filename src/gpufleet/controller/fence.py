@@ -45,6 +45,7 @@ from typing import Any, Final, Protocol
 
 from gpufleet.api.models import STANDALONE_LEASE
 from gpufleet.api.times import parse_time
+from gpufleet.core.durations import format_duration
 
 #: The incarnation of an agent run without leader election (`--no-leader-elect`): one fixed
 #: name, so a restarted standalone agent is the same incarnation (epoch 0) and is accepted
@@ -199,7 +200,7 @@ def rejection(report: Stamped, fence: Fence, silence_s: float) -> tuple[str, str
     return OTHER_LEASE_INCARNATION, (
         f"it reports for Lease {report.lease_uid or '(none)'}, but the cluster is fenced to "
         f"Lease {fence.uid or '(none)'} at lease epoch {fence.epoch}; another Lease takes "
-        f"over once that one has been silent for {silence_s:g}s"
+        f"over once that one has been silent for {format_duration(silence_s)}"
     )
 
 

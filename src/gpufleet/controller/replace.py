@@ -40,6 +40,7 @@ from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.index import Key
 from gpufleet.controller.status import MODEL_PODS_SCHEDULED, PodsReason
 from gpufleet.core.decision import ReasonCode
+from gpufleet.core.durations import format_duration
 from gpufleet.core.model import Avoid, PoolName, Replica, ScaleUp
 from gpufleet.store import format_time
 
@@ -69,7 +70,7 @@ def _policy_denial(obj: ReadObj) -> str | None:
 
 
 def _seconds(value: float) -> str:
-    return f"{value:g}s"
+    return format_duration(value)
 
 
 def stuck_pools(
@@ -109,7 +110,7 @@ def stuck_pools(
         waited = (now - since).total_seconds()
         message = (
             f"{pool.unschedulable_pods} claiming pod(s) on pool {pool.pool} Unschedulable for "
-            f"{waited:.0f}s since {format_time(since)} "
+            f"{format_duration(waited)} since {format_time(since)} "
             f"(stuckAfter {_seconds(config.stuck_after_s)}){note}"
         )
         found.append((str(pool.pool), ReasonCode.PODS_UNSCHEDULABLE.value, message))

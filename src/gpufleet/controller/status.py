@@ -47,6 +47,7 @@ from gpufleet.controller.plausible import (
     pool_ceiling,
 )
 from gpufleet.core.capacity import as_utc
+from gpufleet.core.durations import format_duration
 from gpufleet.store import copy_json, copy_obj, format_time
 
 READY: Final = "Ready"
@@ -445,7 +446,7 @@ def _ready(
             READY,
             "False",
             ReadyReason.AGENT_EXPIRED,
-            f"the agent has been silent for more than {config.expire_after_s:g}s",
+            f"the agent has been silent for more than {format_duration(config.expire_after_s)}",
         )
     identity = trust.identity or (agent or {}).get("identity", "")
     return condition(
@@ -538,7 +539,8 @@ def future_message(trust: Trust, config: ControllerConfig) -> str:
         return ""
     names = ", ".join(f"{r.kind} {r.name}" for r in trust.future)
     return (
-        f"{len(trust.future)} report(s) stamped more than {config.max_clock_skew_s:g}s ahead "
+        f"{len(trust.future)} report(s) stamped more than "
+        f"{format_duration(config.max_clock_skew_s)} ahead "
         f"of the controller's clock are not accepted (check the agent's clock): {names}"
     )
 

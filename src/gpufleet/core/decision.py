@@ -143,7 +143,7 @@ class Accounting(StrEnum):
 
     #: From the agent's histogram of nodes by free devices, pod by pod.
     FREE_GPU = "FreeGPU"
-    #: Whole nodes: every claiming pod costs one node (Modelplane HEAD semantics).
+    #: Whole nodes: every claiming pod costs one node.
     WHOLE_NODE = "WholeNode"
 
 
@@ -200,19 +200,24 @@ class Diagnosis:
         return not self.clusters and not self.reasons
 
     def blocking_counts(self) -> list[tuple[ReasonCode, int]]:
-        """Per blocking code, how many non-fitting clusters carry it; most frequent first."""
+        """Per blocking code, how many non-fitting clusters it is the reason of; most frequent
+        first. Each cluster counts once, so the counts add up to the clusters that do not fit:
+        one with several blocking codes (a silent agent and a taint) counts under the one
+        nearest the root cause (`ROOT_CAUSE_ORDER`), as kube-scheduler counts a node once."""
         counts: dict[ReasonCode, int] = {}
         informational = INFORMATIONAL_CODES
         for verdict in self.clusters:
             if verdict.fits:
                 continue
             reasons = verdict.reasons
-            if len(reasons) == 1:  # most verdicts: no set needed
+            if len(reasons) == 1:  # most verdicts
                 code = reasons[0].code
                 if code not in informational:
                     counts[code] = counts.get(code, 0) + 1
                 continue
-            for code in {r.code for r in reasons if r.code not in informational}:
+            blocking = [r.code for r in reasons if r.code not in informational]
+            if blocking:
+                code = min(blocking, key=_root_cause_rank)
                 counts[code] = counts.get(code, 0) + 1
         return sorted(counts.items(), key=lambda item: (-item[1], item[0].value))
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from gpufleet.core.capacity import NodeChoicePolicy, PoolLedger, Vector
 from gpufleet.core.decision import Reason, ReasonCode
+from gpufleet.core.durations import format_duration
 from gpufleet.core.fit import FitFailure, Unit, fit, nodes_that_fit
 from gpufleet.core.model import Taint
 
@@ -89,11 +90,23 @@ def insufficient_nodes(ledger: PoolLedger, requested_nodes: int) -> Reason:
     )
 
 
-def member_unmatched(pool: str, role: str, request: str) -> Reason:
+def member_unmatched(pool: str, role: str, request: str, is_selector_miss: bool) -> Reason:
+    """`is_selector_miss`: no device of the pool matches the request's selectors (else one
+    does, with too few devices left for the request's count)."""
+    why = (
+        "no device of the pool matches its selectors"
+        if is_selector_miss
+        else "the devices its selectors match have too few left for its count"
+    )
     return Reason(
         ReasonCode.NO_MATCHING_POOL,
-        f"pool {pool}: {role} request {request} matches no device with enough count",
-        {"pool": pool, "role": role, "request": request},
+        f"pool {pool}: {role} request {request}: {why}",
+        {
+            "pool": pool,
+            "role": role,
+            "request": request,
+            "cause": "selectors" if is_selector_miss else "count",
+        },
     )
 
 
@@ -148,7 +161,8 @@ def expired(age_s: float | None, expire_after_s: float) -> Reason:
     age = int(age_s) if age_s is not None else -1
     return Reason(
         ReasonCode.OBSERVATION_EXPIRED,
-        f"agent silent for {age}s (expires after {int(expire_after_s)}s): no new replicas",
+        f"agent silent for {format_duration(age)} (expires after {format_duration(expire_after_s)}): "
+        "no new replicas",
         {"age_s": age, "expire_after_s": int(expire_after_s)},
     )
 
@@ -157,7 +171,7 @@ def stale(age_s: float | None, stale_after_s: float) -> Reason:
     age = int(age_s) if age_s is not None else -1
     return Reason(
         ReasonCode.OBSERVATION_STALE,
-        f"observation is {age}s old (stale after {int(stale_after_s)}s)"
+        f"observation is {format_duration(age)} old (stale after {format_duration(stale_after_s)})"
         if age_s is not None
         else "observation has no time: treated as stale",
         {"age_s": age, "stale_after_s": int(stale_after_s)},

@@ -1,6 +1,5 @@
 """Two-level matching: clusters by labels and taints, members against a pool's devices.
 
-Model (reference 2.2, 2.4, 2.11).
 - A cluster is selected when every `cluster_selector` entry equals its label (string AND;
   empty selects all).
 - A toleration matches a taint when its effect is empty or equal, and either it is `Exists`
@@ -9,7 +8,7 @@ Model (reference 2.2, 2.4, 2.11).
 - A member matches a pool when each of its requests, in order, takes the first device (published
   order) with enough remaining count whose selectors all match; the device's remaining count
   drops by the request's count. A device count of 0 or less reads as 0. A request's `name` is
-  its own name, not a device filter (as in Modelplane: only selectors choose the device). A
+  its own name, not a device filter (only selectors choose the device). A
   member without requests matches every pool and resolves nothing. The resolution keeps the
   requests matched to DRA devices (with the device's class and driver); synthetic matches only
   gate placement.
@@ -74,12 +73,15 @@ DRAINS = frozenset({TaintEffect.NO_EXECUTE})
 class MemberMatch:
     """The outcome of matching one member against one pool's devices.
 
-    `unmatched_request` names the first request no device could take ("" when matched).
+    `unmatched_request` names the first request no device could take ("" when matched);
+    `is_selector_miss` says why: True when no device of the pool matches its selectors at all
+    (a count would not help), False when some does but has too few devices left for it.
     """
 
     is_match: bool
     resolved: tuple[ResolvedRequest, ...] = ()
     unmatched_request: str = ""
+    is_selector_miss: bool = False
 
     @property
     def is_claiming(self) -> bool:
@@ -108,7 +110,12 @@ def match_member(member: Member, devices: Sequence[Device]) -> MemberMatch:
                 )
             break
         else:
-            return MemberMatch(False, unmatched_request=request.name)
+            is_selector_miss = not any(
+                all(s.matches(d) for s in request.selectors) for d in devices
+            )
+            return MemberMatch(
+                False, unmatched_request=request.name, is_selector_miss=is_selector_miss
+            )
     return MemberMatch(True, tuple(resolved))
 
 

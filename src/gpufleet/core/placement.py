@@ -448,7 +448,7 @@ def _first_mismatch(
     for member, match, is_claimable in zip(engine.members, shape.matches, claimable, strict=True):
         if not match.is_match:
             return diagnosis.member_unmatched(
-                pool.pool.name, member.role.value, match.unmatched_request
+                pool.pool.name, member.role.value, match.unmatched_request, match.is_selector_miss
             )
         if is_claimable and not match.is_claiming:
             return diagnosis.member_stranded(pool.pool.name, member.role.value)

@@ -465,7 +465,7 @@ def _restamp(
             match = matcher.match(member, pool.pool.devices, pool.class_id, (ref, i, j))
             if not match.is_match:
                 return diagnosis.member_unmatched(
-                    pinned.pool, member.role.value, match.unmatched_request
+                    pinned.pool, member.role.value, match.unmatched_request, match.is_selector_miss
                 )
             members.append(
                 ReplicaMember(member.role, pinned.pool, member.worker_nodes, match.resolved)

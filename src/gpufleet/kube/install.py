@@ -16,8 +16,10 @@
   own InferenceCluster (`resourceNames`). `gpufleet join` creates these objects and a token from the TokenRequest API; the
   namespace is made by `join` (or applied from `agent_hub_yaml`), never by the controller,
   which may not create namespaces.
-- `pod_disruption_budget()`, `service_monitor()`, `prometheus_rule()`: what the Kustomize base
-  adds for production (deploy/, `make deploy`).
+- `pod_disruption_budget()`: at most one controller replica evicted at a time (part of `hub()`).
+- `service_monitor()`, `prometheus_rule()` (the hub), `pod_monitor()`, `agent_prometheus_rule()`
+  (a workload cluster) and the Grafana dashboard (`gpufleet.kube.install_dashboard`): what the
+  Kustomize base adds for monitoring (deploy/, `make deploy`).
 
 Every rule grants what the component sends and nothing more: tests/kube/test_kube_e2e.py records
 each request the controller and the agent make and checks it against these rules. The images run
@@ -41,6 +43,7 @@ from gpufleet.api.names import (
     is_cluster_name,
 )
 from gpufleet.kube.crds import GROUP, crds_yaml, to_yaml
+from gpufleet.kube.install_dashboard import dashboard_json
 
 
 def _version() -> str:
@@ -68,6 +71,9 @@ HEALTH_PORT = 8081
 #: The defaults the alerts are written against (`gpufleet controller` flags).
 LEASE_DURATION_S = 15
 EXPIRE_AFTER_S = 300
+#: How often the ServiceMonitor and the PodMonitor scrape. No alert waits (`for`) less than two
+#: intervals: one missed or late scrape must not fire it.
+SCRAPE_INTERVAL_S = 30
 
 Manifest = dict[str, Any]
 
@@ -294,11 +300,13 @@ def hub(image: str = DEFAULT_IMAGE, replicas: int = 2) -> list[Manifest]:
         ),
         _deployment(CONTROLLER, component, replicas, container),
         metrics_service,
+        pod_disruption_budget(),
     ]
 
 
 def hub_yaml(image: str = DEFAULT_IMAGE, replicas: int = 2) -> str:
-    """`gpufleet install hub`: the CRDs first, then the controller."""
+    """`gpufleet install hub`: the CRDs first, then the controller (and its
+    PodDisruptionBudget, as deploy/hub has it)."""
     return crds_yaml() + to_yaml(hub(image, replicas))
 
 
@@ -427,6 +435,14 @@ def pod_disruption_budget() -> Manifest:
     }
 
 
+def _duration(seconds: int) -> str:
+    return f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s"
+
+
+#: The shortest `for` of any alert: two scrape intervals (tests/deploy checks every alert).
+MIN_ALERT_FOR_S = 2 * SCRAPE_INTERVAL_S
+
+
 def service_monitor() -> Manifest:
     """Prometheus Operator: scrape the controller's /metrics Service."""
     return {
@@ -435,42 +451,96 @@ def service_monitor() -> Manifest:
         "metadata": _meta(CONTROLLER, "controller", SYSTEM_NAMESPACE),
         "spec": {
             "selector": {"matchLabels": _labels("controller")},
-            "endpoints": [{"port": "metrics", "path": "/metrics", "interval": "30s"}],
+            "endpoints": [
+                {"port": "metrics", "path": "/metrics", "interval": f"{SCRAPE_INTERVAL_S}s"}
+            ],
         },
     }
 
 
+def pod_monitor() -> Manifest:
+    """Prometheus Operator, on a workload cluster: scrape both agent pods' /metrics (the agent
+    has no Service: nothing else talks to it, and a PodMonitor also sees the standby)."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _meta(AGENT, "agent", SYSTEM_NAMESPACE),
+        "spec": {
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/name": "gpufleet",
+                    "app.kubernetes.io/component": "agent",
+                }
+            },
+            "podMetricsEndpoints": [
+                {"port": "metrics", "path": "/metrics", "interval": f"{SCRAPE_INTERVAL_S}s"}
+            ],
+        },
+    }
+
+
+def _alert(name: str, expr: str, for_s: int, severity: str, summary: str, text: str) -> Manifest:
+    return {
+        "alert": name,
+        "expr": expr,
+        "for": _duration(max(for_s, MIN_ALERT_FOR_S)),
+        "labels": {"severity": severity},
+        "annotations": {"summary": summary, "description": text},
+    }
+
+
 def alerts() -> list[Manifest]:
-    """The alerts docs/operations.md describes ("Metrics"), at the controller's defaults."""
+    """The hub's alerts docs/operations.md describes ("Metrics"), at the controller's defaults."""
     leader = 'gpufleet_leader{component="controller"}'
     return [
-        {
-            "alert": "GpufleetObservationExpired",
-            "expr": f"gpufleet_observation_age_seconds > {EXPIRE_AFTER_S}",
-            "for": "1m",
-            "labels": {"severity": "warning"},
-            "annotations": {
-                "summary": "Cluster {{ $labels.cluster }} pool {{ $labels.pool }} is not reported",
-                "description": (
-                    "The observation of pool {{ $labels.pool }} of cluster {{ $labels.cluster }} "
-                    f"is older than the expiry ({EXPIRE_AFTER_S} s): the cluster gets no new "
-                    "placements. Is its agent running and able to reach the hub?"
-                ),
-            },
-        },
-        {
-            "alert": "GpufleetControllerLeader",
-            "expr": f"sum({leader}) != 1 or absent({leader})",
-            "for": f"{LEASE_DURATION_S}s",
-            "labels": {"severity": "critical"},
-            "annotations": {
-                "summary": "Not exactly one gpufleet controller leads",
-                "description": (
-                    "No controller replica (or more than one) has held the Lease for longer than "
-                    "the lease duration: nothing is being scheduled."
-                ),
-            },
-        },
+        _alert(
+            "GpufleetObservationExpired",
+            f"gpufleet_observation_age_seconds > {EXPIRE_AFTER_S}",
+            60,
+            "warning",
+            "Cluster {{ $labels.cluster }} pool {{ $labels.pool }} is not reported",
+            "The observation of pool {{ $labels.pool }} of cluster {{ $labels.cluster }} "
+            f"is older than the expiry ({EXPIRE_AFTER_S} s): the cluster gets no new "
+            "placements. Is its agent running and able to reach the hub?",
+        ),
+        _alert(
+            "GpufleetControllerLeader",
+            f"sum({leader}) != 1 or absent({leader})",
+            # The lease duration, but never less than two scrapes.
+            LEASE_DURATION_S,
+            "critical",
+            "Not exactly one gpufleet controller leads",
+            "No controller replica (or more than one) has held the Lease for longer than "
+            "the lease duration and two scrapes: nothing is being scheduled.",
+        ),
+    ]
+
+
+def agent_alerts() -> list[Manifest]:
+    """A workload cluster's alerts on its agent (docs/operations.md, "Metrics")."""
+    leader = 'gpufleet_leader{component="agent"}'
+    failed = 'sum(rate(gpufleet_agent_reports_total{result="failed"}[10m]))'
+    ok = 'sum(rate(gpufleet_agent_reports_total{result=~"pushed|unchanged"}[10m]))'
+    return [
+        _alert(
+            "GpufleetAgentLeader",
+            f"sum({leader}) != 1 or absent({leader})",
+            LEASE_DURATION_S,
+            "critical",
+            "Not exactly one gpufleet agent leads on this cluster",
+            "No agent replica (or more than one) has held the agent Lease for longer than the "
+            "lease duration and two scrapes: the cluster reports nothing and its replicas' "
+            "workloads are not kept.",
+        ),
+        _alert(
+            "GpufleetAgentReportsFailing",
+            f"{failed} > 0 and ({ok} == 0 or absent(gpufleet_agent_reports_total))",
+            300,
+            "warning",
+            "The gpufleet agent's steps fail",
+            "Every agent step of the last 10 minutes failed (the hub could not be reached or "
+            "refused a write): its observations age towards the expiry. See the agent's log.",
+        ),
     ]
 
 
@@ -481,6 +551,16 @@ def prometheus_rule() -> Manifest:
         "kind": "PrometheusRule",
         "metadata": _meta("gpufleet", "controller", SYSTEM_NAMESPACE),
         "spec": {"groups": [{"name": "gpufleet", "rules": alerts()}]},
+    }
+
+
+def agent_prometheus_rule() -> Manifest:
+    """Prometheus Operator, on a workload cluster: the alerts of `agent_alerts()`."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": _meta(AGENT, "agent", SYSTEM_NAMESPACE),
+        "spec": {"groups": [{"name": "gpufleet-agent", "rules": agent_alerts()}]},
     }
 
 
@@ -547,13 +627,12 @@ def deploy_files(crd_files: list[str]) -> dict[str, str]:
         ),
         "hub/kustomization.yaml": (
             _KUSTOMIZATION
-            + "# The hub: the CRDs, the controller (as `gpufleet install hub`) and its\n"
-            + "# PodDisruptionBudget. Monitoring: overlays/monitoring.\n"
+            + "# The hub: the CRDs and the controller with its PodDisruptionBudget, as\n"
+            + "# `gpufleet install hub`. Monitoring: overlays/monitoring.\n"
             + _list("bases", ["../crds"])
-            + _list("resources", ["controller.yaml", "pdb.yaml"])
+            + _list("resources", ["controller.yaml"])
         ),
         "hub/controller.yaml": _GENERATED + to_yaml(hub()),
-        "hub/pdb.yaml": _GENERATED + to_yaml([pod_disruption_budget()]),
         "agent/kustomization.yaml": (
             _KUSTOMIZATION
             + "# An agent without its cluster name: use an overlay (overlays/agent-example).\n"
@@ -568,6 +647,17 @@ def deploy_files(crd_files: list[str]) -> dict[str, str]:
         ),
         "overlays/monitoring/servicemonitor.yaml": _GENERATED + to_yaml([service_monitor()]),
         "overlays/monitoring/prometheusrule.yaml": _GENERATED + to_yaml([prometheus_rule()]),
+        "overlays/monitoring-agent/kustomization.yaml": (
+            _KUSTOMIZATION
+            + "# On each workload cluster with the Prometheus Operator, beside its agent:\n"
+            + "# a PodMonitor for both agent pods and the agent's alerts.\n"
+            + _list("resources", ["podmonitor.yaml", "prometheusrule.yaml"])
+        ),
+        "overlays/monitoring-agent/podmonitor.yaml": _GENERATED + to_yaml([pod_monitor()]),
+        "overlays/monitoring-agent/prometheusrule.yaml": (
+            _GENERATED + to_yaml([agent_prometheus_rule()])
+        ),
+        "monitoring/grafana-dashboard.json": dashboard_json(),
     }
     for name, text in agent_overlay(EXAMPLE_CLUSTER).items():
         files[f"overlays/agent-{EXAMPLE_CLUSTER}/{name}"] = text
