@@ -388,9 +388,15 @@ class WorkloadCluster:
         self._failed_at.pop(name, None)
 
     def add_foreign_claim(
-        self, node: str, count: int = 1, namespace: str = "other-tenant", driver: str = ""
+        self,
+        node: str,
+        count: int = 1,
+        namespace: str = "other-tenant",
+        driver: str = "",
+        named: str = "",
     ) -> str:
-        """Another tenant's claim, allocated on `node` (first free devices). Returns its name."""
+        """Another tenant's claim, allocated on `node` (first free devices, or the one named
+        `named`: a MIG partition). Returns its name."""
         device = next(
             d
             for p in self.spec.pools
@@ -402,8 +408,16 @@ class WorkloadCluster:
         request = dra.Request("device", device.driver, count, ())
         devices = self.store.published().get(node, [])
         results = dra.allocate([request], devices, set(self.store.taken()))
+        if named:
+            taken = self.store.taken()
+            results = [
+                {"request": "device", "driver": d.driver, "pool": d.pool, "device": d.name}
+                for d in devices
+                if d.name == named and d.key not in taken
+            ] or None
         if results is None:
-            raise ValueError(f"node {node} has fewer than {count} free {device.driver} devices")
+            want = f"device {named}" if named else f"{count} {device.driver} devices"
+            raise ValueError(f"node {node} has no free {want}")
         self.store.create(
             {
                 "apiVersion": RESOURCE_CLAIM.api_version,
@@ -733,17 +747,29 @@ class WorkloadCluster:
         if pool is None:
             return
         by_driver: dict[str, list[Obj]] = defaultdict(list)
+        counter_sets: dict[str, list[Obj]] = defaultdict(list)
         for d in pool.devices:
             if d.claim != "DRA":
                 continue
-            for i in range(d.count):
-                device: Obj = {"name": f"{d.name}-{i}"}
+            made, sets = dra.node_devices(
+                d.name, d.count, pool.partitions, pool.partition_counter, pool.tainted_devices
+            )
+            for device in made:
                 if d.attributes:
                     device["attributes"] = {k: dict(v) for k, v in d.attributes.items()}
-                if d.capacity:
+                if d.capacity and "-mig-" not in device["name"]:
                     device["capacity"] = {k: {"value": v} for k, v in d.capacity.items()}
-                by_driver[d.driver].append(device)
+            by_driver[d.driver].extend(made)
+            counter_sets[d.driver].extend(sets)
         for driver, devices in sorted(by_driver.items()):
+            spec: Obj = {
+                "driver": driver,
+                "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+                "nodeName": node_name,
+                "devices": devices,
+            }
+            if counter_sets[driver]:
+                spec["sharedCounters"] = counter_sets[driver]
             self.store.create_shared(
                 {
                     "apiVersion": RESOURCE_SLICE.api_version,
@@ -752,12 +778,7 @@ class WorkloadCluster:
                         "name": f"{node_name}-{driver.replace('.', '-')}",
                         "ownerReferences": [owner_ref(node, "v1", "Node")],
                     },
-                    "spec": {
-                        "driver": driver,
-                        "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
-                        "nodeName": node_name,
-                        "devices": devices,
-                    },
+                    "spec": spec,
                 }
             )
 
