@@ -241,3 +241,35 @@ def test_unaccountable_counters_withhold_the_pool_with_the_reason(slices: tuple[
     assert pool.free_devices is None
     assert ProblemCode.PARTITIONABLE_DEVICES_UNACCOUNTED in {p.code for p in pool.problems}
     assert all(not any(n.free.values()) for n in result.nodes)
+
+
+def test_consumable_capacity_is_taken_after_one_allocation_and_the_pool_says_so() -> None:
+    """KEP-5075: the conservative rule, shown where the pool is (its status conditions)."""
+    shared = {
+        "name": "gpu-0",
+        "allowMultipleAllocations": True,
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+    obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": "n1-slice"},
+        "spec": {
+            "driver": GPU,
+            "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "nodeName": "n1",
+            "devices": [shared, {"name": "gpu-1"}],
+        },
+    }
+    result, _ = observe(
+        ClusterObjects((node("n1", "a"),), (obj,), (claim("c1", [("n1", "gpu-0")]),), (), ()),
+        AllocationClock(),
+        CONFIG,
+        T0,
+    )
+    (pool,) = result.pools
+    assert [n.free for n in result.nodes] == [{GPU: 1}]
+    conditions = {c["type"]: c for c in pool.to_status()["conditions"]}
+    found = conditions["ConsumableCapacityCountedWhole"]
+    assert (found["status"], found["reason"]) == ("True", "ConsumableCapacityCountedWhole")
+    assert "gpu.nvidia.com/n1/gpu-0" in found["message"]
