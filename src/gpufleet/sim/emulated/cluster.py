@@ -35,7 +35,8 @@ kubelet), each reading the store and writing through it:
   owning workload is gone.
 - **DRA driver** publishes one ResourceSlice per node and driver (`gpu-0..gpu-N-1`, attributes and
   capacity of the pool's class) `dra_publish_delay_s` after the node appears; slices go with the
-  node.
+  node. A pool's sim-only device models (`PoolSpec.partitions`, `tainted_devices`) add counter
+  sets and MIG partitions, and device taints (`dra.node_devices`).
 - **cluster-autoscaler** (every `autoscaler_scan_s`): for unschedulable pods that would fit an
   empty node of their pool, adds nodes (after `scale_up_delay_s`) up to `maxNodeCount`,
   counting nodes on the way; removes nodes idle for `scale_down_idle_s` down to
