@@ -747,30 +747,7 @@ class WorkloadCluster:
         pool = self.pools.get(node["metadata"]["labels"].get(labels.POOL, ""))
         if pool is None:
             return
-        by_driver: dict[str, list[Obj]] = defaultdict(list)
-        counter_sets: dict[str, list[Obj]] = defaultdict(list)
-        for d in pool.devices:
-            if d.claim != "DRA":
-                continue
-            made, sets = dra.node_devices(
-                d.name, d.count, pool.partitions, pool.partition_counter, pool.tainted_devices
-            )
-            for device in made:
-                if d.attributes:
-                    device["attributes"] = {k: dict(v) for k, v in d.attributes.items()}
-                if d.capacity and "-mig-" not in device["name"]:
-                    device["capacity"] = {k: {"value": v} for k, v in d.capacity.items()}
-            by_driver[d.driver].extend(made)
-            counter_sets[d.driver].extend(sets)
-        for driver, devices in sorted(by_driver.items()):
-            spec: Obj = {
-                "driver": driver,
-                "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
-                "nodeName": node_name,
-                "devices": devices,
-            }
-            if counter_sets[driver]:
-                spec["sharedCounters"] = counter_sets[driver]
+        for driver, spec in dra.slice_specs(node_name, pool):
             self.store.create_shared(
                 {
                     "apiVersion": RESOURCE_SLICE.api_version,

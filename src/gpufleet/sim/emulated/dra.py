@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from gpufleet.cel import CelCompileError, compile_selector
 from gpufleet.core.model import Attribute, AttributeKind, Device, DriverName, Selector
+from gpufleet.sim.emulated.cluster_spec import PoolSpec
 
 DeviceKey = tuple[str, str, str]  # (driver, DRA pool, device name)
 
@@ -193,6 +194,38 @@ def node_devices(
         if d["name"] in tainted:
             d["taints"] = [dict(UNHEALTHY_TAINT)]
     return devices, sets
+
+
+def slice_specs(node_name: str, pool: PoolSpec) -> list[tuple[str, dict[str, Any]]]:
+    """(driver, ResourceSlice spec) of each driver of the node's pool: its DRA devices
+    (`node_devices`, with the attributes and capacity of the pool's class), sorted by driver."""
+    by_driver: dict[str, list[dict[str, Any]]] = {}
+    counter_sets: dict[str, list[dict[str, Any]]] = {}
+    for d in pool.devices:
+        if d.claim != "DRA":
+            continue
+        made, sets = node_devices(
+            d.name, d.count, pool.partitions, pool.partition_counter, pool.tainted_devices
+        )
+        for device in made:
+            if d.attributes:
+                device["attributes"] = {k: dict(v) for k, v in d.attributes.items()}
+            if d.capacity and "-mig-" not in device["name"]:
+                device["capacity"] = {k: {"value": v} for k, v in d.capacity.items()}
+        by_driver.setdefault(d.driver, []).extend(made)
+        counter_sets.setdefault(d.driver, []).extend(sets)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for driver, devices in sorted(by_driver.items()):
+        spec: dict[str, Any] = {
+            "driver": driver,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node_name,
+            "devices": devices,
+        }
+        if counter_sets[driver]:
+            spec["sharedCounters"] = counter_sets[driver]
+        out.append((driver, spec))
+    return out
 
 
 def _times(counter: str, n: int) -> str:
