@@ -6,11 +6,16 @@ checks run in test_builtin_scenarios; here the key numbers and what the hub publ
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
+import gpufleet.sim.scenario as scenario_pkg
 from gpufleet.sim.emulated import dra
 from gpufleet.sim.run.runner import RunResult, build_fleet, run_scenario, timeline_runner
-from gpufleet.sim.scenario.load import load_scenario
+from gpufleet.sim.scenario.load import ScenarioInvalid, load_scenario, parse_scenario
 from gpufleet.store.port import INFERENCE_CLUSTER, POD
 
 
@@ -115,3 +120,21 @@ def test_the_emulated_allocator_gives_whole_gpus_only_and_respects_counters() ->
     # A partition of gpu-0 held: no whole GPU is left.
     assert dra.allocate([request], published, {("gpu.nvidia.com", "n1", "gpu-0-mig-1")}) is None
     assert dra.units(published, {("gpu.nvidia.com", "n1", "gpu-0-mig-1")}) == (2, 1)
+
+
+def test_bad_device_models_are_named_field_by_field() -> None:
+    path = Path(scenario_pkg.__file__).parent / "builtin" / "mig-partitions.yaml"
+    data = yaml.safe_load(path.read_text())
+    pool = data["fleet"]["clusters"][0]["pools"][0]
+    pool.update(partitions=40, partitionCounter=["1"], taintedDevices="gpu-0")
+    data["timeline"][0]["device"] = 3
+    with pytest.raises(ScenarioInvalid) as error:
+        parse_scenario(data)
+    problems = error.value.problems
+    for line in (
+        "fleet.clusters[0].pools[0].partitions: must be 0 to 16 (MIG partitions per GPU)",
+        "fleet.clusters[0].pools[0].partitionCounter: must be a quantity",
+        "timeline[0].device: must be a device name",
+    ):
+        assert line in problems, f"missing {line!r} in {problems}"
+    assert any(p.startswith("fleet.clusters[0].pools[0].taintedDevices") for p in problems)
