@@ -166,6 +166,9 @@ class ProblemCode(StrEnum):
     #: condition `Healthy` False, or `Ready` False with reason `Unhealthy`): its devices are
     #: taken, and its pods are not counted allocated.
     DEVICE_UNHEALTHY = "DeviceUnhealthy"
+    #: A pool whose nodes have extended resources (a device plugin's `nvidia.com/gpu`) and no
+    #: DRA device: the agent does not count device-plugin GPUs, so the pool shows none free.
+    DEVICE_PLUGIN_NOT_COUNTED = "DevicePluginNotCounted"
 
 
 #: The problems that withhold a pool's histogram (the reason of `HistogramAvailable` False).

@@ -845,6 +845,8 @@ def pool_of_nodes(
         counts[vector] += 1
         if observed_node.excluded is not None:
             excluded[observed_node.excluded] += 1
+    if extended and not any(v[1].published for v in views):
+        problems = _with_device_plugin(problems, extended, len(views))
     present = [t for t in lasts if t is not None]
     buckets = tuple(
         Bucket({DriverName(d): v for d, v in zip(driver_order, vector, strict=True)}, c)
@@ -862,6 +864,20 @@ def pool_of_nodes(
         problems=problems,
     )
     return observed, tuple(v[1] for v in views)
+
+
+def _with_device_plugin(
+    problems: tuple[Problem, ...], extended: Mapping[str, int], nodes: int
+) -> tuple[Problem, ...]:
+    """The pool's problems and `DevicePluginNotCounted`: its nodes' GPUs are a device
+    plugin's extended resources, which the agent does not count (they show as none free)."""
+    held = ", ".join(f"{k}: {v}" for k, v in sorted(extended.items()))
+    found = Problem(
+        ProblemCode.DEVICE_PLUGIN_NOT_COUNTED,
+        f"{held} on {nodes} node(s), from a device plugin: not counted (no DRA devices)",
+        nodes,
+    )
+    return tuple(sorted((*problems, found), key=lambda p: p.code))
 
 
 def _free_vector(n: NodeState, driver_order: Sequence[str]) -> tuple[int, ...]:
