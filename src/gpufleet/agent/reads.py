@@ -522,16 +522,22 @@ def read_claim(claim: RawObject) -> ClaimInfo:
     if not (type(uid) is str and uid):
         uid = None
     results = as_map(allocation.get("devices")).get("results", ())
-    status = claim.get("status")
-    waiting = None
-    if as_map(status).get("devices") is not None or _has_binding_conditions(results):
-        waiting = claim_waiting(results, as_map(status).get("devices"))
+    status = claim["status"]  # a mapping: the claim is allocated
     if type(results) is list and len(results) == 1 and type(results[0]) is dict:
-        # The common case (one device), without the general loop.
+        # The common case (one device, no binding conditions, no device status), without
+        # the general loop.
         result = results[0]
+        waiting = None
+        if "devices" in status or "bindingConditions" in result:
+            waiting = claim_waiting(results, status.get("devices"))
+        elif "bindingFailureConditions" in result:
+            waiting = claim_waiting(results, None)
         driver, dra_pool, device = result.get("driver"), result.get("pool"), result.get("device")
         if type(driver) is str and type(dra_pool) is str and type(device) is str:
             return key, True, uid, ((driver, dra_pool, device),), waiting
+    waiting = None
+    if status.get("devices") is not None or _has_binding_conditions(results):
+        waiting = claim_waiting(results, status.get("devices"))
     return key, True, uid, _device_keys(results), waiting
 
 
