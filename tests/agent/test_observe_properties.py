@@ -27,7 +27,9 @@ def clusters(draw: st.DrawFn) -> tuple[ClusterObjects, AllocationClock]:
     nodes = []
     slices = []
     for name in draw(st.lists(st.sampled_from(NODE_NAMES), unique=True, max_size=6)):
-        flags = draw(st.sets(st.sampled_from(["cordoned", "not-ready", "deleting", "tainted"])))
+        flags = draw(
+            st.sets(st.sampled_from(["cordoned", "not-ready", "deleting", "tainted", "plugin"]))
+        )
         nodes.append(
             node(
                 name,
@@ -36,6 +38,8 @@ def clusters(draw: st.DrawFn) -> tuple[ClusterObjects, AllocationClock]:
                 ready="not-ready" not in flags,
                 deleting="deleting" in flags,
                 taints=[{"key": "x", "effect": "NoExecute"}] if "tainted" in flags else [],
+                # A device plugin's GPUs (extended resources): `DevicePluginNotCounted`.
+                allocatable={"cpu": "8", "nvidia.com/gpu": "4"} if "plugin" in flags else None,
             )
         )
         for driver in draw(st.sets(st.sampled_from([GPU, NIC]))):

@@ -13,7 +13,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from observe_builders import T0, claim, member, node, pod, replica, rslice
-from test_observe_properties import CONFIG, clusters
+from test_binding_health import _bound as bound
+from test_counters_properties import CONFIG as COUNTERS_CONFIG
+from test_counters_properties import partitioned_slices
+from test_observe_properties import NODE_NAMES, clusters
 
 from gpufleet.agent.feed import ClusterFeed
 from gpufleet.agent.observe import AllocationClock, ClusterObjects, observe
@@ -34,6 +37,9 @@ from gpufleet.store.port import (
     Obj,
     kind_of,
 )
+
+#: The fleet's claims tolerate one device taint (`fleet-ok`), so tolerated device taints occur.
+CONFIG = COUNTERS_CONFIG
 
 _KINDS: dict[str, Kind] = {
     "nodes": NODE,
@@ -77,11 +83,32 @@ def histories(draw: st.DrawFn) -> tuple[list[Obj], list[tuple[str, int, bool]]]:
     for cluster, _ in (draw(clusters()), draw(clusters())):
         for field in _KINDS:
             objects.extend(getattr(cluster, field))
+    # Some of the pods' claims wait on a binding condition (KEP-5007): not counted allocated.
+    for obj in objects:
+        results = obj.get("status", {}).get("allocation", {}).get("devices", {}).get("results")
+        if kind_of(obj) == RESOURCE_CLAIM and results and len(results) == 1 and draw(st.booleans()):
+            bound(obj, binding=("Attached",))
     # Claims the table cannot index by DRA pool (results unreadable), and one pinned by a
     # node selector to a device no slice publishes.
     unreadable = claim("c1", node_selector="n1")
     unreadable["status"]["allocation"]["devices"]["results"] = "unreadable"
     objects += [unreadable, claim("c2", [("n9", "gpu-0")], node_selector="n2")]
+    # Partitionable devices (KEP-4815 counters, MIG-shaped) and device taints (KEP-5055) in a
+    # second DRA pool of some nodes, and claims on their whole devices and partitions.
+    for name in draw(st.lists(st.sampled_from(NODE_NAMES), unique=True, max_size=3)):
+        mig, devices = draw(partitioned_slices(name, f"{name}-mig"))
+        objects.append(mig)
+        for i, (dev, _) in enumerate(
+            draw(st.lists(st.sampled_from(devices), max_size=3)) if devices else []
+        ):
+            obj = claim(f"mig-{name}-{i}", [(f"{name}-mig", dev)])
+            state = draw(st.sampled_from(["bound", "pending", "met", "unhealthy"]))
+            if state != "bound":  # binding conditions (KEP-5007) and health (KEP-4680)
+                conditions = {"Attached": ("True", "")} if state == "met" else {}
+                if state == "unhealthy":
+                    conditions = {"Healthy": ("False", "XID")}
+                obj = bound(obj, binding=("Attached",), conditions=conditions)
+            objects.append(obj)
     ops = st.tuples(
         st.sampled_from(["put", "put", "put", "delete", "restart", "declare", "snapshot"]),
         st.integers(0, max(0, len(objects) - 1)),

@@ -159,6 +159,16 @@ class ProblemCode(StrEnum):
     #: A device that allows multiple allocations (KEP-5075 consumable capacity): counted taken
     #: after its first allocation, whatever capacity it has left.
     CONSUMABLE_CAPACITY_COUNTED_WHOLE = "ConsumableCapacityCountedWhole"
+    #: An allocated claim whose devices wait on binding conditions (KEP-5007) or failed one:
+    #: its devices are taken, but its pods are not counted allocated (charged in full).
+    DEVICE_BINDING_PENDING = "DeviceBindingPending"
+    #: An allocated claim whose driver reports a device unhealthy (`status.devices[]`
+    #: condition `Healthy` False, or `Ready` False with reason `Unhealthy`): its devices are
+    #: taken, and its pods are not counted allocated.
+    DEVICE_UNHEALTHY = "DeviceUnhealthy"
+    #: A pool whose nodes have extended resources (a device plugin's `nvidia.com/gpu`) and no
+    #: DRA device: the agent does not count device-plugin GPUs, so the pool shows none free.
+    DEVICE_PLUGIN_NOT_COUNTED = "DevicePluginNotCounted"
 
 
 #: The problems that withhold a pool's histogram (the reason of `HistogramAvailable` False).

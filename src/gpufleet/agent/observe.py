@@ -58,10 +58,16 @@ a `Problem` (per pool when it touches a pool's nodes, otherwise on the whole res
 
 What is not modelled
 --------------------
-Shared counters (MIG partitions) and multi-allocation devices are counted by device name; device
-taints; DeviceClass selectors (every published device of a driver counts); device-plugin
-allocations (only visible as `extendedResources`); `ScaleUpBlocked` (not derivable from these
-objects).
+Partition requests fitted by counters (shared counters are read, `gpufleet.agent.counters`, but a
+pool is a number of whole devices per node); remaining consumable capacity (a device that
+allows multiple allocations is taken after its first); DeviceClass selectors (every published
+device of a driver counts); device-plugin allocations (only visible as `extendedResources`);
+`ScaleUpBlocked` (not derivable from these objects).
+
+Counted in units (`gpufleet.agent.counters`): shared counters (KEP-4815), device taints
+(KEP-5055). An allocated claim waiting on binding conditions (KEP-5007) or reporting an
+unhealthy device (`reads.claim_waiting`) takes its devices but is not counted allocated for its
+pods.
 """
 
 from __future__ import annotations
@@ -280,12 +286,13 @@ def _add_claim(
     now: datetime,
     found: list[Found],
 ) -> None:
-    key, _, uid, _ = info
+    key, _, uid, _, waiting = info
     t = now
     if uid is not None:
         t = prev.get(uid, now)
         read.clock[uid] = t
-    read.allocated[key] = t
+    if waiting is None:  # else its pods cannot use it yet: not counted allocated
+        read.allocated[key] = t
     effect = claim_effect(info, obj, inv)
     found.extend(effect.found)
     read.taken.update(effect.devices)

@@ -508,12 +508,13 @@ def _selector_node(allocation: Mapping[str, Any]) -> str | None:
     return None
 
 
-#: A ResourceClaim, read: `(key, is_allocated, uid, keys)`: its (namespace, name); whether it
-#: is allocated; its uid (None when missing or not a string); every result's (driver, DRA
-#: pool, device) when all are well-formed, else None (the claim is then read again, in full,
-#: from the object). A plain tuple of plain values, which the garbage collector stops
-#: tracking: 40,000 claims must not leave 40,000 more objects for it to scan.
-ClaimInfo = tuple[tuple[str, str], bool, str | None, tuple[DevKey, ...] | None]
+#: A ResourceClaim, read: `(key, is_allocated, uid, keys, waiting)`: its (namespace, name);
+#: whether it is allocated; its uid (None when missing or not a string); every result's
+#: (driver, DRA pool, device) when all are well-formed, else None (the claim is then read
+#: again, in full, from the object); and why its allocation is not yet usable by its pods
+#: (`claim_waiting`), None when it is. A plain tuple of plain values, which the garbage
+#: collector stops tracking: 40,000 claims must not leave 40,000 more objects for it to scan.
+ClaimInfo = tuple[tuple[str, str], bool, str | None, tuple[DevKey, ...] | None, str | None]
 
 
 def read_claim(claim: RawObject) -> ClaimInfo:
@@ -522,18 +523,88 @@ def read_claim(claim: RawObject) -> ClaimInfo:
     key = (ns if type(ns) is str else as_str(ns)), (name if type(name) is str else as_str(name))
     allocation = _allocation(claim)
     if allocation is None:
-        return key, False, None, None
+        return key, False, None, None, None
     uid = meta.get("uid")
     if not (type(uid) is str and uid):
         uid = None
     results = as_map(allocation.get("devices")).get("results", ())
+    status = claim["status"]  # a mapping: the claim is allocated
     if type(results) is list and len(results) == 1 and type(results[0]) is dict:
-        # The common case (one device), without the general loop.
+        # The common case (one device, no binding conditions, no device status), without
+        # the general loop.
         result = results[0]
+        waiting = None
+        if "devices" in status or "bindingConditions" in result:
+            waiting = claim_waiting(results, status.get("devices"))
+        elif "bindingFailureConditions" in result:
+            waiting = claim_waiting(results, None)
         driver, dra_pool, device = result.get("driver"), result.get("pool"), result.get("device")
         if type(driver) is str and type(dra_pool) is str and type(device) is str:
-            return key, True, uid, ((driver, dra_pool, device),)
-    return key, True, uid, _device_keys(results)
+            return key, True, uid, ((driver, dra_pool, device),), waiting
+    waiting = None
+    if status.get("devices") is not None or _has_binding_conditions(results):
+        waiting = claim_waiting(results, status.get("devices"))
+    return key, True, uid, _device_keys(results), waiting
+
+
+def _has_binding_conditions(results: object) -> bool:
+    if not isinstance(results, list | tuple):
+        return False
+    return any(
+        isinstance(r, Mapping) and (r.get("bindingConditions") or r.get("bindingFailureConditions"))
+        for r in results
+    )
+
+
+def _conditions(entry: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """A `status.devices[]` entry's conditions: type -> (status, reason)."""
+    out: dict[str, tuple[str, str]] = {}
+    for cond in as_list(entry.get("conditions")):
+        cond = as_map(cond)
+        kind = cond.get("type")
+        if isinstance(kind, str):
+            out[kind] = (as_str(cond.get("status")), as_str(cond.get("reason")))
+    return out
+
+
+def claim_waiting(results: object, devices: object) -> str | None:
+    """Why an allocation is not yet usable by its pods (None: it is), from its results and the
+    claim's `status.devices` (`resource.k8s.io/v1` AllocatedDeviceStatus, matched by driver,
+    pool, device and shareID):
+
+    - `DeviceUnhealthy:<device>`: a device's conditions say `Healthy` False, or `Ready` False
+      with reason `Unhealthy` (KEP-4680's health, as a driver reports it on the claim);
+    - `BindingFailed:<device>`: one of a result's `bindingFailureConditions` is True;
+    - `BindingPending:<device>`: one of a result's `bindingConditions` (KEP-5007) is not True
+      yet (or the device has no status at all).
+
+    Unreadable status entries are skipped: a result with binding conditions and no readable
+    status is pending. Errs toward waiting: a waiting claim's pods are charged in full."""
+    by_device: dict[tuple[str, str, str, str], dict[str, tuple[str, str]]] = {}
+    for entry in as_list(devices):
+        entry = as_map(entry)
+        ident = tuple(as_str(entry.get(f)) for f in ("driver", "pool", "device", "shareID"))
+        by_device[(ident[0], ident[1], ident[2], ident[3])] = _conditions(entry)
+    waiting: list[str] = []
+    for result in as_list(results):
+        result = as_map(result)
+        ident = tuple(as_str(result.get(f)) for f in ("driver", "pool", "device", "shareID"))
+        conds = by_device.get((ident[0], ident[1], ident[2], ident[3]), {})
+        label = "/".join(ident[:3])
+        ready = conds.get("Ready", ("", ""))
+        if conds.get("Healthy", ("",))[0] == "False" or ready == ("False", "Unhealthy"):
+            waiting.append(f"DeviceUnhealthy:{label}")
+        elif any(
+            conds.get(as_str(c), ("",))[0] == "True"
+            for c in as_list(result.get("bindingFailureConditions"))
+        ):
+            waiting.append(f"BindingFailed:{label}")
+        elif any(
+            conds.get(as_str(c), ("",))[0] != "True"
+            for c in as_list(result.get("bindingConditions"))
+        ):
+            waiting.append(f"BindingPending:{label}")
+    return min(waiting) if waiting else None
 
 
 def _device_keys(results: object) -> tuple[DevKey, ...] | None:
@@ -576,24 +647,37 @@ class ClaimEffect:
 
 def claim_effect(info: ClaimInfo, obj: RawObject, inv: Inventory) -> ClaimEffect:
     """The effect of an allocated claim (`info` read from `obj`) on the inventory's nodes."""
-    key, _, uid, keys = info
-    uidless = () if uid is not None else (_uidless_found(key),)
+    key, _, uid, keys, waiting = info
+    extra: tuple[Found, ...] = () if uid is not None else (_uidless_found(key),)
     if keys is not None:
         device_node = inv.device_node
         if all(k in device_node for k in keys):
             # The common case (every device known), without the general bookkeeping.
             holders = tuple([device_node[k] for k in keys])
+            if waiting is not None:
+                extra = (*extra, _waiting_found(key, waiting, holders))
             units = inv.device_units
             if units and any(k in units for k in keys):
                 taken = tuple((u, device_node[k]) for k in keys for u in inv.units_of(k))
-                return ClaimEffect(taken, holders, (), uidless)
-            return ClaimEffect(tuple(zip(keys, holders, strict=True)), holders, (), uidless)
+                return ClaimEffect(taken, holders, (), extra)
+            return ClaimEffect(tuple(zip(keys, holders, strict=True)), holders, (), extra)
     effect = _irregular_effect(key, obj, inv)
-    if uidless:
-        effect = ClaimEffect(
-            effect.devices, effect.touched, effect.poison, (*effect.found, *uidless)
-        )
+    if waiting is not None:
+        extra = (*extra, _waiting_found(key, waiting, effect.touched))
+    if extra:
+        effect = ClaimEffect(effect.devices, effect.touched, effect.poison, (*effect.found, *extra))
     return effect
+
+
+def _waiting_found(key: tuple[str, str], waiting: str, nodes: Sequence[str]) -> Found:
+    """The problem of a claim whose allocation its pods cannot use yet (`claim_waiting`)."""
+    code = (
+        ProblemCode.DEVICE_UNHEALTHY
+        if waiting.startswith("DeviceUnhealthy")
+        else ProblemCode.DEVICE_BINDING_PENDING
+    )
+    ns, name = key
+    return Found(code, f"claim {ns}/{name} ({waiting})", nodes=tuple(sorted(set(nodes))))
 
 
 def _uidless_found(key: tuple[str, str]) -> Found:
@@ -773,6 +857,8 @@ def pool_of_nodes(
         counts[vector] += 1
         if observed_node.excluded is not None:
             excluded[observed_node.excluded] += 1
+    if extended and not any(v[1].published for v in views):
+        problems = _with_device_plugin(problems, extended, len(views))
     present = [t for t in lasts if t is not None]
     buckets = tuple(
         Bucket({DriverName(d): v for d, v in zip(driver_order, vector, strict=True)}, c)
@@ -790,6 +876,20 @@ def pool_of_nodes(
         problems=problems,
     )
     return observed, tuple(v[1] for v in views)
+
+
+def _with_device_plugin(
+    problems: tuple[Problem, ...], extended: Mapping[str, int], nodes: int
+) -> tuple[Problem, ...]:
+    """The pool's problems and `DevicePluginNotCounted`: its nodes' GPUs are a device
+    plugin's extended resources, which the agent does not count (they show as none free)."""
+    held = ", ".join(f"{k}: {v}" for k, v in sorted(extended.items()))
+    found = Problem(
+        ProblemCode.DEVICE_PLUGIN_NOT_COUNTED,
+        f"{held} on {nodes} node(s), from a device plugin: not counted (no DRA devices)",
+        nodes,
+    )
+    return tuple(sorted((*problems, found), key=lambda p: p.code))
 
 
 def _free_vector(n: NodeState, driver_order: Sequence[str]) -> tuple[int, ...]:

@@ -480,7 +480,8 @@ class FreeDeviceTable:
         else:
             self._uids[uid] = self._uids.get(uid, 0) + 1
             self._clock[uid] = t
-        self._set_time(key, t)
+        if info[4] is None:  # else its pods cannot use it yet: not counted allocated
+            self._set_time(key, t)
 
     def _forget_claim(self, key: _Key, claim: _Claim) -> None:
         self._remove_effect(claim)
@@ -520,7 +521,8 @@ class FreeDeviceTable:
             self._remove_effect(claim)
             claim.time = now
             self._add_effect(claim)
-            self._set_time(key, now)
+            if claim.info[4] is None:
+                self._set_time(key, now)
 
     def _add_effect(self, claim: _Claim) -> None:
         self._count_effect(claim, 1)

@@ -35,7 +35,8 @@ kubelet), each reading the store and writing through it:
   owning workload is gone.
 - **DRA driver** publishes one ResourceSlice per node and driver (`gpu-0..gpu-N-1`, attributes and
   capacity of the pool's class) `dra_publish_delay_s` after the node appears; slices go with the
-  node.
+  node. A pool's sim-only device models (`PoolSpec.partitions`, `tainted_devices`) add counter
+  sets and MIG partitions, and device taints (`dra.node_devices`).
 - **cluster-autoscaler** (every `autoscaler_scan_s`): for unschedulable pods that would fit an
   empty node of their pool, adds nodes (after `scale_up_delay_s`) up to `maxNodeCount`,
   counting nodes on the way; removes nodes idle for `scale_down_idle_s` down to
@@ -388,9 +389,15 @@ class WorkloadCluster:
         self._failed_at.pop(name, None)
 
     def add_foreign_claim(
-        self, node: str, count: int = 1, namespace: str = "other-tenant", driver: str = ""
+        self,
+        node: str,
+        count: int = 1,
+        namespace: str = "other-tenant",
+        driver: str = "",
+        named: str = "",
     ) -> str:
-        """Another tenant's claim, allocated on `node` (first free devices). Returns its name."""
+        """Another tenant's claim, allocated on `node` (first free devices, or the one named
+        `named`: a MIG partition). Returns its name."""
         device = next(
             d
             for p in self.spec.pools
@@ -402,8 +409,16 @@ class WorkloadCluster:
         request = dra.Request("device", device.driver, count, ())
         devices = self.store.published().get(node, [])
         results = dra.allocate([request], devices, set(self.store.taken()))
+        if named:
+            taken = self.store.taken()
+            results = [
+                {"request": "device", "driver": d.driver, "pool": d.pool, "device": d.name}
+                for d in devices
+                if d.name == named and d.key not in taken
+            ] or None
         if results is None:
-            raise ValueError(f"node {node} has fewer than {count} free {device.driver} devices")
+            want = f"device {named}" if named else f"{count} {device.driver} devices"
+            raise ValueError(f"node {node} has no free {want}")
         self.store.create(
             {
                 "apiVersion": RESOURCE_CLAIM.api_version,
@@ -732,18 +747,7 @@ class WorkloadCluster:
         pool = self.pools.get(node["metadata"]["labels"].get(labels.POOL, ""))
         if pool is None:
             return
-        by_driver: dict[str, list[Obj]] = defaultdict(list)
-        for d in pool.devices:
-            if d.claim != "DRA":
-                continue
-            for i in range(d.count):
-                device: Obj = {"name": f"{d.name}-{i}"}
-                if d.attributes:
-                    device["attributes"] = {k: dict(v) for k, v in d.attributes.items()}
-                if d.capacity:
-                    device["capacity"] = {k: {"value": v} for k, v in d.capacity.items()}
-                by_driver[d.driver].append(device)
-        for driver, devices in sorted(by_driver.items()):
+        for driver, spec in dra.slice_specs(node_name, pool):
             self.store.create_shared(
                 {
                     "apiVersion": RESOURCE_SLICE.api_version,
@@ -752,12 +756,7 @@ class WorkloadCluster:
                         "name": f"{node_name}-{driver.replace('.', '-')}",
                         "ownerReferences": [owner_ref(node, "v1", "Node")],
                     },
-                    "spec": {
-                        "driver": driver,
-                        "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
-                        "nodeName": node_name,
-                        "devices": devices,
-                    },
+                    "spec": spec,
                 }
             )
 

@@ -60,6 +60,12 @@ class PoolSpec:
     max_node_count: int | None = None
     #: The InferenceClass name; defaults to the pool name.
     class_name: str = ""
+    #: The sim's device models (`dra.node_devices`): MIG partitions per GPU (0: none), the
+    #: counter each consumes (a quantity; not a whole number: unaccountable), and the devices
+    #: published with a NoSchedule device taint (unhealthy).
+    partitions: int = 0
+    partition_counter: str = "1"
+    tainted_devices: tuple[str, ...] = ()
 
     @property
     def inference_class(self) -> str:

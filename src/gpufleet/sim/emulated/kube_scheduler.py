@@ -265,7 +265,7 @@ class KubeScheduler:
         one request: first fit then succeeds exactly when enough of the devices `eligible`
         names for it (`eligible_keys` of `devices`) are free."""
         requests = [r for rs in claim_requests for r in rs]
-        if len(requests) != 1:
+        if len(requests) != 1 or not dra.is_plain(devices):
             return cls._allocate_on(devices, taken, claims, claim_requests) is not None
         (r,) = requests
         keys = eligible(r)

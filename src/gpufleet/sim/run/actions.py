@@ -246,7 +246,7 @@ def _node_action(cluster: WorkloadCluster, node: str, action: Action) -> None:
         cluster.remove_node(node)
     elif k is ActionKind.ADD_FOREIGN_CLAIM:
         try:
-            cluster.add_foreign_claim(node, action.devices)
+            cluster.add_foreign_claim(node, action.devices, named=action.device)
         except ValueError as error:
             raise ActionFailed(f"{action.path}: {error}") from None
 

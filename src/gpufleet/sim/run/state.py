@@ -14,7 +14,7 @@ from gpufleet.core import labels
 from gpufleet.core.decision import Accounting as DecisionAccounting
 from gpufleet.core.decision import Decision, PoolState
 from gpufleet.sim.emulated.cluster import WorkloadCluster
-from gpufleet.sim.emulated.dra import DeviceKey
+from gpufleet.sim.emulated.dra import DeviceKey, is_plain, units
 from gpufleet.sim.emulated.fleet import Fleet
 from gpufleet.sim.emulated.objects import is_unschedulable
 from gpufleet.store.port import (
@@ -41,7 +41,8 @@ class PoolTruth:
 
 
 def pool_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
-    """Per pool, what the cluster really has: nodes, published devices, taken, histogram."""
+    """Per pool, what the cluster really has: nodes, published devices (whole GPUs, where they
+    draw on counters: `dra.units`), taken, histogram."""
     published = cluster.store.published_keys()
     taken = cluster.store.taken()
     by_pool = cluster.store.nodes_by_pool()
@@ -50,6 +51,10 @@ def pool_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
         per_pool[pool] = nodes = []
         for name in by_pool.get(pool, ()):
             devices = published.get(name, ())
+            objects = cluster.store.published().get(name, [])
+            if not is_plain(objects):  # partitionable or tainted: in whole GPUs
+                nodes.append(units(objects, taken))
+                continue
             nodes.append((len(devices), sum(map(taken.__contains__, devices))))
     out: dict[str, PoolTruth] = {}
     for pool, nodes in per_pool.items():
@@ -85,6 +90,7 @@ class KeptTruth:
         "_histograms",
         "_holders",
         "_layout",
+        "_recount",
         "_taken",
         "_totals",
         "_truth",
@@ -105,6 +111,8 @@ class KeptTruth:
         self._histograms: dict[str, Counter[int]] = {}
         self._allocated: dict[str, int] = {}
         self._truth: dict[str, PoolTruth] | None = None
+        #: Some node's devices draw on counters or are tainted: count again at every change.
+        self._recount = False
 
     def read(self) -> dict[str, PoolTruth]:
         """What `pool_truth(cluster)` returns now (callers must not change it)."""
@@ -115,7 +123,7 @@ class KeptTruth:
             store.kind_revision(RESOURCE_SLICE),
         )
         claims = store.kind_revision(RESOURCE_CLAIM)
-        if layout != self._layout:
+        if layout != self._layout or (claims != self._claims and self._recount):
             self._count(layout)
         elif claims != self._claims:
             taken = store.taken()
@@ -145,11 +153,21 @@ class KeptTruth:
         self._layout, self._taken, self._truth = layout, taken, None
         self._holders, self._totals, self._used = {}, {}, {}
         self._histograms, self._allocated = {}, {}
+        self._recount = False
+        objects = store.published()
         for pool in self._cluster.pools:
             histogram = self._histograms[pool] = Counter()
             allocated = 0
             for name in by_pool.get(pool, ()):
                 devices = published.get(name, ())
+                if not is_plain(objects.get(name, ())):
+                    # Partitionable or tainted devices: counted in whole GPUs (`dra.units`).
+                    self._recount = True
+                    total, used = units(objects[name], taken)
+                    self._totals[name], self._used[name] = total, used
+                    histogram[total - used] += 1
+                    allocated += used
+                    continue
                 for device in devices:
                     self._holders.setdefault(device, []).append((pool, name))
                 total = self._totals[name] = len(devices)

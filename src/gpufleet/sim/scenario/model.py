@@ -121,6 +121,8 @@ class Action:
     #: taint: the effect (default NoSchedule); untaint: "" removes the key whatever its effect.
     effect: str = "NoSchedule"
     devices: int = 1
+    #: addForeignClaim: the one device it takes by name (a MIG partition); "" = first free.
+    device: str = ""
     claim: str = ""
     #: labelCluster: label -> new value, or None to remove the label.
     labels: Mapping[str, str | None] = field(default_factory=dict)
@@ -138,6 +140,8 @@ class Action:
         if k in (ActionKind.TAINT, ActionKind.UNTAINT):
             return f"{k.value} {where} {self.key}"
         if k is ActionKind.ADD_FOREIGN_CLAIM:
+            if self.device:
+                return f"addForeignClaim {where} ({self.device})"
             return f"addForeignClaim {where} ({self.devices} devices)"
         if k is ActionKind.REMOVE_FOREIGN_CLAIM:
             return f"removeForeignClaim {self.cluster} {self.claim or self.target}"

@@ -129,7 +129,19 @@ def _pool(
     classes: Mapping[str, tuple[DeviceSpec, ...]],
 ) -> PoolSpec:
     check_known(
-        data, ("name", "class", "nodeCount", "minNodeCount", "maxNodeCount"), path, problems
+        data,
+        (
+            "name",
+            "class",
+            "nodeCount",
+            "minNodeCount",
+            "maxNodeCount",
+            "partitions",
+            "partitionCounter",
+            "taintedDevices",
+        ),
+        path,
+        problems,
     )
     name = get_str(data, "name", path, problems)
     klass = data.get("class")
@@ -173,7 +185,27 @@ def _pool(
         min_node_count=min_nodes,
         max_node_count=max_nodes,
         class_name=class_name,
+        **_device_models(data, path, problems),
     )
+
+
+def _device_models(data: Mapping[str, Any], path: str, problems: Problems) -> dict[str, Any]:
+    """The pool's sim-only device models (`PoolSpec.partitions` and after)."""
+    partitions = get_int(data, "partitions", path, problems, 0)
+    if not 0 <= partitions <= 16:
+        problems.add(f"{path}.partitions", "must be 0 to 16 (MIG partitions per GPU)")
+    counter = data.get("partitionCounter", "1")
+    if not isinstance(counter, str | int) or not str(counter):
+        problems.add(f"{path}.partitionCounter", "must be a quantity")
+        counter = "1"
+    tainted = [
+        str(d) for d in get_list(data.get("taintedDevices"), f"{path}.taintedDevices", problems)
+    ]
+    return {
+        "partitions": max(0, min(partitions, 16)),
+        "partition_counter": str(counter),
+        "tainted_devices": tuple(tainted),
+    }
 
 
 def _taints(value: object, path: str, problems: Problems) -> tuple[Mapping[str, str], ...]:

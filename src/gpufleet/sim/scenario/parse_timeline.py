@@ -46,7 +46,7 @@ _ACTION_FIELDS: Final[dict[ActionKind, tuple[str, ...]]] = {
     ActionKind.UNTAINT: ("cluster", "node", "pool", "index", "key", "effect"),
     ActionKind.ADD_NODE: ("cluster", "pool"),
     **{k: ("cluster",) for k in _AGENT_ACTIONS},
-    ActionKind.ADD_FOREIGN_CLAIM: ("cluster", "node", "pool", "index", "devices"),
+    ActionKind.ADD_FOREIGN_CLAIM: ("cluster", "node", "pool", "index", "devices", "device"),
     ActionKind.REMOVE_FOREIGN_CLAIM: ("cluster", "claim", "node", "pool", "index"),
     ActionKind.DELETE_CLUSTER: ("cluster",),
     ActionKind.LABEL_CLUSTER: ("cluster", "labels"),
@@ -250,7 +250,11 @@ def _add_foreign_claim(e: _Entry) -> Action:
     if target is not None and not target.node and target.index is None:
         e.problems.add(e.path, "addForeignClaim needs one node: node, or pool and index")
     devices = get_int(e.data, "devices", e.path, e.problems, 1, minimum=1)
-    return e.action(cluster=cluster, target=target, devices=devices)
+    device = e.data.get("device") or ""
+    if not isinstance(device, str):
+        e.problems.add(f"{e.path}.device", "must be a device name")
+        device = ""
+    return e.action(cluster=cluster, target=target, devices=devices, device=device)
 
 
 def _remove_foreign_claim(e: _Entry) -> Action:
