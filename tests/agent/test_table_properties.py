@@ -74,6 +74,62 @@ def _objects(
     return ClusterObjects(*(tuple(by_kind[k]) for k in _KINDS.values()), declared_pools=declared)
 
 
+_BREAKS = (
+    "devices-not-a-list",
+    "device-without-name",
+    "duplicate-device",
+    "no-pool",
+    "pool-name-not-a-string",
+    "generation-not-an-int",
+    "no-node",
+    "node-not-a-string",
+    "driver-missing",
+    "spec-not-a-mapping",
+    "older-generation",
+    "newer-generation",
+    "count-zero",
+    "count-two",
+)
+
+
+def _malformed(source: Obj, how: str) -> Obj:
+    """A copy of the slice `source`, broken in one way `how`, under its own name (or, for the
+    generation changes, the same name: a replacement)."""
+    obj = copy.deepcopy(source)
+    spec = obj["spec"]
+    if how not in ("older-generation", "newer-generation"):
+        obj["metadata"]["name"] += f"-{how}"
+    if how == "devices-not-a-list":
+        spec["devices"] = {"gpu-0": {}}
+    elif how == "device-without-name" and spec.get("devices"):
+        del spec["devices"][0]["name"]
+    elif how == "duplicate-device" and spec.get("devices"):
+        spec["devices"].append(copy.deepcopy(spec["devices"][0]))
+    elif how == "no-pool":
+        del spec["pool"]
+    elif how == "pool-name-not-a-string":
+        spec["pool"]["name"] = 7
+    elif how == "generation-not-an-int":
+        spec["pool"]["generation"] = "one"
+    elif how == "no-node":
+        spec.pop("nodeName", None)
+    elif how == "node-not-a-string":
+        spec["nodeName"] = ["n1"]
+    elif how == "driver-missing":
+        del spec["driver"]
+    elif how == "spec-not-a-mapping":
+        obj["spec"] = "broken"
+    elif how == "older-generation":
+        spec["pool"]["generation"] = 0
+    elif how == "newer-generation":
+        spec["pool"]["generation"] = 2
+    elif how == "count-zero":
+        spec["pool"]["resourceSliceCount"] = 0
+    elif how == "count-two":
+        spec["pool"]["resourceSliceCount"] = 2
+    return obj
+
+
 @st.composite
 def histories(draw: st.DrawFn) -> tuple[list[Obj], list[tuple[str, int, bool]]]:
     """Objects of two generated clusters (so keys recur with other content), and a sequence of
@@ -109,6 +165,11 @@ def histories(draw: st.DrawFn) -> tuple[list[Obj], list[tuple[str, int, bool]]]:
                     conditions = {"Healthy": ("False", "XID")}
                 obj = bound(obj, binding=("Attached",), conditions=conditions)
             objects.append(obj)
+    # Malformed ResourceSlices (issue 30.4: the table and `observe` disagreed on a pool's
+    # allocation time after some histories with them): a variant of a generated slice.
+    slices = [o for o in objects if o.get("kind") == "ResourceSlice"]
+    for _ in range(draw(st.integers(0, 3)) if slices else 0):
+        objects.append(_malformed(draw(st.sampled_from(slices)), draw(st.sampled_from(_BREAKS))))
     ops = st.tuples(
         st.sampled_from(["put", "put", "put", "delete", "restart", "declare", "snapshot"]),
         st.integers(0, max(0, len(objects) - 1)),

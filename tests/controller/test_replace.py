@@ -240,3 +240,28 @@ def test_replicas_running_reads_short_until_whole() -> None:
     # Short for another reason: the diagnosis' code; whole and running: True.
     assert running_condition(1, 1, [], [], 2, "InsufficientGPU")["reason"] == "InsufficientGPU"
     assert running_condition(2, 2, [], [], 2)["status"] == "True"
+
+
+def test_the_backoff_grows_across_pools_and_clusters_per_deployment() -> None:
+    """Issue 30.3: one deployment stuck on pool after pool, cluster after cluster, backs off
+    longer each time (its budget is the deployment's), not `replace_backoff_s` on each; another
+    deployment keeps its own count."""
+    replacer = Replacer(CONFIG)
+    now = NOW
+    backoffs = []
+    for i, cluster in enumerate(["east", "west", "north", "south"]):
+        stuck = dataclasses.replace(
+            replica(f"llm-{i}", since=now - timedelta(seconds=200)), cluster=ClusterName(cluster)
+        )
+        replacer.update({("ml", stuck.name): (stuck, NO_CONDITIONS)}, {("ml", stuck.name)}, now)
+        [named] = [a for a in replacer.avoid if a.replica == stuck.name]
+        assert named.cluster == cluster
+        backoffs.append((named.until - now).total_seconds())
+        now += timedelta(seconds=30)  # re-placed onto the next cluster, stuck there too
+    assert backoffs == [120, 240, 480, 960]  # on main: 120 on each
+    other = dataclasses.replace(
+        replica("web-0", since=now - timedelta(seconds=200)), deployment=DeploymentKey("ml", "web")
+    )
+    replacer.update({("ml", "web-0"): (other, NO_CONDITIONS)}, {("ml", "web-0")}, now)
+    [named] = [a for a in replacer.avoid if a.replica == "web-0"]
+    assert (named.until - now).total_seconds() == 120

@@ -82,6 +82,25 @@ class Rbac:
             role_ns = bound_ns if ref["kind"] == "Role" else ""
             yield from self.roles.get((ref["kind"], role_ns, ref["name"]), [])
 
+    def granted(self, subject: ServiceAccount) -> set[tuple[str, str, str]]:
+        """Every (apiGroup, resource, verb) some binding grants `subject`, in any namespace."""
+        found = set()
+        for binding in self.bindings:
+            if not any(
+                s.get("kind") == "ServiceAccount"
+                and s.get("name") == subject.name
+                and s.get("namespace") == subject.namespace
+                for s in binding.get("subjects") or []
+            ):
+                continue
+            ref = binding["roleRef"]
+            ns = binding["metadata"].get("namespace", "") if ref["kind"] == "Role" else ""
+            for rule in self.roles.get((ref["kind"], ns, ref["name"]), []):
+                for group in rule.get("apiGroups") or []:
+                    for resource in rule.get("resources") or []:
+                        found |= {(group, resource, verb) for verb in rule.get("verbs") or []}
+        return found
+
     def allows(self, subject: ServiceAccount, request: Request) -> bool:
         namespace = request.namespace
         if request.group == "" and request.resource == "namespaces" and request.name:

@@ -24,7 +24,7 @@ from gpufleet.kube.fleet_metrics import (
     fleet_capacity,
     read_fleet,
 )
-from gpufleet.kube.metrics import CONTENT_TYPE_LATEST, ControllerMetrics, render
+from gpufleet.kube.metrics import CONTENT_TYPE_LATEST, ControllerMetrics, fleet_families, render
 from gpufleet.kube.store import KubeStore
 from gpufleet.store.port import INFERENCE_CLUSTER, Kind, Obj, kind_of
 
@@ -546,3 +546,41 @@ def test_docs_list_every_metric_the_controller_exports(
     section = docs[docs.index("## Metrics") : docs.index("## Logs")]
     missing = [name for name in sorted(exported) if f"`{name}`" not in section]
     assert not missing
+
+
+def _series(fleet: FleetCapacity) -> int:
+    return sum(len(family.samples) for family in fleet_families(fleet))
+
+
+def test_an_agents_report_cannot_grow_the_series_beyond_the_declared_classes() -> None:
+    """Issue 30.4: 500 drivers and 500 exclusion reasons the class does not declare add no
+    series (they added 3 series per driver)."""
+    honest = pool("l4", devices=[gpus(4)], observed_nodes=2, buckets=[({GPU: 3}, 2)])
+    baseline = _series(fleet_capacity([cluster("a", honest)], [], [], T0))
+    invented = {f"x{i}.example.com": 0 for i in range(500)}
+    hostile = pool(
+        "l4",
+        devices=[gpus(4)],
+        observed_nodes=2,
+        buckets=[({GPU: 3, **invented}, 1), ({GPU: 3, **{d: 1 for d in invented}}, 1)],
+    )
+    assert _series(fleet_capacity([cluster("a", hostile)], [], [], T0)) == baseline
+    # A pool whose class is unknown: drivers at 0 free add nothing, the others are capped.
+    unknown = pool("l4", observed_nodes=2, buckets=[({GPU: 3, **invented}, 2)])
+    (capacity,) = fleet_capacity([cluster("a", unknown)], [], [], T0).pools
+    assert [d.driver for d in capacity.drivers] == [GPU]
+    flood = pool("l4", observed_nodes=1, buckets=[({d: 1 for d in invented}, 1)])
+    (capacity,) = fleet_capacity([cluster("a", flood)], [], [], T0).pools
+    assert len(capacity.drivers) == 4
+    # Exclusion reasons: the known ones as they are, 8 taint keys, the rest folded.
+    reasons = {
+        "Cordoned": 1,
+        **{f"Tainted:k{i}": 1 for i in range(100)},
+        **{f"Bogus{i}": 1 for i in range(100)},
+    }
+    excluded = pool("l4", devices=[gpus(4)], observed_nodes=201, excluded=reasons)
+    (capacity,) = fleet_capacity([cluster("a", excluded)], [], [], T0).pools
+    got = dict(capacity.excluded_nodes)
+    assert len(got) == 1 + 8 + 2
+    assert got["Cordoned"] == 1 and got["Other"] == 100 and got["Tainted:other"] == 92
+    assert sum(got.values()) == 201

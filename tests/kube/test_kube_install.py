@@ -58,10 +58,17 @@ def test_hub_install_puts_crds_first_and_runs_a_leader_elected_controller() -> N
     assert kinds[:6] == ["CustomResourceDefinition"] * 6 and kinds[6] == "Namespace"
     objs = by_kind(OUTPUTS["hub"])
     role = objs[("ClusterRole", "gpufleet-controller")]
-    assert rules_allow(role, "gpufleet.io", "modelreplicas", "create")
     assert rules_allow(role, "gpufleet.io", "modeldeployments/status", "patch")
-    assert rules_allow(role, "", "events", "create")
     assert not rules_allow(role, "gpufleet.io", "modeldeployments", "create")
+    # ModelReplicas and Events only through RoleBindings, namespace by namespace.
+    assert not rules_allow(role, "gpufleet.io", "modelreplicas", "create")
+    assert not rules_allow(role, "", "events", "create")
+    replicas = objs[("ClusterRole", "gpufleet-controller-replicas")]
+    assert rules_allow(replicas, "gpufleet.io", "modelreplicas", "create")
+    assert rules_allow(objs[("ClusterRole", "gpufleet-controller-events")], "", "events", "create")
+    assert not any(
+        k == "ClusterRoleBinding" and n.startswith("gpufleet-controller-") for k, n in objs
+    )
     lease_role = objs[("Role", "gpufleet-controller")]
     assert lease_role["metadata"]["namespace"] == "gpufleet-system"
     assert rules_allow(lease_role, "coordination.k8s.io", "leases", "update")

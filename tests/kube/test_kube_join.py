@@ -91,7 +91,7 @@ def flat(output: str) -> str:
     return " ".join(output.replace("│", " ").split())
 
 
-def join_args(pair: Pair, *extra: str) -> list[str]:
+def join_args(pair: Pair, *extra: str) -> list[str]:  # the emulated hub is http:
     return [
         "join",
         "--cluster",
@@ -104,6 +104,7 @@ def join_args(pair: Pair, *extra: str) -> list[str]:
         str(pair.kubeconfig),
         "--member-context",
         "member",
+        "--allow-insecure-hub",
         *extra,
     ]
 
@@ -233,6 +234,7 @@ def test_unjoin_removes_both_sides_and_the_cluster_join_created(pair: Pair) -> N
     assert run(*join_args(pair, "--pool", "l4=l4-4x:1"))[0] == 0
     args = join_args(pair)
     args[0] = "unjoin"
+    args.remove("--allow-insecure-hub")
     code, output = run(*args)
     assert code == 0, output
     assert pair.secret() is None
@@ -256,6 +258,7 @@ def test_unjoin_keeps_an_inference_cluster_the_platform_team_declared(pair: Pair
     assert run(*join_args(pair))[0] == 0
     args = join_args(pair)
     args[0] = "unjoin"
+    args.remove("--allow-insecure-hub")
     code, output = run(*args)
     assert code == 0 and f"kept InferenceCluster {CLUSTER}" in output
     assert pair.names(pair.hub, "gpufleet.io/v1alpha1", "inferenceclusters") == [CLUSTER]
@@ -281,6 +284,7 @@ def test_separate_kubeconfig_files_and_their_current_contexts(pair: Pair, tmp_pa
         str(member_file),
         "--pool",
         "l4=l4-4x:1",
+        "--allow-insecure-hub",
     )
     assert code == 0, output
     assert pair.secret() is not None
@@ -348,6 +352,7 @@ def test_an_api_server_that_refuses_is_one_line_and_exit_1(tmp_path: Path) -> No
             "member",
             "--pool",
             "l4=l4-4x:1",
+            "--allow-insecure-hub",
         )
     assert code == 1
     assert "member:" in output and "Traceback" not in output

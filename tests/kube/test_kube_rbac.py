@@ -137,12 +137,31 @@ def test_the_controller_writes_none_of_what_others_own(resource: str, verb: str)
 
 
 def test_the_controller_manages_replicas_and_the_status_it_publishes() -> None:
-    rbac = Rbac(install.hub())
+    rbac = Rbac([*install.hub(), *install.agent_hub_access("a")])
+    ns = "gpufleet-cluster-a"
     for verb in ("create", "update", "delete"):
-        assert rbac.allows(CONTROLLER, req(verb, "gpufleet.io", "modelreplicas", "ml", "r"))
-    for resource in ("modeldeployments", "inferenceclusters", "modelreplicas"):
+        assert rbac.allows(CONTROLLER, req(verb, "gpufleet.io", "modelreplicas", ns, "r"))
+    assert rbac.allows(CONTROLLER, req("patch", "gpufleet.io", "modelreplicas", ns, "r", "status"))
+    for resource in ("modeldeployments", "inferenceclusters"):
         assert rbac.allows(CONTROLLER, req("patch", "gpufleet.io", resource, "ml", "x", "status"))
     assert not rbac.allows(CONTROLLER, req("get", "", "secrets", "ml", "x"))
+
+
+def test_the_controller_writes_replicas_and_events_only_where_it_is_bound() -> None:
+    """Issue 30.4: not cluster-wide, not kube-system: ModelReplicas in the cluster
+    namespaces, Events there, in `default` and in the tenant namespaces it was given."""
+    rbac = Rbac([*install.hub(tenant_namespaces=("ml",)), *install.agent_hub_access("a")])
+    assert rbac.allows(CONTROLLER, req("create", "", "events", "gpufleet-cluster-a"))
+    assert rbac.allows(CONTROLLER, req("create", "", "events", "default"))
+    assert rbac.allows(CONTROLLER, req("update", "", "events", "ml", "e"))
+    for ns in ("kube-system", "other-team", "gpufleet-system", "default", "ml"):
+        assert not rbac.allows(CONTROLLER, req("create", "gpufleet.io", "modelreplicas", ns))
+    for ns in ("kube-system", "other-team", "gpufleet-system"):
+        assert not rbac.allows(CONTROLLER, req("create", "", "events", ns))
+    # Reads stay cluster-wide: the controller watches every replica.
+    assert rbac.allows(CONTROLLER, req("watch", "gpufleet.io", "modelreplicas"))
+    with pytest.raises(ValueError, match="not a kube-\\* namespace"):
+        install.hub(tenant_namespaces=("kube-system",))
 
 
 def test_an_agent_reads_and_writes_only_its_own_clusters_namespace() -> None:
@@ -169,7 +188,7 @@ def test_an_agent_reads_and_writes_only_its_own_clusters_namespace() -> None:
 
 
 def test_the_controller_writes_replicas_in_any_clusters_namespace_but_makes_none() -> None:
-    rbac = Rbac(install.hub())
+    rbac = Rbac([*install.hub(), *install.agent_hub_access("a"), *install.agent_hub_access("b")])
     for ns in ("gpufleet-cluster-a", "gpufleet-cluster-b"):
         assert rbac.allows(CONTROLLER, req("create", "gpufleet.io", "modelreplicas", ns))
         assert rbac.allows(CONTROLLER, req("delete", "gpufleet.io", "modelreplicas", ns, "r"))

@@ -32,9 +32,21 @@ def hub(
     replicas: Annotated[
         int, typer.Option("--replicas", min=1, help="Controller replicas (one leads).")
     ] = 2,
+    tenant_namespaces: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--tenant-namespace",
+            metavar="NAMESPACE",
+            help="A namespace of ModelDeployments: the controller may record Events there (repeat).",
+        ),
+    ] = None,
 ) -> None:
     """The hub: CRDs, namespace gpufleet-system, the controller and its RBAC and Service."""
-    typer.echo(install.hub_yaml(image, replicas), nl=False)
+    try:
+        text = install.hub_yaml(image, replicas, tuple(tenant_namespaces or ()))
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="'--tenant-namespace'") from e
+    typer.echo(text, nl=False)
 
 
 @app.command(name="agent", short_help="An agent (--hub-access: its hub side).")

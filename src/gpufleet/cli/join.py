@@ -5,7 +5,10 @@ workload cluster").
 Each side is a kubeconfig context: `--hub-context`/`--member-context` name a context of the
 kubeconfig (`--hub-kubeconfig`/`--member-kubeconfig`, default `$KUBECONFIG`, then
 `~/.kube/config`); without a context, the file's current context. Bad input (a missing file or
-context, a bad cluster name, pool or lifetime) exits 2 before anything is written; an API server
+context, a bad cluster name, pool or lifetime) exits 2 before anything is written, as does a
+hostile kubeconfig (too large, not a regular file, too deep, wrong types; see
+`gpufleet.cli.join_kubeconfig`) and an insecure hub (plain `http://`, `insecure-skip-tls-verify`)
+unless `--allow-insecure-hub`, which warns; an API server
 refusing a step exits 1 and says which side, which object and the answer.
 """
 
@@ -18,9 +21,9 @@ from typing import Annotated
 import httpx2
 import typer
 from lightkube import Client
-from lightkube.config.kubeconfig import KubeConfig, SingleConfig
-from lightkube.core.exceptions import ConfigError
+from lightkube.config.kubeconfig import SingleConfig
 
+from gpufleet.cli.join_kubeconfig import KubeconfigInvalid, check_hub, load_context
 from gpufleet.kube import install
 from gpufleet.kube import join as joining
 
@@ -64,21 +67,42 @@ def _context(path: Path | None, context: str | None, side: str) -> SingleConfig:
     where = "--" + side + "-kubeconfig"
     if path is None:
         path, where = _default_kubeconfig()
-    if not path.is_file():
+    if not path.exists():
         raise typer.BadParameter(f"no kubeconfig at {path} (from {where})", param_hint=hint)
     try:
-        config = KubeConfig.from_file(path).get(context)
-    except ConfigError as e:
-        raise typer.BadParameter(f"{path}: {e}", param_hint=hint) from e
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise typer.BadParameter(f"{path} is not a usable kubeconfig: {e}", param_hint=hint) from e
-    if config is None:
-        raise typer.BadParameter(f"{path} has no current context", param_hint=hint)
-    return config
+        return load_context(path, context)
+    except KubeconfigInvalid as e:
+        raise typer.BadParameter(str(e), param_hint=hint) from None
 
 
-def _client(config: SingleConfig) -> Client:
-    return Client(config, timeout=httpx2.Timeout(_TIMEOUT_S), field_manager="gpufleet-join")
+def _client(config: SingleConfig, side: str) -> Client:
+    try:
+        return Client(config, timeout=httpx2.Timeout(_TIMEOUT_S), field_manager="gpufleet-join")
+    except Exception as e:
+        message = f"{config.fname}: context {config.context_name} is not usable: {e}"
+        raise typer.BadParameter(message, param_hint=f"'--{side}-kubeconfig'") from None
+
+
+def _endpoint(config: SingleConfig, server: str | None, allow: bool) -> joining.HubEndpoint:
+    """The hub the agent's credentials name, refused when insecure unless `allow`."""
+    hint = "'--hub-server'" if server else "'--hub-kubeconfig'"
+    field = (
+        "--hub-server" if server else f"{config.fname}: cluster {config.context.cluster}: server"
+    )
+    try:
+        endpoint = joining.HubEndpoint.of(config, server)
+        check_hub(
+            endpoint.server,
+            field,
+            is_insecure=endpoint.is_insecure,
+            allow=allow,
+            warn=lambda line: typer.echo(line, err=True),
+        )
+    except KubeconfigInvalid as e:
+        raise typer.BadParameter(str(e), param_hint=hint) from None
+    except joining.JoinError as e:
+        raise typer.BadParameter(str(e), param_hint=hint) from None
+    return endpoint
 
 
 def _pool(text: str) -> joining.Pool:
@@ -148,6 +172,13 @@ def join(
             help="Lifetime of the agent's hub token; re-run join before it ends to rotate it.",
         ),
     ] = joining.DEFAULT_TOKEN_TTL_S,
+    allow_insecure_hub: Annotated[
+        bool,
+        typer.Option(
+            "--allow-insecure-hub",
+            help="Accept a plain http:// hub or insecure-skip-tls-verify (warns; tests only).",
+        ),
+    ] = False,
 ) -> None:
     """Join a workload cluster: its InferenceCluster and agent identity on the hub, a token, and
     the agent's hub kubeconfig Secret on the cluster. Re-run to rotate the token."""
@@ -161,11 +192,12 @@ def join(
             joining.inference_cluster(cluster, parsed_pools, parsed_labels)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="'--pool'") from e
+    endpoint = _endpoint(hub_config, hub_server, allow_insecure_hub)
+    hub, member = _client(hub_config, "hub"), _client(member_config, "member")
     try:
-        endpoint = joining.HubEndpoint.of(hub_config, hub_server)
         report = joining.join(
-            _client(hub_config),
-            _client(member_config),
+            hub,
+            member,
             cluster,
             endpoint,
             pools=parsed_pools,
@@ -197,10 +229,9 @@ def unjoin(
     _check_cluster(cluster)
     hub_config = _context(hub_kubeconfig, hub_context, "hub")
     member_config = _context(member_kubeconfig, member_context, "member")
+    hub, member = _client(hub_config, "hub"), _client(member_config, "member")
     try:
-        report = joining.unjoin(
-            _client(hub_config), _client(member_config), cluster, keep_cluster=keep_cluster
-        )
+        report = joining.unjoin(hub, member, cluster, keep_cluster=keep_cluster)
     except joining.JoinError as e:
         typer.echo(f"gpufleet unjoin: {e}", err=True)
         raise typer.Exit(1) from e

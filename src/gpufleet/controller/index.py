@@ -505,8 +505,13 @@ class Receipts:
     `max_clock_skew_s` later: a later one is not accepted). One entry per observation present.
     """
 
-    def __init__(self) -> None:
-        self._at: dict[tuple[str, str, str], tuple[tuple[object, ...], datetime]] = {}
+    def __init__(self, behind_after_s: float | None = None) -> None:
+        self._at: dict[tuple[str, str, str], tuple[tuple[object, ...], datetime, bool]] = {}
+        #: The clock-behind rule (`AgentReport.behind_after_s`): for a version that replaced
+        #: one this controller saw (the agent wrote it while it watched, so it is alive), a
+        #: stamp more than this before the receipt ages the report from its receipt. A version
+        #: first seen in a listing keeps its stamp: it may be a dead agent's last report.
+        self.behind_after_s = behind_after_s
 
     def __len__(self) -> int:
         return len(self._at)
@@ -524,8 +529,10 @@ class Receipts:
         version = record.signature  # (uid, resourceVersion): an observation's reader's
         seen = self._at.get(at)
         if seen is None or seen[0] != version:
-            seen = self._at[at] = (version, now)
-        return Observation(read.cluster, read.report.received(seen[1]), read.error, read.replica)
+            seen = self._at[at] = (version, now, seen is not None)
+        behind = self.behind_after_s if seen[2] else None
+        report = read.report.received(seen[1], behind)
+        return Observation(read.cluster, report, read.error, read.replica)
 
     def keep(self, kind: Kind, keys: Iterable[Key]) -> None:
         """Forget the receipts of `kind` but those of `keys` (after a listing: the ones that

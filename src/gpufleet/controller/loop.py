@@ -262,7 +262,7 @@ class Controller(DecisionWriter):
         #: last heard (also persisted in its status).
         self.epochs: dict[str, tuple[Fence, datetime | None]] = {}
         #: When each observation version was first seen (index.py): reports age from it.
-        self.receipts = Receipts()
+        self.receipts = Receipts(self.config.expire_after_s)
         #: What the core derives from deployments and replicas, kept across steps.
         self.schedule_memo = ScheduleMemo()
         #: Steps that found nothing to schedule (metrics, tests).

@@ -17,7 +17,9 @@ moving). Unschedulable pods are counted over every generation of the replica.
 
 `Replacer` is the controller's memory of re-placements: per (deployment, cluster, pool) how
 many times the deployment was stuck there and until when the pool is avoided (a backoff of
-`replace_backoff_s`, doubled on each repeat, at most `replace_backoff_max_s`). One *episode*
+`replace_backoff_s`, doubled on each repeat, at most `replace_backoff_max_s`; a repeat counts
+the deployment's episodes on every pool and cluster, so its budget is per deployment: stuck on
+pool after pool, it backs off 2, 4, 8 ... minutes, not 2 on each). One *episode*
 is every replica of the deployment found stuck there while its backoff stands: they share it
 (four replicas stuck in one step back off 2 minutes, not 16), and a repeat is a replica stuck
 there again after the backoff ended (the
@@ -124,6 +126,9 @@ class Replacer:
         self.config = config
         #: Per (deployment, cluster, pool): repeats, and the backoff entry (replica "").
         self._repeats: dict[_RepeatKey, tuple[int, Avoid]] = {}
+        #: Per deployment (namespace, name): its episodes over every pool and cluster, and
+        #: when the last one's backoff ends (the churn budget: the backoff grows across pools).
+        self._episodes: dict[tuple[str, str], tuple[int, datetime]] = {}
         #: Per stuck replica counted: its entries (which name it, to be dropped).
         self._handled: dict[Key, tuple[Avoid, ...]] = {}
         #: The core's input, as of the last `update`, and when it next may change by time.
@@ -143,6 +148,8 @@ class Replacer:
             del self._handled[key]
         for rkey in [k for k, v in self._repeats.items() if v[1].until + horizon <= now]:
             del self._repeats[rkey]
+        for dkey in [k for k, v in self._episodes.items() if v[1] + horizon <= now]:
+            del self._episodes[dkey]
         due: datetime | None = None
         for key, (replica, obj) in sorted(waiting.items()):
             if key in self._handled:
@@ -178,7 +185,14 @@ class Replacer:
                 f"{format_time(until)} (repeat {repeats}, the backoff of this episode)"
             )
             return Avoid(dep, replica.cluster, named, until, cause, text, replica.name)
-        repeats = known[0] + 1 if known is not None else 1
+        # A new episode: the repeat counts the deployment's episodes on any pool and cluster,
+        # so a deployment stuck everywhere in turn backs off longer each time, not 2 minutes on
+        # each pool (issue 30.3).
+        episodes = self._episodes.get((dep.namespace, dep.name))
+        repeats = max(
+            known[0] + 1 if known is not None else 1,
+            episodes[0] + 1 if episodes is not None else 1,
+        )
         backoff = min(cap, base * 2 ** min(repeats - 1, 32))
         text = (
             f"replica {replica.name}: {message}; {where} avoided for {_seconds(backoff)} "
@@ -187,6 +201,8 @@ class Replacer:
         until = now + timedelta(seconds=backoff)
         avoid = Avoid(dep, replica.cluster, named, until, cause, text, replica.name)
         self._repeats[key] = (repeats, dataclasses.replace(avoid, replica=""))
+        last = max(until, episodes[1]) if episodes is not None else until
+        self._episodes[(dep.namespace, dep.name)] = (repeats, last)
         return avoid
 
     def replaced(self, namespace: str, deployment: str, now: datetime) -> list[Avoid]:

@@ -73,6 +73,8 @@ class ReadyReason(StrEnum):
     AGENT_REPORTING = "AgentReporting"
     AGENT_NOT_REPORTING = "AgentNotReporting"
     AGENT_EXPIRED = "AgentExpired"
+    #: Reporting, with a clock more than `expire_after_s` behind the hub's (aged from receipt).
+    CLOCK_BEHIND = "ClockBehind"
 
 
 class PodsReason(StrEnum):
@@ -125,18 +127,35 @@ class AgentReport:
     #: When the controller first saw this version of the report, by its own clock (None:
     #: not known; the stamp alone then ages it).
     received_at: datetime | None = None
-    #: What the report's age is judged from: the earlier of its stamp and its receipt. A
-    #: report cannot be newer than its receipt, whatever the agent's clock says.
+    #: A receipt later than the stamp by more than this (an agent clock far behind; None: no
+    #: such rule) ages the report from its receipt; see `aged_from`.
+    behind_after_s: float | None = None
+    #: What the report's age is judged from: the earlier of its stamp and its receipt (a
+    #: report cannot be newer than its receipt, whatever the agent's clock says); but the
+    #: receipt when it is more than `behind_after_s` after the stamp (the clock-behind rule:
+    #: a reporting agent whose clock is far behind is not Expired forever).
     aged_from: datetime = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         received, stamped = self.received_at, self.observed_at
         aged = received if received is not None and received < stamped else stamped
+        if received is not None and self.clock_behind_s is not None:
+            aged = received
         object.__setattr__(self, "aged_from", aged)
 
-    def received(self, at: datetime) -> AgentReport:
-        """This report, received at `at` (its age judged from at most then)."""
-        if at == self.received_at:
+    @property
+    def clock_behind_s(self) -> float | None:
+        """How far the agent's stamp is behind the receipt, when past `behind_after_s`."""
+        received, after = self.received_at, self.behind_after_s
+        if received is None or after is None:
+            return None
+        behind = (received - self.observed_at).total_seconds()
+        return behind if behind > after else None
+
+    def received(self, at: datetime, behind_after_s: float | None = None) -> AgentReport:
+        """This report, received at `at` (its age judged from at most then, or from then
+        when it is stamped more than `behind_after_s` before)."""
+        if at == self.received_at and behind_after_s == self.behind_after_s:
             return self
         # Built directly: `dataclasses.replace` costs several times as much, per heartbeat.
         return AgentReport(
@@ -149,6 +168,7 @@ class AgentReport:
             self.body,
             self.lease_uid,
             at,
+            behind_after_s,
         )
 
 
@@ -449,6 +469,16 @@ def _ready(
             f"the agent has been silent for more than {format_duration(config.expire_after_s)}",
         )
     identity = trust.identity or (agent or {}).get("identity", "")
+    behind = trust.newest.clock_behind_s if trust.newest is not None else None
+    if behind is not None:
+        return condition(
+            READY,
+            "True",
+            ReadyReason.CLOCK_BEHIND,
+            f"agent {identity} reports with lease epoch {trust.epoch}, but its clock is "
+            f"{behind:.0f}s behind the hub's (more than expireAfter, {config.expire_after_s:g}s): "
+            "its reports are aged from when the hub received them; fix the agent's clock",
+        )
     return condition(
         READY,
         "True",

@@ -23,7 +23,10 @@ port hands them out, and returns what an SRE graphs first (docs/operations.md, "
 What is not known is left out rather than guessed: a pool without a published observation has
 no device or age numbers; one without a histogram (over the bucket cap) has no free, allocated,
 by-bucket or largest-block numbers; one whose InferenceClass is unknown (no `devices` in its
-status) has no device totals. Malformed values (a status written by hand) count as absent;
+status) has no device totals. The series are bounded by what is declared, never by what an agent
+reports: drivers are the pool's InferenceClass's (a pool without one: at most
+`MAX_UNDECLARED_DRIVERS` drivers with free devices), exclusion reasons the agent's known ones
+(`Tainted:<key>` at most `MAX_TAINT_REASONS` per pool; anything else counts as `Other`). Malformed values (a status written by hand) count as absent;
 nothing here raises on bad data. `devices == free + allocated + unavailable` whenever all four
 are present and the observation is consistent (allocated is clamped at zero otherwise).
 """
@@ -182,20 +185,63 @@ def _driver(
     )
 
 
+#: A pool whose InferenceClass is unknown exports its free numbers for at most this many
+#: drivers (those with the most free devices; a driver at 0 free everywhere adds none).
+MAX_UNDECLARED_DRIVERS = 4
+
+
+def _undeclared_drivers(histogram: list[tuple[dict[str, int], int]] | None) -> set[str]:
+    """The drivers of a pool without a declared class that get series: see above. Under a
+    declared class only its drivers do: a driver named only by the agent's report adds none."""
+    free: Counter[str] = Counter()
+    for bucket, nodes in histogram or ():
+        for driver, count in bucket.items():
+            if count > 0 and nodes > 0:
+                free[driver] += count * nodes
+    ranked = sorted(free.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {driver for driver, _ in ranked[:MAX_UNDECLARED_DRIVERS]}
+
+
+#: Exclusion reasons exported as they are (`gpufleet.agent.model.ExclusionReason`); any other
+#: key an agent reports counts under `Other`, so a report cannot add series.
+EXCLUSION_REASONS = frozenset({"Cordoned", "NotReady", "Deleting", "NoSlices"})
+#: At most this many `Tainted:<key>` reasons per pool (by most nodes, then key); the rest
+#: count under `Tainted:other`.
+MAX_TAINT_REASONS = 8
+
+
+def _excluded(reported: Mapping[str, Any]) -> dict[str, int]:
+    """Excluded nodes by reason, with the reasons bounded (see `EXCLUSION_REASONS`)."""
+    excluded: Counter[str] = Counter()
+    tainted: Counter[str] = Counter()
+    for reason, value in reported.items():
+        nodes = _count(value)
+        if not nodes:
+            continue
+        key = str(reason)
+        if key in EXCLUSION_REASONS:
+            excluded[key] += nodes
+        elif key.startswith("Tainted:") and len(key) <= 8 + 316:  # a taint key's longest
+            tainted[key] += nodes
+        else:
+            excluded["Other"] += nodes
+    ranked = sorted(tainted.items(), key=lambda kv: (-kv[1], kv[0]))
+    for key, nodes in ranked[:MAX_TAINT_REASONS]:
+        excluded[key] += nodes
+    rest = sum(nodes for _, nodes in ranked[MAX_TAINT_REASONS:])
+    if rest:
+        excluded["Tainted:other"] += rest
+    return dict(excluded)
+
+
 def _pool(cluster: str, status: Mapping[str, Any], now: datetime) -> PoolCapacity:
     observation = _mapping(status.get("observation"))
     observed_nodes = _count(observation.get("observedNodes"))
     observed_at = parse_time(observation.get("observedAt"))
-    excluded: dict[str, int] = {}
-    for reason, value in _mapping(observation.get("excludedNodes")).items():
-        nodes = _count(value)
-        if nodes:
-            excluded[str(reason)] = nodes
+    excluded = _excluded(_mapping(observation.get("excludedNodes")))
     histogram = _histogram(observation) if observation else None
     per_node = _per_node(_sequence(status.get("devices")))
-    drivers = set(per_node)
-    for bucket, _ in histogram or ():
-        drivers |= set(bucket)
+    drivers = set(per_node) if per_node else _undeclared_drivers(histogram)
     return PoolCapacity(
         cluster=cluster,
         pool=str(status.get("name")),

@@ -3,6 +3,11 @@
 - `hub_yaml(image)`: the CRDs, namespace `gpufleet-system`, the controller's ServiceAccount,
   ClusterRole/Binding, a Role for its Lease, the controller Deployment (leader-elected, probes
   on /healthz and /readyz, replicas spread over nodes and zones) and a Service for /metrics.
+- ModelReplicas and Events the controller writes only where a RoleBinding of its ClusterRoles
+  `gpufleet-controller-replicas` / `-events` lets it (`controller_namespace_access`): each
+  cluster namespace (with the agent's hub side, made by `join`), `default` (the events of
+  cluster-scoped objects) and each deployments' namespace given to `hub(tenant_namespaces=)`
+  (`gpufleet install hub --tenant-namespace`); never cluster-wide, never a kube-* namespace.
 - `agent_yaml(cluster, image)`: for the *workload* cluster: namespace, the agent's
   ServiceAccount, a ClusterRole to read nodes, pods, ResourceSlices and ResourceClaims, create
   the tenants' namespaces and manage the replicas' workloads (Deployments, LeaderWorkerSets,
@@ -33,6 +38,7 @@ a cluster's ModelReplicas there (docs/operations.md, "Security model").
 
 from __future__ import annotations
 
+import re
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -228,24 +234,34 @@ def _deployment(
     }
 
 
-def hub(image: str = DEFAULT_IMAGE, replicas: int = 2) -> list[Manifest]:
+def hub(
+    image: str = DEFAULT_IMAGE, replicas: int = 2, tenant_namespaces: tuple[str, ...] = ()
+) -> list[Manifest]:
     """The hub's objects after the CRDs (see `hub_yaml`)."""
     component = "controller"
     # It reads everything of ours, writes ModelReplicas and the status of what it publishes,
     # and records events (a repeated one is read and updated with a higher count).
+    # Cluster-wide it only reads, and writes the status of the clusters and deployments it
+    # publishes; ModelReplicas and Events it writes only where a RoleBinding lets it
+    # (`controller_namespace_access`): the cluster namespaces, `default` (the events of
+    # cluster-scoped objects) and the deployments' namespaces, never kube-system.
     cluster_rules = [
         _rule(
             [GROUP],
-            ["inferenceclasses", "inferenceclusters", "modeldeployments", *_OBSERVATIONS],
+            [
+                "inferenceclasses",
+                "inferenceclusters",
+                "modeldeployments",
+                "modelreplicas",
+                *_OBSERVATIONS,
+            ],
             _READ,
         ),
-        _rule([GROUP], ["modelreplicas"], _MANAGE),
         _rule(
             [GROUP],
-            [f"{k}/status" for k in ("inferenceclusters", "modeldeployments", "modelreplicas")],
+            [f"{k}/status" for k in ("inferenceclusters", "modeldeployments")],
             ["get", "update", "patch"],
         ),
-        _rule([""], ["events"], ["get", "create", "update"]),
     ]
     args = [
         "controller",
@@ -298,16 +314,66 @@ def hub(image: str = DEFAULT_IMAGE, replicas: int = 2) -> list[Manifest]:
             SYSTEM_NAMESPACE,
             SYSTEM_NAMESPACE,
         ),
+        *_controller_namespaced_roles(),
+        *controller_namespace_access(EVENTS_NAMESPACE, replicas=False),
+        *(b for ns in tenant_namespaces for b in controller_namespace_access(ns, replicas=False)),
         _deployment(CONTROLLER, component, replicas, container),
         metrics_service,
         pod_disruption_budget(),
     ]
 
 
-def hub_yaml(image: str = DEFAULT_IMAGE, replicas: int = 2) -> str:
+#: Where the controller records the events of cluster-scoped objects (InferenceClusters).
+EVENTS_NAMESPACE = "default"
+#: ClusterRoles bound only by RoleBindings, namespace by namespace: the controller's writes.
+CONTROLLER_REPLICAS = f"{CONTROLLER}-replicas"
+CONTROLLER_EVENTS = f"{CONTROLLER}-events"
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_EVENT_RULE = _rule([""], ["events"], ["get", "create", "update"])
+
+
+def _controller_namespaced_roles() -> list[Manifest]:
+    """Manage ModelReplicas (and their status) and record Events; and record Events only."""
+    replicas = [
+        _rule([GROUP], ["modelreplicas"], _MANAGE),
+        _rule([GROUP], ["modelreplicas/status"], ["get", "update", "patch"]),
+        _EVENT_RULE,
+    ]
+    return [
+        _role("ClusterRole", CONTROLLER_REPLICAS, "controller", replicas, None),
+        _role("ClusterRole", CONTROLLER_EVENTS, "controller", [_EVENT_RULE], None),
+    ]
+
+
+def controller_namespace_access(namespace: str, *, replicas: bool) -> list[Manifest]:
+    """The RoleBinding that lets the controller write in `namespace`: ModelReplicas and Events
+    in a cluster namespace (`replicas`, made with the agent's hub side), Events in a
+    deployments' namespace (`gpufleet install hub --tenant-namespace`)."""
+    if not _DNS_LABEL.fullmatch(namespace) or namespace.startswith("kube-"):
+        raise ValueError(
+            f"namespace {namespace!r}: a DNS label (lowercase letters, digits, '-', at most 63) "
+            "and not a kube-* namespace: the controller writes nothing there"
+        )
+    role = CONTROLLER_REPLICAS if replicas else CONTROLLER_EVENTS
+    return [
+        _binding(
+            "RoleBinding",
+            role,
+            "controller",
+            "ClusterRole",
+            CONTROLLER,
+            SYSTEM_NAMESPACE,
+            namespace,
+        )
+    ]
+
+
+def hub_yaml(
+    image: str = DEFAULT_IMAGE, replicas: int = 2, tenant_namespaces: tuple[str, ...] = ()
+) -> str:
     """`gpufleet install hub`: the CRDs first, then the controller (and its
     PodDisruptionBudget, as deploy/hub has it)."""
-    return crds_yaml() + to_yaml(hub(image, replicas))
+    return crds_yaml() + to_yaml(hub(image, replicas, tenant_namespaces))
 
 
 def _check_cluster(cluster: str) -> None:
@@ -406,6 +472,8 @@ def agent_hub_access(cluster: str) -> list[Manifest]:
         _binding("RoleBinding", name, component, "Role", name, ns, ns),
         _role("ClusterRole", name, component, cluster_rules, None),
         _binding("ClusterRoleBinding", name, component, "ClusterRole", name, ns, None),
+        # The controller writes this cluster's ModelReplicas here, and their Events.
+        *controller_namespace_access(ns, replicas=True),
     ]
 
 

@@ -15,7 +15,10 @@ in creation order, never reused), or by `pool` plus `index` (the same name); an 
 Times (`end`, `at`, delays) are seconds as a number, or a duration such as `90s`, `30m`, `2h`,
 `1h30m`, `1d`. Everything a run may take is bounded (`scenario_model.MAX_*`: durations,
 periods, samples, steps; `MAX_YAML_VALUES` once aliases are expanded), so a scenario past the
-bounds is invalid rather than a run that overflows or exhausts memory.
+bounds is invalid rather than a run that overflows or exhausts memory; `size.estimate` counts
+nodes, replicas, actions and the work of the run before it starts and `size.check` refuses past
+its bounds, naming the field that makes it large. A file is at most `MAX_SCENARIO_BYTES` (1 MiB),
+a regular file (a FIFO is refused, not waited on).
 
 The readers of each section live beside this module: `fields` (field readers and the
 problems they collect), `parse_fleet`, `parse_timeline`, `parse_checks`; the data model in
@@ -25,6 +28,8 @@ problems they collect), `parse_fleet`, `parse_timeline`, `parse_checks`; the dat
 from __future__ import annotations
 
 import math
+import os
+import stat
 from collections.abc import Hashable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -34,6 +39,7 @@ import yaml
 from yaml.nodes import MappingNode
 
 from gpufleet.sim.emulated.fleet import FleetSpec
+from gpufleet.sim.scenario import size
 from gpufleet.sim.scenario.fields import (
     Problems,
     check_known,
@@ -137,12 +143,8 @@ def builtin_text(name: str) -> str:
 def load_scenario(path_or_name: str | Path) -> Scenario:
     """A scenario from a file, or a built-in by name (a path that exists wins)."""
     path = Path(path_or_name)
-    if path.is_file():
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise ScenarioInvalid([f"cannot read: {error}"], str(path)) from None
-        return parse_scenario_text(text, str(path))
+    if path.exists():
+        return parse_scenario_text(_read(path), str(path))
     name = str(path_or_name)
     if name in builtin_names():
         return parse_scenario_text(builtin_text(name), f"builtin:{name}")
@@ -150,6 +152,30 @@ def load_scenario(path_or_name: str | Path) -> Scenario:
         [f"no such file, and not a built-in scenario (built-ins: {', '.join(builtin_names())})"],
         name,
     )
+
+
+#: A scenario file larger than this is refused unread (the largest built-in is 5 KB).
+MAX_SCENARIO_BYTES: Final = 1024 * 1024
+
+
+def _read(path: Path) -> str:
+    """The file's text: a regular file (opened without waiting, so a FIFO is refused, not
+    waited on) of at most `MAX_SCENARIO_BYTES`, in UTF-8; ScenarioInvalid otherwise."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ScenarioInvalid(["not a regular file"], str(path))
+            data = f.read(MAX_SCENARIO_BYTES + 1)
+    except OSError as error:
+        raise ScenarioInvalid([f"cannot read: {error.strerror or error}"], str(path)) from None
+    if len(data) > MAX_SCENARIO_BYTES:
+        message = f"file is larger than {MAX_SCENARIO_BYTES:,} bytes (the limit)"
+        raise ScenarioInvalid([message], str(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ScenarioInvalid([f"cannot read: {error}"], str(path)) from None
 
 
 def parse_scenario_text(text: str, source: str = "") -> Scenario:
@@ -237,6 +263,20 @@ def _check_size(
         )
 
 
+def _check_work(
+    end_s: float,
+    fleet: FleetSpec,
+    controller: ControllerSettings,
+    manifests: Sequence[Obj],
+    timeline: Sequence[Action],
+    problems: Problems,
+) -> None:
+    """Refuse a scenario too large to run (`size`), unless its step counts already are: one
+    problem for a run too long."""
+    if not problems.items:
+        size.check(size.estimate(end_s, fleet, controller, manifests, timeline), problems)
+
+
 def _manifest_key(raw: object) -> str:
     """`namespace/name` of a manifest, valid or not; "" when it has no name."""
     meta = raw.get("metadata") if isinstance(raw, Mapping) else None
@@ -304,6 +344,7 @@ def parse_scenario(data: object, source: str = "") -> Scenario:
     ]
     if not problems.items:
         _check_size(end_s, sample_s, fleet, controller, checks, problems)
+        _check_work(end_s, fleet, controller, manifests, timeline, problems)
     if problems.items:
         raise ScenarioInvalid(problems.items, source)
     return Scenario(
