@@ -10,7 +10,9 @@ choice per cluster: Spread, the default profile's scoring of every node that pas
 LeastAllocated and balanced CPU/memory; no DRA scoring), ties by a hash of the pod's and the
 nodes' names; or Pack, a packing scheduler (the fewest free devices that fit, ties by name).
 LeaderWorkerSet groups are not spread by themselves: only the pods' own anti-affinity keeps them
-apart (so a claimless Leader may share a node with its Worker). It writes the claim's
+apart (so a claimless Leader may share a node with its Worker). A pod with
+`spec.schedulingGates` is not tried: it gets `PodScheduled=False, reason SchedulingGated` (pod
+scheduling readiness, Kubernetes 1.30), which the autoscaler ignores, until its last gate goes. It writes the claim's
 `status.allocation` and `reservedFor`, then the pod's `spec.nodeName`; an unschedulable pod
 gets `PodScheduled=False, reason Unschedulable`.
 """
@@ -70,6 +72,13 @@ class KubeScheduler:
     def schedule_one(self, pod: Obj, index: NodeIndex) -> None:
         """Bind `pod` to a node of `index` (`node_index()`), or mark it unschedulable."""
         meta, spec = pod["metadata"], pod["spec"]
+        if spec.get("schedulingGates"):
+            # Pod scheduling readiness: a gated pod is not tried (nor is it Unschedulable, so
+            # the autoscaler does not grow for it) until its last gate is removed.
+            self._mark_unschedulable(
+                pod, "Scheduling is blocked due to non-empty scheduling gates", "SchedulingGated"
+            )
+            return
         nodes = index.nodes
         claims: list[Obj] = []
         for entry in pod["status"].get("resourceClaimStatuses") or []:
@@ -326,7 +335,7 @@ class KubeScheduler:
             allocations.append((claim, results))
         return allocations
 
-    def _mark_unschedulable(self, pod: Obj, message: str) -> None:
+    def _mark_unschedulable(self, pod: Obj, message: str, reason: str = "Unschedulable") -> None:
         conditions = pod["status"].get("conditions") or []
         for c in conditions:
             if c["type"] == "PodScheduled" and c.get("message") == message:
@@ -336,7 +345,7 @@ class KubeScheduler:
             {
                 "type": "PodScheduled",
                 "status": "False",
-                "reason": "Unschedulable",
+                "reason": reason,
                 "message": message,
                 "lastTransitionTime": format_time(self.loop.now),
             }
