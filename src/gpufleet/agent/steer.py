@@ -54,6 +54,12 @@ from gpufleet.store.merge import copy_json
 HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 #: The pod-template annotation that lists the nodes a template is steered to (comma-separated).
 STEERED_NODES: Final = "gpufleet.io/steered-nodes"
+#: The pod-template annotation that lists the node chosen for each pod, copy by copy: copies
+#: separated by `;`, the pods of one copy (a gang's) by `,`. How a restarted agent finds its
+#: choices again (`restore`) and how a gated pod finds its own node (`gpufleet.agent.gates`).
+STEERED_PODS: Final = "gpufleet.io/steered-pods"
+#: The scheduling gate of a `Gated` member's pods, lifted once the pod has its node.
+GATE: Final = "gpufleet.io/steer"
 #: The label of the pods of a claiming member of a gang (what its anti-affinity selects).
 CLAIMING: Final = "gpufleet.io/claiming"
 #: The LeaderWorkerSet label that tells the groups (copies) of one set apart.
@@ -254,7 +260,10 @@ class Steerer:
             units = [u for u in units if u]
             chosen, taken, again = place(units, {pool: self._free(pool) for pool in pools})
             failed |= again
-        kept = {m: tuple(sorted(n, key=_natural)) for m, n in chosen.items() if m not in failed}
+        # Gated: in the fit's order, copy after copy (a gang copy's pods together), so that
+        # each pod is given the node the fit chose for it; otherwise a set, sorted.
+        order = (lambda n: tuple(n)) if self.mode is Steering.GATED else _sorted_nodes
+        kept = {m: order(n) for m, n in chosen.items() if m not in failed}
         if kept:
             pods = sum(len(u) for u in units)
             self._assumed[key] = _Assumed(taken, pods, max(1, self.assume_passes))
@@ -272,6 +281,10 @@ class Steerer:
                     for driver, n in devices.items():
                         free[node][driver] = free[node].get(driver, 0) - n
         return free
+
+
+def _sorted_nodes(nodes: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(nodes, key=_natural))
 
 
 def steering_of(cluster: Mapping[str, Any] | None, default: Steering) -> Steering:
@@ -299,17 +312,28 @@ def _hostname_in(nodes: Sequence[str]) -> dict[str, Any]:
 
 
 def steer_template(
-    template: Mapping[str, Any], nodes: Sequence[str], mode: Steering
+    template: Mapping[str, Any], nodes: Sequence[str], mode: Steering, per_copy: int = 1
 ) -> dict[str, Any]:
-    """A copy of the pod template steered to `nodes` (distinct, in order); unchanged when
-    `nodes` is empty or `mode` is Off."""
+    """A copy of the pod template steered to `nodes` (one per pod, `per_copy` pods a copy);
+    unchanged when `nodes` is empty or `mode` is Off. Preferred and Required steer the
+    template to the set of them (distinct, in order); Gated gives the pods a scheduling gate
+    and leaves the node of each pod to `gpufleet.agent.gates`."""
     out = copy_json(dict(template))
     distinct = list(dict.fromkeys(nodes))
     if not distinct or mode is Steering.OFF:
         return out
     meta = out.setdefault("metadata", {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), STEERED_NODES: ",".join(distinct)}
+    step = max(1, per_copy)
+    copies = ";".join(",".join(nodes[i : i + step]) for i in range(0, len(nodes), step))
+    meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        STEERED_NODES: ",".join(distinct),
+        STEERED_PODS: copies,
+    }
     spec = out.setdefault("spec", {})
+    if mode is Steering.GATED:
+        spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": GATE}]
+        return out
     affinity = spec["affinity"] = dict(spec.get("affinity") or {})
     node_affinity = affinity["nodeAffinity"] = dict(affinity.get("nodeAffinity") or {})
     if mode is Steering.PREFERRED:
@@ -339,6 +363,14 @@ def steered_nodes(template: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(n for n in str(text).split(",") if n) if text else ()
 
 
+def steered_pods(annotations: Mapping[str, Any] | None) -> list[list[str]]:
+    """The node chosen for each pod, copy by copy (`STEERED_PODS`); [] when there is none."""
+    text = (annotations or {}).get(STEERED_PODS)
+    if not isinstance(text, str) or not text:
+        return []
+    return [[n for n in copy.split(",") if n] for copy in text.split(";")]
+
+
 def unsteer_template(template: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of the pod template without the steering `steer_template` added (either mode)."""
     out = copy_json(dict(template))
@@ -347,10 +379,15 @@ def unsteer_template(template: Mapping[str, Any]) -> dict[str, Any]:
         return out
     expression = _hostname_in(nodes)
     meta = out["metadata"]
-    annotations = {k: v for k, v in meta["annotations"].items() if k != STEERED_NODES}
+    annotations = {
+        k: v for k, v in meta["annotations"].items() if k not in (STEERED_NODES, STEERED_PODS)
+    }
     _set_or_drop(meta, "annotations", annotations)
     _set_or_drop(out, "metadata", meta)
     spec = out.get("spec") or {}
+    gates = [g for g in spec.get("schedulingGates") or [] if g != {"name": GATE}]
+    if "schedulingGates" in spec:
+        _set_or_drop(spec, "schedulingGates", gates)
     node_affinity = dict(((spec.get("affinity") or {}).get("nodeAffinity")) or {})
     pkey = "preferredDuringSchedulingIgnoredDuringExecution"
     ours = {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": [expression]}}
@@ -412,7 +449,15 @@ def keep_steering(want: Mapping[str, Any], current: Mapping[str, Any]) -> dict[s
             continue
         base = unsteer_template(w)
         mode = _mode_of(c)
-        kept = steer_template(base, steered_nodes(c), mode) if mode is not None else base
+        kept = base
+        if mode is not None:
+            copies = steered_pods((c.get("metadata") or {}).get("annotations"))
+            if copies:
+                nodes = [n for copy in copies for n in copy]
+                kept = steer_template(base, nodes, mode, max(len(copy) for copy in copies))
+            else:  # steered before `STEERED_PODS` was written: the set alone
+                kept = steer_template(base, steered_nodes(c), mode)
+                kept["metadata"]["annotations"].pop(STEERED_PODS, None)
         _put(out, path, kept)
     return out
 
@@ -428,6 +473,8 @@ def _mode_of(template: Mapping[str, Any]) -> Steering | None:
     nodes = steered_nodes(template)
     if not nodes:
         return None
+    if {"name": GATE} in ((template.get("spec") or {}).get("schedulingGates") or []):
+        return Steering.GATED
     node_affinity = ((template.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
     ours = {
         "weight": PREFERRED_WEIGHT,

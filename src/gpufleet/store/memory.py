@@ -16,11 +16,9 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from gpufleet.store import pod_updates
 from gpufleet.store.labels import Op, Selector, matches, parse_selector
 from gpufleet.store.merge import copy_json, merged
 from gpufleet.store.port import (
-    POD,
     AlreadyExists,
     Change,
     ChangeType,
@@ -478,10 +476,6 @@ class MemoryStore:
         key = self._key(kind, meta.get("name", ""), meta.get("namespace"))
         current = self._require(key)
         self._check_version(key, current, meta.get("resourceVersion"))
-        if kind == POD and obj.get("spec") is not current.get("spec"):
-            broken = pod_updates.violation(current.get("spec") or {}, obj.get("spec") or {})
-            if broken is not None:
-                raise Invalid(f"Pod {self._show(key)} is invalid: {broken}")
         stored = dict(obj)
         stored_meta = stored["metadata"] = dict(obj["metadata"])
         for field in ("uid", "creationTimestamp", "deletionTimestamp"):

@@ -21,7 +21,8 @@ A Pod's spec is immutable but for a few fields. The ones modelled here:
   such as added tolerations and `activeDeadlineSeconds`; nothing here needs them).
 
 `violation(old, new)` returns the first rule an update breaks, as the API server's message
-names the field, or None. The in-memory store and the emulated HTTP API server both call it.
+names the field, or None. The simulator's cluster store (`SimStore`) calls it on every pod
+update; the plain `MemoryStore` (a generic object store for tests) does not.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The API server's rules for updating a Pod's spec (scheduling gates, KEP-3521; mutable
-scheduling directives while gated, KEP-3838), as `MemoryStore` enforces them."""
+scheduling directives while gated, KEP-3838), as the simulator's
+cluster store (`SimStore`) enforces them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.store import MemoryStore
+from gpufleet.sim.emulated.sim_store import SimStore
 from gpufleet.store.port import POD, Invalid, Obj
 
 GATE = [{"name": "gpufleet.io/steer"}, {"name": "example.com/other"}]
@@ -126,7 +127,7 @@ def pod(spec: dict[str, Any]) -> Obj:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_pod_spec_updates(case: Case) -> None:
-    store = MemoryStore()
+    store = SimStore()
     created = store.create(pod(case.old))
     changed = {**created, "spec": case.new}
     if case.error is None:
