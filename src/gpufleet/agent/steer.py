@@ -75,6 +75,9 @@ MemberKey = tuple[str, str]
 Choice = Mapping[MemberKey, tuple[str, ...]]
 #: Free devices per driver of each node of a pool.
 FreeNodes = Mapping[str, Mapping[DriverName, int]]
+#: Per member, the steering written on a replica's workload: the node of each pod (in the
+#: annotation's order) and those of them no bound pod of the member holds yet.
+Written = Mapping[MemberKey, tuple[tuple[str, ...], tuple[str, ...]]]
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -221,6 +224,20 @@ class Steerer:
     allocated_pods: Callable[[tuple[str, str]], int | None]
     assume_passes: int = DEFAULT_ASSUME_PASSES
     _assumed: dict[tuple[str, str], _Assumed] = field(default_factory=dict)
+    #: Per replica, the steering written on its local workloads, found when the agent (or
+    #: its materializer) started (`restore`): taken over by the replica's next `choose`.
+    _written: dict[tuple[str, str], Written] = field(default_factory=dict)
+
+    def restore(self, written: Mapping[tuple[str, str], Written]) -> None:
+        """Hold the steering found on the local workloads (`written_steering`), so that the
+        next `choose` of each of those replicas keeps it, and assumes what its pods not yet
+        bound take, instead of choosing anew: a restarted agent keeps its choices, and never
+        chooses for a new replica the devices it chose for one whose pods are unbound."""
+        self._written = dict(written)
+
+    def forget_written(self) -> None:
+        """Drop what `restore` found and no `choose` took (replicas that are gone)."""
+        self._written.clear()
 
     @property
     def is_on(self) -> bool:
@@ -251,6 +268,9 @@ class Steerer:
         units = _units(replica)
         if not self.is_on or not units:
             return {}
+        written = self._written.pop(key, None)
+        if written:
+            return self._adopt(key, units, written)
         pools = sorted({p.pool for u in units for p in u})
         chosen, taken, failed = place(units, {pool: self._free(pool) for pool in pools})
         if failed:
@@ -267,6 +287,32 @@ class Steerer:
         if kept:
             pods = sum(len(u) for u in units)
             self._assumed[key] = _Assumed(taken, pods, max(1, self.assume_passes))
+        return kept
+
+    def _adopt(
+        self, key: tuple[str, str], units: Sequence[Sequence[_Pod]], written: Written
+    ) -> Choice:
+        """The written steering as the replica's choice, with what its pods not yet bound
+        take assumed (a member the replica no longer has is dropped)."""
+        pods = {p.member: p for u in units for p in u}
+        taken: dict[str, dict[str, int]] = {}
+        kept: dict[MemberKey, tuple[str, ...]] = {}
+        for member, (nodes, unbound) in sorted(written.items()):
+            pod = pods.get(member)
+            if pod is None or not nodes:
+                continue
+            kept[member] = nodes
+            free = self.free_devices(pod.pool)
+            for node in unbound:
+                devices = {str(d): n for d, n in (free.get(node) or {}).items()}
+                if not devices:
+                    continue  # the node is gone: nothing of it to hold
+                took = taken.setdefault(node, {})
+                for driver, n in _resolve(devices, pod.demand):
+                    took[driver] = took.get(driver, 0) + n
+        if kept:
+            total = sum(len(u) for u in units)
+            self._assumed[key] = _Assumed(taken, total, max(1, self.assume_passes))
         return kept
 
     def _free(self, pool: str) -> dict[str, dict[str, int]]:
@@ -498,3 +544,48 @@ def _put(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     for part in path[:-1]:
         node = node[part]
     node[path[-1]] = value
+
+
+def written_steering(
+    workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str], dict[MemberKey, tuple[tuple[str, ...], tuple[str, ...]]]]:
+    """Per replica (namespace, name), the steering written on its local workloads'
+    templates (`STEERED_PODS`, else the set `STEERED_NODES`), with each node that a bound,
+    live pod of the member holds taken out of what is still to come (`Steerer.restore`)."""
+    out: dict[tuple[str, str], dict[MemberKey, tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+    bound: dict[tuple[str, str, str, str], list[str]] = {}
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        pl = meta.get("labels") or {}
+        key = (
+            str(meta.get("namespace", "")),
+            str(pl.get(labels.REPLICA, "")),
+            str(pl.get(labels.ENGINE, "")),
+            str(pl.get(labels.MEMBER, "")),
+        )
+        bound.setdefault(key, []).append(str(node))
+    for workload in workloads:
+        namespace = str((workload.get("metadata") or {}).get("namespace", ""))
+        for path in _TEMPLATE_PATHS:
+            template = _at(workload, path)
+            if template is None:
+                continue
+            tmeta = template.get("metadata") or {}
+            tl = tmeta.get("labels") or {}
+            copies = steered_pods(tmeta.get("annotations"))
+            nodes = tuple(n for copy in copies for n in copy) or steered_nodes(template)
+            replica = str(tl.get(labels.REPLICA, ""))
+            if not nodes or not replica:
+                continue
+            member = (str(tl.get(labels.ENGINE, "")), str(tl.get(labels.MEMBER, "Standalone")))
+            unbound = list(nodes)
+            for node in bound.get((namespace, replica, *member), ()):
+                if node in unbound:
+                    unbound.remove(node)
+            out.setdefault((namespace, replica), {})[member] = (nodes, tuple(unbound))
+    return out

@@ -49,12 +49,13 @@ from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materiali
 from gpufleet.agent.model import keys_and_versions, moved_keys, versions_of
 from gpufleet.agent.pod_security import RESTRICTED
 from gpufleet.agent.policy import ClusterPolicy, namespace_body
-from gpufleet.agent.steer import Steerer, keep_steering
+from gpufleet.agent.steer import Steerer, keep_steering, written_steering
 from gpufleet.core.model import Steering
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
     NAMESPACE,
+    POD,
     RESOURCE_CLAIM_TEMPLATE,
     AlreadyExists,
     Kind,
@@ -331,12 +332,34 @@ class Workloads:
         self._passes: dict[Kind, _KindPass] = {}
         #: Whether a pod may still carry gpufleet's scheduling gate (`lift_gates`).
         self._may_hold_gated = True
+        #: Whether the steering written on the local workloads was read (`Steerer.restore`).
+        self._has_restored = False
+
+    def _written_steering(self) -> dict[tuple[str, str], Any]:
+        """The steering written on the local workloads and where their pods are bound."""
+        try:
+            workloads = [
+                *self.local.view(DEPLOYMENT, None, OWNED_SELECTOR),
+                *self.local.view(LEADER_WORKER_SET, None, OWNED_SELECTOR),
+            ]
+        except NotFound:  # LeaderWorkerSet not served
+            workloads = list(self.local.view(DEPLOYMENT, None, OWNED_SELECTOR))
+        except StoreError as e:
+            log.warning("reading the local workloads' steering: %s", e)
+            return {}
+        return written_steering(workloads, self.local.view(POD, None, OWNED_SELECTOR))
 
     def materialize(self, replicas: Sequence[Mapping[str, Any]], outcome: PassOutcome) -> None:
         """Make the local workloads equal the desired set for `replicas`."""
         if self.steerer is not None:
             self.steerer.begin(replicas)
+            if not self._has_restored and self.steerer.is_on:
+                # A materializer that starts keeps the steering its workloads hold.
+                self.steerer.restore(self._written_steering())
+            self._has_restored = True
         wanted = self.desired.update(replicas)
+        if self.steerer is not None:
+            self.steerer.forget_written()
         outcome.errors.extend(wanted.errors)
         for ns in wanted.namespaces:
             self._ensure_namespace(ns, outcome)
