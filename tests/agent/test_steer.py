@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gpufleet.agent.materialize import materialize
 from gpufleet.agent.steer import (
     STEERED_NODES,
+    STEERED_PODS,
     Steerer,
     keep_steering,
     steer_template,
@@ -176,7 +177,11 @@ def test_preferred_is_one_term_of_weight_100_over_the_set() -> None:
     assert affinity["preferredDuringSchedulingIgnoredDuringExecution"] == [
         {"weight": 100, "preference": {"matchExpressions": [HOST_IN]}}
     ]
-    assert steered["metadata"]["annotations"] == {STEERED_NODES: "n2,n1"}
+    # The set, and the node of each pod (one pod a copy): what a restarted agent reads.
+    assert steered["metadata"]["annotations"] == {
+        STEERED_NODES: "n2,n1",
+        STEERED_PODS: "n2;n1;n2",
+    }
     assert steered_nodes(steered) == ("n2", "n1")
 
 

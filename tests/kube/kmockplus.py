@@ -57,6 +57,7 @@ import attrs
 import jsonpatch
 import kmock
 
+from gpufleet.store import pod_updates
 from gpufleet.store.labels import matches, parse_selector
 
 Obj = dict[str, Any]
@@ -80,6 +81,7 @@ NO_STATUS_SUBRESOURCE = frozenset(
     }
 )
 NAMESPACES: ResourceKey = ("", "v1", "namespaces")
+PODS: ResourceKey = ("", "v1", "pods")
 SERVICE_ACCOUNTS: ResourceKey = ("", "v1", "serviceaccounts")
 #: The API server's bounds on a TokenRequest's `expirationSeconds` (its default: one hour).
 TOKEN_MIN_S, TOKEN_DEFAULT_S = 600, 3600
@@ -582,6 +584,12 @@ class KMockPlus(kmock.KubernetesScaffold):
                 new["status"] = copy.deepcopy(current["status"])
             else:
                 new.pop("status", None)
+        if rkey == PODS and sub is None:
+            # The API server's rules for a Pod's spec (scheduling gates, mutable scheduling
+            # directives while gated): the same rules the simulator's store applies.
+            broken = pod_updates.violation(current.get("spec") or {}, new.get("spec") or {})
+            if broken is not None:
+                raise _ApiError(422, "Invalid", f"Pod {key[2]!r} is invalid: {broken}")
         meta = new.setdefault("metadata", {})
         for server_set in ("uid", "creationTimestamp", "deletionTimestamp", "namespace", "name"):
             if server_set in current["metadata"]:

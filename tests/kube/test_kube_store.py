@@ -180,3 +180,27 @@ def test_an_unreachable_server_is_a_store_error(api: Served) -> None:
     config = KubeStoreConfig(request_timeout_s=1.0)
     with KubeStore.from_url("http://127.0.0.1:9", config) as store, pytest.raises(StoreError):
         store.get(MODEL_REPLICA, "r1", "ml")
+
+
+def test_a_gated_pod_is_narrowed_and_ungated_but_never_gated_again(store: KubeStore) -> None:
+    from gpufleet.agent.gates import pinned_spec
+    from gpufleet.store.port import POD
+
+    pod = store.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ml"},
+            "spec": {
+                "containers": [{"name": "c", "image": "i"}],
+                "schedulingGates": [{"name": "gpufleet.io/steer"}],
+            },
+        }
+    )
+    lifted = store.update(pod | {"spec": pinned_spec(pod["spec"], "n1")})
+    assert "schedulingGates" not in lifted["spec"]
+    with pytest.raises(Invalid, match="schedulingGates"):
+        store.update(lifted | {"spec": {**lifted["spec"], "schedulingGates": [{"name": "x"}]}})
+    with pytest.raises(Invalid, match="scheduling gates"):
+        store.update(lifted | {"spec": pinned_spec(lifted["spec"], "n2")})
+    assert store.get(POD, "p", "ml") == lifted

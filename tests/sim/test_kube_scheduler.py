@@ -5,6 +5,7 @@ same cluster makes the same choices."""
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -231,3 +232,34 @@ def test_the_eligible_keys_kept_per_slice_revision_are_the_plain_ones(
             for r in requests:
                 plain = eligible_keys(c.store.published().get(name, []), r)
                 assert c.scheduler._eligible(name, r) == plain
+
+
+def test_cpu_that_does_not_fit_leaves_the_pod_unschedulable_with_the_reason() -> None:
+    # Nodes have 48 CPUs: four 12-CPU pods fill one node, so eight fill both and a ninth
+    # waits, "Insufficient cpu" on each node (NodeResourcesFit's filter).
+    loop, c = start(nodes=2)
+    c.store.create(deployment(9, {"containers": [ENGINE]}))
+    loop.run_until(loop.now + timedelta(seconds=30))
+    assert sum(placed(c).values()) == 9 and placed(c)[None] == 1
+    assert all(n <= 4 for node, n in placed(c).items() if node is not None)
+    (waiting,) = [p for p in c.store.list(POD, "ml") if not p["spec"].get("nodeName")]
+    (scheduled,) = [t for t in waiting["status"]["conditions"] if t["type"] == "PodScheduled"]
+    assert scheduled["reason"] == "Unschedulable"
+    assert "2 Insufficient cpu" in scheduled["message"]
+
+
+def test_a_gated_pod_waits_until_its_gate_is_lifted() -> None:
+    loop, c = start(nodes=1)
+    c.store.create(
+        deployment(1, {"containers": [{"name": "e"}], "schedulingGates": [{"name": "g"}]})
+    )
+    loop.run_until(loop.now + timedelta(seconds=10))
+    (pod,) = c.store.list(POD, "ml")
+    assert not pod["spec"].get("nodeName")
+    (scheduled,) = [t for t in pod["status"]["conditions"] if t["type"] == "PodScheduled"]
+    assert scheduled["reason"] == "SchedulingGated"
+    pod["spec"].pop("schedulingGates")
+    c.store.update(pod)
+    loop.run_until(loop.now + timedelta(seconds=10))
+    (pod,) = c.store.list(POD, "ml")
+    assert pod["spec"]["nodeName"] == "l4-0"

@@ -216,7 +216,10 @@ class _Made:
         if role != "Standalone" and claim is not None:
             made = gang_anti_affinity(made, self.replica, self.engine)
         nodes = self.steering.get((self.engine, role), ())
-        return steer_template(made, nodes, self.mode) if nodes else made
+        per_copy = (
+            int((by_role[role].get("worker") or {}).get("nodes", 1)) if role == "Worker" else 1
+        )
+        return steer_template(made, nodes, self.mode, per_copy) if nodes else made
 
 
 def _required(obj: Mapping[str, Any], key: str, path: str) -> str:

@@ -54,6 +54,12 @@ from gpufleet.store.merge import copy_json
 HOSTNAME_KEY: Final = "kubernetes.io/hostname"
 #: The pod-template annotation that lists the nodes a template is steered to (comma-separated).
 STEERED_NODES: Final = "gpufleet.io/steered-nodes"
+#: The pod-template annotation that lists the node chosen for each pod, copy by copy: copies
+#: separated by `;`, the pods of one copy (a gang's) by `,`. How a restarted agent finds its
+#: choices again (`restore`) and how a gated pod finds its own node (`gpufleet.agent.gates`).
+STEERED_PODS: Final = "gpufleet.io/steered-pods"
+#: The scheduling gate of a `Gated` member's pods, lifted once the pod has its node.
+GATE: Final = "gpufleet.io/steer"
 #: The label of the pods of a claiming member of a gang (what its anti-affinity selects).
 CLAIMING: Final = "gpufleet.io/claiming"
 #: The LeaderWorkerSet label that tells the groups (copies) of one set apart.
@@ -69,6 +75,9 @@ MemberKey = tuple[str, str]
 Choice = Mapping[MemberKey, tuple[str, ...]]
 #: Free devices per driver of each node of a pool.
 FreeNodes = Mapping[str, Mapping[DriverName, int]]
+#: Per member, the steering written on a replica's workload: the node of each pod (in the
+#: annotation's order) and those of them no bound pod of the member holds yet.
+Written = Mapping[MemberKey, tuple[tuple[str, ...], tuple[str, ...]]]
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -215,6 +224,20 @@ class Steerer:
     allocated_pods: Callable[[tuple[str, str]], int | None]
     assume_passes: int = DEFAULT_ASSUME_PASSES
     _assumed: dict[tuple[str, str], _Assumed] = field(default_factory=dict)
+    #: Per replica, the steering written on its local workloads, found when the agent (or
+    #: its materializer) started (`restore`): taken over by the replica's next `choose`.
+    _written: dict[tuple[str, str], Written] = field(default_factory=dict)
+
+    def restore(self, written: Mapping[tuple[str, str], Written]) -> None:
+        """Hold the steering found on the local workloads (`written_steering`), so that the
+        next `choose` of each of those replicas keeps it, and assumes what its pods not yet
+        bound take, instead of choosing anew: a restarted agent keeps its choices, and never
+        chooses for a new replica the devices it chose for one whose pods are unbound."""
+        self._written = dict(written)
+
+    def forget_written(self) -> None:
+        """Drop what `restore` found and no `choose` took (replicas that are gone)."""
+        self._written.clear()
 
     @property
     def is_on(self) -> bool:
@@ -245,6 +268,9 @@ class Steerer:
         units = _units(replica)
         if not self.is_on or not units:
             return {}
+        written = self._written.pop(key, None)
+        if written:
+            return self._adopt(key, units, written)
         pools = sorted({p.pool for u in units for p in u})
         chosen, taken, failed = place(units, {pool: self._free(pool) for pool in pools})
         if failed:
@@ -254,10 +280,39 @@ class Steerer:
             units = [u for u in units if u]
             chosen, taken, again = place(units, {pool: self._free(pool) for pool in pools})
             failed |= again
-        kept = {m: tuple(sorted(n, key=_natural)) for m, n in chosen.items() if m not in failed}
+        # Gated: in the fit's order, copy after copy (a gang copy's pods together), so that
+        # each pod is given the node the fit chose for it; otherwise a set, sorted.
+        order = (lambda n: tuple(n)) if self.mode is Steering.GATED else _sorted_nodes
+        kept = {m: order(n) for m, n in chosen.items() if m not in failed}
         if kept:
             pods = sum(len(u) for u in units)
             self._assumed[key] = _Assumed(taken, pods, max(1, self.assume_passes))
+        return kept
+
+    def _adopt(
+        self, key: tuple[str, str], units: Sequence[Sequence[_Pod]], written: Written
+    ) -> Choice:
+        """The written steering as the replica's choice, with what its pods not yet bound
+        take assumed (a member the replica no longer has is dropped)."""
+        pods = {p.member: p for u in units for p in u}
+        taken: dict[str, dict[str, int]] = {}
+        kept: dict[MemberKey, tuple[str, ...]] = {}
+        for member, (nodes, unbound) in sorted(written.items()):
+            pod = pods.get(member)
+            if pod is None or not nodes:
+                continue
+            kept[member] = nodes
+            free = self.free_devices(pod.pool)
+            for node in unbound:
+                devices = {str(d): n for d, n in (free.get(node) or {}).items()}
+                if not devices:
+                    continue  # the node is gone: nothing of it to hold
+                took = taken.setdefault(node, {})
+                for driver, n in _resolve(devices, pod.demand):
+                    took[driver] = took.get(driver, 0) + n
+        if kept:
+            total = sum(len(u) for u in units)
+            self._assumed[key] = _Assumed(taken, total, max(1, self.assume_passes))
         return kept
 
     def _free(self, pool: str) -> dict[str, dict[str, int]]:
@@ -272,6 +327,10 @@ class Steerer:
                     for driver, n in devices.items():
                         free[node][driver] = free[node].get(driver, 0) - n
         return free
+
+
+def _sorted_nodes(nodes: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(nodes, key=_natural))
 
 
 def steering_of(cluster: Mapping[str, Any] | None, default: Steering) -> Steering:
@@ -299,17 +358,28 @@ def _hostname_in(nodes: Sequence[str]) -> dict[str, Any]:
 
 
 def steer_template(
-    template: Mapping[str, Any], nodes: Sequence[str], mode: Steering
+    template: Mapping[str, Any], nodes: Sequence[str], mode: Steering, per_copy: int = 1
 ) -> dict[str, Any]:
-    """A copy of the pod template steered to `nodes` (distinct, in order); unchanged when
-    `nodes` is empty or `mode` is Off."""
+    """A copy of the pod template steered to `nodes` (one per pod, `per_copy` pods a copy);
+    unchanged when `nodes` is empty or `mode` is Off. Preferred and Required steer the
+    template to the set of them (distinct, in order); Gated gives the pods a scheduling gate
+    and leaves the node of each pod to `gpufleet.agent.gates`."""
     out = copy_json(dict(template))
     distinct = list(dict.fromkeys(nodes))
     if not distinct or mode is Steering.OFF:
         return out
     meta = out.setdefault("metadata", {})
-    meta["annotations"] = {**(meta.get("annotations") or {}), STEERED_NODES: ",".join(distinct)}
+    step = max(1, per_copy)
+    copies = ";".join(",".join(nodes[i : i + step]) for i in range(0, len(nodes), step))
+    meta["annotations"] = {
+        **(meta.get("annotations") or {}),
+        STEERED_NODES: ",".join(distinct),
+        STEERED_PODS: copies,
+    }
     spec = out.setdefault("spec", {})
+    if mode is Steering.GATED:
+        spec["schedulingGates"] = [*(spec.get("schedulingGates") or []), {"name": GATE}]
+        return out
     affinity = spec["affinity"] = dict(spec.get("affinity") or {})
     node_affinity = affinity["nodeAffinity"] = dict(affinity.get("nodeAffinity") or {})
     if mode is Steering.PREFERRED:
@@ -339,6 +409,14 @@ def steered_nodes(template: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(n for n in str(text).split(",") if n) if text else ()
 
 
+def steered_pods(annotations: Mapping[str, Any] | None) -> list[list[str]]:
+    """The node chosen for each pod, copy by copy (`STEERED_PODS`); [] when there is none."""
+    text = (annotations or {}).get(STEERED_PODS)
+    if not isinstance(text, str) or not text:
+        return []
+    return [[n for n in copy.split(",") if n] for copy in text.split(";")]
+
+
 def unsteer_template(template: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of the pod template without the steering `steer_template` added (either mode)."""
     out = copy_json(dict(template))
@@ -347,10 +425,15 @@ def unsteer_template(template: Mapping[str, Any]) -> dict[str, Any]:
         return out
     expression = _hostname_in(nodes)
     meta = out["metadata"]
-    annotations = {k: v for k, v in meta["annotations"].items() if k != STEERED_NODES}
+    annotations = {
+        k: v for k, v in meta["annotations"].items() if k not in (STEERED_NODES, STEERED_PODS)
+    }
     _set_or_drop(meta, "annotations", annotations)
     _set_or_drop(out, "metadata", meta)
     spec = out.get("spec") or {}
+    gates = [g for g in spec.get("schedulingGates") or [] if g != {"name": GATE}]
+    if "schedulingGates" in spec:
+        _set_or_drop(spec, "schedulingGates", gates)
     node_affinity = dict(((spec.get("affinity") or {}).get("nodeAffinity")) or {})
     pkey = "preferredDuringSchedulingIgnoredDuringExecution"
     ours = {"weight": PREFERRED_WEIGHT, "preference": {"matchExpressions": [expression]}}
@@ -412,7 +495,15 @@ def keep_steering(want: Mapping[str, Any], current: Mapping[str, Any]) -> dict[s
             continue
         base = unsteer_template(w)
         mode = _mode_of(c)
-        kept = steer_template(base, steered_nodes(c), mode) if mode is not None else base
+        kept = base
+        if mode is not None:
+            copies = steered_pods((c.get("metadata") or {}).get("annotations"))
+            if copies:
+                nodes = [n for copy in copies for n in copy]
+                kept = steer_template(base, nodes, mode, max(len(copy) for copy in copies))
+            else:  # steered before `STEERED_PODS` was written: the set alone
+                kept = steer_template(base, steered_nodes(c), mode)
+                kept["metadata"]["annotations"].pop(STEERED_PODS, None)
         _put(out, path, kept)
     return out
 
@@ -428,6 +519,8 @@ def _mode_of(template: Mapping[str, Any]) -> Steering | None:
     nodes = steered_nodes(template)
     if not nodes:
         return None
+    if {"name": GATE} in ((template.get("spec") or {}).get("schedulingGates") or []):
+        return Steering.GATED
     node_affinity = ((template.get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
     ours = {
         "weight": PREFERRED_WEIGHT,
@@ -451,3 +544,48 @@ def _put(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     for part in path[:-1]:
         node = node[part]
     node[path[-1]] = value
+
+
+def written_steering(
+    workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> dict[tuple[str, str], dict[MemberKey, tuple[tuple[str, ...], tuple[str, ...]]]]:
+    """Per replica (namespace, name), the steering written on its local workloads'
+    templates (`STEERED_PODS`, else the set `STEERED_NODES`), with each node that a bound,
+    live pod of the member holds taken out of what is still to come (`Steerer.restore`)."""
+    out: dict[tuple[str, str], dict[MemberKey, tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+    bound: dict[tuple[str, str, str, str], list[str]] = {}
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or meta.get("deletionTimestamp"):
+            continue
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        pl = meta.get("labels") or {}
+        key = (
+            str(meta.get("namespace", "")),
+            str(pl.get(labels.REPLICA, "")),
+            str(pl.get(labels.ENGINE, "")),
+            str(pl.get(labels.MEMBER, "")),
+        )
+        bound.setdefault(key, []).append(str(node))
+    for workload in workloads:
+        namespace = str((workload.get("metadata") or {}).get("namespace", ""))
+        for path in _TEMPLATE_PATHS:
+            template = _at(workload, path)
+            if template is None:
+                continue
+            tmeta = template.get("metadata") or {}
+            tl = tmeta.get("labels") or {}
+            copies = steered_pods(tmeta.get("annotations"))
+            nodes = tuple(n for copy in copies for n in copy) or steered_nodes(template)
+            replica = str(tl.get(labels.REPLICA, ""))
+            if not nodes or not replica:
+                continue
+            member = (str(tl.get(labels.ENGINE, "")), str(tl.get(labels.MEMBER, "Standalone")))
+            unbound = list(nodes)
+            for node in bound.get((namespace, replica, *member), ()):
+                if node in unbound:
+                    unbound.remove(node)
+            out.setdefault((namespace, replica), {})[member] = (nodes, tuple(unbound))
+    return out

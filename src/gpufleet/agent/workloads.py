@@ -31,6 +31,8 @@ Given a `Steerer` (`gpufleet.agent.steer`), a replica's objects are made steered
 chooses for the replica's claiming pods, once per replica version (new replicas in key order,
 each against what the earlier ones took); a local workload equal to what is wanted but for its
 steering keeps its steering (`keep_steering`), so running pods are not rolled to move them.
+Under `Gated` steering each pass then gives every gated pod its node and lifts its gate
+(`gpufleet.agent.gates`).
 """
 
 from __future__ import annotations
@@ -42,15 +44,18 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
+from gpufleet.agent.gates import lift_gates
 from gpufleet.agent.materialize import OWNED_SELECTOR, ReplicaInvalid, materialize
 from gpufleet.agent.model import keys_and_versions, moved_keys, versions_of
 from gpufleet.agent.pod_security import RESTRICTED
 from gpufleet.agent.policy import ClusterPolicy, namespace_body
-from gpufleet.agent.steer import Steerer, keep_steering
+from gpufleet.agent.steer import Steerer, keep_steering, written_steering
+from gpufleet.core.model import Steering
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
     NAMESPACE,
+    POD,
     RESOURCE_CLAIM_TEMPLATE,
     AlreadyExists,
     Kind,
@@ -325,12 +330,36 @@ class Workloads:
         self.steerer = steerer
         self.desired = DesiredState(self.policy, steerer)
         self._passes: dict[Kind, _KindPass] = {}
+        #: Whether a pod may still carry gpufleet's scheduling gate (`lift_gates`).
+        self._may_hold_gated = True
+        #: Whether the steering written on the local workloads was read (`Steerer.restore`).
+        self._has_restored = False
+
+    def _written_steering(self) -> dict[tuple[str, str], Any]:
+        """The steering written on the local workloads and where their pods are bound."""
+        try:
+            workloads = [
+                *self.local.view(DEPLOYMENT, None, OWNED_SELECTOR),
+                *self.local.view(LEADER_WORKER_SET, None, OWNED_SELECTOR),
+            ]
+        except NotFound:  # LeaderWorkerSet not served
+            workloads = list(self.local.view(DEPLOYMENT, None, OWNED_SELECTOR))
+        except StoreError as e:
+            log.warning("reading the local workloads' steering: %s", e)
+            return {}
+        return written_steering(workloads, self.local.view(POD, None, OWNED_SELECTOR))
 
     def materialize(self, replicas: Sequence[Mapping[str, Any]], outcome: PassOutcome) -> None:
         """Make the local workloads equal the desired set for `replicas`."""
         if self.steerer is not None:
             self.steerer.begin(replicas)
+            if not self._has_restored and self.steerer.is_on:
+                # A materializer that starts keeps the steering its workloads hold.
+                self.steerer.restore(self._written_steering())
+            self._has_restored = True
         wanted = self.desired.update(replicas)
+        if self.steerer is not None:
+            self.steerer.forget_written()
         outcome.errors.extend(wanted.errors)
         for ns in wanted.namespaces:
             self._ensure_namespace(ns, outcome)
@@ -343,6 +372,16 @@ class Workloads:
                 # a replica that needs it fails on create and says so, the others go on.
                 listed = []
             self._materialize_kind(kind, wanted, listed, outcome)
+        is_gated = self.steerer is not None and self.steerer.mode is Steering.GATED
+        if is_gated or self._may_hold_gated:
+            # Gated steering: each gated pod gets its node and loses its gate. Also once after
+            # a start, and while pods were found gated, so that no pod keeps a gate when the
+            # mode changed.
+            gates = lift_gates(self.local)
+            self._may_hold_gated = bool(gates.pinned or gates.unpinned or gates.errors)
+            outcome.updated.extend(f"Pod {p} on {n}" for p, n in sorted(gates.pinned.items()))
+            outcome.updated.extend(f"Pod {p} (no node)" for p in gates.unpinned)
+            outcome.errors.extend(gates.errors)
 
     def _materialize_kind(
         self,

@@ -333,7 +333,7 @@ class InferenceClusterSpec(ApiModel):
     node_pools: Annotated[list[NodePoolSpec], Field(min_length=1, max_length=8)]
     """The cluster's pools of identical GPU nodes, 1-8, unique by name."""
     steering: Steering = Steering.PREFERRED
-    """Agent steers pods to its best-fit nodes: Preferred (default), Required, or Off."""
+    """Agent steers pods to its best-fit nodes: Preferred (default), Required, Gated, or Off."""
 
     def check(self, rules: Rules) -> None:
         rules.unique("taints", self.taints, lambda t: f"{t.key}:{t.effect}", "key and effect")

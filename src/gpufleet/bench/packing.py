@@ -92,7 +92,15 @@ WHOLE_NODE = "whole-node"
 SPREAD = "free-GPU Spread"
 PACK = "free-GPU Pack"
 STEERED = "free-GPU steered, Spread cluster"
-POLICIES = (WHOLE_NODE, SPREAD, PACK, STEERED)
+STEERED_REQUIRED = "free-GPU steered Required, Spread cluster"
+STEERED_GATED = "free-GPU steered Gated, Spread cluster"
+#: The steered rows and the agent's steering mode of each.
+STEERED_MODES: dict[str, Steering] = {
+    STEERED: Steering.PREFERRED,
+    STEERED_REQUIRED: Steering.REQUIRED,
+    STEERED_GATED: Steering.GATED,
+}
+POLICIES = (WHOLE_NODE, SPREAD, PACK, STEERED, STEERED_REQUIRED, STEERED_GATED)
 STATIC_LOAD = 1.25
 DYNAMIC_LOAD = 1.1
 
@@ -222,8 +230,11 @@ class PoolModel:
     cluster: SteeredCluster | None = None
 
     def __post_init__(self) -> None:
-        if self.policy == STEERED:
-            self.cluster = SteeredCluster(self.nodes, self.gpus_per_node, pool=POOL, driver=GPU)
+        mode = STEERED_MODES.get(self.policy)
+        if mode is not None:
+            self.cluster = SteeredCluster(
+                self.nodes, self.gpus_per_node, mode=mode, pool=POOL, driver=GPU
+            )
             self.free = self.cluster.free
         else:
             self.free = [self.gpus_per_node] * self.nodes
@@ -252,7 +263,7 @@ class PoolModel:
             gateway_address="10.0.0.1",
             pools=(self._pool(),),
             agent_observed_at=None if is_whole else NOW,
-            steering=Steering.PREFERRED if self.cluster is not None else Steering.OFF,
+            steering=self.cluster.mode if self.cluster is not None else Steering.OFF,
         )
         choice = NodeChoice.PACK if self.policy == PACK else NodeChoice.SPREAD
         snapshot = Snapshot(

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpufleet.agent.gates import pinned_spec
 from gpufleet.agent.steer import Steerer, steer_template
 from gpufleet.core.decision import Placement
 from gpufleet.core.model import Role, Steering
@@ -83,7 +84,7 @@ class SteeredCluster:
         steerer = Steerer(self.mode, self.free_devices, lambda _: None)
         choice = steerer.choose(_replica_dict(placement, self.driver))
         bound: list[tuple[int, int, dict[str, Any]]] = []
-        for spec in _pods(placement, index, choice):
+        for spec in _pods(placement, index, choice, self.mode is Steering.GATED):
             pod = _pod_obj(spec, self.mode)
             gang_nodes = {n for n, _, p in bound if spec.gang and p["gang"] == spec.gang}
             node = self._schedule(pod, spec.gpus, gang_nodes)
@@ -154,7 +155,10 @@ def _replica_dict(placement: Placement, driver: str) -> dict[str, Any]:
 
 
 def _pods(
-    placement: Placement, index: int, choice: Mapping[tuple[str, str], tuple[str, ...]]
+    placement: Placement,
+    index: int,
+    choice: Mapping[tuple[str, str], tuple[str, ...]],
+    is_gated: bool = False,
 ) -> list[_PodSpec]:
     """The replica's claiming pods in creation order."""
     out: list[_PodSpec] = []
@@ -171,14 +175,22 @@ def _pods(
                 pods = m.worker_nodes if m.role is Role.WORKER else 1
                 for k in range(pods):
                     name = f"r{index}-{e.name}-{copy}-{m.role}-{k}"
-                    out.append(_PodSpec(name, owner, gpus, gang, nodes))
+                    # Gated: the choice is in the fit's order, copy after copy, and each pod
+                    # is pinned to its own node (`gpufleet.agent.gates`).
+                    own = copy * pods + k
+                    mine = nodes[own : own + 1] if is_gated and own < len(nodes) else nodes
+                    out.append(_PodSpec(name, owner, gpus, gang, mine))
     return out
 
 
 def _pod_obj(spec: _PodSpec, mode: Steering) -> dict[str, Any]:
-    template = steer_template(
-        {"metadata": {}, "spec": {"containers": [{"name": "engine"}]}}, spec.nodes, mode
-    )
+    base = {"metadata": {}, "spec": {"containers": [{"name": "engine"}]}}
+    if mode is Steering.GATED:
+        # The pod as its gate is lifted: a required term on its own node (`pinned_spec`).
+        spec_ = pinned_spec(base["spec"], spec.nodes[0] if spec.nodes else None)
+        template = {"metadata": {}, "spec": spec_}
+    else:
+        template = steer_template(base, spec.nodes, mode)
     return {
         "metadata": {
             "name": spec.name,

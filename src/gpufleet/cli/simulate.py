@@ -410,7 +410,7 @@ def _parse_compare(value: str) -> list[Accounting]:
             choices = ", ".join(a.value for a in Accounting)
             raise typer.BadParameter(
                 f"{part!r} is not an accounting mode ({choices}); or compare steering: "
-                "'steering' or steering modes (Preferred, Required, Off)",
+                "'steering' or steering modes (Preferred, Required, Gated, Off)",
                 param_hint="--compare",
             ) from None
     if len(modes) < 2:
@@ -456,7 +456,7 @@ def command(
             "--compare",
             metavar="MODE,MODE",
             help="Run under both accounting modes (whole-node,free-gpu), or with steering on "
-            "and off ('steering', or steering modes: Preferred,Required,Off).",
+            "and off ('steering', or steering modes: Preferred,Required,Gated,Off).",
         ),
     ] = None,
     list_: Annotated[

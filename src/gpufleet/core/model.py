@@ -163,11 +163,14 @@ class Pool:
 
 class Steering(StrEnum):
     """Whether a cluster's agent steers kube-scheduler to the nodes it chose by best fit
-    (node affinity on `kubernetes.io/hostname`): preferred (weight 100), required, or not at
-    all. A steered cluster is predicted `Pack`; one that is not, by its `node_choice`."""
+    (node affinity on `kubernetes.io/hostname`): preferred (weight 100), required (the set of
+    a member's nodes), gated (each pod created behind a scheduling gate, then given its own
+    node by a required term, and the gate lifted), or not at all. A steered cluster is
+    predicted `Pack`; one that is not, by its `node_choice`."""
 
     PREFERRED = "Preferred"
     REQUIRED = "Required"
+    GATED = "Gated"
     OFF = "Off"
 
 

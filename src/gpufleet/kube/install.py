@@ -388,6 +388,8 @@ def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
     cluster_rules = [
         # What it observes, through informers (list, then watch).
         _rule([""], ["nodes", "pods"], _WATCH),
+        # Gated steering: it pins each gated pod of its own to its node and lifts the gate.
+        _rule([""], ["pods"], ["update"]),
         _rule(["resource.k8s.io"], ["resourceslices", "resourceclaims"], _WATCH),
         # The cluster autoscaler's verdicts on unschedulable pods (agent/scaleup.py).
         _rule([""], ["events"], _WATCH),

@@ -1,7 +1,10 @@
 """Emulated cluster-autoscaler for one workload cluster.
 
 Every `autoscaler_scan_s`: for unschedulable pods that would fit an empty node of their pool,
-it adds nodes (after `scale_up_delay_s`) up to `maxNodeCount`, counting nodes on the way; it
+it adds the nodes they need, as cluster-autoscaler's binpacking estimator does: first-fit
+decreasing onto the nodes on their way, then onto new ones, with the claiming pods of one gang
+copy (those with a hostname anti-affinity) on distinct nodes and every other pod, a claimless
+Leader among them, in the first node it fits (gated pods are not Unschedulable: ignored). It adds nodes (after `scale_up_delay_s`) up to `maxNodeCount`, counting nodes on the way; it
 removes nodes idle for `scale_down_idle_s` down to `minNodeCount` (only in pools with a
 `maxNodeCount`: a fixed-size pool has no autoscaled node group behind it). Under stockout it
 adds nothing and records `NotTriggerScaleUp` events. Every verdict on a pod is an Event with
@@ -20,7 +23,11 @@ from typing import TYPE_CHECKING, Final
 from gpufleet.core import labels
 from gpufleet.sim.emulated import dra
 from gpufleet.sim.emulated.cluster_spec import PoolSpec
-from gpufleet.sim.emulated.kube_scoring import HOSTNAME_KEY, required_affinity_matches
+from gpufleet.sim.emulated.kube_scoring import (
+    HOSTNAME_KEY,
+    anti_affinity_selectors,
+    required_affinity_matches,
+)
 from gpufleet.sim.emulated.objects import (
     GPU_TAINT,
     LWS_GROUP_KEY,
@@ -129,8 +136,7 @@ class ClusterAutoscaler:
                 if demand is None:
                     self._record_event(pod, "NotTriggerScaleUp", "pod does not fit a new node")
                     continue
-                group = (pod["metadata"].get("labels") or {}).get(LWS_GROUP_KEY)
-                demands.append((group, demand, pod))
+                demands.append((_distinct_group(pod), demand, pod))
             if not demands:
                 continue
             existing = len(self.cluster.peek_nodes(pool_name))
@@ -294,6 +300,17 @@ def _event_order(event: Obj) -> tuple[str, int]:
     """Latest first by time (RFC 3339 in UTC sorts as text), then by the sequence in its name."""
     name = str(event["metadata"]["name"])
     return (str(event.get("lastTimestamp") or ""), int(name.rsplit(".", 1)[-1], 16))
+
+
+def _distinct_group(pod: Obj) -> str | None:
+    """The LeaderWorkerSet group whose pods `pod` must not share a new node with: its group
+    when it carries a required pod anti-affinity on the hostname (a claiming gang pod); None
+    for any other pod (a claimless Leader may share a node with a Worker of its group, as
+    kube-scheduler and cluster-autoscaler's estimator let it)."""
+    if not any(key == HOSTNAME_KEY for key, _ in anti_affinity_selectors(pod)):
+        return None
+    group = (pod["metadata"].get("labels") or {}).get(LWS_GROUP_KEY)
+    return str(group) if group is not None else None
 
 
 def _full(pool: PoolSpec) -> dict[str, int]:

@@ -893,6 +893,11 @@ class WorkloadCluster:
                     "name": name,
                     "namespace": owner["metadata"]["namespace"],
                     "labels": {**(tmeta.get("labels") or {}), **extra_labels},
+                    **(
+                        {"annotations": dict(tmeta["annotations"])}
+                        if tmeta.get("annotations")
+                        else {}
+                    ),
                     "ownerReferences": [owner_ref(owner, owner["apiVersion"], owner["kind"])],
                     "finalizers": [KUBELET_FINALIZER],
                 },

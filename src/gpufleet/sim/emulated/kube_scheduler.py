@@ -4,13 +4,17 @@ A node must carry the pod's nodeSelector labels, match one of its required node 
 (the agent's `Required` steering), be Ready and schedulable, tolerate-check every
 NoSchedule/NoExecute taint, hold no pod that the pod's required pod anti-affinity selects in the
 same topology domain (the gang rule the agent writes: `kube_scoring.anti_affinity_selectors`),
-and have devices for the pod's claims (`gpufleet.sim.emulated.dra`). Node
+have room for the pod's CPU and memory requests beside those of its live pods (NodeResourcesFit's
+filter against `status.allocatable`: "Insufficient cpu" / "Insufficient memory"; a pod that
+requests neither skips it), and have devices for the pod's claims (`gpufleet.sim.emulated.dra`). Node
 choice per cluster: Spread, the default profile's scoring of every node that passes
 (`gpufleet.sim.emulated.kube_scoring`: taints, preferred node affinity, default topology spread,
 LeastAllocated and balanced CPU/memory; no DRA scoring), ties by a hash of the pod's and the
 nodes' names; or Pack, a packing scheduler (the fewest free devices that fit, ties by name).
 LeaderWorkerSet groups are not spread by themselves: only the pods' own anti-affinity keeps them
-apart (so a claimless Leader may share a node with its Worker). It writes the claim's
+apart (so a claimless Leader may share a node with its Worker). A pod with
+`spec.schedulingGates` is not tried: it gets `PodScheduled=False, reason SchedulingGated` (pod
+scheduling readiness, Kubernetes 1.30), which the autoscaler ignores, until its last gate goes. It writes the claim's
 `status.allocation` and `reservedFor`, then the pod's `spec.nodeName`; an unschedulable pod
 gets `PodScheduled=False, reason Unschedulable`.
 """
@@ -70,6 +74,13 @@ class KubeScheduler:
     def schedule_one(self, pod: Obj, index: NodeIndex) -> None:
         """Bind `pod` to a node of `index` (`node_index()`), or mark it unschedulable."""
         meta, spec = pod["metadata"], pod["spec"]
+        if spec.get("schedulingGates"):
+            # Pod scheduling readiness: a gated pod is not tried (nor is it Unschedulable, so
+            # the autoscaler does not grow for it) until its last gate is removed.
+            self._mark_unschedulable(
+                pod, "Scheduling is blocked due to non-empty scheduling gates", "SchedulingGated"
+            )
+            return
         nodes = index.nodes
         claims: list[Obj] = []
         for entry in pod["status"].get("resourceClaimStatuses") or []:
@@ -85,6 +96,9 @@ class KubeScheduler:
         avoid = self._anti_affinity(pod, nodes)
         claim_requests = [dra.claim_requests(c, self.class_drivers) for c in claims]
         reasons: dict[str, int] = defaultdict(int)
+        # NodeResourcesFit's filter: the pod's actual CPU and memory requests (a pod that
+        # requests none, the usual one here, fits any node).
+        wants = kube_scoring.pod_requests(spec, is_non_zero=False)
         # The nodes that pass the filters, with their free devices (what Pack orders by).
         candidates: list[tuple[Obj, int]] = []
         selected = index.selected(spec.get("nodeSelector") or {})
@@ -93,12 +107,8 @@ class KubeScheduler:
             reasons[SELECTOR_MISMATCH] += len(nodes) - len(selected)
         for node, reason in zip(selected, index.node_filter(selected, spec), strict=True):
             name = node["metadata"]["name"]
-            if reason is None and not kube_scoring.required_affinity_matches(node, spec):
-                reason = "node(s) didn't match Pod's node affinity/selector"
-            if reason is None and any(
-                (node["metadata"].get("labels") or {}).get(key) in values for key, values in avoid
-            ):
-                reason = "node(s) didn't match pod anti-affinity rules"
+            if reason is None:
+                reason = self._pod_filters(node, spec, avoid, wants)
             if reason is not None:
                 reasons[reason] += 1
                 continue
@@ -146,6 +156,39 @@ class KubeScheduler:
         self.store.patch_status_shared(
             POD, meta["name"], meta["namespace"], {"conditions": conditions}
         )
+
+    def _pod_filters(
+        self,
+        node: Obj,
+        spec: Mapping[str, Any],
+        avoid: Sequence[tuple[str, set[str]]],
+        wants: tuple[int, int],
+    ) -> str | None:
+        """Why the node fails the pod's own filters (required node affinity, pod
+        anti-affinity, CPU and memory), or None."""
+        if not kube_scoring.required_affinity_matches(node, spec):
+            return "node(s) didn't match Pod's node affinity/selector"
+        node_labels = node["metadata"].get("labels") or {}
+        if any(node_labels.get(key) in values for key, values in avoid):
+            return "node(s) didn't match pod anti-affinity rules"
+        if wants != (0, 0):
+            return self._insufficient(node, wants)
+        return None
+
+    def _insufficient(self, node: Obj, wants: tuple[int, int]) -> str | None:
+        """NodeResourcesFit's filter: "Insufficient cpu" / "Insufficient memory" when the
+        requests of the live pods bound to the node plus the pod's exceed its allocatable."""
+        cpu, memory = kube_scoring.node_allocatable(node)
+        used_cpu = used_memory = 0
+        for other in self.store.pods_on(node["metadata"]["name"]):
+            if is_alive(other) and other["status"].get("phase") not in ("Succeeded", "Failed"):
+                c, m = kube_scoring.pod_requests(other["spec"], is_non_zero=False)
+                used_cpu, used_memory = used_cpu + c, used_memory + m
+        if used_cpu + wants[0] > cpu:
+            return "Insufficient cpu"
+        if used_memory + wants[1] > memory:
+            return "Insufficient memory"
+        return None
 
     def node_index(self) -> NodeIndex:
         """The cluster's Nodes as listed now (`peek` order), indexed by label: made again only
@@ -326,7 +369,7 @@ class KubeScheduler:
             allocations.append((claim, results))
         return allocations
 
-    def _mark_unschedulable(self, pod: Obj, message: str) -> None:
+    def _mark_unschedulable(self, pod: Obj, message: str, reason: str = "Unschedulable") -> None:
         conditions = pod["status"].get("conditions") or []
         for c in conditions:
             if c["type"] == "PodScheduled" and c.get("message") == message:
@@ -336,7 +379,7 @@ class KubeScheduler:
             {
                 "type": "PodScheduled",
                 "status": "False",
-                "reason": "Unschedulable",
+                "reason": reason,
                 "message": message,
                 "lastTransitionTime": format_time(self.loop.now),
             }

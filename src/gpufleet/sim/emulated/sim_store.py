@@ -9,7 +9,7 @@ from typing import Any, Final
 from gpufleet.core import labels
 from gpufleet.sim.emulated import dra
 from gpufleet.sim.emulated.objects import ObjKey, is_node_ready, is_unschedulable, key_of
-from gpufleet.store import MemoryStore
+from gpufleet.store import MemoryStore, pod_updates
 from gpufleet.store.port import (
     EVENT,
     NODE,
@@ -17,7 +17,9 @@ from gpufleet.store.port import (
     RESOURCE_CLAIM,
     RESOURCE_SLICE,
     ChangeType,
+    Invalid,
     Obj,
+    kind_of,
 )
 
 
@@ -57,6 +59,21 @@ class SimStore(MemoryStore):
         self.add_index(EVENT, _BY_OBJECT, _involved_uid)
         self.add_index(RESOURCE_CLAIM, BY_OWNER, owner_uids)
         self.add_index(POD, _UNSCHEDULABLE, _is_unschedulable)
+
+    def update_shared(self, obj: Obj) -> Obj:
+        """`MemoryStore.update_shared`, with the API server's rules for a Pod's spec
+        (`gpufleet.store.pod_updates`: gates only removed, scheduling directives only narrowed
+        while gated, frozen after): a write that breaks one is refused (`Invalid`)."""
+        if kind_of(obj) == POD:
+            meta = obj.get("metadata") or {}
+            current = self.peek_one(POD, str(meta.get("name", "")), meta.get("namespace"))
+            if current is not None and obj.get("spec") is not current.get("spec"):
+                broken = pod_updates.violation(current.get("spec") or {}, obj.get("spec") or {})
+                if broken is not None:
+                    raise Invalid(
+                        f"Pod {meta.get('namespace')}/{meta.get('name')} is invalid: {broken}"
+                    )
+        return super().update_shared(obj)
 
     def ready_nodes(self) -> frozenset[str]:
         """The names of the Ready nodes (cached per revision of the Nodes)."""
