@@ -52,6 +52,7 @@ from gpufleet.controller import loop
 from gpufleet.core import schedule as core_schedule
 from gpufleet.core.decision import Decision
 from gpufleet.core.model import Snapshot
+from gpufleet.core.reuse import ScheduleMemo
 from gpufleet.sim.run.runner import build_fleet, timeline_runner
 from gpufleet.sim.scenario.load import Accounting
 from gpufleet.store.port import MODEL_REPLICA
@@ -132,7 +133,7 @@ def replay(args: argparse.Namespace) -> None:
     if "memo" not in inspect.signature(schedule).parameters:
         print("(schedule takes no memo here)")
         return
-    memo_type: Any = core_schedule.ScheduleMemo
+    memo_type: Any = ScheduleMemo
 
     def kept() -> list[Decision]:
         memo = memo_type()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from builders import NOW, ago, cluster, deployment, observed
 from gpufleet.core.decision import Diagnosis
+from gpufleet.core.derive import FRESH
 from gpufleet.core.model import Cluster, ClusterName, Deployment, SchedulingConfig, Snapshot
 from gpufleet.core.placement import (
     ClusterLedger,
@@ -80,9 +81,9 @@ def alike(draw: st.DrawFn) -> tuple[Deployment, ...]:
 def _ledgers(
     clusters: tuple[Cluster, ...],
 ) -> tuple[dict[ClusterName, ClusterLedger], PlacementMemo]:
-    memo = PlacementMemo(keeps_ledgers=False)
-    memo.advance()
-    return _build_ledgers(Snapshot(clusters=clusters), NOW, memo, False), memo
+    snapshot = Snapshot(clusters=clusters)
+    _, call = FRESH.begin(snapshot)
+    return _build_ledgers(snapshot, NOW, call, False), call.placement
 
 
 def _plain(

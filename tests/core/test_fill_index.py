@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from builders import NOW, cluster, deployment, observed
 from gpufleet.core.decision import ClusterVerdict
+from gpufleet.core.derive import FRESH
 from gpufleet.core.model import Cluster, ClusterName, Deployment, Snapshot
 from gpufleet.core.placement import (
     ClusterLedger,
@@ -70,9 +71,9 @@ def demands(draw: st.DrawFn) -> tuple[Deployment, ...]:
 def _ledgers(
     clusters: tuple[Cluster, ...],
 ) -> tuple[dict[ClusterName, ClusterLedger], PlacementMemo]:
-    memo = PlacementMemo(keeps_ledgers=False)
-    memo.advance()
-    return _build_ledgers(Snapshot(clusters=clusters), NOW, memo, False), memo
+    snapshot = Snapshot(clusters=clusters)
+    _, call = FRESH.begin(snapshot)
+    return _build_ledgers(snapshot, NOW, call, False), call.placement
 
 
 def _candidates(

@@ -29,7 +29,8 @@ from test_schedule_memo import (
 from builders import NOW, cluster, deployment, key, observed, replica_from
 from gpufleet.core.grouping import Grouping, regroup
 from gpufleet.core.model import Avoid, Replica, ReplicaStatus, Snapshot
-from gpufleet.core.schedule import ScheduleMemo, plan, schedule
+from gpufleet.core.reuse import ScheduleMemo
+from gpufleet.core.schedule import plan, schedule
 
 
 def _replica(deployment: str, cluster: str, index: int, signature: tuple[object, ...]) -> Replica:
