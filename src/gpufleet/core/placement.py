@@ -230,9 +230,7 @@ class PlacementMemo:
         "keeps_ledgers",
         "ledgers",
         "matcher",
-        "mismatches",
         "on_shapes",
-        "placed",
         "profiles",
         "states",
     )
@@ -252,8 +250,6 @@ class PlacementMemo:
         self._engines: dict[tuple[Engine, int], EngineOnClass] = {}
         #: For one call: `on_shape` per (engines, cluster shape), shared by equal engines.
         self._alike: dict[tuple[tuple[Engine, ...], int], tuple[EngineOnShape, ...]] = {}
-        #: For one call: a placed engine per (deployment ref, engine index, pool name, class).
-        self.placed: dict[tuple[tuple[object, ...], int, PoolName, int], PlacedEngine] = {}
         #: For one call: the explain profile id per (engines, cluster shape).
         self.alike_profiles: dict[tuple[tuple[Engine, ...], int], int] = {}
         #: For one call: what a ledger reads of a class's devices (`class_facts`), by class id.
@@ -265,10 +261,6 @@ class PlacementMemo:
         self.profiles: Generations[tuple[object, int], int] = Generations()
         self._profile_ids: Generations[tuple[object, ...], int] = Generations()
         self._next_profile_id = 0
-        #: The reason, or () when there is none (a memo stores no None).
-        self.mismatches: Generations[
-            tuple[object, PoolName, int, tuple[bool, ...]], tuple[Reason, ...]
-        ] = Generations()
         #: False for a memo made for one call: it would keep ledgers no call reads.
         self.keeps_ledgers = keeps_ledgers
         #: Per Pool signature (`Pool.signature`; a pool without one is not kept): its ledger
@@ -289,7 +281,6 @@ class PlacementMemo:
         self._classes = {}
         self._engines = {}
         self._alike = {}
-        self.placed = {}
         self.alike_profiles = {}
         self._facts = {}
         self._gate_ids = {}
@@ -297,7 +288,6 @@ class PlacementMemo:
         self.hosts.advance()
         self.profiles.advance()
         self._profile_ids.advance()
-        self.mismatches.advance()
         self.ledgers.advance()
         self.states.advance()
 
@@ -401,7 +391,6 @@ class PlacementMemo:
             + len(self.hosts)
             + len(self.profiles)
             + len(self._profile_ids)
-            + len(self.mismatches)
             + len(self.ledgers)
             + len(self.states)
         )
@@ -421,25 +410,6 @@ def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> 
         copies=engine.copies,
         phase=engine.phase,
     )
-
-
-def _mismatch(
-    engine: Engine,
-    ref: EngineRef,
-    pool: PoolLedger,
-    shape: EngineOnClass,
-    claimable: tuple[bool, ...],
-    memo: PlacementMemo,
-) -> tuple[Reason, ...]:
-    """Why the engine cannot use the pool at all, as a tuple of one reason (or none); the
-    same for every pool of that name and class, so explaining a thousand clusters builds
-    each reason, and its tuple, once."""
-    memo_key = (ref, pool.pool.name, pool.class_id, claimable)
-    found = memo.mismatches.get(memo_key)
-    if found is None:
-        reason = _first_mismatch(engine, pool, shape, claimable)
-        found = memo.mismatches.put(memo_key, (reason,) if reason else ())
-    return found
 
 
 def _first_mismatch(
@@ -481,21 +451,21 @@ def _can_host(
 def _unusable_verdict(
     ledger: ClusterLedger,
     engine: Engine,
-    ref: EngineRef,
+    index: int,
     pool: PoolLedger,
     shape: EngineOnClass,
     claimable: tuple[bool, ...],
-    memo: PlacementMemo,
     profile: int | None,
 ) -> PoolVerdict:
     """The verdict on a pool the engine cannot use; with the deployment's explain `profile`,
     kept on the cluster's ledger per (pool, its version) for every deployment of it."""
-    memo_key = (pool.pool.name, pool.version, profile, ref[1])
+    memo_key = (pool.pool.name, pool.version, profile, index)
     if profile is not None:
         found = ledger.unusable.get(memo_key)
         if found is not None:
             return found
-    mismatch = _mismatch(engine, ref, pool, shape, claimable, memo)
+    reason = _first_mismatch(engine, pool, shape, claimable)
+    mismatch = (reason,) if reason else ()
     reasons = (*mismatch, *pool.reasons) if pool.reasons else mismatch
     verdict = PoolVerdict(
         pool.pool.name, engine.name, pool.accounting, False, reasons, pool.summary()
@@ -554,10 +524,9 @@ _Chosen = tuple[PoolLedger, EngineOnClass, list[Unit], FitResult | int]
 def _place_engine(
     ledger: ClusterLedger,
     engine: Engine,
-    ref: EngineRef,
+    index: int,
     on_shape: EngineOnShape,
     trial: _Trial,
-    memo: PlacementMemo,
     owner: str,
     verdicts: list[PoolVerdict] | None,
     avoid: Mapping[PoolName, Reason],
@@ -574,7 +543,7 @@ def _place_engine(
             if verdicts is not None:
                 verdicts.append(
                     _unusable_verdict(
-                        ledger, engine, ref, pool, shape, on_shape.claimable, memo, trial.profile
+                        ledger, engine, index, pool, shape, on_shape.claimable, trial.profile
                     )
                 )
             continue
@@ -622,7 +591,7 @@ def _place_engine(
 def place_replica(
     ledger: ClusterLedger,
     deployment: Deployment,
-    memo: PlacementMemo,
+    on_shapes: tuple[EngineOnShape, ...],
     *,
     owner: str = "",
     explain: bool = False,
@@ -632,15 +601,13 @@ def place_replica(
     """One replica of the deployment on the cluster's ledger (not committed: `commit`),
     never on a pool in `avoid` (re-placement backoff; its reason becomes that pool's verdict).
     `profile`: its `explain_profile` on this cluster, when known (explaining keeps verdicts
-    on pools by it)."""
+    on pools by it). `on_shapes`: per engine, the deployment's compiled matches on this
+    cluster's shape (`CompiledDeployment.on_shape`, as its `Derive` gives them)."""
     trial = _Trial(profile=profile)
     commits: dict[PoolName, FitResult | int] = {}
     placed: list[PlacedEngine] = []
     verdicts: list[PoolVerdict] | None = [] if explain else None
-    deployment_ref = memo.matcher.ref(deployment)
-    on_shapes = memo.on_shape(deployment, ledger)
     for i, engine in enumerate(deployment.engines):
-        ref = (deployment_ref, i)
         on_shape = on_shapes[i]
         if on_shape.is_matched and not any(on_shape.claimable):
             reason = diagnosis.engine_cannot_claim(engine.name, len(ledger.pools))
@@ -650,9 +617,7 @@ def place_replica(
                     for p in ledger.pools
                 )
             return ReplicaFit(None, reasons=(reason,), verdicts=tuple(verdicts or ()))
-        chosen = _place_engine(
-            ledger, engine, ref, on_shape, trial, memo, owner, verdicts, avoid or {}
-        )
+        chosen = _place_engine(ledger, engine, i, on_shape, trial, owner, verdicts, avoid or {})
         if isinstance(chosen, ReplicaFit):
             return chosen
         pool, shape, units, outcome = chosen
@@ -662,14 +627,7 @@ def place_replica(
         else:
             trial.units[name] = units
         commits[name] = outcome
-        # What a replica's engine looks like on a pool is a function of the engine and the
-        # pool's name and class: shared by the deployment's replicas within a call.
-        placed_key = (deployment_ref, i, name, pool.class_id)
-        engine_placed = memo.placed.get(placed_key)
-        if engine_placed is None:
-            engine_placed = _placed(_stamp(engine, shape.matches, name))
-            memo.placed[placed_key] = engine_placed
-        placed.append(engine_placed)
+        placed.append(_placed(_stamp(engine, shape.matches, name)))
     return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts or ()))
 
 
@@ -759,7 +717,8 @@ def _explained(
     found = ledger.explained.get(profile)
     if found is not None and found[0] == ledger.version:
         return found[1]
-    fitted = place_replica(ledger, deployment, memo, explain=True, profile=profile)
+    on_shapes = memo.on_shape(deployment, ledger)
+    fitted = place_replica(ledger, deployment, on_shapes, explain=True, profile=profile)
     explained = (fitted.engines is not None, fitted.reasons, fitted.verdicts)
     ledger.explained[profile] = (ledger.version, explained)
     return explained
@@ -856,7 +815,8 @@ class FillOrder:
             if not avoided and ledger.failures.get(profile) == ledger.version:
                 return None
             name = owner(cluster) if ledger.records else ""
-            fitted = place_replica(ledger, deployment, memo, owner=name, avoid=avoided)
+            on_shapes = memo.on_shape(deployment, ledger)
+            fitted = place_replica(ledger, deployment, on_shapes, owner=name, avoid=avoided)
             if fitted.engines is None:
                 if not avoided:
                     ledger.failures[profile] = ledger.version
