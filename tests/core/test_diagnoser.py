@@ -107,7 +107,7 @@ def test_a_reused_diagnosis_is_the_plain_scan(
             if not data.draw(st.booleans()):
                 continue
             for ledger in ledgers.values():
-                fitted = place_replica(ledger, d, memo.on_shape(d, ledger))
+                fitted = place_replica(ledger, d, memo.on_cluster(d, ledger))
                 if fitted.engines is not None:
                     commit(ledger, fitted)
                     break
@@ -126,7 +126,7 @@ def test_deployments_alike_share_verdicts_that_did_not_move() -> None:
     diagnoser = Diagnoser(ledgers, memo, SchedulingConfig())
     before = diagnoser.diagnose(first, {})
     ledger = ledgers[ClusterName("c1")]
-    commit(ledger, place_replica(ledger, first, memo.on_shape(first, ledger)))
+    commit(ledger, place_replica(ledger, first, memo.on_cluster(first, ledger)))
     after = diagnoser.diagnose(second, {})
     assert after == _plain(ledgers, memo, second)
     assert after.clusters[0] is before.clusters[0]

@@ -94,7 +94,7 @@ def _plain_place(
     n = len(names)
     order = sorted(names, key=lambda c: (counts.get(c, 0), (names.index(c) - offset) % n))
     for name in order:
-        fitted = place_replica(ledgers[name], d, memo.on_shape(d, ledgers[name]))
+        fitted = place_replica(ledgers[name], d, memo.on_cluster(d, ledgers[name]))
         if fitted.engines is not None:
             commit(ledgers[name], fitted)
             counts[name] = counts.get(name, 0) + 1
@@ -142,14 +142,14 @@ def test_explain_cluster_is_place_replica_explained(
     for _ in range(3):  # explain, commit a replica of each deployment somewhere, again
         for d in ds:
             for ledger in ledgers.values():
-                plain = place_replica(ledger, d, memo.on_shape(d, ledger), explain=True)
+                plain = place_replica(ledger, d, memo.on_cluster(d, ledger), explain=True)
                 want = (plain.engines is not None, plain.reasons, plain.verdicts)
                 assert explain_cluster(ledger, d, memo) == want
                 verdict = ungated_verdict(ledger, d, memo, {}, ())
                 assert verdict == ClusterVerdict(ledger.cluster.name, *want)
         for d in ds:
             for ledger in ledgers.values():
-                fitted = place_replica(ledger, d, memo.on_shape(d, ledger))
+                fitted = place_replica(ledger, d, memo.on_cluster(d, ledger))
                 if fitted.engines is not None:
                     commit(ledger, fitted)
                     break

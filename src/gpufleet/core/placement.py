@@ -188,6 +188,55 @@ def _refusal(
     return found
 
 
+#: Per (engine index, pool name, pool class, what the engine can claim on the shape): why
+#: the engine cannot use the pool, and the engine placed on it (`Compiled`).
+_PoolKey = tuple[int, PoolName, int, tuple[bool, ...]]
+
+
+class Compiled:
+    """A deployment's compiled matches on one shape of cluster (per engine, `EngineOnShape`),
+    with what placing derives from them and a pool's name alone: why an engine cannot use a
+    pool (`mismatch`) and what it looks like placed on one (`placed`). Each is a function of
+    the engines and the pool's name, class and claimability, derived when first asked into
+    `tables`, which alike deployments may share across shapes (`PlacementMemo.on_cluster`).
+    Mutable only in those tables; every value in them is frozen."""
+
+    __slots__ = ("engines", "tables")
+
+    def __init__(
+        self,
+        engines: tuple[EngineOnShape, ...],
+        tables: tuple[dict[_PoolKey, tuple[Reason, ...]], dict[_PoolKey, PlacedEngine]]
+        | None = None,
+    ) -> None:
+        self.engines = engines
+        self.tables = tables if tables is not None else ({}, {})
+
+    def mismatch(
+        self, index: int, engine: Engine, pool: PoolLedger, shape: EngineOnClass
+    ) -> tuple[Reason, ...]:
+        """Why engine `index` cannot use `pool` at all, as a tuple of one reason (or none)."""
+        claimable = self.engines[index].claimable
+        key = (index, pool.pool.name, pool.class_id, claimable)
+        table = self.tables[0]
+        found = table.get(key)
+        if found is None:
+            reason = _first_mismatch(engine, pool, shape, claimable)
+            found = table[key] = (reason,) if reason else ()
+        return found
+
+    def placed(
+        self, index: int, engine: Engine, shape: EngineOnClass, pool: PoolLedger
+    ) -> PlacedEngine:
+        """Engine `index` as placed on `pool`."""
+        key = (index, pool.pool.name, pool.class_id, ())
+        table = self.tables[1]
+        found = table.get(key)
+        if found is None:
+            found = table[key] = _placed(_stamp(engine, shape.matches, pool.pool.name))
+        return found
+
+
 class PlacementMemo:
     """What placing computes per (engine or deployment, class of pool or cluster shape),
     capacity aside; and, for a caller that keeps it, each pool's ledger as built.
@@ -222,8 +271,10 @@ class PlacementMemo:
         "_gate_ids",
         "_next_profile_id",
         "_next_shape_id",
+        "_on_cluster",
         "_profile_ids",
         "_shape_ids",
+        "_tables",
         "alike_profiles",
         "compiled",
         "hosts",
@@ -250,6 +301,12 @@ class PlacementMemo:
         self._engines: dict[tuple[Engine, int], EngineOnClass] = {}
         #: For one call: `on_shape` per (engines, cluster shape), shared by equal engines.
         self._alike: dict[tuple[tuple[Engine, ...], int], tuple[EngineOnShape, ...]] = {}
+        #: For one call: `on_cluster` per (deployment ref, shape), and its tables per ref.
+        self._on_cluster: dict[tuple[object, int], Compiled] = {}
+        self._tables: dict[
+            tuple[object, ...],
+            tuple[dict[_PoolKey, tuple[Reason, ...]], dict[_PoolKey, PlacedEngine]],
+        ] = {}
         #: For one call: the explain profile id per (engines, cluster shape).
         self.alike_profiles: dict[tuple[tuple[Engine, ...], int], int] = {}
         #: For one call: what a ledger reads of a class's devices (`class_facts`), by class id.
@@ -281,6 +338,8 @@ class PlacementMemo:
         self._classes = {}
         self._engines = {}
         self._alike = {}
+        self._on_cluster = {}
+        self._tables = {}
         self.alike_profiles = {}
         self._facts = {}
         self._gate_ids = {}
@@ -360,6 +419,19 @@ class PlacementMemo:
                 found = self.compile(deployment).on_shape(class_ids)
                 self._alike[alike_key] = found
             self.on_shapes.put(memo_key, found)
+        return found
+
+    def on_cluster(self, deployment: Deployment, ledger: ClusterLedger) -> Compiled:
+        """`on_shape` as a `Compiled` for `place_replica`: one per (deployment, shape) in a
+        call, shared by deployments with equal engines."""
+        ref = self.matcher.ref(deployment)
+        key = (ref, ledger.shape)
+        found = self._on_cluster.get(key)
+        if found is None:
+            tables = self._tables.get(ref)
+            if tables is None:
+                tables = self._tables[ref] = ({}, {})
+            found = self._on_cluster[key] = Compiled(self.on_shape(deployment, ledger), tables)
         return found
 
     def gate_id(self, profile: tuple[object, ...]) -> int:
@@ -454,7 +526,7 @@ def _unusable_verdict(
     index: int,
     pool: PoolLedger,
     shape: EngineOnClass,
-    claimable: tuple[bool, ...],
+    compiled: Compiled,
     profile: int | None,
 ) -> PoolVerdict:
     """The verdict on a pool the engine cannot use; with the deployment's explain `profile`,
@@ -464,8 +536,7 @@ def _unusable_verdict(
         found = ledger.unusable.get(memo_key)
         if found is not None:
             return found
-    reason = _first_mismatch(engine, pool, shape, claimable)
-    mismatch = (reason,) if reason else ()
+    mismatch = compiled.mismatch(index, engine, pool, shape)
     reasons = (*mismatch, *pool.reasons) if pool.reasons else mismatch
     verdict = PoolVerdict(
         pool.pool.name, engine.name, pool.accounting, False, reasons, pool.summary()
@@ -525,7 +596,7 @@ def _place_engine(
     ledger: ClusterLedger,
     engine: Engine,
     index: int,
-    on_shape: EngineOnShape,
+    compiled: Compiled,
     trial: _Trial,
     owner: str,
     verdicts: list[PoolVerdict] | None,
@@ -535,6 +606,7 @@ def _place_engine(
     With `verdicts` (explaining), every pool is tried and given a verdict. A pool in `avoid`
     (re-placement backoff) is not tried: its verdict is the reason given there."""
     explain = verdicts is not None
+    on_shape = compiled.engines[index]
     chosen: _Chosen | None = None
     capacity_reasons: list[Reason] = []
     refused = False
@@ -542,9 +614,7 @@ def _place_engine(
         if not is_usable:
             if verdicts is not None:
                 verdicts.append(
-                    _unusable_verdict(
-                        ledger, engine, index, pool, shape, on_shape.claimable, trial.profile
-                    )
+                    _unusable_verdict(ledger, engine, index, pool, shape, compiled, trial.profile)
                 )
             continue
         avoided = avoid.get(pool.pool.name) if avoid else None
@@ -591,7 +661,7 @@ def _place_engine(
 def place_replica(
     ledger: ClusterLedger,
     deployment: Deployment,
-    on_shapes: tuple[EngineOnShape, ...],
+    compiled: Compiled,
     *,
     owner: str = "",
     explain: bool = False,
@@ -601,14 +671,14 @@ def place_replica(
     """One replica of the deployment on the cluster's ledger (not committed: `commit`),
     never on a pool in `avoid` (re-placement backoff; its reason becomes that pool's verdict).
     `profile`: its `explain_profile` on this cluster, when known (explaining keeps verdicts
-    on pools by it). `on_shapes`: per engine, the deployment's compiled matches on this
-    cluster's shape (`CompiledDeployment.on_shape`, as its `Derive` gives them)."""
+    on pools by it). `compiled`: the deployment's compiled matches on this cluster's shape
+    (`PlacementMemo.on_cluster`)."""
     trial = _Trial(profile=profile)
     commits: dict[PoolName, FitResult | int] = {}
     placed: list[PlacedEngine] = []
     verdicts: list[PoolVerdict] | None = [] if explain else None
     for i, engine in enumerate(deployment.engines):
-        on_shape = on_shapes[i]
+        on_shape = compiled.engines[i]
         if on_shape.is_matched and not any(on_shape.claimable):
             reason = diagnosis.engine_cannot_claim(engine.name, len(ledger.pools))
             if verdicts is not None:
@@ -617,7 +687,7 @@ def place_replica(
                     for p in ledger.pools
                 )
             return ReplicaFit(None, reasons=(reason,), verdicts=tuple(verdicts or ()))
-        chosen = _place_engine(ledger, engine, i, on_shape, trial, owner, verdicts, avoid or {})
+        chosen = _place_engine(ledger, engine, i, compiled, trial, owner, verdicts, avoid or {})
         if isinstance(chosen, ReplicaFit):
             return chosen
         pool, shape, units, outcome = chosen
@@ -627,7 +697,7 @@ def place_replica(
         else:
             trial.units[name] = units
         commits[name] = outcome
-        placed.append(_placed(_stamp(engine, shape.matches, name)))
+        placed.append(compiled.placed(i, engine, shape, pool))
     return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts or ()))
 
 
@@ -717,8 +787,8 @@ def _explained(
     found = ledger.explained.get(profile)
     if found is not None and found[0] == ledger.version:
         return found[1]
-    on_shapes = memo.on_shape(deployment, ledger)
-    fitted = place_replica(ledger, deployment, on_shapes, explain=True, profile=profile)
+    compiled = memo.on_cluster(deployment, ledger)
+    fitted = place_replica(ledger, deployment, compiled, explain=True, profile=profile)
     explained = (fitted.engines is not None, fitted.reasons, fitted.verdicts)
     ledger.explained[profile] = (ledger.version, explained)
     return explained
@@ -815,8 +885,8 @@ class FillOrder:
             if not avoided and ledger.failures.get(profile) == ledger.version:
                 return None
             name = owner(cluster) if ledger.records else ""
-            on_shapes = memo.on_shape(deployment, ledger)
-            fitted = place_replica(ledger, deployment, on_shapes, owner=name, avoid=avoided)
+            compiled = memo.on_cluster(deployment, ledger)
+            fitted = place_replica(ledger, deployment, compiled, owner=name, avoid=avoided)
             if fitted.engines is None:
                 if not avoided:
                     ledger.failures[profile] = ledger.version

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from gpufleet.core.avoiding import NOT_AVOIDING, Avoiding
 from gpufleet.core.capacity import PoolLedger
@@ -429,3 +430,17 @@ def _retain_and_charge(
     remembered = _Remembered(on.fleet, signatures if is_signed else (), retained, charges)
     entries.put(ref, remembered)
     return retained, charges
+
+
+class Shared:
+    """`Derive` that keeps nothing across calls and shares, within each call, what alike
+    deployments and pools derive alike (a `ScheduleMemo` made `for_one_call`): for a caller
+    that plans once (`gpufleet plan`, B1)."""
+
+    __slots__ = ()
+
+    def begin(self, snapshot: Snapshot) -> tuple[tuple[Deployment, ...], Call]:
+        return ScheduleMemo(for_one_call=True).begin(snapshot)
+
+
+SHARED: Final = Shared()
