@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from builders import NOW, cluster, deployment, observed
 from gpufleet.core.decision import ClusterVerdict
 from gpufleet.core.derive import FRESH
+from gpufleet.core.fill_order import FillOrder
 from gpufleet.core.model import Cluster, ClusterName, Deployment, Snapshot
 from gpufleet.core.placement import (
     ClusterLedger,
-    FillOrder,
     PlacementMemo,
     can_ever_host,
     commit,

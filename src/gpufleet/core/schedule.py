@@ -69,6 +69,7 @@ from gpufleet.core.decision import (
     replica_name,
 )
 from gpufleet.core.derive import FRESH, Call, Derive, SnapshotError
+from gpufleet.core.fill_order import FillOrder
 from gpufleet.core.fit import Assignment
 from gpufleet.core.matching import is_selected
 from gpufleet.core.model import (
@@ -81,7 +82,6 @@ from gpufleet.core.model import (
 )
 from gpufleet.core.placement import (
     ClusterLedger,
-    FillOrder,
     PlacementMemo,
     can_ever_host,
 )
