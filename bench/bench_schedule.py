@@ -21,6 +21,7 @@ import time
 from gpufleet.bench.runner import plain_text, run_benchmarks
 from gpufleet.bench.speed import NOW, SEED, deployments, fleet, whole_node
 from gpufleet.core.model import Snapshot
+from gpufleet.core.reuse import SHARED
 from gpufleet.core.schedule import schedule
 
 ROWS = (
@@ -44,7 +45,7 @@ def cpu_rows(repeats: int = 5) -> None:
         times = []
         for _ in range(repeats):
             started = time.process_time()
-            decision = schedule(snap, NOW)
+            decision = schedule(snap, NOW, derive=SHARED)
             times.append(time.process_time() - started)
         placed = sum(len(d.created) for d in decision.deployments)
         median = sorted(times)[len(times) // 2]

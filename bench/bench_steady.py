@@ -48,10 +48,11 @@ from typing import Any
 
 from gpufleet.bench.simulate import fleet_scenario
 from gpufleet.cel.selector import CelSelector, compile_selector
-from gpufleet.controller import loop
+from gpufleet.controller import faulted
 from gpufleet.core import schedule as core_schedule
 from gpufleet.core.decision import Decision
 from gpufleet.core.model import Snapshot
+from gpufleet.core.reuse import ScheduleMemo
 from gpufleet.sim.run.runner import build_fleet, timeline_runner
 from gpufleet.sim.scenario.load import Accounting
 from gpufleet.store.port import MODEL_REPLICA
@@ -71,17 +72,17 @@ def record(args: argparse.Namespace) -> None:
     run_to(args.start * 3600)
     print(f"warm-up to {args.start:g} h: {time.perf_counter() - started:.1f} s")
     recorded: Recorded = []
-    original = loop.schedule
+    original = faulted.schedule
 
     def recording(snapshot: Snapshot, now: datetime, **kwargs: Any) -> Decision:
         recorded.append((snapshot, now))
         return original(snapshot, now, **kwargs)
 
-    loop.schedule = recording  # type: ignore[assignment]
+    faulted.schedule = recording  # type: ignore[assignment]
     try:
         run_to((args.start + args.window) * 3600)
     finally:
-        loop.schedule = original
+        faulted.schedule = original
     replicas = len(fleet.hub.view(MODEL_REPLICA))
     with open(args.out, "wb") as f:
         pickle.dump(recorded, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -132,7 +133,7 @@ def replay(args: argparse.Namespace) -> None:
     if "memo" not in inspect.signature(schedule).parameters:
         print("(schedule takes no memo here)")
         return
-    memo_type: Any = core_schedule.ScheduleMemo
+    memo_type: Any = ScheduleMemo
 
     def kept() -> list[Decision]:
         memo = memo_type()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from builders import NOW, ago, cluster, deployment, observed
 from gpufleet.core.decision import Diagnosis
+from gpufleet.core.derive import FRESH
 from gpufleet.core.model import Cluster, ClusterName, Deployment, SchedulingConfig, Snapshot
 from gpufleet.core.placement import (
     ClusterLedger,
@@ -80,9 +81,9 @@ def alike(draw: st.DrawFn) -> tuple[Deployment, ...]:
 def _ledgers(
     clusters: tuple[Cluster, ...],
 ) -> tuple[dict[ClusterName, ClusterLedger], PlacementMemo]:
-    memo = PlacementMemo(keeps_ledgers=False)
-    memo.advance()
-    return _build_ledgers(Snapshot(clusters=clusters), NOW, memo, False), memo
+    snapshot = Snapshot(clusters=clusters)
+    _, call = FRESH.begin(snapshot)
+    return _build_ledgers(snapshot, NOW, call, False), call.placement
 
 
 def _plain(
@@ -106,7 +107,7 @@ def test_a_reused_diagnosis_is_the_plain_scan(
             if not data.draw(st.booleans()):
                 continue
             for ledger in ledgers.values():
-                fitted = place_replica(ledger, d, memo)
+                fitted = place_replica(ledger, d, memo.on_cluster(d, ledger))
                 if fitted.engines is not None:
                     commit(ledger, fitted)
                     break
@@ -125,7 +126,7 @@ def test_deployments_alike_share_verdicts_that_did_not_move() -> None:
     diagnoser = Diagnoser(ledgers, memo, SchedulingConfig())
     before = diagnoser.diagnose(first, {})
     ledger = ledgers[ClusterName("c1")]
-    commit(ledger, place_replica(ledger, first, memo))
+    commit(ledger, place_replica(ledger, first, memo.on_cluster(first, ledger)))
     after = diagnoser.diagnose(second, {})
     assert after == _plain(ledgers, memo, second)
     assert after.clusters[0] is before.clusters[0]

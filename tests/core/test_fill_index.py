@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from builders import NOW, cluster, deployment, observed
 from gpufleet.core.decision import ClusterVerdict
+from gpufleet.core.derive import FRESH
+from gpufleet.core.fill_order import FillOrder
 from gpufleet.core.model import Cluster, ClusterName, Deployment, Snapshot
 from gpufleet.core.placement import (
     ClusterLedger,
-    FillOrder,
     PlacementMemo,
     can_ever_host,
     commit,
@@ -70,9 +71,9 @@ def demands(draw: st.DrawFn) -> tuple[Deployment, ...]:
 def _ledgers(
     clusters: tuple[Cluster, ...],
 ) -> tuple[dict[ClusterName, ClusterLedger], PlacementMemo]:
-    memo = PlacementMemo(keeps_ledgers=False)
-    memo.advance()
-    return _build_ledgers(Snapshot(clusters=clusters), NOW, memo, False), memo
+    snapshot = Snapshot(clusters=clusters)
+    _, call = FRESH.begin(snapshot)
+    return _build_ledgers(snapshot, NOW, call, False), call.placement
 
 
 def _candidates(
@@ -93,7 +94,7 @@ def _plain_place(
     n = len(names)
     order = sorted(names, key=lambda c: (counts.get(c, 0), (names.index(c) - offset) % n))
     for name in order:
-        fitted = place_replica(ledgers[name], d, memo)
+        fitted = place_replica(ledgers[name], d, memo.on_cluster(d, ledgers[name]))
         if fitted.engines is not None:
             commit(ledgers[name], fitted)
             counts[name] = counts.get(name, 0) + 1
@@ -141,14 +142,14 @@ def test_explain_cluster_is_place_replica_explained(
     for _ in range(3):  # explain, commit a replica of each deployment somewhere, again
         for d in ds:
             for ledger in ledgers.values():
-                plain = place_replica(ledger, d, memo, explain=True)
+                plain = place_replica(ledger, d, memo.on_cluster(d, ledger), explain=True)
                 want = (plain.engines is not None, plain.reasons, plain.verdicts)
                 assert explain_cluster(ledger, d, memo) == want
                 verdict = ungated_verdict(ledger, d, memo, {}, ())
                 assert verdict == ClusterVerdict(ledger.cluster.name, *want)
         for d in ds:
             for ledger in ledgers.values():
-                fitted = place_replica(ledger, d, memo)
+                fitted = place_replica(ledger, d, memo.on_cluster(d, ledger))
                 if fitted.engines is not None:
                     commit(ledger, fitted)
                     break

@@ -1,9 +1,9 @@
 """Grouping replicas by deployment from the previous call's grouping (core/grouping.py), and
 `schedule` answering an unchanged deployment from the previous call's entry (`_Table`), decide
-as the plain computation does.
+as `FRESH` does.
 
 Oracles: a grouping made from the previous one gives each deployment exactly the replicas
-(in snapshot order) that grouping the snapshot afresh gives; and a kept memo decides as a
+(in snapshot order) that `FRESH` groups (`retain.by_deployment`); and a kept memo decides as a
 fresh one over histories that also permute the snapshot's replicas, re-sign equal replicas,
 add replicas that share a name, and avoid (re-place) replicas.
 """
@@ -29,7 +29,9 @@ from test_schedule_memo import (
 from builders import NOW, cluster, deployment, key, observed, replica_from
 from gpufleet.core.grouping import Grouping, regroup
 from gpufleet.core.model import Avoid, Replica, ReplicaStatus, Snapshot
-from gpufleet.core.schedule import ScheduleMemo, plan, schedule
+from gpufleet.core.retain import by_deployment
+from gpufleet.core.reuse import ScheduleMemo
+from gpufleet.core.schedule import plan, schedule
 
 
 def _replica(deployment: str, cluster: str, index: int, signature: tuple[object, ...]) -> Replica:
@@ -43,8 +45,10 @@ def _replica(deployment: str, cluster: str, index: int, signature: tuple[object,
     )
 
 
-def _plain(replicas: tuple[Replica, ...], ref: tuple[str, str]) -> list[Replica]:
-    return [r for r in replicas if (r.deployment.namespace, r.deployment.name) == ref]
+def _fresh(replicas: tuple[Replica, ...], ref: tuple[str, str]) -> list[Replica]:
+    """The deployment's replicas as `FRESH` groups them (`retain.by_deployment`)."""
+    groups, _ = by_deployment([deployment("/".join(ref)).build()], replicas)
+    return groups[0]
 
 
 def _by_signature(replica: Replica) -> tuple[object, ...]:
@@ -57,7 +61,7 @@ def _check(grouping: Grouping, replicas: tuple[Replica, ...]) -> None:
         # Equal signatures are equal replicas: compared by value and by signature; in
         # snapshot order when two share a name (retaining keeps the first of one identity).
         got = grouping.group(ref)
-        want = _plain(replicas, ref)
+        want = _fresh(replicas, ref)
         if len({r.name for r in want}) == len(want):
             got.sort(key=_by_signature)
             want.sort(key=_by_signature)
@@ -118,8 +122,8 @@ def test_a_grouping_from_the_previous_one_groups_as_afresh(data: st.DataObject) 
         _check(grouping, replicas)
         # Every deployment whose signatures changed is touched (others may be too).
         for ref in {(r.deployment.namespace, r.deployment.name) for r in (*before, *replicas)}:
-            was = {r.signature for r in _plain(before, ref)}
-            if was != {r.signature for r in _plain(replicas, ref)}:
+            was = {r.signature for r in _fresh(before, ref)}
+            if was != {r.signature for r in _fresh(replicas, ref)}:
                 assert ref in grouping.touched
         last = grouping
 

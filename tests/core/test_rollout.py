@@ -25,8 +25,9 @@ from gpufleet.core.model import (
     Replica,
     RolloutStrategy,
 )
+from gpufleet.core.reuse import ScheduleMemo
 from gpufleet.core.rollout import Candidate, RolloutStep, step
-from gpufleet.core.schedule import ScheduleMemo, schedule
+from gpufleet.core.schedule import schedule
 
 # --- the arithmetic -----------------------------------------------------------------------
 

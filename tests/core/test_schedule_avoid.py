@@ -16,7 +16,8 @@ import pytest
 from builders import NOW, Outcome, cluster, deployment, key, outcome, settled, snapshot, stamp
 from gpufleet.core.decision import ReasonCode
 from gpufleet.core.model import Avoid, ClusterName, PoolName, ReplicaPoolStatus, ReplicaStatus
-from gpufleet.core.schedule import ScheduleMemo, plan, schedule
+from gpufleet.core.reuse import ScheduleMemo
+from gpufleet.core.schedule import plan, schedule
 
 A = cluster("a").pool("p", nodes=2, gpus=8).pool("q", nodes=2, gpus=8)
 B = cluster("b").pool("p", nodes=2, gpus=8)

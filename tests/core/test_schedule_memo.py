@@ -37,7 +37,8 @@ from gpufleet.core.model import (
     Taint,
     TaintEffect,
 )
-from gpufleet.core.schedule import ScheduleMemo, SnapshotError, plan, schedule
+from gpufleet.core.reuse import ScheduleMemo
+from gpufleet.core.schedule import SnapshotError, plan, schedule
 
 GPU = DriverName("gpu.nvidia.com")
 

@@ -44,6 +44,7 @@ from gpufleet.core.model import (
     ServingMode,
     Snapshot,
 )
+from gpufleet.core.reuse import SHARED
 from gpufleet.core.schedule import schedule
 
 NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -221,7 +222,8 @@ def run_one(
     snap = Snapshot(deployments=deploys, clusters=built if free_gpu else whole_node(built))
 
     def call() -> Decision:
-        return schedule(snap, NOW)
+        # SHARED: what a one-shot caller (`gpufleet plan`) passes; FRESH is the specification.
+        return schedule(snap, NOW, derive=SHARED)
 
     result = measure(call, repeats)
     decision = result.value

@@ -43,6 +43,7 @@ from gpufleet.cli.render import (
 from gpufleet.cli.validate import count_of, error_lines, exit_code, skipped_line
 from gpufleet.core.decision import Decision, Diagnosis, ObservationState
 from gpufleet.core.model import DeploymentKey, Snapshot
+from gpufleet.core.reuse import SHARED
 from gpufleet.core.schedule import SnapshotError, plan
 
 PathsArgument = Annotated[
@@ -127,7 +128,7 @@ def load_and_schedule(
         raise typer.Exit(code=exit_code(results))
     snapshot = snapshot_from_manifests(r for r in results if isinstance(r, Manifest))
     try:
-        planned = plan(snapshot, moment, explain=explain)
+        planned = plan(snapshot, moment, explain=explain, derive=SHARED)
     except SnapshotError as error:
         errors.print(f"✗ {error}: nothing scheduled")
         raise typer.Exit(code=1) from None

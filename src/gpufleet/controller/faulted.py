@@ -19,7 +19,8 @@ from gpufleet.controller.index import Key, key_of, name_of
 from gpufleet.controller.writes import HubWriter, StepErrors
 from gpufleet.core.decision import Decision
 from gpufleet.core.model import Deployment, Snapshot
-from gpufleet.core.schedule import ScheduleMemo, SnapshotError, schedule
+from gpufleet.core.reuse import ScheduleMemo
+from gpufleet.core.schedule import SnapshotError, schedule
 from gpufleet.store import Kind
 from gpufleet.store.port import INFERENCE_CLUSTER, MODEL_DEPLOYMENT, MODEL_REPLICA
 

@@ -93,7 +93,8 @@ from gpufleet.controller.status import (
 from gpufleet.core.capacity import cluster_freshness
 from gpufleet.core.decision import Decision, DeploymentDecision, ObservationState
 from gpufleet.core.model import Cluster, Deployment, Replica, SchedulingConfig, Snapshot
-from gpufleet.core.schedule import ScheduleMemo, SnapshotError
+from gpufleet.core.reuse import ScheduleMemo
+from gpufleet.core.schedule import SnapshotError
 from gpufleet.store import Kind, Store, StoreError
 from gpufleet.store.port import (
     INFERENCE_CLASS,

@@ -22,8 +22,7 @@ different pool choice for an earlier engine would admit (may refuse a fit, never
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpufleet.core import diagnosis
@@ -188,6 +187,55 @@ def _refusal(
     return found
 
 
+#: Per (engine index, pool name, pool class, what the engine can claim on the shape): why
+#: the engine cannot use the pool, and the engine placed on it (`Compiled`).
+_PoolKey = tuple[int, PoolName, int, tuple[bool, ...]]
+
+
+class Compiled:
+    """A deployment's compiled matches on one shape of cluster (per engine, `EngineOnShape`),
+    with what placing derives from them and a pool's name alone: why an engine cannot use a
+    pool (`mismatch`) and what it looks like placed on one (`placed`). Each is a function of
+    the engines and the pool's name, class and claimability, derived when first asked into
+    `tables`, which alike deployments may share across shapes (`PlacementMemo.on_cluster`).
+    Mutable only in those tables; every value in them is frozen."""
+
+    __slots__ = ("engines", "tables")
+
+    def __init__(
+        self,
+        engines: tuple[EngineOnShape, ...],
+        tables: tuple[dict[_PoolKey, tuple[Reason, ...]], dict[_PoolKey, PlacedEngine]]
+        | None = None,
+    ) -> None:
+        self.engines = engines
+        self.tables = tables if tables is not None else ({}, {})
+
+    def mismatch(
+        self, index: int, engine: Engine, pool: PoolLedger, shape: EngineOnClass
+    ) -> tuple[Reason, ...]:
+        """Why engine `index` cannot use `pool` at all, as a tuple of one reason (or none)."""
+        claimable = self.engines[index].claimable
+        key = (index, pool.pool.name, pool.class_id, claimable)
+        table = self.tables[0]
+        found = table.get(key)
+        if found is None:
+            reason = _first_mismatch(engine, pool, shape, claimable)
+            found = table[key] = (reason,) if reason else ()
+        return found
+
+    def placed(
+        self, index: int, engine: Engine, shape: EngineOnClass, pool: PoolLedger
+    ) -> PlacedEngine:
+        """Engine `index` as placed on `pool`."""
+        key = (index, pool.pool.name, pool.class_id, ())
+        table = self.tables[1]
+        found = table.get(key)
+        if found is None:
+            found = table[key] = _placed(_stamp(engine, shape.matches, pool.pool.name))
+        return found
+
+
 class PlacementMemo:
     """What placing computes per (engine or deployment, class of pool or cluster shape),
     capacity aside; and, for a caller that keeps it, each pool's ledger as built.
@@ -222,17 +270,17 @@ class PlacementMemo:
         "_gate_ids",
         "_next_profile_id",
         "_next_shape_id",
+        "_on_cluster",
         "_profile_ids",
         "_shape_ids",
+        "_tables",
         "alike_profiles",
         "compiled",
         "hosts",
         "keeps_ledgers",
         "ledgers",
         "matcher",
-        "mismatches",
         "on_shapes",
-        "placed",
         "profiles",
         "states",
     )
@@ -252,8 +300,12 @@ class PlacementMemo:
         self._engines: dict[tuple[Engine, int], EngineOnClass] = {}
         #: For one call: `on_shape` per (engines, cluster shape), shared by equal engines.
         self._alike: dict[tuple[tuple[Engine, ...], int], tuple[EngineOnShape, ...]] = {}
-        #: For one call: a placed engine per (deployment ref, engine index, pool name, class).
-        self.placed: dict[tuple[tuple[object, ...], int, PoolName, int], PlacedEngine] = {}
+        #: For one call: `on_cluster` per (deployment ref, shape), and its tables per ref.
+        self._on_cluster: dict[tuple[object, int], Compiled] = {}
+        self._tables: dict[
+            tuple[object, ...],
+            tuple[dict[_PoolKey, tuple[Reason, ...]], dict[_PoolKey, PlacedEngine]],
+        ] = {}
         #: For one call: the explain profile id per (engines, cluster shape).
         self.alike_profiles: dict[tuple[tuple[Engine, ...], int], int] = {}
         #: For one call: what a ledger reads of a class's devices (`class_facts`), by class id.
@@ -265,10 +317,6 @@ class PlacementMemo:
         self.profiles: Generations[tuple[object, int], int] = Generations()
         self._profile_ids: Generations[tuple[object, ...], int] = Generations()
         self._next_profile_id = 0
-        #: The reason, or () when there is none (a memo stores no None).
-        self.mismatches: Generations[
-            tuple[object, PoolName, int, tuple[bool, ...]], tuple[Reason, ...]
-        ] = Generations()
         #: False for a memo made for one call: it would keep ledgers no call reads.
         self.keeps_ledgers = keeps_ledgers
         #: Per Pool signature (`Pool.signature`; a pool without one is not kept): its ledger
@@ -289,7 +337,8 @@ class PlacementMemo:
         self._classes = {}
         self._engines = {}
         self._alike = {}
-        self.placed = {}
+        self._on_cluster = {}
+        self._tables = {}
         self.alike_profiles = {}
         self._facts = {}
         self._gate_ids = {}
@@ -297,7 +346,6 @@ class PlacementMemo:
         self.hosts.advance()
         self.profiles.advance()
         self._profile_ids.advance()
-        self.mismatches.advance()
         self.ledgers.advance()
         self.states.advance()
 
@@ -372,6 +420,19 @@ class PlacementMemo:
             self.on_shapes.put(memo_key, found)
         return found
 
+    def on_cluster(self, deployment: Deployment, ledger: ClusterLedger) -> Compiled:
+        """`on_shape` as a `Compiled` for `place_replica`: one per (deployment, shape) in a
+        call, shared by deployments with equal engines."""
+        ref = self.matcher.ref(deployment)
+        key = (ref, ledger.shape)
+        found = self._on_cluster.get(key)
+        if found is None:
+            tables = self._tables.get(ref)
+            if tables is None:
+                tables = self._tables[ref] = ({}, {})
+            found = self._on_cluster[key] = Compiled(self.on_shape(deployment, ledger), tables)
+        return found
+
     def gate_id(self, profile: tuple[object, ...]) -> int:
         """An id for a cluster's gate profile in this call, by value (from 1)."""
         return self._gate_ids.setdefault(profile, len(self._gate_ids) + 1)
@@ -401,7 +462,6 @@ class PlacementMemo:
             + len(self.hosts)
             + len(self.profiles)
             + len(self._profile_ids)
-            + len(self.mismatches)
             + len(self.ledgers)
             + len(self.states)
         )
@@ -421,25 +481,6 @@ def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> 
         copies=engine.copies,
         phase=engine.phase,
     )
-
-
-def _mismatch(
-    engine: Engine,
-    ref: EngineRef,
-    pool: PoolLedger,
-    shape: EngineOnClass,
-    claimable: tuple[bool, ...],
-    memo: PlacementMemo,
-) -> tuple[Reason, ...]:
-    """Why the engine cannot use the pool at all, as a tuple of one reason (or none); the
-    same for every pool of that name and class, so explaining a thousand clusters builds
-    each reason, and its tuple, once."""
-    memo_key = (ref, pool.pool.name, pool.class_id, claimable)
-    found = memo.mismatches.get(memo_key)
-    if found is None:
-        reason = _first_mismatch(engine, pool, shape, claimable)
-        found = memo.mismatches.put(memo_key, (reason,) if reason else ())
-    return found
 
 
 def _first_mismatch(
@@ -481,21 +522,20 @@ def _can_host(
 def _unusable_verdict(
     ledger: ClusterLedger,
     engine: Engine,
-    ref: EngineRef,
+    index: int,
     pool: PoolLedger,
     shape: EngineOnClass,
-    claimable: tuple[bool, ...],
-    memo: PlacementMemo,
+    compiled: Compiled,
     profile: int | None,
 ) -> PoolVerdict:
     """The verdict on a pool the engine cannot use; with the deployment's explain `profile`,
     kept on the cluster's ledger per (pool, its version) for every deployment of it."""
-    memo_key = (pool.pool.name, pool.version, profile, ref[1])
+    memo_key = (pool.pool.name, pool.version, profile, index)
     if profile is not None:
         found = ledger.unusable.get(memo_key)
         if found is not None:
             return found
-    mismatch = _mismatch(engine, ref, pool, shape, claimable, memo)
+    mismatch = compiled.mismatch(index, engine, pool, shape)
     reasons = (*mismatch, *pool.reasons) if pool.reasons else mismatch
     verdict = PoolVerdict(
         pool.pool.name, engine.name, pool.accounting, False, reasons, pool.summary()
@@ -554,10 +594,9 @@ _Chosen = tuple[PoolLedger, EngineOnClass, list[Unit], FitResult | int]
 def _place_engine(
     ledger: ClusterLedger,
     engine: Engine,
-    ref: EngineRef,
-    on_shape: EngineOnShape,
+    index: int,
+    compiled: Compiled,
     trial: _Trial,
-    memo: PlacementMemo,
     owner: str,
     verdicts: list[PoolVerdict] | None,
     avoid: Mapping[PoolName, Reason],
@@ -566,6 +605,7 @@ def _place_engine(
     With `verdicts` (explaining), every pool is tried and given a verdict. A pool in `avoid`
     (re-placement backoff) is not tried: its verdict is the reason given there."""
     explain = verdicts is not None
+    on_shape = compiled.engines[index]
     chosen: _Chosen | None = None
     capacity_reasons: list[Reason] = []
     refused = False
@@ -573,9 +613,7 @@ def _place_engine(
         if not is_usable:
             if verdicts is not None:
                 verdicts.append(
-                    _unusable_verdict(
-                        ledger, engine, ref, pool, shape, on_shape.claimable, memo, trial.profile
-                    )
+                    _unusable_verdict(ledger, engine, index, pool, shape, compiled, trial.profile)
                 )
             continue
         avoided = avoid.get(pool.pool.name) if avoid else None
@@ -622,7 +660,7 @@ def _place_engine(
 def place_replica(
     ledger: ClusterLedger,
     deployment: Deployment,
-    memo: PlacementMemo,
+    compiled: Compiled,
     *,
     owner: str = "",
     explain: bool = False,
@@ -632,16 +670,14 @@ def place_replica(
     """One replica of the deployment on the cluster's ledger (not committed: `commit`),
     never on a pool in `avoid` (re-placement backoff; its reason becomes that pool's verdict).
     `profile`: its `explain_profile` on this cluster, when known (explaining keeps verdicts
-    on pools by it)."""
+    on pools by it). `compiled`: the deployment's compiled matches on this cluster's shape
+    (`PlacementMemo.on_cluster`)."""
     trial = _Trial(profile=profile)
     commits: dict[PoolName, FitResult | int] = {}
     placed: list[PlacedEngine] = []
     verdicts: list[PoolVerdict] | None = [] if explain else None
-    deployment_ref = memo.matcher.ref(deployment)
-    on_shapes = memo.on_shape(deployment, ledger)
     for i, engine in enumerate(deployment.engines):
-        ref = (deployment_ref, i)
-        on_shape = on_shapes[i]
+        on_shape = compiled.engines[i]
         if on_shape.is_matched and not any(on_shape.claimable):
             reason = diagnosis.engine_cannot_claim(engine.name, len(ledger.pools))
             if verdicts is not None:
@@ -650,9 +686,7 @@ def place_replica(
                     for p in ledger.pools
                 )
             return ReplicaFit(None, reasons=(reason,), verdicts=tuple(verdicts or ()))
-        chosen = _place_engine(
-            ledger, engine, ref, on_shape, trial, memo, owner, verdicts, avoid or {}
-        )
+        chosen = _place_engine(ledger, engine, i, compiled, trial, owner, verdicts, avoid or {})
         if isinstance(chosen, ReplicaFit):
             return chosen
         pool, shape, units, outcome = chosen
@@ -662,14 +696,7 @@ def place_replica(
         else:
             trial.units[name] = units
         commits[name] = outcome
-        # What a replica's engine looks like on a pool is a function of the engine and the
-        # pool's name and class: shared by the deployment's replicas within a call.
-        placed_key = (deployment_ref, i, name, pool.class_id)
-        engine_placed = memo.placed.get(placed_key)
-        if engine_placed is None:
-            engine_placed = _placed(_stamp(engine, shape.matches, name))
-            memo.placed[placed_key] = engine_placed
-        placed.append(engine_placed)
+        placed.append(compiled.placed(i, engine, shape, pool))
     return ReplicaFit(tuple(placed), commits, verdicts=tuple(verdicts or ()))
 
 
@@ -759,7 +786,8 @@ def _explained(
     found = ledger.explained.get(profile)
     if found is not None and found[0] == ledger.version:
         return found[1]
-    fitted = place_replica(ledger, deployment, memo, explain=True, profile=profile)
+    compiled = memo.on_cluster(deployment, ledger)
+    fitted = place_replica(ledger, deployment, compiled, explain=True, profile=profile)
     explained = (fitted.engines is not None, fitted.reasons, fitted.verdicts)
     ledger.explained[profile] = (ledger.version, explained)
     return explained
@@ -776,156 +804,3 @@ def commit(ledger: ClusterLedger, fitted: ReplicaFit) -> None:
             pool.set_free(dict(outcome.free))
             if pool.log is not None:
                 pool.log.extend(outcome.assignments)
-
-
-class FillOrder:
-    """Where one deployment tries its next replica, in fill order: its candidate clusters by
-    (its replicas there, rank), rank being the position in `names` counted from `offset`
-    (wrapping around). Mutable, for one call.
-
-    Index, so that a placement does not scan the fleet: clusters without a replica of the
-    deployment are `names` read from a cursor (the tuple is shared by every deployment with
-    these candidates), then the ones before the cursor that it failed on (kept with the
-    cluster's `version` at the failure, in rank order), then the few that hold its replicas,
-    kept sorted. A cluster is tried again only when its version moved since it failed there
-    (the fit is a function of the deployment's explain profile and the cluster's version, so
-    the same try would fail again), and a cluster where another deployment of the same
-    explain profile failed at the current version (`ClusterLedger.failures`) is not tried.
-    Placing is the same as trying every candidate in fill order, for less.
-    """
-
-    __slots__ = (
-        "_counts",
-        "_cursor",
-        "_failed",
-        "_levels",
-        "_offset",
-        "_profiles",
-        "_ranks",
-        "_zero",
-        "names",
-    )
-
-    def __init__(
-        self,
-        names: tuple[ClusterName, ...],
-        ranks: Mapping[ClusterName, int],
-        counts: Mapping[ClusterName, int],
-        offset: int = 0,
-    ) -> None:
-        #: The candidates in name order (shared, never mutated), and each one's position.
-        self.names = names
-        self._ranks = ranks
-        self._offset = offset % len(names) if names else 0
-        #: This deployment's replicas per candidate cluster (clusters with one or more).
-        self._counts = {c: n for c, n in counts.items() if n > 0 and c in ranks}
-        #: (count, rank, cluster) of clusters with a replica, sorted.
-        self._levels = sorted((n, self._rank(c), c) for c, n in self._counts.items())
-        #: Clusters without a replica, before the cursor, that failed: (rank, cluster,
-        #: version at the failure), in rank order.
-        self._zero: list[tuple[int, ClusterName, int]] = []
-        #: Clusters with a replica that failed: their version at the failure.
-        self._failed: dict[ClusterName, int] = {}
-        self._cursor = 0
-        #: The deployment's explain profile per cluster shape.
-        self._profiles: dict[int, int] = {}
-
-    def _rank(self, cluster: ClusterName) -> int:
-        return (self._ranks[cluster] - self._offset) % len(self.names)
-
-    def place(
-        self,
-        ledgers: Mapping[ClusterName, ClusterLedger],
-        deployment: Deployment,
-        memo: PlacementMemo,
-        owner: Callable[[ClusterName], str],
-        avoid: Mapping[ClusterName, Mapping[PoolName, Reason]] | None = None,
-    ) -> tuple[ClusterName, ReplicaFit] | None:
-        """Place one replica on the first cluster in fill order that takes it, commit it, and
-        say where; None when none does. `owner` names the replica on a cluster (asked only
-        where pods are logged); `avoid`, per cluster, the pools this deployment avoids (a
-        failure there is its own, not shared with its explain profile)."""
-
-        def attempt(cluster: ClusterName) -> ReplicaFit | None:
-            ledger = ledgers[cluster]
-            avoided = avoid.get(cluster) if avoid else None
-            profile = self._profiles.get(ledger.shape)
-            if profile is None:
-                profile = explain_profile(ledger, deployment, memo)
-                self._profiles[ledger.shape] = profile
-            if not avoided and ledger.failures.get(profile) == ledger.version:
-                return None
-            name = owner(cluster) if ledger.records else ""
-            fitted = place_replica(ledger, deployment, memo, owner=name, avoid=avoided)
-            if fitted.engines is None:
-                if not avoided:
-                    ledger.failures[profile] = ledger.version
-                return None
-            commit(ledger, fitted)
-            return fitted
-
-        found = self._retry_zero(ledgers, attempt) or self._advance(ledgers, attempt)
-        return found or self._try_levels(ledgers, attempt)
-
-    def _retry_zero(
-        self,
-        ledgers: Mapping[ClusterName, ClusterLedger],
-        attempt: Callable[[ClusterName], ReplicaFit | None],
-    ) -> tuple[ClusterName, ReplicaFit] | None:
-        zero = self._zero
-        for i, (rank, cluster, version) in enumerate(zero):
-            now = ledgers[cluster].version
-            if now == version:
-                continue
-            fitted = attempt(cluster)
-            if fitted is None:
-                zero[i] = (rank, cluster, now)
-                continue
-            del zero[i]
-            self._placed(cluster, rank, 0)
-            return cluster, fitted
-        return None
-
-    def _advance(
-        self,
-        ledgers: Mapping[ClusterName, ClusterLedger],
-        attempt: Callable[[ClusterName], ReplicaFit | None],
-    ) -> tuple[ClusterName, ReplicaFit] | None:
-        names, n = self.names, len(self.names)
-        while self._cursor < n:
-            rank = self._cursor
-            cluster = names[(self._offset + rank) % n]
-            self._cursor += 1
-            if cluster in self._counts:
-                continue
-            fitted = attempt(cluster)
-            if fitted is None:
-                # Ranks grow with the cursor: appending keeps the list in rank order.
-                self._zero.append((rank, cluster, ledgers[cluster].version))
-                continue
-            self._placed(cluster, rank, 0)
-            return cluster, fitted
-        return None
-
-    def _try_levels(
-        self,
-        ledgers: Mapping[ClusterName, ClusterLedger],
-        attempt: Callable[[ClusterName], ReplicaFit | None],
-    ) -> tuple[ClusterName, ReplicaFit] | None:
-        for count, rank, cluster in list(self._levels):
-            version = ledgers[cluster].version
-            if self._failed.get(cluster) == version:
-                continue
-            fitted = attempt(cluster)
-            if fitted is None:
-                self._failed[cluster] = version
-                continue
-            self._levels.remove((count, rank, cluster))
-            self._failed.pop(cluster, None)
-            self._placed(cluster, rank, count)
-            return cluster, fitted
-        return None
-
-    def _placed(self, cluster: ClusterName, rank: int, count: int) -> None:
-        self._counts[cluster] = count + 1
-        bisect.insort(self._levels, (count + 1, rank, cluster))

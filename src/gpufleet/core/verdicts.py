@@ -81,7 +81,8 @@ def _avoided_verdict(
 ) -> ClusterVerdict:
     """The verdict on a cluster where the deployment avoids pools: explained for this
     deployment alone (the verdicts shared per explain profile know nothing of its backoff)."""
-    fitted = place_replica(ledger, deployment, memo, explain=True, avoid=avoided)
+    compiled = memo.on_cluster(deployment, ledger)
+    fitted = place_replica(ledger, deployment, compiled, explain=True, avoid=avoided)
     fits = not gated and fitted.engines is not None
     reasons = gated or fitted.reasons
     return ClusterVerdict(ledger.cluster.name, fits, (*reasons, *notes), fitted.verdicts)
