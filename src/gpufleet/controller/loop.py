@@ -73,6 +73,7 @@ from gpufleet.controller.ledger import AssumeLedger
 from gpufleet.controller.replace import Replacer, is_waiting
 from gpufleet.controller.replicas import OrphanWatch
 from gpufleet.controller.reports import NO_TRUST, FleetReports
+from gpufleet.controller.result import StepResult
 from gpufleet.controller.status import (
     CLUSTER_OWNED,
     REPLICA_OWNED,
@@ -105,41 +106,7 @@ from gpufleet.store.port import (
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(slots=True)
-class StepResult:
-    """What one step did: writes by (kind, verb), the decision, errors and metric numbers."""
-
-    now: datetime
-    #: Writes that succeeded, by (kind, verb); verbs: create, update, patch_status, delete.
-    writes: Counter[tuple[str, str]] = field(default_factory=Counter)
-    #: The step's scheduling decision; None when scheduling was skipped.
-    decision: Decision | None = None
-    #: Failures of this step (each is retried on the next step).
-    errors: list[str] = field(default_factory=list)
-    #: Observations ignored because their agent's lease epoch is older than the cluster's.
-    rejected_reports: list[str] = field(default_factory=list)
-    #: Replicas created (placements) and deleted (drops) this step.
-    placements: int = 0
-    drops: int = 0
-    #: Deployments short of replicas (or invalid), by their condition's reason code.
-    refusals: Counter[str] = field(default_factory=Counter)
-    #: Replicas asked for but not placed, over all deployments.
-    shortfall: int = 0
-    #: How long `schedule` took, by the caller's timer; None without a timer.
-    decision_latency_s: float | None = None
-    #: Assumed writes still in force after the step (the view lags them).
-    assumed: int = 0
-    #: No scheduling input changed since the last decision, which `decision` is (the same
-    #: object): nothing was scheduled or applied again.
-    is_quiet: bool = False
-
-    @property
-    def write_count(self) -> int:
-        return sum(self.writes.values())
-
-    def count(self, kind: str, verb: str) -> int:
-        return self.writes[(kind, verb)]
+__all__ = ["Controller", "StepResult"]
 
 
 def _put(table: dict[Key, Any], key: Key, value: object) -> None:
@@ -281,8 +248,10 @@ class Controller(DecisionWriter):
         self.index = HubIndex()
         self.reports = FleetReports()
         self.trusts: dict[str, Trust] = {}
-        #: Clusters whose Trust rejects reports (their events are repeated every step).
+        #: Clusters whose Trust rejects reports (their events are repeated every step), and
+        #: those whose Trust moves with the clock (reports in the future, a contested fence).
         self._rejecting: set[str] = set()
+        self._moving: set[str] = set()
         #: When clusters' statuses fall due: (due, name), the stale ones skipped when popped.
         self._dues: list[tuple[datetime, str]] = []
         #: Per cluster, as the core reads it (reported), and the unreadable ones' errors.
@@ -423,6 +392,7 @@ class Controller(DecisionWriter):
             for key in moved[kind]:
                 self.quarantine.touch(kind.kind, key)
                 self._receive(kind, key, now)
+        index.forget_previous()
         if is_first:
             self._everything_dirty()
 
@@ -574,14 +544,13 @@ class Controller(DecisionWriter):
         judged, self._dirty.trusts = self._dirty.trusts, set()
         # Which reports are in the future moves with the clock: judge those clusters again.
         # (So does whether a contested fence's incarnation has been silent long enough.)
-        judged |= {
-            name for name, trust in self.trusts.items() if trust.future or trust.is_contested
-        }
+        judged |= self._moving
         for cluster in sorted(judged):
             record = records.get(("", cluster))
             if record is None:
                 self.trusts.pop(cluster, None)
                 self._rejecting.discard(cluster)
+                self._moving.discard(cluster)
                 self.quarantine.forget(INFERENCE_CLUSTER.kind, ("", cluster))
                 continue
             judge = functools.partial(self._judge_cluster, cluster, record.obj, now)
@@ -610,10 +579,14 @@ class Controller(DecisionWriter):
         self.trusts[cluster] = trust
         if trust.fence is not None:
             self.epochs[cluster] = remember(known, heard, trust.fence, trust.heard_at)
-        if trust.rejected:
-            self._rejecting.add(cluster)
-        else:
-            self._rejecting.discard(cluster)
+        for table, is_in in (
+            (self._rejecting, trust.rejected),
+            (self._moving, trust.future or trust.is_contested),
+        ):
+            if is_in:
+                table.add(cluster)
+            else:
+                table.discard(cluster)
 
     # --- published status -----------------------------------------------------------------
 
@@ -826,13 +799,13 @@ class Controller(DecisionWriter):
             return self._fresh
         if due is not None and now < due:
             names: Iterable[str] = moved
-            fresh = dict(self._fresh)  # a new dict: the last decision keeps the one it read
+            fresh: dict[str, tuple[object, ...]] = {}  # the moved ones (None: gone)
         else:
             names, fresh, self._fresh_times = list(self._reported), {}, {}
         for name in names:
             cluster = self._reported.get(name)
             if cluster is None:
-                fresh.pop(name, None)
+                fresh[name] = ()
                 self._fresh_times.pop(name, None)
                 continue
             state = cluster_freshness(cluster, now, config)
@@ -843,6 +816,15 @@ class Controller(DecisionWriter):
             if state.state is ObservationState.FRESH and last is not None:
                 crossing = last + timedelta(seconds=config.stale_after_s)
             self._fresh_times[name] = (crossing, quoted and state.age_s is not None)
+        if names is moved:
+            # A new dict only when a state moved: the last decision keeps the one it read,
+            # and the same dict again tells `_schedule` nothing moved without comparing.
+            was = self._fresh
+            if any(was.get(name, ()) != value for name, value in fresh.items()):
+                changed = {**was, **fresh}
+                fresh = {name: value for name, value in changed.items() if value != ()}
+            else:
+                fresh = was
         self._fresh, self._fresh_moved = fresh, set()
         times = self._fresh_times.values()
         is_aging = any(aging for _, aging in times)
@@ -866,7 +848,7 @@ class Controller(DecisionWriter):
         if (
             not self._dirty.schedule
             and last is not None
-            and fresh == self._scheduled_with
+            and (fresh is self._scheduled_with or fresh == self._scheduled_with)
             and not self._has_replica_writes
         ):
             self._quiet(last, result)
