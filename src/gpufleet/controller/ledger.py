@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpufleet.controller.conditions import ReadObj
@@ -101,6 +101,13 @@ class AssumeLedger:
             entry = table.get((key[1], key[2])) if table is not None else None
             if table is not None and entry is not None and entry.assumed_at == at:
                 del table[(key[1], key[2])]
+
+    def next_expiry(self) -> datetime | None:
+        """When the oldest entry recorded may expire (`expire` forgets it just after): early
+        when that entry was forgotten or written again since."""
+        if not self._times or not len(self):
+            return None
+        return self._times[0][0] + timedelta(seconds=self.ttl_s, microseconds=1)
 
     def overrides(
         self, kind: Kind, shown: Mapping[tuple[str, str], Mapping[str, Any]]

@@ -53,11 +53,14 @@ from typing import Any, Final
 
 from gpufleet.api import FieldError, InferenceClass, InferenceCluster, cluster_from_manifest
 from gpufleet.api.times import parse_time
+from gpufleet.controller import dues
 from gpufleet.controller import replicas as replica_docs
 from gpufleet.controller.apply import DecisionWriter
 from gpufleet.controller.barrier import FaultPoint, Faults, Quarantine, describe
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
+from gpufleet.controller.dues import last_report as _last_report
+from gpufleet.controller.dues import untimed as _untimed
 from gpufleet.controller.events import Recorder
 from gpufleet.controller.fence import Fence, known_fence, published_fence, remember
 from gpufleet.controller.index import (
@@ -117,18 +120,6 @@ def _put(table: dict[Key, Any], key: Key, value: object) -> None:
         table[key] = value
 
 
-def _untimed(cluster: Cluster) -> Cluster:
-    """`cluster` without its report times: the core reads those only through the cluster's
-    freshness (`cluster_freshness`), which the step compares on its own (`_freshness`)."""
-    pools = tuple(
-        dataclasses.replace(p, observation=dataclasses.replace(p.observation, observed_at=None))
-        if p.observation is not None and p.observation.observed_at is not None
-        else p
-        for p in cluster.pools
-    )
-    return dataclasses.replace(cluster, pools=pools, agent_observed_at=None)
-
-
 def _replica_desire(current: ReadObj, found: tuple[AgentReport | None, bool], now: datetime) -> Obj:
     return replica_status(current, found[0], found[1], now)
 
@@ -138,15 +129,6 @@ _CORE: Final = operator.itemgetter(1)
 
 #: A due time that never comes.
 _NEVER: Final = datetime.max.replace(tzinfo=UTC)
-
-
-def _last_report(cluster: Cluster) -> datetime | None:
-    """The time `cluster_freshness` ages the cluster from."""
-    if cluster.agent_observed_at is not None:
-        return cluster.agent_observed_at
-    times = [p.observation.observed_at for p in cluster.pools if p.observation is not None]
-    present = [t for t in times if t is not None]
-    return max(present) if present else None
 
 
 def _decision_key(decided: DeploymentDecision) -> Key:
@@ -260,6 +242,7 @@ class Controller(DecisionWriter):
         #: Each cluster's freshness as the decision reads it, and when one may move.
         self._fresh: dict[str, tuple[object, ...]] = {}
         self._fresh_due: datetime | None = None
+        self._fresh_next: datetime | None = None  # (the earliest crossing, aging or not)
         #: Per cluster: when its Fresh state crosses into Stale (None: never by time alone),
         #: and whether it ages (a quoted age moves every step); the clusters to compute again.
         self._fresh_times: dict[str, tuple[datetime | None, bool]] = {}
@@ -309,6 +292,24 @@ class Controller(DecisionWriter):
             self._reset()  # list the hub again next step: no change read here is lost
             self._error(result, f"step failed: {describe(e)}")
         return result
+
+    def next_due(self, now: datetime) -> datetime | None:
+        """When the next time-driven change falls due after `now`, with nothing changed on
+        the hub (dues.py): the daemon steps then rather than on its resync alone."""
+        statuses = {name: state.due for name, state in self._clusters.items()}
+        heard = {name: fence[1] for name, fence in self.epochs.items()}
+        config = self.config
+        times = (
+            dues.after(dues.status_due(self._dues, statuses)),
+            dues.after(self._fresh_next),
+            dues.trust_due(
+                self._moving, self.trusts, heard, config.max_clock_skew_s, config.expire_after_s
+            ),
+            self.replacer.due,
+            self.quarantine.next_due(),
+            self.ledger.next_expiry(),
+        )
+        return dues.earliest_after(now, times)
 
     def _step(self, now: datetime, result: StepResult) -> None:
         self._step_at = (now, result)
@@ -815,6 +816,8 @@ class Controller(DecisionWriter):
             crossing = None
             if state.state is ObservationState.FRESH and last is not None:
                 crossing = last + timedelta(seconds=config.stale_after_s)
+            elif state.state is ObservationState.STALE and last is not None:
+                crossing = last + timedelta(seconds=config.expire_after_s)  # (it ages: quoted)
             self._fresh_times[name] = (crossing, quoted and state.age_s is not None)
         if names is moved:
             # A new dict only when a state moved: the last decision keeps the one it read,
@@ -830,6 +833,7 @@ class Controller(DecisionWriter):
         is_aging = any(aging for _, aging in times)
         crossings = [at for at, _ in times if at is not None]
         self._fresh_due = None if is_aging else min(crossings, default=_NEVER)
+        self._fresh_next = min(crossings, default=None)
         return fresh
 
     def _schedule(self, classes: Mapping[str, ReadObj], now: datetime, result: StepResult) -> None:
