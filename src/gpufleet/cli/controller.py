@@ -172,7 +172,9 @@ class ControllerDaemon:
                     "errors": result.errors[:10],
                 },
             )
-            return None
+            # Wake at the next time-driven change (a freshness crossing, a stuck deadline,
+            # a backoff's end), not only on the resync (docs/controller.md).
+            return controller.next_due(now)
 
         return reconcile
 

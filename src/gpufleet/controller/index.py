@@ -437,6 +437,12 @@ class HubIndex:
             out[kind] = self._refresh(kind, keys, overrides)
         return out
 
+    def forget_previous(self) -> None:
+        """Drop the records the last `overlay` replaced, once the step has read them: the
+        versions they hold are freed in the step that replaced them, not in the next one."""
+        for table in self.previous.values():
+            table.clear()
+
     def _refresh(
         self, kind: Kind, keys: Iterable[Key], overrides: Mapping[Key, ReadObj | None]
     ) -> set[Key]:

@@ -16,15 +16,20 @@ shows it), or after `ttl_s` in case the view never catches up (the object was ch
 someone else in a way the view shows only later). Errs toward charging: while an entry is in
 force, its replica is charged.
 
+The entries are kept per kind, with a heap of their times: a step reads the entries of one
+kind at a time (`overrides`, `missing`) and expires them by popping the heap (`expire`), so a
+step with few entries in force costs few, however many writes came before.
+
 Resource versions are compared as integers (what etcd's revision is, and what kube-scheduler's
 assume cache does); a non-numeric version is treated as "caught up" only when equal.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from gpufleet.controller.conditions import ReadObj
@@ -61,27 +66,48 @@ class AssumeLedger:
 
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
-        self._entries: dict[Key, Entry] = {}
+        #: Per kind, the entries by (namespace, name).
+        self._entries: dict[Kind, dict[tuple[str, str], Entry]] = {}
+        #: (assumed_at, key) of every entry recorded, oldest first; a popped one whose entry
+        #: was replaced since (another time) or forgotten is skipped.
+        self._times: list[tuple[datetime, Key]] = []
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return sum(map(len, self._entries.values()))
+
+    def _record(self, kind: Kind, obj: ReadObj, entry: Entry) -> None:
+        key = object_key(kind, obj)
+        self._entries.setdefault(kind, {})[(key[1], key[2])] = entry
+        heapq.heappush(self._times, (entry.assumed_at, key))
 
     def assume_written(self, kind: Kind, obj: ReadObj, now: datetime) -> None:
         """Record an object as a create, update or status patch returned it."""
         version = (obj.get("metadata") or {}).get("resourceVersion")
         # Not copied: what a write returns is never changed, by the store (port contract) or
         # by the controller, which only reads it.
-        self._entries[object_key(kind, obj)] = Entry(obj, version, now)
+        self._record(kind, obj, Entry(obj, version, now))
 
     def assume_deleted(self, kind: Kind, obj: ReadObj, now: datetime) -> None:
         """Record the delete of `obj` (the last version the controller saw of it)."""
         version = (obj.get("metadata") or {}).get("resourceVersion")
-        self._entries[object_key(kind, obj)] = Entry(None, version, now)
+        self._record(kind, obj, Entry(None, version, now))
 
     def expire(self, now: datetime) -> None:
         """Forget entries older than `ttl_s`."""
-        for key in [k for k, e in self._entries.items() if _age_s(e, now) > self.ttl_s]:
-            del self._entries[key]
+        times = self._times
+        while times and _age(times[0][0], now) > self.ttl_s:
+            at, key = heapq.heappop(times)
+            table = self._entries.get(key[0])
+            entry = table.get((key[1], key[2])) if table is not None else None
+            if table is not None and entry is not None and entry.assumed_at == at:
+                del table[(key[1], key[2])]
+
+    def next_expiry(self) -> datetime | None:
+        """When the oldest entry recorded may expire (`expire` forgets it just after): early
+        when that entry was forgotten or written again since."""
+        if not self._times or not len(self):
+            return None
+        return self._times[0][0] + timedelta(seconds=self.ttl_s, microseconds=1)
 
     def overrides(
         self, kind: Kind, shown: Mapping[tuple[str, str], Mapping[str, Any]]
@@ -90,21 +116,25 @@ class AssumeLedger:
         (namespace, name)): the object written in place of an older or missing one, or None
         to hide one the controller deleted. Caught-up entries are forgotten."""
         out: dict[tuple[str, str], ReadObj | None] = {}
-        for key, entry in [(k, e) for k, e in self._entries.items() if k[0] == kind]:
-            at = (key[1], key[2])
+        table = self._entries.get(kind)
+        if not table:
+            return out
+        kept: dict[tuple[str, str], Entry] = {}
+        for at, entry in table.items():
             found = shown.get(at)
             shown_version = (found or {}).get("metadata", {}).get("resourceVersion")
             if entry.obj is None:
                 if found is None or not is_newer_or_same(entry.resource_version, shown_version):
-                    # Gone from the view, or re-created since: the view has caught up.
-                    del self._entries[key]
-                    continue
+                    continue  # gone from the view, or re-created since: the view caught up
                 out[at] = None
+            elif found is not None and is_newer_or_same(shown_version, entry.resource_version):
                 continue
-            if found is not None and is_newer_or_same(shown_version, entry.resource_version):
-                del self._entries[key]
-                continue
-            out[at] = entry.obj
+            else:
+                out[at] = entry.obj
+            kept[at] = entry
+        # A new table rather than deletions: a dict keeps the size it once had, and the next
+        # step would scan the room of every entry forgotten here.
+        self._entries[kind] = kept
         return out
 
     def missing(
@@ -116,18 +146,17 @@ class AssumeLedger:
         asks the store directly (`get`) and calls `forget` when it is gone, so a deployment or
         replica deleted right after the controller wrote it is not brought back until `ttl_s`.
         """
-        return sorted(
-            (k[1], k[2])
-            for k, e in self._entries.items()
-            if k[0] == kind and e.obj is not None and (k[1], k[2]) not in shown
-        )
+        table = self._entries.get(kind) or {}
+        return sorted(at for at, e in table.items() if e.obj is not None and at not in shown)
 
     def forget(self, key: Key) -> None:
-        self._entries.pop(key, None)
+        table = self._entries.get(key[0])
+        if table is not None:
+            table.pop((key[1], key[2]), None)
 
     def is_assumed(self, kind: Kind, namespace: str, name: str) -> bool:
-        return (kind, namespace, name) in self._entries
+        return (namespace, name) in self._entries.get(kind, {})
 
 
-def _age_s(entry: Entry, now: datetime) -> float:
-    return (now - entry.assumed_at).total_seconds()
+def _age(at: datetime, now: datetime) -> float:
+    return (now - at).total_seconds()

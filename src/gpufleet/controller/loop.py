@@ -53,11 +53,14 @@ from typing import Any, Final
 
 from gpufleet.api import FieldError, InferenceClass, InferenceCluster, cluster_from_manifest
 from gpufleet.api.times import parse_time
+from gpufleet.controller import dues
 from gpufleet.controller import replicas as replica_docs
 from gpufleet.controller.apply import DecisionWriter
 from gpufleet.controller.barrier import FaultPoint, Faults, Quarantine, describe
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
+from gpufleet.controller.dues import last_report as _last_report
+from gpufleet.controller.dues import untimed as _untimed
 from gpufleet.controller.events import Recorder
 from gpufleet.controller.fence import Fence, known_fence, published_fence, remember
 from gpufleet.controller.index import (
@@ -73,6 +76,7 @@ from gpufleet.controller.ledger import AssumeLedger
 from gpufleet.controller.replace import Replacer, is_waiting
 from gpufleet.controller.replicas import OrphanWatch
 from gpufleet.controller.reports import NO_TRUST, FleetReports
+from gpufleet.controller.result import StepResult
 from gpufleet.controller.rollouts import RolloutClock
 from gpufleet.controller.status import (
     CLUSTER_OWNED,
@@ -107,41 +111,7 @@ from gpufleet.store.port import (
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(slots=True)
-class StepResult:
-    """What one step did: writes by (kind, verb), the decision, errors and metric numbers."""
-
-    now: datetime
-    #: Writes that succeeded, by (kind, verb); verbs: create, update, patch_status, delete.
-    writes: Counter[tuple[str, str]] = field(default_factory=Counter)
-    #: The step's scheduling decision; None when scheduling was skipped.
-    decision: Decision | None = None
-    #: Failures of this step (each is retried on the next step).
-    errors: list[str] = field(default_factory=list)
-    #: Observations ignored because their agent's lease epoch is older than the cluster's.
-    rejected_reports: list[str] = field(default_factory=list)
-    #: Replicas created (placements) and deleted (drops) this step.
-    placements: int = 0
-    drops: int = 0
-    #: Deployments short of replicas (or invalid), by their condition's reason code.
-    refusals: Counter[str] = field(default_factory=Counter)
-    #: Replicas asked for but not placed, over all deployments.
-    shortfall: int = 0
-    #: How long `schedule` took, by the caller's timer; None without a timer.
-    decision_latency_s: float | None = None
-    #: Assumed writes still in force after the step (the view lags them).
-    assumed: int = 0
-    #: No scheduling input changed since the last decision, which `decision` is (the same
-    #: object): nothing was scheduled or applied again.
-    is_quiet: bool = False
-
-    @property
-    def write_count(self) -> int:
-        return sum(self.writes.values())
-
-    def count(self, kind: str, verb: str) -> int:
-        return self.writes[(kind, verb)]
+__all__ = ["Controller", "StepResult"]
 
 
 def _put(table: dict[Key, Any], key: Key, value: object) -> None:
@@ -150,18 +120,6 @@ def _put(table: dict[Key, Any], key: Key, value: object) -> None:
         table.pop(key, None)
     else:
         table[key] = value
-
-
-def _untimed(cluster: Cluster) -> Cluster:
-    """`cluster` without its report times: the core reads those only through the cluster's
-    freshness (`cluster_freshness`), which the step compares on its own (`_freshness`)."""
-    pools = tuple(
-        dataclasses.replace(p, observation=dataclasses.replace(p.observation, observed_at=None))
-        if p.observation is not None and p.observation.observed_at is not None
-        else p
-        for p in cluster.pools
-    )
-    return dataclasses.replace(cluster, pools=pools, agent_observed_at=None)
 
 
 def _replica_desire(current: ReadObj, found: tuple[AgentReport | None, bool], now: datetime) -> Obj:
@@ -173,15 +131,6 @@ _CORE: Final = operator.itemgetter(1)
 
 #: A due time that never comes.
 _NEVER: Final = datetime.max.replace(tzinfo=UTC)
-
-
-def _last_report(cluster: Cluster) -> datetime | None:
-    """The time `cluster_freshness` ages the cluster from."""
-    if cluster.agent_observed_at is not None:
-        return cluster.agent_observed_at
-    times = [p.observation.observed_at for p in cluster.pools if p.observation is not None]
-    present = [t for t in times if t is not None]
-    return max(present) if present else None
 
 
 def _decision_key(decided: DeploymentDecision) -> Key:
@@ -284,8 +233,10 @@ class Controller(DecisionWriter):
         self.index = HubIndex()
         self.reports = FleetReports()
         self.trusts: dict[str, Trust] = {}
-        #: Clusters whose Trust rejects reports (their events are repeated every step).
+        #: Clusters whose Trust rejects reports (their events are repeated every step), and
+        #: those whose Trust moves with the clock (reports in the future, a contested fence).
         self._rejecting: set[str] = set()
+        self._moving: set[str] = set()
         #: When clusters' statuses fall due: (due, name), the stale ones skipped when popped.
         self._dues: list[tuple[datetime, str]] = []
         #: Per cluster, as the core reads it (reported), and the unreadable ones' errors.
@@ -294,6 +245,7 @@ class Controller(DecisionWriter):
         #: Each cluster's freshness as the decision reads it, and when one may move.
         self._fresh: dict[str, tuple[object, ...]] = {}
         self._fresh_due: datetime | None = None
+        self._fresh_next: datetime | None = None  # (the earliest crossing, aging or not)
         #: Per cluster: when its Fresh state crosses into Stale (None: never by time alone),
         #: and whether it ages (a quoted age moves every step); the clusters to compute again.
         self._fresh_times: dict[str, tuple[datetime | None, bool]] = {}
@@ -343,6 +295,24 @@ class Controller(DecisionWriter):
             self._reset()  # list the hub again next step: no change read here is lost
             self._error(result, f"step failed: {describe(e)}")
         return result
+
+    def next_due(self, now: datetime) -> datetime | None:
+        """When the next time-driven change falls due after `now`, with nothing changed on
+        the hub (dues.py): the daemon steps then rather than on its resync alone."""
+        statuses = {name: state.due for name, state in self._clusters.items()}
+        heard = {name: fence[1] for name, fence in self.epochs.items()}
+        config = self.config
+        times = (
+            dues.after(dues.status_due(self._dues, statuses)),
+            dues.after(self._fresh_next),
+            dues.trust_due(
+                self._moving, self.trusts, heard, config.max_clock_skew_s, config.expire_after_s
+            ),
+            self.replacer.due,
+            self.quarantine.next_due(),
+            self.ledger.next_expiry(),
+        )
+        return dues.earliest_after(now, times)
 
     def _step(self, now: datetime, result: StepResult) -> None:
         self._step_at = (now, result)
@@ -426,6 +396,7 @@ class Controller(DecisionWriter):
             for key in moved[kind]:
                 self.quarantine.touch(kind.kind, key)
                 self._receive(kind, key, now)
+        index.forget_previous()
         if is_first:
             self._everything_dirty()
 
@@ -577,14 +548,13 @@ class Controller(DecisionWriter):
         judged, self._dirty.trusts = self._dirty.trusts, set()
         # Which reports are in the future moves with the clock: judge those clusters again.
         # (So does whether a contested fence's incarnation has been silent long enough.)
-        judged |= {
-            name for name, trust in self.trusts.items() if trust.future or trust.is_contested
-        }
+        judged |= self._moving
         for cluster in sorted(judged):
             record = records.get(("", cluster))
             if record is None:
                 self.trusts.pop(cluster, None)
                 self._rejecting.discard(cluster)
+                self._moving.discard(cluster)
                 self.quarantine.forget(INFERENCE_CLUSTER.kind, ("", cluster))
                 continue
             judge = functools.partial(self._judge_cluster, cluster, record.obj, now)
@@ -613,10 +583,14 @@ class Controller(DecisionWriter):
         self.trusts[cluster] = trust
         if trust.fence is not None:
             self.epochs[cluster] = remember(known, heard, trust.fence, trust.heard_at)
-        if trust.rejected:
-            self._rejecting.add(cluster)
-        else:
-            self._rejecting.discard(cluster)
+        for table, is_in in (
+            (self._rejecting, trust.rejected),
+            (self._moving, trust.future or trust.is_contested),
+        ):
+            if is_in:
+                table.add(cluster)
+            else:
+                table.discard(cluster)
 
     # --- published status -----------------------------------------------------------------
 
@@ -829,13 +803,13 @@ class Controller(DecisionWriter):
             return self._fresh
         if due is not None and now < due:
             names: Iterable[str] = moved
-            fresh = dict(self._fresh)  # a new dict: the last decision keeps the one it read
+            fresh: dict[str, tuple[object, ...]] = {}  # the moved ones (None: gone)
         else:
             names, fresh, self._fresh_times = list(self._reported), {}, {}
         for name in names:
             cluster = self._reported.get(name)
             if cluster is None:
-                fresh.pop(name, None)
+                fresh[name] = ()
                 self._fresh_times.pop(name, None)
                 continue
             state = cluster_freshness(cluster, now, config)
@@ -845,12 +819,24 @@ class Controller(DecisionWriter):
             crossing = None
             if state.state is ObservationState.FRESH and last is not None:
                 crossing = last + timedelta(seconds=config.stale_after_s)
+            elif state.state is ObservationState.STALE and last is not None:
+                crossing = last + timedelta(seconds=config.expire_after_s)  # (it ages: quoted)
             self._fresh_times[name] = (crossing, quoted and state.age_s is not None)
+        if names is moved:
+            # A new dict only when a state moved: the last decision keeps the one it read,
+            # and the same dict again tells `_schedule` nothing moved without comparing.
+            was = self._fresh
+            if any(was.get(name, ()) != value for name, value in fresh.items()):
+                changed = {**was, **fresh}
+                fresh = {name: value for name, value in changed.items() if value != ()}
+            else:
+                fresh = was
         self._fresh, self._fresh_moved = fresh, set()
         times = self._fresh_times.values()
         is_aging = any(aging for _, aging in times)
         crossings = [at for at, _ in times if at is not None]
         self._fresh_due = None if is_aging else min(crossings, default=_NEVER)
+        self._fresh_next = min(crossings, default=None)
         return fresh
 
     def _schedule(self, classes: Mapping[str, ReadObj], now: datetime, result: StepResult) -> None:
@@ -869,7 +855,7 @@ class Controller(DecisionWriter):
         if (
             not self._dirty.schedule
             and last is not None
-            and fresh == self._scheduled_with
+            and (fresh is self._scheduled_with or fresh == self._scheduled_with)
             and not self._has_replica_writes
         ):
             self._quiet(last, result)

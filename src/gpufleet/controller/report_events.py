@@ -31,8 +31,10 @@ class ReportEvents(FaultWriter):
     between the step (loop.py) and its writes (`HubWriter`)."""
 
     trusts: dict[str, Trust]
-    #: Clusters whose Trust rejects reports (their events are repeated every step).
+    #: Clusters whose Trust rejects reports (their events are repeated every step), and
+    #: those whose Trust moves with the clock (reports in the future, a contested fence).
     _rejecting: set[str]
+    _moving: set[str]
     #: Per event prefix, the standing situations last seen (`_forget`).
     _alive: dict[str, set[tuple[str, ...]]]
 
@@ -70,8 +72,9 @@ class ReportEvents(FaultWriter):
         """A Warning event per cluster with reports stamped in the future (once per message)."""
         alive: set[tuple[str, ...]] = set()
         records = self.index.records[INFERENCE_CLUSTER]
-        for cluster, trust in sorted(self.trusts.items()):
-            message = future_message(trust, self.config)
+        # (A cluster with reports in the future is among those whose Trust moves.)
+        for cluster in sorted(self._moving):
+            message = future_message(self.trusts[cluster], self.config)
             if not message or ("", cluster) not in records:
                 continue
             result.rejected_reports.append(f"cluster {cluster}: {message}")
