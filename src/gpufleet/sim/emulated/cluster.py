@@ -192,7 +192,7 @@ class WorkloadCluster:
         self._unbound: set[ObjKey] = set()
         self._kubelet_pods: set[ObjKey] = set()
         self.scheduler = KubeScheduler(self.store, self.behaviour, self.class_drivers, loop)
-        self.autoscaler = ClusterAutoscaler(self)
+        self.autoscaler = ClusterAutoscaler(spec, loop, self.store, self.class_drivers, self)
         for pool in spec.pools:
             for _ in range(pool.node_count):
                 name = self.add_node(pool.name)
