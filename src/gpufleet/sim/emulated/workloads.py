@@ -171,8 +171,8 @@ class WorkloadController:
         # Per workload uid, what the controller read on its last pass (see `_inputs`); a
         # deleted workload's entries go when the feed hands its deletion.
         self._seen: dict[str, _Inputs] = {}
-        #: Per workload uid, its template (the stored object itself) and that template's hash.
-        self._template_hashes: dict[str, tuple[Obj, str]] = {}
+        #: Per workload uid, the generation its template hash was computed at, and the hash.
+        self._template_hashes: dict[str, tuple[int, str]] = {}
         feed.watch(self.kind, self._workload_changed)
         index.on_owners(self._owners_changed)
 
@@ -214,14 +214,16 @@ class WorkloadController:
                 found.append(obj)
         return found
 
-    def _template_hash(self, uid: str, template: Obj) -> str:
-        """`template_hash_of(template)`, remembered while the workload keeps the same template object:
-        stored objects never change in place, and a status write shares the spec."""
+    def _template_hash(self, meta: Obj, template: Obj) -> str:
+        """`template_hash_of(template)`, remembered per workload for its `generation`: the
+        template is part of the spec, and the API server moves the generation with every
+        change of the spec (a status write leaves it)."""
+        uid, generation = meta["uid"], int(meta.get("generation", 1))
         cached = self._template_hashes.get(uid)
-        if cached is not None and cached[0] is template:
+        if cached is not None and cached[0] == generation:
             return cached[1]
         thash = template_hash_of(template)
-        self._template_hashes[uid] = (template, thash)
+        self._template_hashes[uid] = (generation, thash)
         return thash
 
     def _create_pod_named(
@@ -270,7 +272,7 @@ class DeploymentController(WorkloadController):
         meta, spec = dep["metadata"], dep["spec"]
         replicas = int(spec.get("replicas", 1))
         template = spec["template"]
-        thash = self._template_hash(meta["uid"], template)
+        thash = self._template_hash(meta, template)
         for pod in pods:
             if pod["status"].get("phase") in ("Failed", "Succeeded"):
                 self._delete_pod(pod)
@@ -345,7 +347,7 @@ class LwsController(WorkloadController):
         replicas = int(spec.get("replicas", 1))
         lwt = spec["leaderWorkerTemplate"]
         size = int(lwt.get("size", 1))
-        thash = self._template_hash(meta["uid"], lwt)
+        thash = self._template_hash(meta, lwt)
         strategy = lws_strategy(spec, replicas)
         groups: dict[int, list[Obj]] = defaultdict(list)
         for pod in owned:
