@@ -45,8 +45,11 @@ lint: install
 typecheck: install
 	$(BIN)/mypy
 
+# import-linter's contracts, then the structure tests it cannot express (tests/layers: the
+# core's purity, no import circle, class sizes, docs naming only code that exists).
 layers: install
 	$(BIN)/lint-imports
+	$(BIN)/pytest -q -p no:cacheprovider tests/layers
 
 check: lint typecheck layers
 

@@ -18,11 +18,12 @@ import functools
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from gpufleet.core import labels
 from gpufleet.sim.emulated import dra
-from gpufleet.sim.emulated.cluster_spec import PoolSpec
+from gpufleet.sim.emulated.cluster_spec import ClusterSpec, PoolSpec
+from gpufleet.sim.emulated.engine import EventLoop
 from gpufleet.sim.emulated.kube_scoring import (
     HOSTNAME_KEY,
     anti_affinity_selectors,
@@ -35,6 +36,7 @@ from gpufleet.sim.emulated.objects import (
     is_alive,
     untolerated,
 )
+from gpufleet.sim.emulated.sim_store import SimStore
 from gpufleet.store import format_time
 from gpufleet.store.port import (
     POD,
@@ -43,23 +45,44 @@ from gpufleet.store.port import (
     Obj,
 )
 
-if TYPE_CHECKING:
-    from gpufleet.sim.emulated.cluster import WorkloadCluster
+
+class NodeGroups(Protocol):
+    """What the autoscaler may do to a cluster's node groups (one per pool), as
+    cluster-autoscaler's cloud provider lets it: list a group's nodes, add one, delete one."""
+
+    def peek_nodes(self, pool: str) -> list[Obj]:
+        """The pool's nodes (stored objects, not copies)."""
+        ...
+
+    def add_node(self, pool_name: str) -> str:
+        """Add a node to the pool; its name."""
+        ...
+
+    def remove_node(self, name: str) -> None:
+        """Delete the node (its pods go with it)."""
+        ...
 
 
 class ClusterAutoscaler:
     """The autoscaler of one cluster, with its own memory: nodes asked for and not yet made,
     when each node went idle, when it last scanned."""
 
-    def __init__(self, cluster: WorkloadCluster) -> None:
-        self.cluster = cluster
-        self.name = cluster.name
-        self.spec = cluster.spec
-        self.behaviour = cluster.behaviour
-        self.loop = cluster.loop
-        self.store = cluster.store
-        self.pools = cluster.pools
-        self.class_drivers = cluster.class_drivers
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        loop: EventLoop,
+        store: SimStore,
+        class_drivers: Mapping[str, str],
+        node_groups: NodeGroups,
+    ) -> None:
+        self.cluster = node_groups
+        self.name = spec.name
+        self.spec = spec
+        self.behaviour = spec.behaviour
+        self.loop = loop
+        self.store = store
+        self.pools = {p.name: p for p in spec.pools}
+        self.class_drivers = class_drivers
         self._idle_since: dict[str, datetime] = {}
         #: Nodes the autoscaler asked for and not yet created, per pool.
         self._provisioning: dict[str, int] = defaultdict(int)
