@@ -40,6 +40,7 @@ ALLOWED: frozenset[str] = frozenset(
         "--install-completion",
         "--show-completion",
         "--field-selector",
+        "--ignore-daemonsets",
         "--no-index",
         "CreateContainerConfigError",
         "ToBeDeletedByClusterAutoscaler",
