@@ -652,6 +652,9 @@ UNEXERCISED_TODAY: frozenset[tuple[str, str, str, str]] = frozenset(
         (_HUB_AGENT, "gpufleet.io", "replicaobservations", "update"),
         (_HUB_AGENT, "gpufleet.io", "replicaobservations/status", "patch"),
         (_HUB_AGENT, "gpufleet.io", "replicaobservations/status", "update"),
+        # `Gated` steering pins and ungates its pods (tests/kube/test_kube_store.py runs the
+        # update against the emulated server, but no fleet of this module steers Gated yet).
+        (_AGENT, "", "pods", "update"),
         (_AGENT, "apps", "deployments", "get"),
         (_AGENT, "apps", "deployments", "update"),
         (_AGENT, "leaderworkerset.x-k8s.io", "leaderworkersets", "create"),
