@@ -4,6 +4,7 @@ fleet, the scenario's own checks, and a few key numbers asserted here directly."
 from __future__ import annotations
 
 import functools
+from collections import Counter
 
 import pytest
 
@@ -182,3 +183,27 @@ def test_a_cordoned_node_under_a_serving_replica_is_replaced_first() -> None:
         "dropped ml/llm from solo (Superseded)",  # once it runs
         "drain solo/l4-0",  # evicts nothing of the fleet
     ]
+
+
+def test_one_namespaces_stuck_deployments_neither_starve_another_nor_churn() -> None:
+    """churn-bounded (issue 30.3): 24 unrunnable deployments in noisy, tenant/llm applied at
+    5m. llm is placed in the step the first GPUs free (6m15s), and each stuck deployment is
+    re-placed (its replica dropped as stuck) at most 5 times in the hour."""
+    result = run("churn-bounded")
+    assert not result.failures, "\n".join(str(f) for f in result.failures)
+    placed = [t for t, line in result.log if line == "placed tenant/llm on east"]
+    freed = min(t for t, line in result.log if t >= 300 and line.startswith("dropped noisy/"))
+    assert placed == [freed] == [375.0]
+    drops = Counter(line.split()[1] for _, line in result.log if line.startswith("dropped noisy/"))
+    assert len(drops) == 24
+    assert max(drops.values()) <= 5
+    # While a deployment backs off, its replica is not re-created on the pool it avoids (it
+    # holds no GPU): its placements and drops alternate, one replica at a time.
+    for name in drops:
+        mine = [
+            line.split()[0]
+            for _, line in result.log
+            if line.startswith((f"placed {name} ", f"dropped {name} "))
+        ]
+        assert mine[::2] == ["placed"] * len(mine[::2])
+        assert mine[1::2] == ["dropped"] * len(mine[1::2])

@@ -13,7 +13,8 @@ Model (DESIGN.md "Scheduling semantics" on top of reference section 2).
 3. Charge every surviving replica of every deployment, and every replica whose deployment is
    not in the snapshot (they still hold devices), in canonical order (replica name), per pod
    (accounting.py, charging.py). Dropped and scaled-down replicas are not charged.
-4. Fill round-robin: each round, each deployment in key order places one replica; a deployment
+4. Fill round-robin: each round, each deployment in fair order (`_fair_order`: namespaces
+   interleaved, the one holding fewer replicas first; key order within one) places one replica; a deployment
    stops at its first failure, and its diagnosis is taken against the ledger at that moment.
    One placement: among clusters that are selected, tolerated (NoSchedule and NoExecute),
    Ready, and not Expired (a gateway is optional), take the first that fits in order of (this
@@ -302,12 +303,36 @@ def _fill(
     """Step 4: round-robin over the deployments with replicas pending."""
     active = [w for w in works if w.deployment.fill and w.pending > 0]
     _find_candidates(active, ledgers, memo, snapshot.config, len(snapshot.replicas))
+    active = _fair_order(active, snapshot)
     while active:
         for work in active:
             if not _fill_one(work, ledgers, memo):
                 work.is_stopped = True
                 work.diagnosis = diagnoser.diagnose(work.deployment, work.avoid)
         active = [w for w in active if not w.is_stopped and w.pending > 0]
+
+
+def _fair_order(active: list[_Work], snapshot: Snapshot) -> list[_Work]:
+    """The order each fill round takes the deployments in: namespaces interleaved.
+
+    Each namespace's deployments keep key order among themselves; the i-th of every namespace
+    goes before the (i+1)-th of any, and among the i-th, the namespace holding fewer of the
+    snapshot's replicas goes first (then namespace name), as Kueue's fair sharing takes the
+    lower share first. So one namespace's many deployments cannot take every free GPU before
+    another namespace's first one is tried (issue 30.3). With one namespace, key order."""
+    namespaces = {w.deployment.key.namespace for w in active}
+    if len(namespaces) < 2:
+        return active
+    held = Counter(
+        r.deployment.namespace for r in snapshot.replicas if r.deployment.namespace in namespaces
+    )
+    rank: Counter[str] = Counter()
+    keyed: list[tuple[int, int, str, int]] = []
+    for i, work in enumerate(active):
+        ns = work.deployment.key.namespace
+        keyed.append((rank[ns], held[ns], ns, i))
+        rank[ns] += 1
+    return [active[k[3]] for k in sorted(keyed)]
 
 
 def _decide(work: _Work, diagnoser: Diagnoser) -> DeploymentDecision:
