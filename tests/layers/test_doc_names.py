@@ -37,6 +37,7 @@ ALLOWED: frozenset[str] = frozenset(
         "HandleCrash",
         "UpdateSnapshot",
         "DefaultSelector",
+        "--help",
         "--install-completion",
         "--show-completion",
         "--field-selector",
