@@ -182,3 +182,14 @@ def test_a_cordoned_node_under_a_serving_replica_is_replaced_first() -> None:
         "dropped ml/llm from solo (Superseded)",  # once it runs
         "drain solo/l4-0",  # evicts nothing of the fleet
     ]
+
+
+def test_a_drained_node_under_a_serving_replica_is_replaced_first() -> None:
+    # On main the drain evicted the replica's pod at once: one replica served nothing.
+    result = run("drain-replaced-first")
+    assert min(_after(result, result.series.running, 30)) == 2
+    assert [line for t, line in result.log if t >= 60] == [
+        "drain solo/l4-0",  # no cordon first
+        "placed ml/llm on solo",  # the replacement, first
+        "dropped ml/llm from solo (Superseded)",  # once it runs
+    ]
