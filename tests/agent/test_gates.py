@@ -111,7 +111,7 @@ def test_gated_templates_carry_the_gate_and_each_copys_nodes() -> None:
     (lws,) = [
         o
         for o in materialize(r, None, choice, Steering.GATED)
-        if o["kind"] != "ResourceClaimTemplate"
+        if o["kind"] not in ("ResourceClaimTemplate", "PodDisruptionBudget")
     ]
     worker = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]
     assert worker["spec"]["schedulingGates"] == GATED

@@ -251,9 +251,28 @@ CASES = [
 ]
 
 
+#: Every replica's PodDisruptionBudget: no Ready pod of it is evicted while it serves.
+BUDGET: Obj = {
+    "apiVersion": "policy/v1",
+    "kind": "PodDisruptionBudget",
+    "metadata": {
+        "name": "llama-3f9a1",
+        "namespace": "ml",
+        "labels": {"gpufleet.io/deployment": "llama", "gpufleet.io/replica": "llama-3f9a1"},
+    },
+    "spec": {
+        "maxUnavailable": 0,
+        "selector": {"matchLabels": {"gpufleet.io/replica": "llama-3f9a1"}},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    },
+}
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_materialize(case: Case) -> None:
-    assert materialize(case.replica) == case.want
+    made = materialize(case.replica)
+    assert [o for o in made if o["kind"] != "PodDisruptionBudget"] == case.want
+    assert [o for o in made if o["kind"] == "PodDisruptionBudget"] == [BUDGET]
 
 
 def test_materialize_does_not_mutate_its_input() -> None:

@@ -27,6 +27,7 @@ from gpufleet.store.port import (
     NAMESPACE,
     NODE,
     POD,
+    POD_DISRUPTION_BUDGET,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     RESOURCE_CLAIM,
@@ -572,7 +573,7 @@ def test_a_report_made_from_the_observations_that_changed_is_the_whole_report() 
 def owned(w: World) -> list[str]:
     return [
         f"{o['kind']} {o['metadata']['name']} replicas={o['spec'].get('replicas', '-')}"
-        for kind in (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT, LEADER_WORKER_SET)
+        for kind in (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT, LEADER_WORKER_SET, POD_DISRUPTION_BUDGET)
         for o in w.local.list(kind)
     ]
 
@@ -588,8 +589,11 @@ def test_materialize_creates_updates_and_deletes() -> None:
         "ResourceClaimTemplate r2-main-standalone replicas=-",
         "Deployment r1-main replicas=1",
         "Deployment r2-main replicas=1",
+        # Each replica's budget: no Ready pod of it is evicted while it serves.
+        "PodDisruptionBudget r1 replicas=-",
+        "PodDisruptionBudget r2 replicas=-",
     ]
-    assert len(out.created) == 4
+    assert len(out.created) == 6
     assert w.local.get(NAMESPACE, "ml") is not None
     # Unchanged: nothing written.
     before = w.local.revision
@@ -605,10 +609,16 @@ def test_materialize_creates_updates_and_deletes() -> None:
     assert owned(w) == [
         "ResourceClaimTemplate r1-main-standalone replicas=-",
         "Deployment r1-main replicas=3",
+        "PodDisruptionBudget r1 replicas=-",
     ]
+    # r2's budget goes with it.
     assert (out.updated, sorted(out.deleted)) == (
         ["Deployment ml/r1-main"],
-        ["Deployment ml/r2-main", "ResourceClaimTemplate ml/r2-main-standalone"],
+        [
+            "Deployment ml/r2-main",
+            "PodDisruptionBudget ml/r2",
+            "ResourceClaimTemplate ml/r2-main-standalone",
+        ],
     )
     dep = w.local.get(DEPLOYMENT, "r1-main", "ml")
     assert dep is not None
@@ -654,7 +664,11 @@ def test_what_a_replica_wants_is_made_again_when_anything_materialize_reads_chan
     assert [updated for updated, _ in kept] == [
         [],
         [],
-        ["ResourceClaimTemplate ml/r1-main-standalone", "Deployment ml/r1-main"],
+        [
+            "ResourceClaimTemplate ml/r1-main-standalone",
+            "Deployment ml/r1-main",
+            "PodDisruptionBudget ml/r1",
+        ],
         ["Deployment ml/r1-main"],
         [],
     ]
@@ -847,7 +861,7 @@ def test_a_write_that_failed_is_tried_again_though_nothing_changed() -> None:
         errors.append((outcome.errors, outcome.created))
     refused = ["apply Deployment ml/r1-main: admission webhook refused the Deployment"]
     assert errors == [
-        (refused, ["ResourceClaimTemplate ml/r1-main-standalone"]),
+        (refused, ["ResourceClaimTemplate ml/r1-main-standalone", "PodDisruptionBudget ml/r1"]),
         (refused, []),
         (refused, []),
         ([], ["Deployment ml/r1-main"]),
@@ -1002,6 +1016,7 @@ def test_unreachable_hub_changes_nothing_and_push_is_retried() -> None:
     assert owned(w) == [
         "ResourceClaimTemplate r1-main-standalone replicas=-",
         "Deployment r1-main replicas=1",
+        "PodDisruptionBudget r1 replicas=-",
     ]
     hub.is_down = True
     out = agent.step(w.at(5))
@@ -1009,6 +1024,7 @@ def test_unreachable_hub_changes_nothing_and_push_is_retried() -> None:
     assert owned(w) == [  # a partition is not "every replica was deleted"
         "ResourceClaimTemplate r1-main-standalone replicas=-",
         "Deployment r1-main replicas=1",
+        "PodDisruptionBudget r1 replicas=-",
     ]
     hub.is_down = False
     w.add(node("n1"), slice_("n1"))

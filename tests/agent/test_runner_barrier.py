@@ -54,6 +54,8 @@ def test_a_replica_that_raises_is_quarantined_and_the_others_are_materialized() 
         "ResourceClaimTemplate r2-main-standalone replicas=-",
         "Deployment r1-main replicas=2",
         "Deployment r2-main replicas=1",
+        "PodDisruptionBudget r1 replicas=-",
+        "PodDisruptionBudget r2 replicas=-",
     ]
     # Within its backoff it is not tried again; the step has no error.
     hits = inject.hits
@@ -65,9 +67,9 @@ def test_a_replica_that_raises_is_quarantined_and_the_others_are_materialized() 
     assert "retried in 2 s" in out.errors[0]
     inject.is_on = False
     assert agent.step(w.at(3.5)).errors == []
-    assert owned(w)[-1] == "Deployment r2-main replicas=1"  # still waiting
+    assert owned(w)[-3] == "Deployment r2-main replicas=1"  # still waiting
     assert agent.step(w.at(5)).errors == []
-    assert owned(w)[-1] == "Deployment r2-main replicas=2"
+    assert owned(w)[-3] == "Deployment r2-main replicas=2"
     assert agent.quarantine == {}
 
 

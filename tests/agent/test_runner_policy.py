@@ -160,6 +160,7 @@ def test_a_stricter_policy_removes_what_it_no_longer_allows() -> None:
     ]
     assert sorted(out.deleted) == [
         "Deployment ml/r-main",
+        "PodDisruptionBudget ml/r",
         "ResourceClaimTemplate ml/r-main-standalone",
     ]
     assert w.observed("ml", "r")["conditions"][0]["message"].startswith(

@@ -661,6 +661,8 @@ UNEXERCISED_TODAY: frozenset[tuple[str, str, str, str]] = frozenset(
         (_AGENT, "leaderworkerset.x-k8s.io", "leaderworkersets", "delete"),
         (_AGENT, "leaderworkerset.x-k8s.io", "leaderworkersets", "get"),
         (_AGENT, "leaderworkerset.x-k8s.io", "leaderworkersets", "update"),
+        (_AGENT, "policy", "poddisruptionbudgets", "get"),
+        (_AGENT, "policy", "poddisruptionbudgets", "update"),
         (_AGENT, "resource.k8s.io", "resourceclaimtemplates", "get"),
         (_AGENT, "resource.k8s.io", "resourceclaimtemplates", "update"),
     ]

@@ -96,6 +96,7 @@ def test_agent_install_reads_the_cluster_and_manages_workloads() -> None:
         ("apps", "deployments"),
         ("leaderworkerset.x-k8s.io", "leaderworkersets"),
         ("resource.k8s.io", "resourceclaimtemplates"),
+        ("policy", "poddisruptionbudgets"),
         ("", "namespaces"),
     ]:
         assert rules_allow(role, group, resource, "create")

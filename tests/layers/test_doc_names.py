@@ -42,6 +42,7 @@ ALLOWED: frozenset[str] = frozenset(
         "--show-completion",
         "--field-selector",
         "--ignore-daemonsets",
+        "--timeout",
         "--no-index",
         "CreateContainerConfigError",
         "ToBeDeletedByClusterAutoscaler",

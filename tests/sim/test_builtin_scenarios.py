@@ -207,3 +207,14 @@ def test_one_namespaces_stuck_deployments_neither_starve_another_nor_churn() -> 
         ]
         assert mine[::2] == ["placed"] * len(mine[::2])
         assert mine[1::2] == ["dropped"] * len(mine[1::2])
+
+
+def test_a_drained_node_under_a_serving_replica_is_replaced_first() -> None:
+    # On main the drain evicted the replica's pod at once: one replica served nothing.
+    result = run("drain-replaced-first")
+    assert min(_after(result, result.series.running, 30)) == 2
+    assert [line for t, line in result.log if t >= 60] == [
+        "drain solo/l4-0",  # no cordon first
+        "placed ml/llm on solo",  # the replacement, first
+        "dropped ml/llm from solo (Superseded)",  # once it runs
+    ]

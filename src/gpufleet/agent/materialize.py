@@ -8,6 +8,12 @@ namespace:
   `deviceRequests`): one request per device request, `exactly: {deviceClassName,
   allocationMode: ExactCount, count, selectors: [{cel: {expression}}]}`. DRA gives every pod its
   own claim made from the template, so a pod's demand is exactly its member's requests.
+- one `policy/v1` PodDisruptionBudget `<replica>` selecting every pod of the replica
+  (`gpufleet.io/replica`), `maxUnavailable: 0` and `unhealthyPodEvictionPolicy: AlwaysAllow`:
+  an eviction (`kubectl drain`, a node upgrade) of a Ready pod is refused while the replica
+  serves, so a drained node waits for the hub's rollout to place the replacement and delete
+  the old replica (with which the agent deletes its budget); a pod that is not Ready serves
+  nothing and may go at once.
 - per engine, an `apps/v1` Deployment (a Standalone member; `replicas = copies`) or a
   `leaderworkerset.x-k8s.io/v1` LeaderWorkerSet (Leader + Worker; `replicas = copies`,
   `size = 1 + worker.nodes`).
@@ -53,6 +59,7 @@ from gpufleet.store.merge import copy_json
 from gpufleet.store.port import (
     DEPLOYMENT,
     LEADER_WORKER_SET,
+    POD_DISRUPTION_BUDGET,
     RESOURCE_CLAIM_TEMPLATE,
     Obj,
 )
@@ -148,7 +155,10 @@ def materialize(
     spec = replica.get("spec") or {}
     deployment = str(spec.get("deploymentName") or meta.get("labels", {}).get(labels.DEPLOYMENT))
     out: list[Obj] = []
-    for i, engine in enumerate(spec.get("engines") or []):
+    engines = spec.get("engines") or []
+    if engines:
+        out.append(_disruption_budget(name, namespace, deployment))
+    for i, engine in enumerate(engines):
         engine_name = _required(engine, "name", f"spec.engines[{i}].name")
         members = engine.get("members") or []
         by_role = {str(m.get("role", "Standalone")): m for m in members}
@@ -306,6 +316,25 @@ def _pod_template(
             containers[0]["resources"] = resources
     spec["containers"] = containers
     return {"metadata": {"labels": pod_labels}, "spec": spec}
+
+
+def _disruption_budget(replica: str, namespace: str, deployment: str) -> Obj:
+    """The replica's PodDisruptionBudget: no Ready pod of it is evicted while it serves (the
+    hub replaces the replica first); a pod that is not Ready may be."""
+    return {
+        "apiVersion": POD_DISRUPTION_BUDGET.api_version,
+        "kind": POD_DISRUPTION_BUDGET.kind,
+        "metadata": {
+            "name": dns_name(replica),
+            "namespace": namespace,
+            "labels": {labels.DEPLOYMENT: deployment, labels.REPLICA: replica},
+        },
+        "spec": {
+            "maxUnavailable": 0,
+            "selector": {"matchLabels": {labels.REPLICA: replica}},
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        },
+    }
 
 
 def _deployment(name: str, namespace: str, base: Mapping[str, str], copies: int, pod: Obj) -> Obj:

@@ -1,9 +1,10 @@
 """Materialize: make the workload cluster's owned objects equal what its replicas want.
 
-`Workloads.materialize(replicas)` makes the cluster's ResourceClaimTemplates, Deployments and
-LeaderWorkerSets equal what `materialize` wants for the assigned replicas: create what is
-missing, update what differs (templates are immutable in `resource.k8s.io/v1`, so a changed
-template is deleted and recreated), delete what no replica wants.
+`Workloads.materialize(replicas)` makes the cluster's ResourceClaimTemplates, Deployments,
+LeaderWorkerSets and PodDisruptionBudgets equal what `materialize` wants for the assigned
+replicas: create what is missing, update what differs (templates are immutable in
+`resource.k8s.io/v1`, so a changed template is deleted and recreated), delete what no replica
+wants.
 
 A pass costs what changed, told by versions, never by object identity:
 
@@ -56,6 +57,7 @@ from gpufleet.store.port import (
     LEADER_WORKER_SET,
     NAMESPACE,
     POD,
+    POD_DISRUPTION_BUDGET,
     RESOURCE_CLAIM_TEMPLATE,
     AlreadyExists,
     Kind,
@@ -68,8 +70,13 @@ from gpufleet.store.port import (
 log = logging.getLogger(__name__)
 
 #: The kinds the agent owns on the workload cluster, in the order it writes them (templates
-#: before the workloads whose pods reference them).
-OWNED_KINDS: Final = (RESOURCE_CLAIM_TEMPLATE, DEPLOYMENT, LEADER_WORKER_SET)
+#: before the workloads whose pods reference them; each replica's PodDisruptionBudget last).
+OWNED_KINDS: Final = (
+    RESOURCE_CLAIM_TEMPLATE,
+    DEPLOYMENT,
+    LEADER_WORKER_SET,
+    POD_DISRUPTION_BUDGET,
+)
 
 _T = TypeVar("_T")
 _Key = tuple[str, str]

@@ -4,7 +4,8 @@ It composes the generic daemon pieces of `gpufleet.kube` with the `Agent`:
 
 - a local `KubeStore` (in-cluster config or `--kubeconfig`) with informers on Nodes,
   ResourceSlices, ResourceClaims, Pods and the workloads the agent owns (labelled
-  `gpufleet.io/replica`; LeaderWorkerSets optional, the CRD may be absent);
+  `gpufleet.io/replica`: templates, Deployments, PodDisruptionBudgets; LeaderWorkerSets
+  optional, the CRD may be absent);
 - a hub `KubeStore` from `--hub-kubeconfig` with watches scoped to its hub namespace
   `gpufleet-cluster-<name>` (its RBAC allows nothing wider): its ModelReplicas (labelled
   `gpufleet.io/cluster=<name>`) and its observations. Changes of the observations do not
@@ -91,6 +92,7 @@ from gpufleet.store.port import (
     MODEL_REPLICA,
     NODE,
     POD,
+    POD_DISRUPTION_BUDGET,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     RESOURCE_CLAIM,
@@ -186,6 +188,7 @@ class AgentDaemon:
             Watch(local, RESOURCE_CLAIM_TEMPLATE, label_selector=OWNED_SELECTOR),
             Watch(local, DEPLOYMENT, label_selector=OWNED_SELECTOR),
             Watch(local, LEADER_WORKER_SET, label_selector=OWNED_SELECTOR, required=False),
+            Watch(local, POD_DISRUPTION_BUDGET, label_selector=OWNED_SELECTOR),
             Watch(
                 hub,
                 MODEL_REPLICA,

@@ -399,6 +399,8 @@ def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
         _rule(["resource.k8s.io"], ["resourceclaimtemplates"], _MANAGE),
         _rule(["apps"], ["deployments"], _MANAGE),
         _rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], _MANAGE),
+        # Each replica's PodDisruptionBudget: a drain waits while its replacement is placed.
+        _rule(["policy"], ["poddisruptionbudgets"], _MANAGE),
     ]
     args = [
         "agent",

@@ -92,6 +92,7 @@ LEADER_WORKER_SET = Kind("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
 RESOURCE_SLICE = Kind("resource.k8s.io/v1", "ResourceSlice", namespaced=False)
 RESOURCE_CLAIM = Kind("resource.k8s.io/v1", "ResourceClaim")
 RESOURCE_CLAIM_TEMPLATE = Kind("resource.k8s.io/v1", "ResourceClaimTemplate")
+POD_DISRUPTION_BUDGET = Kind("policy/v1", "PodDisruptionBudget")
 
 KNOWN_KINDS: tuple[Kind, ...] = (
     INFERENCE_CLASS,
@@ -110,6 +111,7 @@ KNOWN_KINDS: tuple[Kind, ...] = (
     RESOURCE_SLICE,
     RESOURCE_CLAIM,
     RESOURCE_CLAIM_TEMPLATE,
+    POD_DISRUPTION_BUDGET,
 )
 
 

@@ -42,8 +42,12 @@ kubelet), each reading the store and writing through it:
   counting nodes on the way; removes nodes idle for `scale_down_idle_s` down to
   `minNodeCount` (only in pools with a `maxNodeCount`: a fixed-size pool has no autoscaled node
   group behind it). Under stockout it adds nothing and records `NotTriggerScaleUp` events.
-- Operations for scenarios: other tenants' claims, cordon/uncordon, taints, node failure and
-  recovery.
+- **Evictions** (`gpufleet.sim.emulated.disruption`): `drain(node)` cordons the node and
+  evicts its pods as `kubectl drain` does, through the API server's eviction rules: a pod a
+  PodDisruptionBudget guards goes only once the budget allows it (or is gone); refused
+  evictions are retried every 5 s.
+- Operations for scenarios: other tenants' claims, cordon/uncordon, drain, taints, node failure
+  and recovery.
 
 A tick costs what changed since the last, not what exists: as informers feed a controller's
 work queue, the `ChangeFeed` reads the store's change log (no copies) into per-component queues
@@ -73,6 +77,7 @@ from gpufleet.core import labels
 from gpufleet.sim.emulated import dra
 from gpufleet.sim.emulated.autoscaler import ClusterAutoscaler
 from gpufleet.sim.emulated.cluster_spec import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
+from gpufleet.sim.emulated.disruption import Drains
 from gpufleet.sim.emulated.engine import EventLoop
 from gpufleet.sim.emulated.informer import ChangeFeed, WorkloadIndex
 from gpufleet.sim.emulated.kube_scheduler import KubeScheduler
@@ -145,6 +150,8 @@ class WorkloadCluster:
         self._scheduling = SchedulingQueue(store, feed, scheduler, visit_all)
         self._kubelet = Kubelet(store, loop, behaviour, feed, self._wake_at, visit_all)
         self.autoscaler = ClusterAutoscaler(spec, loop, store, class_drivers, self)
+        #: `kubectl drain`s under way: evictions through the PodDisruptionBudgets, retried.
+        self.drains = Drains(store, loop, self._wake_at)
         for pool in spec.pools:
             for _ in range(pool.node_count):
                 name = self.add_node(pool.name)
@@ -188,6 +195,7 @@ class WorkloadCluster:
             self._due = when
 
     def _run_components(self) -> None:
+        self.drains.run()
         self._garbage_collector.run()
         self._deployments.run()
         self._leader_worker_sets.run()
@@ -235,6 +243,7 @@ class WorkloadCluster:
         self.store.delete(NODE, name)
         self._dra_driver.node_removed(name)
         self.autoscaler.forget_node(name)
+        self.drains.forget(name)
 
     def cordon(self, name: str, is_cordoned: bool = True) -> None:
         def change(node: Obj) -> None:
@@ -245,6 +254,16 @@ class WorkloadCluster:
 
     def uncordon(self, name: str) -> None:
         self.cordon(name, False)
+
+    def drain(self, name: str) -> None:
+        """`kubectl drain --ignore-daemonsets`: cordon (unless cordoned), then evict every pod
+        on the node through its PodDisruptionBudgets, retrying the refused ones."""
+        node = self.store.peek_one(NODE, name)
+        if node is None:
+            raise NotFound(f"node {name}")
+        if not node["spec"].get("unschedulable"):
+            self.cordon(name)
+        self.drains.drain(name)
 
     def taint(self, name: str, key: str, effect: str = "NoSchedule", value: str = "") -> None:
         taint = (

@@ -6,7 +6,6 @@ ModelReplicas it owns at once, as the API server's garbage collector would short
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -21,7 +20,6 @@ from gpufleet.store.port import (
     INFERENCE_CLUSTER,
     MODEL_DEPLOYMENT,
     NODE,
-    POD,
     RESOURCE_CLAIM,
     NotFound,
     Obj,
@@ -231,7 +229,7 @@ def _node_action(cluster: WorkloadCluster, node: str, action: Action) -> None:
     if k is ActionKind.CORDON:
         cluster.cordon(node)
     elif k is ActionKind.DRAIN:
-        _drain(cluster, node, obj)
+        cluster.drain(node)
     elif k is ActionKind.UNCORDON:
         cluster.uncordon(node)
     elif k is ActionKind.TAINT:
@@ -249,20 +247,6 @@ def _node_action(cluster: WorkloadCluster, node: str, action: Action) -> None:
             cluster.add_foreign_claim(node, action.devices, named=action.device)
         except ValueError as error:
             raise ActionFailed(f"{action.path}: {error}") from None
-
-
-def _drain(cluster: WorkloadCluster, node: str, obj: Obj) -> None:
-    """`kubectl drain --ignore-daemonsets`: cordon (unless cordoned), then evict every pod
-    bound to the node. An eviction is a graceful delete; nothing here is guarded by a
-    PodDisruptionBudget, so each goes at once and its controller makes another."""
-    if not obj["spec"].get("unschedulable"):
-        cluster.cordon(node)
-    for pod in list(cluster.store.pods_on(node)):
-        meta = pod["metadata"]
-        if meta.get("deletionTimestamp"):
-            continue
-        with contextlib.suppress(NotFound):
-            cluster.store.delete(POD, meta["name"], meta.get("namespace"))
 
 
 def _taints(node: Obj) -> list[Mapping[str, Any]]:

@@ -53,8 +53,8 @@ class ActionKind(StrEnum):
     SCALE = "scale"
     CORDON = "cordon"
     UNCORDON = "uncordon"
-    #: `kubectl drain`: cordon, then evict every pod on the node (no PodDisruptionBudget
-    #: guards the fleet's pods: each is evicted at once).
+    #: `kubectl drain`: cordon, then evict every pod on the node through its
+    #: PodDisruptionBudgets, retrying the refused evictions (`gpufleet.sim.emulated.disruption`).
     DRAIN = "drain"
     TAINT = "taint"
     UNTAINT = "untaint"
