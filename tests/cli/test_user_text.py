@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 BUILTIN = ROOT / "src" / "gpufleet" / "sim" / "scenario" / "builtin"
 #: "reference 3.11", "reference scenario 56", "Modelplane HEAD", "review point 1".
-INTERNAL = re.compile(r"\breference (scenarios? )?\d|\bModelplane\b|\breview point\b", re.I)
+INTERNAL = re.compile(
+    r"\breference (scenarios? )?\d|\bModelplane\b|\breview point\b|(?-i:\bOn main\b)", re.I
+)
 runner = CliRunner()
 
 
