@@ -7,13 +7,14 @@ field is written in (seconds as a number, or `90s`, `30m`, `2h`, `1h30m`, `1d`).
 
 from __future__ import annotations
 
+import contextlib
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
+from gpufleet.core import durations
 from gpufleet.sim.emulated.fleet import FleetSpec
 from gpufleet.store.port import Obj
 
@@ -318,9 +319,6 @@ MIN_PERIOD_S: Final = 0.001
 MAX_SAMPLES: Final = 100_000
 MAX_STEPS: Final = 10_000_000
 
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION: Final = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-
 
 def parse_duration(value: object) -> float:
     """Seconds from a number or a duration string (`90s`, `30m`, `1h30m`); ValueError if not,
@@ -343,13 +341,9 @@ def _seconds(value: object) -> float:
         if value < 0:
             raise ValueError("must not be negative")
         return float(value) if value <= MAX_DURATION_S else math.inf
-    if isinstance(value, str):
-        text = value.strip()
-        if re.fullmatch(r"\d+(?:\.\d+)?", text):
-            return float(text)
-        parts = _DURATION.findall(text)
-        if parts and "".join(n + u for n, u in parts) == text:
-            return sum(float(n) * _UNITS[u] for n, u in parts)
+    if isinstance(value, str) and value.strip()[:1].isdigit():
+        with contextlib.suppress(ValueError):  # the CLI's grammar (core/durations.py)
+            return durations.parse_duration(value)
     raise ValueError(f"{_short(value)} is not a duration (seconds, or like 30s, 5m, 2h, 1h30m)")
 
 
