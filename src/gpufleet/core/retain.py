@@ -176,18 +176,9 @@ def retain(
         holders[identity] = replica.name
         kept.append((replica, restamped))
     desired = max(0, deployment.replicas)
-    stepped = rollout.plan(deployment, [r for r, _ in kept])
-    if stepped is not None:
-        going = {*stepped.superseded, *stepped.scaled_down}
-        for position in sorted(going):
-            drop(kept[position][0], rollout.why_gone(deployment, kept[position][0], stepped))
-        kept = [k for position, k in enumerate(kept) if position not in going]
-    while stepped is None and len(kept) > desired:
-        load = Counter(r.cluster for r, _ in kept)
-        cluster = max(load, key=lambda c: (load[c], c))
-        victim = max((k for k in kept if k[0].cluster == cluster), key=lambda k: k[0].index)
-        kept.remove(victim)
-        drop(victim[0], diagnosis.scaled_down(desired, len(kept)))
+    kept, trimmed, stepped = _trim(deployment, kept)
+    for replica, reason in trimmed:
+        drop(replica, reason)
     retained = sorted(
         (
             Placement(
@@ -225,6 +216,36 @@ def retain(
         settled,
         stepped,
     )
+
+
+def _trim(
+    deployment: Deployment, kept: list[tuple[Replica, tuple[ReplicaEngine, ...]]]
+) -> tuple[
+    list[tuple[Replica, tuple[ReplicaEngine, ...]]],
+    list[tuple[Replica, Reason]],
+    RolloutStep | None,
+]:
+    """The kept replicas down to what the deployment wants, and those that go with why: while
+    a template change rolls, by this step of it (rollout.py); else, past `replicas`, from the
+    most loaded cluster, highest index first."""
+    gone: list[tuple[Replica, Reason]] = []
+    stepped = rollout.plan(deployment, [r for r, _ in kept])
+    if stepped is not None:
+        going = {*stepped.superseded, *stepped.scaled_down}
+        for position in sorted(going):
+            gone.append(
+                (kept[position][0], rollout.why_gone(deployment, kept[position][0], stepped))
+            )
+        return [k for p, k in enumerate(kept) if p not in going], gone, stepped
+    desired = max(0, deployment.replicas)
+    kept = list(kept)
+    while len(kept) > desired:
+        load = Counter(r.cluster for r, _ in kept)
+        cluster = max(load, key=lambda c: (load[c], c))
+        victim = max((k for k in kept if k[0].cluster == cluster), key=lambda k: k[0].index)
+        kept.remove(victim)
+        gone.append((victim[0], diagnosis.scaled_down(desired, len(kept))))
+    return kept, gone, None
 
 
 def condition(desired: int, placed: int, diag: Diagnosis | None) -> Condition:
