@@ -140,7 +140,11 @@ def test_the_clusters_judged_every_step_are_those_whose_trust_moves_with_the_clo
     seen = []
     for t in (0, 1, 60, 100, 119, 130):
         controller.step(at(t))
-        plain = {n for n, trust in controller.trusts.items() if trust.future or trust.is_contested}
-        assert controller._moving == plain
+        plain = {
+            n
+            for n, trust in controller.statuses.trusts.items()
+            if trust.future or trust.is_contested
+        }
+        assert controller.statuses.moving == plain
         seen.append(bool(plain))
     assert seen[0] and not seen[-1]  # the case was exercised: it moved, then settled

@@ -99,8 +99,10 @@ class _Forgetful(Controller):
 
     def step(self, now: datetime) -> StepResult:
         fresh = Controller(self.hub, self.config, self.identity)
-        kept = {"hub", "config", "identity", "timer", "ledger", "recorder", "epochs", "receipts"}
+        kept = {"hub", "config", "identity", "timer", "ledger", "recorder"}
         for name, value in vars(fresh).items():
+            if name == "statuses":  # its correctness state: the epochs and the receipts
+                value.epochs, value.receipts = self.statuses.epochs, self.statuses.receipts
             if name not in kept:
                 setattr(self, name, value)
         return super().step(now)

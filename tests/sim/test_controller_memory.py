@@ -31,11 +31,22 @@ _REMEMBERED = {
     "timer",
     "ledger",
     "recorder",
-    "epochs",
-    "receipts",
     "replacer",
     "quarantine",
 }
+#: The collaborators' correctness state, kept while the rest of each collaborator is fresh:
+#: the lease epochs accepted and the reports' receipts (`ClusterStatuses`).
+_REMEMBERED_IN = {"statuses": ("epochs", "receipts")}
+
+
+def forget(controller: Controller, fresh: Controller) -> None:
+    """Set on `controller` every attribute of `fresh` but the correctness state."""
+    for name, value in vars(fresh).items():
+        if name in _REMEMBERED:
+            continue
+        for kept in _REMEMBERED_IN.get(name, ()):
+            setattr(value, kept, getattr(getattr(controller, name), kept))
+        setattr(controller, name, value)
 
 
 class ForgetfulController(Controller):
@@ -44,10 +55,7 @@ class ForgetfulController(Controller):
     that correctness needs."""
 
     def step(self, now: datetime) -> StepResult:
-        fresh = Controller(self.hub, self.config, self.identity, timer=self.timer)
-        for name, value in vars(fresh).items():
-            if name not in _REMEMBERED:
-                setattr(self, name, value)
+        forget(self, Controller(self.hub, self.config, self.identity, timer=self.timer))
         return super().step(now)
 
 

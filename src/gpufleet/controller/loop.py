@@ -62,11 +62,10 @@ from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.dues import last_report as _last_report
 from gpufleet.controller.dues import untimed as _untimed
 from gpufleet.controller.events import Recorder
-from gpufleet.controller.fence import Fence, known_fence, published_fence, remember
+from gpufleet.controller.fence import known_fence, published_fence, remember
 from gpufleet.controller.index import (
     HubIndex,
     Key,
-    Receipts,
     Record,
     is_deleting,
     name_of,
@@ -83,7 +82,6 @@ from gpufleet.controller.status import (
     REPLICA_OWNED,
     AgentReport,
     Trust,
-    VerdictMemo,
     cluster_inputs,
     cluster_status,
     cluster_times,
@@ -94,6 +92,7 @@ from gpufleet.controller.status import (
     without_ages,
     without_times,
 )
+from gpufleet.controller.statuses import ClusterState, ClusterStatuses
 from gpufleet.core.capacity import cluster_freshness
 from gpufleet.core.decision import Decision, DeploymentDecision, ObservationState
 from gpufleet.core.model import Cluster, Deployment, Replica, SchedulingConfig, Snapshot
@@ -169,23 +168,6 @@ class _Dirty:
     schedule: bool = False
 
 
-@dataclass(slots=True)
-class _ClusterState:
-    """What a cluster's status was last computed from, and when it falls due again."""
-
-    #: (resourceVersion, classes, `cluster_inputs`, freshness states) of the last status
-    #: found in place, or of the object just written (its status is the one desired of it):
-    #: the same again needs no computing.
-    settled: tuple[object, ...] | None = None
-    #: When a time of the cluster's crosses into another freshness state, or its status
-    #: refresh falls due (None: never).
-    due: datetime | None = None
-    #: The verdicts on its pool reports, kept while what they read stays.
-    verdicts: VerdictMemo = field(default_factory=VerdictMemo)
-    #: (resourceVersion, `published_fence`) of the object last judged.
-    fence_read: tuple[str, tuple[Fence, datetime | None] | None] | None = None
-
-
 class Controller(DecisionWriter):
     """The hub controller. Not thread-safe: one loop calls `step`.
 
@@ -208,11 +190,8 @@ class Controller(DecisionWriter):
         self.timer = timer
         self.ledger = AssumeLedger(self.config.assume_ttl_s)
         self.recorder = Recorder()
-        #: The fence (Lease incarnation, highest epoch accepted) per cluster, and when it was
-        #: last heard (also persisted in its status).
-        self.epochs: dict[str, tuple[Fence, datetime | None]] = {}
-        #: When each observation version was first seen (index.py): reports age from it.
-        self.receipts = Receipts(self.config.expire_after_s)
+        #: Per cluster: its fence and receipts (correctness state), trust and dues.
+        self.statuses = ClusterStatuses(self.config.expire_after_s)
         #: What the core derives from deployments and replicas, kept across steps.
         self.schedule_memo = ScheduleMemo()
         #: Steps that found nothing to schedule (metrics, tests).
@@ -232,13 +211,7 @@ class Controller(DecisionWriter):
         #: The hub as last synced, every object parsed (index.py).
         self.index = HubIndex()
         self.reports = FleetReports()
-        self.trusts: dict[str, Trust] = {}
-        #: Clusters whose Trust rejects reports (their events are repeated every step), and
-        #: those whose Trust moves with the clock (reports in the future, a contested fence).
-        self._rejecting: set[str] = set()
-        self._moving: set[str] = set()
-        #: When clusters' statuses fall due: (due, name), the stale ones skipped when popped.
-        self._dues: list[tuple[datetime, str]] = []
+        self.statuses.forget()
         #: Per cluster, as the core reads it (reported), and the unreadable ones' errors.
         self._reported: dict[str, Cluster] = {}
         self._cluster_errors: dict[str, str] = {}
@@ -251,7 +224,6 @@ class Controller(DecisionWriter):
         self._fresh_times: dict[str, tuple[datetime | None, bool]] = {}
         self._fresh_moved: set[str] = set()
         self._dirty = _Dirty()
-        self._clusters: dict[str, _ClusterState] = {}
         #: Per cluster: (resourceVersion, classes) converted with, the core Cluster, and the
         #: same untimed (None: not needed yet, `_update_cores`).
         self._core: dict[str, tuple[tuple[object, ...], Cluster, Cluster | None]] = {}
@@ -299,14 +271,17 @@ class Controller(DecisionWriter):
     def next_due(self, now: datetime) -> datetime | None:
         """When the next time-driven change falls due after `now`, with nothing changed on
         the hub (dues.py): the daemon steps then rather than on its resync alone."""
-        statuses = {name: state.due for name, state in self._clusters.items()}
-        heard = {name: fence[1] for name, fence in self.epochs.items()}
+        statuses = self.statuses
         config = self.config
         times = (
-            dues.after(dues.status_due(self._dues, statuses)),
+            dues.after(dues.status_due(statuses.dues, statuses.status_dues())),
             dues.after(self._fresh_next),
             dues.trust_due(
-                self._moving, self.trusts, heard, config.max_clock_skew_s, config.expire_after_s
+                statuses.moving,
+                statuses.trusts,
+                statuses.heard(),
+                config.max_clock_skew_s,
+                config.expire_after_s,
             ),
             self.replacer.due,
             self.quarantine.next_due(),
@@ -332,7 +307,7 @@ class Controller(DecisionWriter):
             obj = records[("", name)].obj
             _, is_done = self._run(FaultPoint.PUBLISH, INFERENCE_CLUSTER, obj, now, result, publish)
             if not is_done:
-                self._clusters.pop(name, None)  # computed again when it is retried
+                self.statuses.clusters.pop(name, None)  # computed again when it is retried
         self._publish_replicas(now, result)
         self._dirty.schedule = self._collect(now, result) or self._dirty.schedule
         if self.quarantine.faults is not None:
@@ -392,7 +367,7 @@ class Controller(DecisionWriter):
         for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION):
             records = index.records[kind]
             if is_first:
-                self.receipts.keep(kind, records)
+                self.statuses.receipts.keep(kind, records)
             for key in moved[kind]:
                 self.quarantine.touch(kind.kind, key)
                 self._receive(kind, key, now)
@@ -427,7 +402,7 @@ class Controller(DecisionWriter):
         record = self.index.records[kind].get(key)
 
         def receive() -> tuple[set[str], set[Key]]:
-            read = self.receipts.receive(kind, key, record, now)
+            read = self.statuses.receipts.receive(kind, key, record, now)
             return self.reports.put(kind.kind, key, read)
 
         touched: tuple[set[str], set[Key]] | None = None
@@ -523,7 +498,7 @@ class Controller(DecisionWriter):
         dirty.schedule = True
         self.orphans.everything()
         self._applied = {}
-        self._clusters = {}
+        self.statuses.clusters = {}
 
     def _classes(self, result: StepResult) -> tuple[dict[str, ReadObj], bool]:
         classes: dict[str, ReadObj] = {}
@@ -548,13 +523,11 @@ class Controller(DecisionWriter):
         judged, self._dirty.trusts = self._dirty.trusts, set()
         # Which reports are in the future moves with the clock: judge those clusters again.
         # (So does whether a contested fence's incarnation has been silent long enough.)
-        judged |= self._moving
+        judged |= self.statuses.moving
         for cluster in sorted(judged):
             record = records.get(("", cluster))
             if record is None:
-                self.trusts.pop(cluster, None)
-                self._rejecting.discard(cluster)
-                self._moving.discard(cluster)
+                self.statuses.forget_cluster(cluster)
                 self.quarantine.forget(INFERENCE_CLUSTER.kind, ("", cluster))
                 continue
             judge = functools.partial(self._judge_cluster, cluster, record.obj, now)
@@ -564,28 +537,28 @@ class Controller(DecisionWriter):
         self._report_stale(now, result)
 
     def _judge_cluster(self, cluster: str, obj: ReadObj, now: datetime) -> None:
-        state = self._clusters.setdefault(cluster, _ClusterState())
+        state = self.statuses.clusters.setdefault(cluster, ClusterState())
         version, read = version_of(obj), state.fence_read
         if read is None or not version or read[0] != version:  # read again as it moves
             read = state.fence_read = (version or "", published_fence(obj))
-        known, heard = known_fence(read[1], self.epochs.get(cluster))
+        known, heard = known_fence(read[1], self.statuses.epochs.get(cluster))
         horizon = now + timedelta(seconds=self.config.max_clock_skew_s)
         trust = self.reports.judge(
             cluster, known, horizon, now=now, heard_at=heard, silence_s=self.config.expire_after_s
         )
-        last = self.trusts.get(cluster)
+        last = self.statuses.trusts.get(cluster)
         if last is not trust:
             self._dirty.clusters.add(cluster)
             self._dirty.cores.add(cluster)
             # (A cluster judged for the first time is new, or every replica is dirty.)
             if last is not None and _standing(last) != _standing(trust):
                 self._replicas_on(cluster)
-        self.trusts[cluster] = trust
+        self.statuses.trusts[cluster] = trust
         if trust.fence is not None:
-            self.epochs[cluster] = remember(known, heard, trust.fence, trust.heard_at)
+            self.statuses.epochs[cluster] = remember(known, heard, trust.fence, trust.heard_at)
         for table, is_in in (
-            (self._rejecting, trust.rejected),
-            (self._moving, trust.future or trust.is_contested),
+            (self.statuses.rejecting, trust.rejected),
+            (self.statuses.moving, trust.future or trust.is_contested),
         ):
             if is_in:
                 table.add(cluster)
@@ -597,9 +570,9 @@ class Controller(DecisionWriter):
     def _clusters_to_publish(self, now: datetime) -> list[str]:
         """The dirty clusters and those due by `now`, in listing order."""
         names, self._dirty.clusters = self._dirty.clusters, set()
-        while self._dues and self._dues[0][0] <= now:
-            due, name = heapq.heappop(self._dues)
-            state = self._clusters.get(name)
+        while self.statuses.dues and self.statuses.dues[0][0] <= now:
+            due, name = heapq.heappop(self.statuses.dues)
+            state = self.statuses.clusters.get(name)
             if state is not None and state.due == due:
                 names.add(name)
         records = self.index.records[INFERENCE_CLUSTER]
@@ -608,11 +581,11 @@ class Controller(DecisionWriter):
     def _publish_cluster(
         self, name: str, classes: Mapping[str, ReadObj], now: datetime, result: StepResult
     ) -> None:
-        """Publish one cluster's status (it is dirty or due, `_ClusterState`)."""
-        state = self._clusters.setdefault(name, _ClusterState())
+        """Publish one cluster's status (it is dirty or due, `ClusterState`)."""
+        state = self.statuses.clusters.setdefault(name, ClusterState())
         record = self.index.records[INFERENCE_CLUSTER][("", name)]
         cluster = record.obj
-        trust = self.trusts.get(name) or NO_TRUST
+        trust = self.statuses.trusts.get(name) or NO_TRUST
         settled, is_due = self._settle(state, name, cluster, classes, trust, now)
         if settled == state.settled:
             return
@@ -652,14 +625,14 @@ class Controller(DecisionWriter):
 
     def _settle(
         self,
-        state: _ClusterState,
+        state: ClusterState,
         name: str,
         cluster: ReadObj,
         classes: Mapping[str, ReadObj],
         trust: Trust,
         now: datetime,
     ) -> tuple[tuple[object, ...], bool]:
-        """The inputs' signature of `cluster`'s status at `now` (`_ClusterState.settled`)
+        """The inputs' signature of `cluster`'s status at `now` (`ClusterState.settled`)
         and whether a refresh is due; sets when its status next falls due by time alone."""
         times = cluster_times(cluster, trust)
         states = states_at(times, now, self.config)
@@ -672,7 +645,7 @@ class Controller(DecisionWriter):
         )
         state.due = self._due(cluster, times, states, now)
         if state.due is not None:
-            heapq.heappush(self._dues, (state.due, name))
+            heapq.heappush(self.statuses.dues, (state.due, name))
         return settled, is_due
 
     def _due(
@@ -707,7 +680,7 @@ class Controller(DecisionWriter):
         self, key: Key, replica: ReadObj, now: datetime, result: StepResult
     ) -> None:
         cluster = (replica.get("spec") or {}).get("clusterName", "")
-        trust = self.trusts.get(cluster)
+        trust = self.statuses.trusts.get(cluster)
         found = self.reports.replica_reports(cluster, *key, trust)
         desire = functools.partial(_replica_desire, found=found, now=now)
         written = self._write_status(MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result)
@@ -756,7 +729,7 @@ class Controller(DecisionWriter):
             # input that cannot be read (scheduling fails closed).
             known = self._core.get(name)
             if known is not None:
-                self._reported[name] = _reported(known[1], self.trusts.get(name))
+                self._reported[name] = _reported(known[1], self.statuses.trusts.get(name))
             else:
                 self._cluster_errors[name] = f"InferenceCluster {name}: quarantined"
 
@@ -791,7 +764,7 @@ class Controller(DecisionWriter):
                     self._dirty.schedule = True
             known = (signature, core, untimed)
             self._core[name] = known
-        self._reported[name] = _reported(known[1], self.trusts.get(name))
+        self._reported[name] = _reported(known[1], self.statuses.trusts.get(name))
 
     def _freshness(self, now: datetime, config: SchedulingConfig) -> dict[str, tuple[object, ...]]:
         """What the decision reads of `now`: each cluster's freshness state, and its age
