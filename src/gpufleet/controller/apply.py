@@ -12,13 +12,13 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpufleet.api import FieldError
 from gpufleet.controller import replicas as replica_docs
 from gpufleet.controller.conditions import Obj, ReadObj, find_condition
 from gpufleet.controller.events import Event, EventReason, EventType
-from gpufleet.controller.index import Key, key_of
+from gpufleet.controller.index import key_of
 from gpufleet.controller.replace import Replacer, running_condition
 from gpufleet.controller.report_events import ReportedSteps, ReportEvents
 from gpufleet.controller.rollouts import DEFAULT_PROGRESS_DEADLINE_S, RolloutClock, is_rolling
@@ -43,10 +43,6 @@ class DecisionWriter(ReportEvents):
 
     replacer: Replacer
     rollouts: RolloutClock
-    #: The step's valid deployments, as read and as the core reads them (loop.py).
-    _deployments: dict[Key, tuple[ReadObj, Any]]
-    #: The replicas not being deleted, as last synced.
-    _replica_objs: dict[Key, ReadObj]
 
     def _invalid_deployment(
         self, obj: ReadObj, errors: list[FieldError], now: datetime, result: AppliedSteps
@@ -57,7 +53,7 @@ class DecisionWriter(ReportEvents):
         namespace, name = key_of(obj)
         mine = [
             r
-            for r in self._replica_objs.values()
+            for r in self.inputs.replica_objs.values()
             if replica_docs.deployment_of(r) == (namespace, name)
         ]
         ready = sum(1 for r in mine if is_pods_scheduled(r.get("status") or {}))
@@ -92,7 +88,7 @@ class DecisionWriter(ReportEvents):
         self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: AppliedSteps
     ) -> None:
         namespace = decided.key.namespace
-        known = self._deployments.get((namespace, decided.key.name))
+        known = self.inputs.deployments.get((namespace, decided.key.name))
         revision: str = known[1].revision if known is not None else ""
         is_applied = self._drop(deployment, decided, now, result)
         updated = 0

@@ -46,12 +46,12 @@ import itertools
 import logging
 import operator
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from datetime import datetime, timedelta
+from typing import Any
 
-from gpufleet.api import FieldError, InferenceClass, InferenceCluster, cluster_from_manifest
+from gpufleet.api import InferenceClass, InferenceCluster, cluster_from_manifest
 from gpufleet.api.times import parse_time
 from gpufleet.controller import dues
 from gpufleet.controller import replicas as replica_docs
@@ -59,7 +59,6 @@ from gpufleet.controller.apply import DecisionWriter
 from gpufleet.controller.barrier import FaultPoint, Faults, Quarantine, describe
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
-from gpufleet.controller.dues import last_report as _last_report
 from gpufleet.controller.dues import untimed as _untimed
 from gpufleet.controller.events import Recorder
 from gpufleet.controller.fence import known_fence, published_fence, remember
@@ -71,6 +70,7 @@ from gpufleet.controller.index import (
     name_of,
     version_of,
 )
+from gpufleet.controller.inputs import SchedulingInputs
 from gpufleet.controller.ledger import AssumeLedger
 from gpufleet.controller.replace import Replacer, is_waiting
 from gpufleet.controller.replicas import OrphanWatch
@@ -93,9 +93,8 @@ from gpufleet.controller.status import (
     without_times,
 )
 from gpufleet.controller.statuses import ClusterState, ClusterStatuses
-from gpufleet.core.capacity import cluster_freshness
-from gpufleet.core.decision import Decision, DeploymentDecision, ObservationState
-from gpufleet.core.model import Cluster, Deployment, Replica, SchedulingConfig, Snapshot
+from gpufleet.core.decision import Decision, DeploymentDecision
+from gpufleet.core.model import Cluster, Deployment, SchedulingConfig
 from gpufleet.core.reuse import ScheduleMemo
 from gpufleet.core.schedule import SnapshotError
 from gpufleet.store import Kind, Store, StoreError
@@ -123,13 +122,6 @@ def _put(table: dict[Key, Any], key: Key, value: object) -> None:
 
 def _replica_desire(current: ReadObj, found: tuple[AgentReport | None, bool], now: datetime) -> Obj:
     return replica_status(current, found[0], found[1], now)
-
-
-#: The core's Deployment of a `Controller._deployments` entry (mapped at C speed).
-_CORE: Final = operator.itemgetter(1)
-
-#: A due time that never comes.
-_NEVER: Final = datetime.max.replace(tzinfo=UTC)
 
 
 def _decision_key(decided: DeploymentDecision) -> Key:
@@ -164,8 +156,6 @@ class _Dirty:
     replicas: set[Key] = field(default_factory=set)
     #: Deployments (namespace, name) whose decision to apply again.
     deployments: set[Key] = field(default_factory=set)
-    #: Whether a scheduling input changed.
-    schedule: bool = False
 
 
 class Controller(DecisionWriter):
@@ -212,21 +202,9 @@ class Controller(DecisionWriter):
         self.index = HubIndex()
         self.reports = FleetReports()
         self.statuses.forget()
-        #: Per cluster, as the core reads it (reported), and the unreadable ones' errors.
-        self._reported: dict[str, Cluster] = {}
-        self._cluster_errors: dict[str, str] = {}
-        #: Each cluster's freshness as the decision reads it, and when one may move.
-        self._fresh: dict[str, tuple[object, ...]] = {}
-        self._fresh_due: datetime | None = None
-        self._fresh_next: datetime | None = None  # (the earliest crossing, aging or not)
-        #: Per cluster: when its Fresh state crosses into Stale (None: never by time alone),
-        #: and whether it ages (a quoted age moves every step); the clusters to compute again.
-        self._fresh_times: dict[str, tuple[datetime | None, bool]] = {}
-        self._fresh_moved: set[str] = set()
+        #: The core's view of the hub: it emits the `Snapshot`, and says whether it moved.
+        self.inputs = SchedulingInputs()
         self._dirty = _Dirty()
-        #: Per cluster: (resourceVersion, classes) converted with, the core Cluster, and the
-        #: same untimed (None: not needed yet, `_update_cores`).
-        self._core: dict[str, tuple[tuple[object, ...], Cluster, Cluster | None]] = {}
         #: The last decision, the clusters and freshness it was made with, and its numbers.
         self._decision: Decision | None = None
         self._scheduled_with: dict[str, tuple[object, ...]] | None = None
@@ -235,19 +213,8 @@ class Controller(DecisionWriter):
         self._applied: dict[Key, DeploymentDecision] = {}
         #: Objects of this step that differ from the store (a status write that failed).
         self._unstored: set[tuple[Kind, Key]] = set()
-        #: The deployments not being deleted, valid (with the core's Deployment) or not.
-        self._deployments: dict[Key, tuple[ReadObj, Deployment]] = {}
-        self._invalid: dict[Key, tuple[ReadObj, list[FieldError]]] = {}
-        #: The deployments whose read raised (quarantined): their replicas are kept.
-        self._unread: dict[Key, ReadObj] = {}
-        #: The replicas not being deleted: objects, as the core reads them, and errors.
-        self._replica_objs: dict[Key, ReadObj] = {}
-        self._replica_cores: dict[Key, Replica] = {}
-        self._replica_errors: dict[Key, str] = {}
         #: The replicas by deployment, and those `_collect` judges again.
         self.orphans = OrphanWatch()
-        #: The replicas that may be or become stuck (`replace.is_waiting`).
-        self._waiting: dict[Key, tuple[Replica, ReadObj]] = {}
         #: Per deployment with a shortfall in the last decision: (reason, shortfall); their
         #: sums; and whether that decision creates or drops replicas.
         self._short: dict[Key, tuple[str, int]] = {}
@@ -275,7 +242,7 @@ class Controller(DecisionWriter):
         config = self.config
         times = (
             dues.after(dues.status_due(statuses.dues, statuses.status_dues())),
-            dues.after(self._fresh_next),
+            dues.after(self.inputs.fresh_next),
             dues.trust_due(
                 statuses.moving,
                 statuses.trusts,
@@ -309,7 +276,7 @@ class Controller(DecisionWriter):
             if not is_done:
                 self.statuses.clusters.pop(name, None)  # computed again when it is retried
         self._publish_replicas(now, result)
-        self._dirty.schedule = self._collect(now, result) or self._dirty.schedule
+        self.inputs.moved = self._collect(now, result) or self.inputs.moved
         if self.quarantine.faults is not None:
             self.quarantine.faults.check(FaultPoint.STEP, "", ("", ""))
         if is_complete:
@@ -335,7 +302,7 @@ class Controller(DecisionWriter):
         if moved[INFERENCE_CLASS]:
             dirty.clusters.update(k[1] for k in index.records[INFERENCE_CLUSTER])
             dirty.cores.update(k[1] for k in index.records[INFERENCE_CLUSTER])
-            dirty.schedule = True
+            self.inputs.moved = True
         for key in moved[INFERENCE_CLUSTER]:
             self.quarantine.touch(INFERENCE_CLUSTER.kind, key)
             dirty.clusters.add(key[1])
@@ -350,12 +317,12 @@ class Controller(DecisionWriter):
                 index.previous[MODEL_DEPLOYMENT].get(key),
             )
             if record is None or last is None or record.signature != last.signature:
-                dirty.schedule = True
+                self.inputs.moved = True
             self.quarantine.touch(MODEL_DEPLOYMENT.kind, key)
             self._track(MODEL_DEPLOYMENT, key)
         for key in moved[MODEL_REPLICA]:
             dirty.replicas.add(key)
-            dirty.schedule = True
+            self.inputs.moved = True
             for record in (
                 index.records[MODEL_REPLICA].get(key),
                 index.previous[MODEL_REPLICA].get(key),
@@ -394,7 +361,7 @@ class Controller(DecisionWriter):
             else:  # an observation: read it again
                 is_pool = kind_name == POOL_OBSERVATION.kind
                 self._receive(POOL_OBSERVATION if is_pool else REPLICA_OBSERVATION, key, now)
-            dirty.schedule = True
+            self.inputs.moved = True
 
     def _receive(self, kind: Kind, key: Key, now: datetime) -> None:
         """File the observation at `key` again. A version that cannot be read is quarantined,
@@ -426,9 +393,18 @@ class Controller(DecisionWriter):
         """Bring the step's tables of deployments and replicas up to the record at `key`."""
         record = self.index.records[kind].get(key)
         if kind == MODEL_DEPLOYMENT:
-            tables: tuple[dict[Key, Any], ...] = (self._deployments, self._invalid, self._unread)
+            tables: tuple[dict[Key, Any], ...] = (
+                self.inputs.deployments,
+                self.inputs.invalid,
+                self.inputs.unread,
+            )
         elif kind == MODEL_REPLICA:
-            tables = (self._replica_objs, self._replica_cores, self._replica_errors, self._waiting)
+            tables = (
+                self.inputs.replica_objs,
+                self.inputs.replica_cores,
+                self.inputs.replica_errors,
+                self.inputs.waiting,
+            )
         else:
             return
         if record is None or is_deleting(record.obj):
@@ -455,23 +431,23 @@ class Controller(DecisionWriter):
             for table in tables:
                 table.pop(key, None)
             if kind == MODEL_DEPLOYMENT:
-                self._unread[key] = record.obj
+                self.inputs.unread[key] = record.obj
             else:
-                self._replica_objs[key] = record.obj
-                self._replica_errors[key] = f"ModelReplica {name_of(record.obj)}: quarantined"
+                self.inputs.replica_objs[key] = record.obj
+                self.inputs.replica_errors[key] = f"ModelReplica {name_of(record.obj)}: quarantined"
             return
         if kind == MODEL_DEPLOYMENT:
             checked = parsed
             good = isinstance(checked, Deployment)
-            _put(self._deployments, key, (record.obj, checked) if good else None)
-            _put(self._invalid, key, None if good else (record.obj, checked))
+            _put(self.inputs.deployments, key, (record.obj, checked) if good else None)
+            _put(self.inputs.invalid, key, None if good else (record.obj, checked))
             return
         core, error, _ = parsed
-        self._replica_objs[key] = record.obj
-        _put(self._replica_errors, key, error or None)
-        _put(self._replica_cores, key, core if not error else None)
+        self.inputs.replica_objs[key] = record.obj
+        _put(self.inputs.replica_errors, key, error or None)
+        _put(self.inputs.replica_cores, key, core if not error else None)
         waits = not error and is_waiting(core, record.obj)
-        _put(self._waiting, key, (core, record.obj) if waits else None)
+        _put(self.inputs.waiting, key, (core, record.obj) if waits else None)
 
     def _watch(self, kind: Kind, key: Key, obj: ReadObj | None) -> None:
         """Tell `orphans` of a change of the step's deployment or replica at `key`."""
@@ -495,7 +471,7 @@ class Controller(DecisionWriter):
         dirty.cores.update(names)
         dirty.replicas.update(records[MODEL_REPLICA])
         dirty.deployments.update(records[MODEL_DEPLOYMENT])
-        dirty.schedule = True
+        self.inputs.moved = True
         self.orphans.everything()
         self._applied = {}
         self.statuses.clusters = {}
@@ -685,7 +661,7 @@ class Controller(DecisionWriter):
         desire = functools.partial(_replica_desire, found=found, now=now)
         written = self._write_status(MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result)
         if written is not replica:
-            self._dirty.schedule = True
+            self.inputs.moved = True
             self._dirty.deployments.add(replica_docs.deployment_of(replica))
 
     # --- scheduling -----------------------------------------------------------------------
@@ -710,10 +686,10 @@ class Controller(DecisionWriter):
                 typed[key[1]] = klass.parsed[0]
         signature_classes = tuple((k, version_of(v)) for k, v in classes.items())
         records = self.index.records[INFERENCE_CLUSTER]
-        self._fresh_moved |= names  # their freshness may have moved
+        self.inputs.fresh_moved |= names  # their freshness may have moved
         for name in names:
             record = records.get(("", name))
-            self._cluster_errors.pop(name, None)
+            self.inputs.cluster_errors.pop(name, None)
             if record is None:
                 self._update_core(name, None, typed, signature_classes, config)
                 continue
@@ -727,11 +703,11 @@ class Controller(DecisionWriter):
                 continue
             # Quarantined: the core reads it as last converted; never converted, it is an
             # input that cannot be read (scheduling fails closed).
-            known = self._core.get(name)
+            known = self.inputs.core.get(name)
             if known is not None:
-                self._reported[name] = _reported(known[1], self.statuses.trusts.get(name))
+                self.inputs.reported[name] = _reported(known[1], self.statuses.trusts.get(name))
             else:
-                self._cluster_errors[name] = f"InferenceCluster {name}: quarantined"
+                self.inputs.cluster_errors[name] = f"InferenceCluster {name}: quarantined"
 
     def _update_core(
         self,
@@ -744,108 +720,56 @@ class Controller(DecisionWriter):
         """Convert the cluster `name` again if its object or a class moved (`_update_cores`)."""
         parsed, error = record.parsed if record is not None else (None, "")
         if record is not None and parsed is None:
-            self._cluster_errors[name] = f"InferenceCluster {name_of(record.obj)}: {error}"
+            self.inputs.cluster_errors[name] = f"InferenceCluster {name_of(record.obj)}: {error}"
         if record is None or not isinstance(parsed, InferenceCluster):
-            if self._core.pop(name, None) is not None:
-                self._dirty.schedule = True
-            self._reported.pop(name, None)
+            if self.inputs.core.pop(name, None) is not None:
+                self.inputs.moved = True
+            self.inputs.reported.pop(name, None)
             return
         signature = (record.signature, signature_classes, config)
-        known = self._core.get(name)
+        known = self.inputs.core.get(name)
         if known is None or known[0] != signature:
             core = cluster_from_manifest(parsed, typed, config, signature[:2])
             untimed = None
             if known is None:
-                self._dirty.schedule = True
-            elif not self._dirty.schedule:  # (else the comparison would change nothing)
+                self.inputs.moved = True
+            elif not self.inputs.moved:  # (else the comparison would change nothing)
                 untimed = _untimed(core)
                 was = known[2] if known[2] is not None else _untimed(known[1])
                 if was != untimed:
-                    self._dirty.schedule = True
+                    self.inputs.moved = True
             known = (signature, core, untimed)
-            self._core[name] = known
-        self._reported[name] = _reported(known[1], self.statuses.trusts.get(name))
-
-    def _freshness(self, now: datetime, config: SchedulingConfig) -> dict[str, tuple[object, ...]]:
-        """What the decision reads of `now`: each cluster's freshness state, and its age
-        where a reason quotes it (Stale, Expired). Computed again for the clusters whose
-        reports moved (`_fresh_moved`), and for all when a state may have crossed
-        (`_fresh_due`) or an age is quoted."""
-        due, moved = self._fresh_due, self._fresh_moved
-        if due is not None and now < due and not moved:
-            return self._fresh
-        if due is not None and now < due:
-            names: Iterable[str] = moved
-            fresh: dict[str, tuple[object, ...]] = {}  # the moved ones (None: gone)
-        else:
-            names, fresh, self._fresh_times = list(self._reported), {}, {}
-        for name in names:
-            cluster = self._reported.get(name)
-            if cluster is None:
-                fresh[name] = ()
-                self._fresh_times.pop(name, None)
-                continue
-            state = cluster_freshness(cluster, now, config)
-            quoted = state.state in (ObservationState.STALE, ObservationState.EXPIRED)
-            fresh[name] = (state.state, state.age_s if quoted else None)
-            last = _last_report(cluster)
-            crossing = None
-            if state.state is ObservationState.FRESH and last is not None:
-                crossing = last + timedelta(seconds=config.stale_after_s)
-            elif state.state is ObservationState.STALE and last is not None:
-                crossing = last + timedelta(seconds=config.expire_after_s)  # (it ages: quoted)
-            self._fresh_times[name] = (crossing, quoted and state.age_s is not None)
-        if names is moved:
-            # A new dict only when a state moved: the last decision keeps the one it read,
-            # and the same dict again tells `_schedule` nothing moved without comparing.
-            was = self._fresh
-            if any(was.get(name, ()) != value for name, value in fresh.items()):
-                changed = {**was, **fresh}
-                fresh = {name: value for name, value in changed.items() if value != ()}
-            else:
-                fresh = was
-        self._fresh, self._fresh_moved = fresh, set()
-        times = self._fresh_times.values()
-        is_aging = any(aging for _, aging in times)
-        crossings = [at for at, _ in times if at is not None]
-        self._fresh_due = None if is_aging else min(crossings, default=_NEVER)
-        self._fresh_next = min(crossings, default=None)
-        return fresh
+            self.inputs.core[name] = known
+        self.inputs.reported[name] = _reported(known[1], self.statuses.trusts.get(name))
 
     def _schedule(self, classes: Mapping[str, ReadObj], now: datetime, result: StepResult) -> None:
         config = self.config.scheduling()
         self._update_cores(classes, config, now, result)
-        unreadable = [e for _, e in sorted(self._cluster_errors.items())]
-        unreadable.extend(error for _, error in sorted(self._replica_errors.items()))
+        unreadable = self.inputs.unreadable()
         if unreadable:
             for line in unreadable:
                 self._error(result, f"scheduling skipped: cannot read {line}")
             return
         self._check_invalid(now, result)
         self._replace(now)
-        fresh = self._freshness(now, config)
+        fresh = self.inputs.freshness(now, config)
         last = self._decision
         if (
-            not self._dirty.schedule
+            not self.inputs.moved
             and last is not None
             and (fresh is self._scheduled_with or fresh == self._scheduled_with)
             and not self._has_replica_writes
         ):
             self._quiet(last, result)
             return
-        deployments: Mapping[Key, tuple[ReadObj, Deployment]] = self._deployments
+        deployments: Mapping[Key, tuple[ReadObj, Deployment]] | None = None
         if self.quarantine.held:  # the quarantined ones wait out their backoff
             held = self.quarantine.is_held
             kind = MODEL_DEPLOYMENT.kind
             at = FaultPoint.SCHEDULE
-            deployments = {k: v for k, v in deployments.items() if not held(kind, k, now, at)}
-        snapshot = Snapshot(
-            deployments=tuple(map(_CORE, deployments.values())),
-            clusters=tuple(self._reported[name] for name in sorted(self._reported)),
-            replicas=tuple(self._replica_cores.values()),
-            config=config,
-            avoid=self.replacer.avoid,
-        )
+            every = self.inputs.deployments
+            deployments = {k: v for k, v in every.items() if not held(kind, k, now, at)}
+        snapshot = self.inputs.snapshot(config, self.replacer.avoid, deployments)
         started = self.timer() if self.timer else None
         try:
             decision = self._decide(snapshot, now, result)
@@ -855,7 +779,7 @@ class Controller(DecisionWriter):
         if started is not None and self.timer is not None:
             result.decision_latency_s = self.timer() - started
         result.decision = decision
-        self._dirty.schedule = False
+        self.inputs.moved = False
         self._scheduled_with = fresh
         self._apply_decision(decision, now, result)
         self._decision = decision
@@ -864,10 +788,10 @@ class Controller(DecisionWriter):
         """Count the replicas stuck by `now` (replace.py); a change of what the core must
         avoid is a scheduling input that changed, for the deployments it names."""
         before = self.replacer.avoid
-        if not self._waiting and not before:
+        if not self.inputs.waiting and not before:
             return
-        if self.replacer.update(self._waiting, self._replica_objs, now):
-            self._dirty.schedule = True
+        if self.replacer.update(self.inputs.waiting, self.inputs.replica_objs, now):
+            self.inputs.moved = True
             for entry in (*before, *self.replacer.avoid):
                 self._dirty.deployments.add((entry.deployment.namespace, entry.deployment.name))
 
@@ -894,7 +818,7 @@ class Controller(DecisionWriter):
     def _check_invalid(self, now: datetime, result: StepResult) -> None:
         """Say why of each invalid deployment not being deleted (`_invalid_deployment`)."""
         alive: set[tuple[str, ...]] = set()
-        for key, (obj, errors) in sorted(self._invalid.items()):
+        for key, (obj, errors) in sorted(self.inputs.invalid.items()):
             say = functools.partial(self._invalid_deployment, obj, errors, now, result)
             self._run(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, say)
             alive.add(("invalid", *key))
@@ -936,7 +860,7 @@ class Controller(DecisionWriter):
             if last is not None and key not in dirty and (last is decided or last == decided):
                 continue
             self._applied.pop(key, None)
-            obj = self._deployments[key][0]
+            obj = self.inputs.deployments[key][0]
             apply = functools.partial(self._apply_once, obj, decided, now, result)
             is_applied, _ = self._run(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, apply)
             if is_applied:
