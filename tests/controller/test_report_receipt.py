@@ -105,6 +105,7 @@ class _Forgetful(Controller):
                 value.epochs, value.receipts = self.statuses.epochs, self.statuses.receipts
             if name not in kept:
                 setattr(self, name, value)
+        self.applier.writer = self  # (the fresh applier writes through this controller)
         return super().step(now)
 
 

@@ -35,7 +35,9 @@ _REMEMBERED = {
     "quarantine",
 }
 #: The collaborators' correctness state, kept while the rest of each collaborator is fresh:
-#: the lease epochs accepted and the reports' receipts (`ClusterStatuses`).
+#: the lease epochs accepted and the reports' receipts (`ClusterStatuses`). The decision
+#: applier (`DecisionApplier`: the last decision and what was applied of it, the rollouts'
+#: clock) and the scheduling inputs (`SchedulingInputs`) are forgotten whole.
 _REMEMBERED_IN = {"statuses": ("epochs", "receipts")}
 
 
@@ -47,6 +49,9 @@ def forget(controller: Controller, fresh: Controller) -> None:
         for kept in _REMEMBERED_IN.get(name, ()):
             setattr(value, kept, getattr(getattr(controller, name), kept))
         setattr(controller, name, value)
+    # The fresh applier writes through `controller`, and knows its re-placements.
+    controller.applier.writer = controller
+    controller.applier.replacer = controller.replacer
 
 
 class ForgetfulController(Controller):

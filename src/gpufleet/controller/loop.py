@@ -38,14 +38,10 @@ view could delete replicas or double-book devices.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import heapq
-import itertools
 import logging
-import operator
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -55,7 +51,7 @@ from gpufleet.api import InferenceClass, InferenceCluster, cluster_from_manifest
 from gpufleet.api.times import parse_time
 from gpufleet.controller import dues
 from gpufleet.controller import replicas as replica_docs
-from gpufleet.controller.apply import DecisionWriter
+from gpufleet.controller.apply import DecisionApplier
 from gpufleet.controller.barrier import FaultPoint, Faults, Quarantine, describe
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
@@ -74,9 +70,9 @@ from gpufleet.controller.inputs import SchedulingInputs
 from gpufleet.controller.ledger import AssumeLedger
 from gpufleet.controller.replace import Replacer, is_waiting
 from gpufleet.controller.replicas import OrphanWatch
+from gpufleet.controller.report_events import ReportEvents
 from gpufleet.controller.reports import NO_TRUST, FleetReports
 from gpufleet.controller.result import StepResult
-from gpufleet.controller.rollouts import RolloutClock
 from gpufleet.controller.status import (
     CLUSTER_OWNED,
     REPLICA_OWNED,
@@ -93,7 +89,6 @@ from gpufleet.controller.status import (
     without_times,
 )
 from gpufleet.controller.statuses import ClusterState, ClusterStatuses
-from gpufleet.core.decision import Decision, DeploymentDecision
 from gpufleet.core.model import Cluster, Deployment, SchedulingConfig
 from gpufleet.core.reuse import ScheduleMemo
 from gpufleet.core.schedule import SnapshotError
@@ -122,10 +117,6 @@ def _put(table: dict[Key, Any], key: Key, value: object) -> None:
 
 def _replica_desire(current: ReadObj, found: tuple[AgentReport | None, bool], now: datetime) -> Obj:
     return replica_status(current, found[0], found[1], now)
-
-
-def _decision_key(decided: DeploymentDecision) -> Key:
-    return (decided.key.namespace, decided.key.name)
 
 
 def _reported(cluster: Cluster, trust: Trust | None) -> Cluster:
@@ -158,7 +149,7 @@ class _Dirty:
     deployments: set[Key] = field(default_factory=set)
 
 
-class Controller(DecisionWriter):
+class Controller(ReportEvents):
     """The hub controller. Not thread-safe: one loop calls `step`.
 
     `timer` (a monotonic clock in seconds, e.g. `time.perf_counter`) measures the decision
@@ -184,11 +175,10 @@ class Controller(DecisionWriter):
         self.statuses = ClusterStatuses(self.config.expire_after_s)
         #: What the core derives from deployments and replicas, kept across steps.
         self.schedule_memo = ScheduleMemo()
-        #: Steps that found nothing to schedule (metrics, tests).
-        self.quiet_steps = 0
         #: What was re-placed, and the backoffs that stand (replace.py).
         self.replacer = Replacer(self.config)
-        self.rollouts = RolloutClock()
+        #: Applies the decisions, through this controller's writes.
+        self.applier = DecisionApplier(self, self.replacer)
         #: The objects whose processing raised, and their backoffs (barrier.py).
         config = self.config
         self.quarantine = Quarantine(config.fault_backoff_s, config.fault_backoff_max_s, faults)
@@ -205,21 +195,11 @@ class Controller(DecisionWriter):
         #: The core's view of the hub: it emits the `Snapshot`, and says whether it moved.
         self.inputs = SchedulingInputs()
         self._dirty = _Dirty()
-        #: The last decision, the clusters and freshness it was made with, and its numbers.
-        self._decision: Decision | None = None
-        self._scheduled_with: dict[str, tuple[object, ...]] | None = None
-        #: Per deployment: the decision last applied with nothing to write (dirty marks a
-        #: deployment whose object or replicas changed since).
-        self._applied: dict[Key, DeploymentDecision] = {}
+        self.applier.forget()
         #: Objects of this step that differ from the store (a status write that failed).
         self._unstored: set[tuple[Kind, Key]] = set()
         #: The replicas by deployment, and those `_collect` judges again.
         self.orphans = OrphanWatch()
-        #: Per deployment with a shortfall in the last decision: (reason, shortfall); their
-        #: sums; and whether that decision creates or drops replicas.
-        self._short: dict[Key, tuple[str, int]] = {}
-        self._numbers: tuple[Counter[str], int] | None = None
-        self._has_replica_writes = False
         #: Per event prefix, the standing situations last seen (`_forget`).
         self._alive: dict[str, set[tuple[str, ...]]] = {}
 
@@ -234,6 +214,11 @@ class Controller(DecisionWriter):
             self._reset()  # list the hub again next step: no change read here is lost
             self._error(result, f"step failed: {describe(e)}")
         return result
+
+    @property
+    def quiet_steps(self) -> int:
+        """Steps that found nothing to schedule (metrics, tests)."""
+        return self.applier.quiet_steps
 
     def next_due(self, now: datetime) -> datetime | None:
         """When the next time-driven change falls due after `now`, with nothing changed on
@@ -473,7 +458,7 @@ class Controller(DecisionWriter):
         dirty.deployments.update(records[MODEL_DEPLOYMENT])
         self.inputs.moved = True
         self.orphans.everything()
-        self._applied = {}
+        self.applier.applied = {}
         self.statuses.clusters = {}
 
     def _classes(self, result: StepResult) -> tuple[dict[str, ReadObj], bool]:
@@ -750,17 +735,11 @@ class Controller(DecisionWriter):
             for line in unreadable:
                 self._error(result, f"scheduling skipped: cannot read {line}")
             return
-        self._check_invalid(now, result)
+        self.applier.check_invalid(now, result)
         self._replace(now)
         fresh = self.inputs.freshness(now, config)
-        last = self._decision
-        if (
-            not self.inputs.moved
-            and last is not None
-            and (fresh is self._scheduled_with or fresh == self._scheduled_with)
-            and not self._has_replica_writes
-        ):
-            self._quiet(last, result)
+        if not self.inputs.moved and self.applier.is_settled(fresh):
+            self.applier.quiet(result)
             return
         deployments: Mapping[Key, tuple[ReadObj, Deployment]] | None = None
         if self.quarantine.held:  # the quarantined ones wait out their backoff
@@ -780,9 +759,8 @@ class Controller(DecisionWriter):
             result.decision_latency_s = self.timer() - started
         result.decision = decision
         self.inputs.moved = False
-        self._scheduled_with = fresh
-        self._apply_decision(decision, now, result)
-        self._decision = decision
+        self.applier.apply(decision, fresh, self._dirty.deployments, now, result)
+        self._dirty.deployments = set()
 
     def _replace(self, now: datetime) -> None:
         """Count the replicas stuck by `now` (replace.py); a change of what the core must
@@ -794,77 +772,3 @@ class Controller(DecisionWriter):
             self.inputs.moved = True
             for entry in (*before, *self.replacer.avoid):
                 self._dirty.deployments.add((entry.deployment.namespace, entry.deployment.name))
-
-    def _quiet(self, decision: Decision, result: StepResult) -> None:
-        """A step with nothing to schedule: the last decision, already applied."""
-        result.decision = decision
-        result.is_quiet = True
-        self._add_numbers(result)
-        self.quiet_steps += 1
-
-    def _add_numbers(self, result: StepResult) -> None:
-        """The refusals and shortfall of the last decision, into the step's numbers (added
-        up again only when a decision changed)."""
-        if self._numbers is None:
-            refusals: Counter[str] = Counter()
-            shortfall = 0
-            for reason, short in self._short.values():
-                refusals[reason] += 1
-                shortfall += short
-            self._numbers = (refusals, shortfall)
-        result.refusals.update(self._numbers[0])
-        result.shortfall += self._numbers[1]
-
-    def _check_invalid(self, now: datetime, result: StepResult) -> None:
-        """Say why of each invalid deployment not being deleted (`_invalid_deployment`)."""
-        alive: set[tuple[str, ...]] = set()
-        for key, (obj, errors) in sorted(self.inputs.invalid.items()):
-            say = functools.partial(self._invalid_deployment, obj, errors, now, result)
-            self._run(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, say)
-            alive.add(("invalid", *key))
-        self._forget("invalid", alive)
-
-    def _changed_decisions(self, decision: Decision) -> list[int]:
-        """The positions in `decision` of the deployment decisions to look at again: those
-        that are not the last decision's at their place, and those of dirty deployments (a
-        decision lists deployments in key order, so each is found by bisection)."""
-        decided = decision.deployments
-        last = self._decision.deployments if self._decision is not None else None
-        if last is None or len(last) != len(decided):
-            return list(range(len(decided)))
-        positions = set(itertools.compress(itertools.count(), map(operator.is_not, decided, last)))
-        for key in self._dirty.deployments:
-            at = bisect.bisect_left(decided, key, key=_decision_key)
-            if at < len(decided) and _decision_key(decided[at]) == key:
-                positions.add(at)
-        return sorted(positions)
-
-    def _apply_decision(self, decision: Decision, now: datetime, result: StepResult) -> None:
-        """Apply each deployment decision that differs from the last one applied with nothing
-        to write, or whose deployment or retained replicas changed since (`_apply_once`)."""
-        dirty = self._dirty.deployments
-        positions = self._changed_decisions(decision)
-        if len(positions) == len(decision.deployments):
-            self._short = {}
-        short = self._short
-        self._numbers = None
-        self._has_replica_writes = any(d.created or d.dropped for d in decision.deployments)
-        for at in positions:
-            decided = decision.deployments[at]
-            key = _decision_key(decided)
-            if decided.shortfall > 0:
-                short[key] = (decided.condition.reason, decided.shortfall)
-            else:
-                short.pop(key, None)
-            last = self._applied.get(key)
-            if last is not None and key not in dirty and (last is decided or last == decided):
-                continue
-            self._applied.pop(key, None)
-            obj = self.inputs.deployments[key][0]
-            apply = functools.partial(self._apply_once, obj, decided, now, result)
-            is_applied, _ = self._run(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, apply)
-            if is_applied:
-                self._applied[key] = decided
-        self._dirty.deployments = set()
-        self._add_numbers(result)
-        self._forget("refusal", {("refusal", *key) for key in short})
