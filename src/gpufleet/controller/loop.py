@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import heapq
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +56,7 @@ from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.dues import untimed as _untimed
 from gpufleet.controller.events import Recorder
-from gpufleet.controller.fence import known_fence, published_fence, remember
+from gpufleet.controller.fence import known_fence, published_fence
 from gpufleet.controller.index import (
     HubIndex,
     Key,
@@ -514,28 +513,14 @@ class Controller(ReportEvents):
             # (A cluster judged for the first time is new, or every replica is dirty.)
             if last is not None and _standing(last) != _standing(trust):
                 self._replicas_on(cluster)
-        self.statuses.trusts[cluster] = trust
-        if trust.fence is not None:
-            self.statuses.epochs[cluster] = remember(known, heard, trust.fence, trust.heard_at)
-        for table, is_in in (
-            (self.statuses.rejecting, trust.rejected),
-            (self.statuses.moving, trust.future or trust.is_contested),
-        ):
-            if is_in:
-                table.add(cluster)
-            else:
-                table.discard(cluster)
+        self.statuses.judged(cluster, trust, known, heard)
 
     # --- published status -----------------------------------------------------------------
 
     def _clusters_to_publish(self, now: datetime) -> list[str]:
         """The dirty clusters and those due by `now`, in listing order."""
         names, self._dirty.clusters = self._dirty.clusters, set()
-        while self.statuses.dues and self.statuses.dues[0][0] <= now:
-            due, name = heapq.heappop(self.statuses.dues)
-            state = self.statuses.clusters.get(name)
-            if state is not None and state.due == due:
-                names.add(name)
+        names |= self.statuses.take_due(now)
         records = self.index.records[INFERENCE_CLUSTER]
         return sorted(n for n in names if ("", n) in records)
 
@@ -604,9 +589,7 @@ class Controller(ReportEvents):
             cluster_inputs(trust, is_due),
             states,
         )
-        state.due = self._due(cluster, times, states, now)
-        if state.due is not None:
-            heapq.heappush(self.statuses.dues, (state.due, name))
+        self.statuses.fall_due(name, state, self._due(cluster, times, states, now))
         return settled, is_due
 
     def _due(

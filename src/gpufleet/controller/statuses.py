@@ -13,10 +13,11 @@ Two kinds of state, kept apart so that what correctness needs is visible as such
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from gpufleet.controller.fence import Fence
+from gpufleet.controller.fence import Fence, remember
 from gpufleet.controller.index import Receipts
 from gpufleet.controller.status import Trust, VerdictMemo
 
@@ -79,3 +80,35 @@ class ClusterStatuses:
     def status_dues(self) -> dict[str, datetime | None]:
         """When each cluster's status falls due by time alone (`dues.status_due`)."""
         return {name: state.due for name, state in self.clusters.items()}
+
+    def judged(self, name: str, trust: Trust, known: Fence | None, heard: datetime | None) -> None:
+        """Keep the cluster's new `trust`, judged with the fence `known` (last heard at
+        `heard`): the fence it accepted is remembered (`fence.remember`)."""
+        self.trusts[name] = trust
+        if trust.fence is not None:
+            self.epochs[name] = remember(known, heard, trust.fence, trust.heard_at)
+        for table, is_in in (
+            (self.rejecting, trust.rejected),
+            (self.moving, trust.future or trust.is_contested),
+        ):
+            if is_in:
+                table.add(name)
+            else:
+                table.discard(name)
+
+    def fall_due(self, name: str, state: ClusterState, due: datetime | None) -> None:
+        """Set when the cluster's status next falls due by time alone (None: never)."""
+        state.due = due
+        if due is not None:
+            heapq.heappush(self.dues, (due, name))
+
+    def take_due(self, now: datetime) -> set[str]:
+        """The clusters whose status fell due by `now` (an entry whose cluster's due moved
+        since is stale, and skipped)."""
+        names: set[str] = set()
+        while self.dues and self.dues[0][0] <= now:
+            due, name = heapq.heappop(self.dues)
+            state = self.clusters.get(name)
+            if state is not None and state.due == due:
+                names.add(name)
+        return names
