@@ -133,7 +133,7 @@ def test_a_future_report_of_an_older_epoch_is_rejected_as_stale() -> None:
 
 
 def test_the_clusters_judged_every_step_are_those_whose_trust_moves_with_the_clock() -> None:
-    """Oracle: the kept set (`_moving`) equals scanning every cluster's Trust, while a
+    """Oracle: the kept set (`ClusterStatuses.moving`) equals scanning every cluster's Trust, while a
     future report comes within the tolerance and its cluster's events come and go."""
     store = hub(gpu_class(), cluster(), pool_obs(observed_at=at(120)))
     controller = Controller(store, SIM, "ctl")

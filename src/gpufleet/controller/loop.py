@@ -641,7 +641,7 @@ class Controller(ReportEvents):
         now: datetime,
         result: StepResult,
     ) -> None:
-        """Convert again the clusters whose object or a class changed (`_core`), and bring
+        """Convert again the clusters whose object or a class changed (`SchedulingInputs.core`), and bring
         the others in `dirty.cores` (their reports' time moved) as fresh as their reports
         (`_reported`). A cluster that came, went or reads differently to the core, times
         aside (`_untimed`), is a scheduling input that changed."""
