@@ -1,5 +1,5 @@
 """The freshness states a settled cluster status is keyed by (`cluster_times`, then
-`states_at`, in `_ClusterState.settled`) hold every time `cluster_status` reads of `now`:
+`states_at`, in `ClusterState.settled`) hold every time `cluster_status` reads of `now`:
 the oracle is the plain computation. A status desired at one time and put in place is what
 `cluster_status` desires of it again at that time (so a status just written is settled), and
 at any other time with the same states it desires the same, but for ages."""

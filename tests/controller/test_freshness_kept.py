@@ -31,11 +31,11 @@ class CheckedController(Controller):
         result = super().step(now)
         config = self.config.scheduling()
         plain = {}
-        for name, reported in self._reported.items():
+        for name, reported in self.inputs.reported.items():
             state = cluster_freshness(reported, now, config)
             plain[name] = (state.state, state.age_s if state.state in _QUOTED else None)
             CheckedController.states.add(state.state)
-        assert self._freshness(now, config) == plain
+        assert self.inputs.freshness(now, config) == plain
         CheckedController.checked += 1
         return result
 

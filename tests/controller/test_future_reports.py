@@ -133,14 +133,18 @@ def test_a_future_report_of_an_older_epoch_is_rejected_as_stale() -> None:
 
 
 def test_the_clusters_judged_every_step_are_those_whose_trust_moves_with_the_clock() -> None:
-    """Oracle: the kept set (`_moving`) equals scanning every cluster's Trust, while a
+    """Oracle: the kept set (`ClusterStatuses.moving`) equals scanning every cluster's Trust, while a
     future report comes within the tolerance and its cluster's events come and go."""
     store = hub(gpu_class(), cluster(), pool_obs(observed_at=at(120)))
     controller = Controller(store, SIM, "ctl")
     seen = []
     for t in (0, 1, 60, 100, 119, 130):
         controller.step(at(t))
-        plain = {n for n, trust in controller.trusts.items() if trust.future or trust.is_contested}
-        assert controller._moving == plain
+        plain = {
+            n
+            for n, trust in controller.statuses.trusts.items()
+            if trust.future or trust.is_contested
+        }
+        assert controller.statuses.moving == plain
         seen.append(bool(plain))
     assert seen[0] and not seen[-1]  # the case was exercised: it moved, then settled

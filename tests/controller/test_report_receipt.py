@@ -99,10 +99,13 @@ class _Forgetful(Controller):
 
     def step(self, now: datetime) -> StepResult:
         fresh = Controller(self.hub, self.config, self.identity)
-        kept = {"hub", "config", "identity", "timer", "ledger", "recorder", "epochs", "receipts"}
+        kept = {"hub", "config", "identity", "timer", "ledger", "recorder"}
         for name, value in vars(fresh).items():
+            if name == "statuses":  # its correctness state: the epochs and the receipts
+                value.epochs, value.receipts = self.statuses.epochs, self.statuses.receipts
             if name not in kept:
                 setattr(self, name, value)
+        self.applier.writer = self  # (the fresh applier writes through this controller)
         return super().step(now)
 
 

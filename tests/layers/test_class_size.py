@@ -24,10 +24,6 @@ ALLOWED: dict[str, int] = {
     # snapshot assembly.
     # (48 since the drains of issue 25 counted a replica's pods on cordoned nodes.)
     "gpufleet.agent.table.FreeDeviceTable": 48,
-    # Issue 24 section 2: cluster statuses, scheduling inputs and a decision applier (its
-    # mixins DecisionWriter, ReportEvents... counted in).
-    # (46 since the fleet rollouts' clock and issue 30's clock-behind receipts.)
-    "gpufleet.controller.loop.Controller": 46,
     # Issue 24 ("Done when": no class over 20): the agent's step around the table.
     "gpufleet.agent.runner.Agent": 30,
     # Issue 24 section 1: the reuse leaves the core for a folder of its own.

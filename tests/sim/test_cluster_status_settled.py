@@ -1,5 +1,5 @@
 """The controller skips computing a cluster's status when its inputs' signature is the one it
-last settled at (`_ClusterState.settled`: the status found in place, or the one it just
+last settled at (`ClusterState.settled`: the status found in place, or the one it just
 wrote). The oracle: after every publish, whether it computed or skipped, the status in the
 controller's index is what the plain computation (`cluster_status`, compared as the next
 publish compares it) desires of it at that time, in every built-in scenario and a fleet."""
@@ -38,19 +38,19 @@ class CheckedController(Controller):
     def _publish_cluster(
         self, name: str, classes: Mapping[str, ReadObj], now: datetime, result: StepResult
     ) -> None:
-        state = self._clusters.get(name)
+        state = self.statuses.clusters.get(name)
         settled_before = state.settled if state is not None else None
         errors = len(result.errors)
         super()._publish_cluster(name, classes, now, result)
         if len(result.errors) != errors or ("", name) not in self.index.records[INFERENCE_CLUSTER]:
             return  # an error: the next step reads the store again
-        state = self._clusters[name]
+        state = self.statuses.clusters[name]
         if state.settled is None:
             return  # computed again next step
         self.published += 1
         self.skipped += settled_before is not None and state.settled == settled_before
         cluster = self.index.records[INFERENCE_CLUSTER][("", name)].obj
-        trust = self.trusts.get(name) or NO_TRUST
+        trust = self.statuses.trusts.get(name) or NO_TRUST
         desired = cluster_status(cluster, classes, trust, now, self.config)
         normalize = without_ages if is_refresh_due(cluster, now, self.config) else without_times
         status = cluster.get("status") or {}

@@ -31,11 +31,27 @@ _REMEMBERED = {
     "timer",
     "ledger",
     "recorder",
-    "epochs",
-    "receipts",
     "replacer",
     "quarantine",
 }
+#: The collaborators' correctness state, kept while the rest of each collaborator is fresh:
+#: the lease epochs accepted and the reports' receipts (`ClusterStatuses`). The decision
+#: applier (`DecisionApplier`: the last decision and what was applied of it, the rollouts'
+#: clock) and the scheduling inputs (`SchedulingInputs`) are forgotten whole.
+_REMEMBERED_IN = {"statuses": ("epochs", "receipts")}
+
+
+def forget(controller: Controller, fresh: Controller) -> None:
+    """Set on `controller` every attribute of `fresh` but the correctness state."""
+    for name, value in vars(fresh).items():
+        if name in _REMEMBERED:
+            continue
+        for kept in _REMEMBERED_IN.get(name, ()):
+            setattr(value, kept, getattr(getattr(controller, name), kept))
+        setattr(controller, name, value)
+    # The fresh applier writes through `controller`, and knows its re-placements.
+    controller.applier.writer = controller
+    controller.applier.replacer = controller.replacer
 
 
 class ForgetfulController(Controller):
@@ -44,10 +60,7 @@ class ForgetfulController(Controller):
     that correctness needs."""
 
     def step(self, now: datetime) -> StepResult:
-        fresh = Controller(self.hub, self.config, self.identity, timer=self.timer)
-        for name, value in vars(fresh).items():
-            if name not in _REMEMBERED:
-                setattr(self, name, value)
+        forget(self, Controller(self.hub, self.config, self.identity, timer=self.timer))
         return super().step(now)
 
 

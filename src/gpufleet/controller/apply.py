@@ -3,28 +3,41 @@ replicas (an event each: `Dropped`, or `Replaced` for a replica re-placed becaus
 run), re-stamp the retained ones, create the new ones (`Scheduled`), then, when all of that was
 applied, the deployment's status: `replicas` (total, ready, pending), `ReplicasScheduled` (the
 decision's condition) and `ReplicasRunning` (placed versus running, replace.py). A deployment
-that does not validate gets only its status and an `InvalidSpec` event. The half of
-`Controller` between the step (loop.py) and the report events and writes below it.
+that does not validate gets only its status and an `InvalidSpec` event.
+
+`DecisionApplier` is the controller's collaborator that does this: it has a writer (the
+controller's writes, writes.py, behind its fault barrier, faulted.py) and remembers the last
+decision it applied, so that a step applies only the deployment decisions that changed.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
+import operator
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 from gpufleet.api import FieldError
 from gpufleet.controller import replicas as replica_docs
+from gpufleet.controller.barrier import FaultPoint
 from gpufleet.controller.conditions import Obj, ReadObj, find_condition
 from gpufleet.controller.events import Event, EventReason, EventType
 from gpufleet.controller.index import Key, key_of
 from gpufleet.controller.replace import Replacer, running_condition
 from gpufleet.controller.report_events import ReportedSteps, ReportEvents
+from gpufleet.controller.result import StepResult
 from gpufleet.controller.rollouts import DEFAULT_PROGRESS_DEADLINE_S, RolloutClock, is_rolling
 from gpufleet.controller.status import MODEL_PODS_SCHEDULED, is_pods_scheduled
-from gpufleet.core.decision import DeploymentDecision, ReasonCode
+from gpufleet.core.decision import Decision, DeploymentDecision, ReasonCode
 from gpufleet.store.port import MODEL_DEPLOYMENT, MODEL_REPLICA
+
+
+def _decision_key(decided: DeploymentDecision) -> Key:
+    return (decided.key.namespace, decided.key.name)
 
 
 class AppliedSteps(ReportedSteps, Protocol):
@@ -38,15 +51,129 @@ class AppliedSteps(ReportedSteps, Protocol):
     def write_count(self) -> int: ...
 
 
-class DecisionWriter(ReportEvents):
-    """Applies deployment decisions (see the module docstring); a mixin of `Controller`."""
+class DecisionApplier:
+    """Applies deployment decisions (see the module docstring) through its writer (the
+    controller's writes, writes.py, behind its fault barrier, faulted.py), and remembers the
+    last decision applied. All of that memory is derived state (`forget`) but the rollouts'
+    clock (since when each rollout's counts hold) and the count of quiet steps."""
 
-    replacer: Replacer
-    rollouts: RolloutClock
-    #: The step's valid deployments, as read and as the core reads them (loop.py).
-    _deployments: dict[Key, tuple[ReadObj, Any]]
-    #: The replicas not being deleted, as last synced.
-    _replica_objs: dict[Key, ReadObj]
+    def __init__(self, writer: ReportEvents, replacer: Replacer) -> None:
+        self.writer = writer
+        #: What was re-placed (the `Replaced` events, `ReplicasRunning`).
+        self.replacer = replacer
+        self.rollouts = RolloutClock()
+        #: Steps that found nothing to schedule (metrics, tests).
+        self.quiet_steps = 0
+        self.forget()
+
+    def forget(self) -> None:
+        """Forget the decisions applied: the next step schedules and applies every one."""
+        #: The last decision, and the clusters' freshness it was made with.
+        self.last: Decision | None = None
+        self.scheduled_with: dict[str, tuple[object, ...]] | None = None
+        #: Per deployment: the decision last applied with nothing to write (dirty marks a
+        #: deployment whose object or replicas changed since).
+        self.applied: dict[Key, DeploymentDecision] = {}
+        #: Per deployment with a shortfall in the last decision: (reason, shortfall); their
+        #: sums; and whether that decision creates or drops replicas.
+        self.short: dict[Key, tuple[str, int]] = {}
+        self.numbers: tuple[Counter[str], int] | None = None
+        self.has_replica_writes = False
+
+    def is_settled(self, fresh: Mapping[str, tuple[object, ...]]) -> bool:
+        """Whether the last decision stands, its inputs aside: made with the clusters'
+        freshness `fresh`, and creating or dropping no replica."""
+        with_ = self.scheduled_with
+        return (
+            self.last is not None
+            and (fresh is with_ or fresh == with_)
+            and not self.has_replica_writes
+        )
+
+    def quiet(self, result: StepResult) -> None:
+        """A step with nothing to schedule: the last decision, already applied."""
+        assert self.last is not None
+        result.decision = self.last
+        result.is_quiet = True
+        self.add_numbers(result)
+        self.quiet_steps += 1
+
+    def add_numbers(self, result: StepResult) -> None:
+        """The refusals and shortfall of the last decision, into the step's numbers (added
+        up again only when a decision changed)."""
+        if self.numbers is None:
+            refusals: Counter[str] = Counter()
+            shortfall = 0
+            for reason, short in self.short.values():
+                refusals[reason] += 1
+                shortfall += short
+            self.numbers = (refusals, shortfall)
+        result.refusals.update(self.numbers[0])
+        result.shortfall += self.numbers[1]
+
+    def check_invalid(self, now: datetime, result: StepResult) -> None:
+        """Say why of each invalid deployment not being deleted (`_invalid_deployment`)."""
+        alive: set[tuple[str, ...]] = set()
+        for key, (obj, errors) in sorted(self.writer.inputs.invalid.items()):
+            say = functools.partial(self._invalid_deployment, obj, errors, now, result)
+            self.writer._run(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, say)
+            alive.add(("invalid", *key))
+        self.writer._forget("invalid", alive)
+
+    def _changed_decisions(self, decision: Decision, dirty: set[Key]) -> list[int]:
+        """The positions in `decision` of the deployment decisions to look at again: those
+        that are not the last decision's at their place, and those of dirty deployments (a
+        decision lists deployments in key order, so each is found by bisection)."""
+        decided = decision.deployments
+        last = self.last.deployments if self.last is not None else None
+        if last is None or len(last) != len(decided):
+            return list(range(len(decided)))
+        positions = set(itertools.compress(itertools.count(), map(operator.is_not, decided, last)))
+        for key in dirty:
+            at = bisect.bisect_left(decided, key, key=_decision_key)
+            if at < len(decided) and _decision_key(decided[at]) == key:
+                positions.add(at)
+        return sorted(positions)
+
+    def apply(
+        self,
+        decision: Decision,
+        fresh: dict[str, tuple[object, ...]],
+        dirty: set[Key],
+        now: datetime,
+        result: StepResult,
+    ) -> None:
+        """Apply each deployment decision that differs from the last one applied with nothing
+        to write, or whose deployment or retained replicas (`dirty`) changed since
+        (`_apply_once`); `fresh` is the clusters' freshness it was made with."""
+        self.scheduled_with = fresh
+        positions = self._changed_decisions(decision, dirty)
+        if len(positions) == len(decision.deployments):
+            self.short = {}
+        short = self.short
+        self.numbers = None
+        self.has_replica_writes = any(d.created or d.dropped for d in decision.deployments)
+        for at in positions:
+            decided = decision.deployments[at]
+            key = _decision_key(decided)
+            if decided.shortfall > 0:
+                short[key] = (decided.condition.reason, decided.shortfall)
+            else:
+                short.pop(key, None)
+            last = self.applied.get(key)
+            if last is not None and key not in dirty and (last is decided or last == decided):
+                continue
+            self.applied.pop(key, None)
+            obj = self.writer.inputs.deployments[key][0]
+            apply = functools.partial(self._apply_once, obj, decided, now, result)
+            is_applied, _ = self.writer._run(
+                FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, apply
+            )
+            if is_applied:
+                self.applied[key] = decided
+        self.add_numbers(result)
+        self.writer._forget("refusal", {("refusal", *key) for key in short})
+        self.last = decision
 
     def _invalid_deployment(
         self, obj: ReadObj, errors: list[FieldError], now: datetime, result: AppliedSteps
@@ -57,7 +184,7 @@ class DecisionWriter(ReportEvents):
         namespace, name = key_of(obj)
         mine = [
             r
-            for r in self._replica_objs.values()
+            for r in self.writer.inputs.replica_objs.values()
             if replica_docs.deployment_of(r) == (namespace, name)
         ]
         ready = sum(1 for r in mine if is_pods_scheduled(r.get("status") or {}))
@@ -65,11 +192,11 @@ class DecisionWriter(ReportEvents):
         def desire(current: ReadObj) -> Obj:
             return replica_docs.deployment_status(current, scheduled, len(mine), ready, now)
 
-        self._write_status(
+        self.writer._write_status(
             MODEL_DEPLOYMENT, obj, desire, replica_docs.DEPLOYMENT_OWNED, now, result
         )
         event = Event(obj, EventType.WARNING, EventReason.INVALID_SPEC, scheduled["message"])
-        self._record_once(("invalid", namespace, name), event, now, result)
+        self.writer._record_once(("invalid", namespace, name), event, now, result)
 
     def _apply_once(
         self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: AppliedSteps
@@ -92,12 +219,12 @@ class DecisionWriter(ReportEvents):
         self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: AppliedSteps
     ) -> None:
         namespace = decided.key.namespace
-        known = self._deployments.get((namespace, decided.key.name))
+        known = self.writer.inputs.deployments.get((namespace, decided.key.name))
         revision: str = known[1].revision if known is not None else ""
         is_applied = self._drop(deployment, decided, now, result)
         updated = 0
         for placement in decided.retained:
-            current = self._replica_of(placement.cluster, namespace, placement.name)
+            current = self.writer._replica_of(placement.cluster, namespace, placement.name)
             if current is not None and replica_docs.is_old_revision(current, revision):
                 continue  # runs as it is until the rollout replaces it
             updated += 1
@@ -112,8 +239,12 @@ class DecisionWriter(ReportEvents):
                 deployment=deployment,
                 revision=revision,
             )
-            update = functools.partial(self._update, MODEL_REPLICA, current, restamp, now, result)
-            if not self._guard(result, f"update ModelReplica {namespace}/{placement.name}", update):
+            update = functools.partial(
+                self.writer._update, MODEL_REPLICA, current, restamp, now, result
+            )
+            if not self.writer._guard(
+                result, f"update ModelReplica {namespace}/{placement.name}", update
+            ):
                 is_applied = False
         created, is_created = self._create_replicas(deployment, decided, now, result, revision)
         is_applied = is_applied and is_created
@@ -124,13 +255,15 @@ class DecisionWriter(ReportEvents):
                 EventReason.FAILED_SCHEDULING,
                 decided.condition.message,
             )
-            self._record_once(("refusal", namespace, decided.key.name), event, now, result)
+            self.writer._record_once(("refusal", namespace, decided.key.name), event, now, result)
         if not is_applied:
             return  # not fully applied: no status claims it; the next step retries
         total = len(decided.retained) + created
         pending: list[tuple[str, Obj | None]] = []
         for p in decided.retained:
-            status = (self._replica_of(p.cluster, namespace, p.name) or {}).get("status") or {}
+            status = (self.writer._replica_of(p.cluster, namespace, p.name) or {}).get(
+                "status"
+            ) or {}
             if not is_pods_scheduled(status):
                 found = find_condition(status.get("conditions") or [], MODEL_PODS_SCHEDULED)
                 pending.append((p.name, found))
@@ -164,7 +297,7 @@ class DecisionWriter(ReportEvents):
                 current, scheduled, total, ready, now, running, rollout
             )
 
-        self._write_status(
+        self.writer._write_status(
             MODEL_DEPLOYMENT, deployment, desire, replica_docs.DEPLOYMENT_OWNED, now, result
         )
 
@@ -175,11 +308,13 @@ class DecisionWriter(ReportEvents):
         namespace = decided.key.namespace
         is_applied = True
         for dropped in decided.dropped:
-            current = self._replica_of(dropped.cluster, namespace, dropped.name)
+            current = self.writer._replica_of(dropped.cluster, namespace, dropped.name)
             if current is None:
                 continue
-            delete = functools.partial(self._delete, MODEL_REPLICA, current, now, result)
-            if not self._guard(result, f"delete ModelReplica {namespace}/{dropped.name}", delete):
+            delete = functools.partial(self.writer._delete, MODEL_REPLICA, current, now, result)
+            if not self.writer._guard(
+                result, f"delete ModelReplica {namespace}/{dropped.name}", delete
+            ):
                 is_applied = False
                 continue
             result.drops += 1
@@ -193,7 +328,7 @@ class DecisionWriter(ReportEvents):
                 what = EventReason.REPLACED
                 message = f"deleted replica {dropped.name} to place it elsewhere: "
             message += f"{reason.code.value}: {reason.message}"
-            self._record(Event(deployment, kind, what, message), now, result)
+            self.writer._record(Event(deployment, kind, what, message), now, result)
         return is_applied
 
     def _create_replicas(
@@ -216,9 +351,11 @@ class DecisionWriter(ReportEvents):
                 revision=revision,
             )
             create = functools.partial(
-                self._create_replica, placement, deployment, restamp, now, result, revision
+                self.writer._create_replica, placement, deployment, restamp, now, result, revision
             )
-            if not self._guard(result, f"create ModelReplica {namespace}/{placement.name}", create):
+            if not self.writer._guard(
+                result, f"create ModelReplica {namespace}/{placement.name}", create
+            ):
                 is_applied = False
                 continue
             created += 1
@@ -228,7 +365,7 @@ class DecisionWriter(ReportEvents):
                 f"created replica {placement.name} on cluster {placement.cluster} "
                 f"(index {placement.index}, pools {', '.join(pools)})"
             )
-            self._record(
+            self.writer._record(
                 Event(deployment, EventType.NORMAL, EventReason.SCHEDULED, message), now, result
             )
         return created, is_applied

@@ -74,7 +74,8 @@ def earliest_after(now: datetime, times: Iterable[datetime | None]) -> datetime 
 
 def untimed(cluster: Cluster) -> Cluster:
     """`cluster` without its report times: the core reads those only through the cluster's
-    freshness (`cluster_freshness`), which the step compares on its own (`Controller._freshness`)."""
+    freshness (`cluster_freshness`), which the step compares on its own
+    (`SchedulingInputs.freshness`)."""
     pools = tuple(
         dataclasses.replace(p, observation=dataclasses.replace(p.observation, observed_at=None))
         if p.observation is not None and p.observation.observed_at is not None

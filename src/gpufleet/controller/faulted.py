@@ -124,7 +124,9 @@ class FaultWriter(HubWriter):
                 key = (culprit.key.namespace, culprit.key.name)
                 kind = MODEL_DEPLOYMENT.kind
                 failure = self.quarantine.fail(FaultPoint.SCHEDULE, kind, key, error, now)
-                self._quarantined(failure, MODEL_DEPLOYMENT, self._deployments[key][0], now, result)
+                self._quarantined(
+                    failure, MODEL_DEPLOYMENT, self.inputs.deployments[key][0], now, result
+                )
                 kept = tuple(d for d in snapshot.deployments if d is not culprit)
                 snapshot = dataclasses.replace(snapshot, deployments=kept)
                 continue

@@ -38,52 +38,45 @@ view could delete replicas or double-book devices.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
-import heapq
-import itertools
 import logging
-import operator
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from datetime import datetime, timedelta
+from typing import Any
 
-from gpufleet.api import FieldError, InferenceClass, InferenceCluster, cluster_from_manifest
+from gpufleet.api import InferenceClass, InferenceCluster, cluster_from_manifest
 from gpufleet.api.times import parse_time
 from gpufleet.controller import dues
 from gpufleet.controller import replicas as replica_docs
-from gpufleet.controller.apply import DecisionWriter
+from gpufleet.controller.apply import DecisionApplier
 from gpufleet.controller.barrier import FaultPoint, Faults, Quarantine, describe
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
-from gpufleet.controller.dues import last_report as _last_report
 from gpufleet.controller.dues import untimed as _untimed
 from gpufleet.controller.events import Recorder
-from gpufleet.controller.fence import Fence, known_fence, published_fence, remember
+from gpufleet.controller.fence import known_fence, published_fence
 from gpufleet.controller.index import (
     HubIndex,
     Key,
-    Receipts,
     Record,
     is_deleting,
     name_of,
     version_of,
 )
+from gpufleet.controller.inputs import SchedulingInputs
 from gpufleet.controller.ledger import AssumeLedger
 from gpufleet.controller.replace import Replacer, is_waiting
 from gpufleet.controller.replicas import OrphanWatch
+from gpufleet.controller.report_events import ReportEvents
 from gpufleet.controller.reports import NO_TRUST, FleetReports
 from gpufleet.controller.result import StepResult
-from gpufleet.controller.rollouts import RolloutClock
 from gpufleet.controller.status import (
     CLUSTER_OWNED,
     REPLICA_OWNED,
     AgentReport,
     Trust,
-    VerdictMemo,
     cluster_inputs,
     cluster_status,
     cluster_times,
@@ -94,9 +87,8 @@ from gpufleet.controller.status import (
     without_ages,
     without_times,
 )
-from gpufleet.core.capacity import cluster_freshness
-from gpufleet.core.decision import Decision, DeploymentDecision, ObservationState
-from gpufleet.core.model import Cluster, Deployment, Replica, SchedulingConfig, Snapshot
+from gpufleet.controller.statuses import ClusterState, ClusterStatuses
+from gpufleet.core.model import Cluster, Deployment, SchedulingConfig
 from gpufleet.core.reuse import ScheduleMemo
 from gpufleet.core.schedule import SnapshotError
 from gpufleet.store import Kind, Store, StoreError
@@ -124,17 +116,6 @@ def _put(table: dict[Key, Any], key: Key, value: object) -> None:
 
 def _replica_desire(current: ReadObj, found: tuple[AgentReport | None, bool], now: datetime) -> Obj:
     return replica_status(current, found[0], found[1], now)
-
-
-#: The core's Deployment of a `Controller._deployments` entry (mapped at C speed).
-_CORE: Final = operator.itemgetter(1)
-
-#: A due time that never comes.
-_NEVER: Final = datetime.max.replace(tzinfo=UTC)
-
-
-def _decision_key(decided: DeploymentDecision) -> Key:
-    return (decided.key.namespace, decided.key.name)
 
 
 def _reported(cluster: Cluster, trust: Trust | None) -> Cluster:
@@ -165,28 +146,9 @@ class _Dirty:
     replicas: set[Key] = field(default_factory=set)
     #: Deployments (namespace, name) whose decision to apply again.
     deployments: set[Key] = field(default_factory=set)
-    #: Whether a scheduling input changed.
-    schedule: bool = False
 
 
-@dataclass(slots=True)
-class _ClusterState:
-    """What a cluster's status was last computed from, and when it falls due again."""
-
-    #: (resourceVersion, classes, `cluster_inputs`, freshness states) of the last status
-    #: found in place, or of the object just written (its status is the one desired of it):
-    #: the same again needs no computing.
-    settled: tuple[object, ...] | None = None
-    #: When a time of the cluster's crosses into another freshness state, or its status
-    #: refresh falls due (None: never).
-    due: datetime | None = None
-    #: The verdicts on its pool reports, kept while what they read stays.
-    verdicts: VerdictMemo = field(default_factory=VerdictMemo)
-    #: (resourceVersion, `published_fence`) of the object last judged.
-    fence_read: tuple[str, tuple[Fence, datetime | None] | None] | None = None
-
-
-class Controller(DecisionWriter):
+class Controller(ReportEvents):
     """The hub controller. Not thread-safe: one loop calls `step`.
 
     `timer` (a monotonic clock in seconds, e.g. `time.perf_counter`) measures the decision
@@ -208,18 +170,14 @@ class Controller(DecisionWriter):
         self.timer = timer
         self.ledger = AssumeLedger(self.config.assume_ttl_s)
         self.recorder = Recorder()
-        #: The fence (Lease incarnation, highest epoch accepted) per cluster, and when it was
-        #: last heard (also persisted in its status).
-        self.epochs: dict[str, tuple[Fence, datetime | None]] = {}
-        #: When each observation version was first seen (index.py): reports age from it.
-        self.receipts = Receipts(self.config.expire_after_s)
+        #: Per cluster: its fence and receipts (correctness state), trust and dues.
+        self.statuses = ClusterStatuses(self.config.expire_after_s)
         #: What the core derives from deployments and replicas, kept across steps.
         self.schedule_memo = ScheduleMemo()
-        #: Steps that found nothing to schedule (metrics, tests).
-        self.quiet_steps = 0
         #: What was re-placed, and the backoffs that stand (replace.py).
         self.replacer = Replacer(self.config)
-        self.rollouts = RolloutClock()
+        #: Applies the decisions, through this controller's writes.
+        self.applier = DecisionApplier(self, self.replacer)
         #: The objects whose processing raised, and their backoffs (barrier.py).
         config = self.config
         self.quarantine = Quarantine(config.fault_backoff_s, config.fault_backoff_max_s, faults)
@@ -232,55 +190,15 @@ class Controller(DecisionWriter):
         #: The hub as last synced, every object parsed (index.py).
         self.index = HubIndex()
         self.reports = FleetReports()
-        self.trusts: dict[str, Trust] = {}
-        #: Clusters whose Trust rejects reports (their events are repeated every step), and
-        #: those whose Trust moves with the clock (reports in the future, a contested fence).
-        self._rejecting: set[str] = set()
-        self._moving: set[str] = set()
-        #: When clusters' statuses fall due: (due, name), the stale ones skipped when popped.
-        self._dues: list[tuple[datetime, str]] = []
-        #: Per cluster, as the core reads it (reported), and the unreadable ones' errors.
-        self._reported: dict[str, Cluster] = {}
-        self._cluster_errors: dict[str, str] = {}
-        #: Each cluster's freshness as the decision reads it, and when one may move.
-        self._fresh: dict[str, tuple[object, ...]] = {}
-        self._fresh_due: datetime | None = None
-        self._fresh_next: datetime | None = None  # (the earliest crossing, aging or not)
-        #: Per cluster: when its Fresh state crosses into Stale (None: never by time alone),
-        #: and whether it ages (a quoted age moves every step); the clusters to compute again.
-        self._fresh_times: dict[str, tuple[datetime | None, bool]] = {}
-        self._fresh_moved: set[str] = set()
+        self.statuses.forget()
+        #: The core's view of the hub: it emits the `Snapshot`, and says whether it moved.
+        self.inputs = SchedulingInputs()
         self._dirty = _Dirty()
-        self._clusters: dict[str, _ClusterState] = {}
-        #: Per cluster: (resourceVersion, classes) converted with, the core Cluster, and the
-        #: same untimed (None: not needed yet, `_update_cores`).
-        self._core: dict[str, tuple[tuple[object, ...], Cluster, Cluster | None]] = {}
-        #: The last decision, the clusters and freshness it was made with, and its numbers.
-        self._decision: Decision | None = None
-        self._scheduled_with: dict[str, tuple[object, ...]] | None = None
-        #: Per deployment: the decision last applied with nothing to write (dirty marks a
-        #: deployment whose object or replicas changed since).
-        self._applied: dict[Key, DeploymentDecision] = {}
+        self.applier.forget()
         #: Objects of this step that differ from the store (a status write that failed).
         self._unstored: set[tuple[Kind, Key]] = set()
-        #: The deployments not being deleted, valid (with the core's Deployment) or not.
-        self._deployments: dict[Key, tuple[ReadObj, Deployment]] = {}
-        self._invalid: dict[Key, tuple[ReadObj, list[FieldError]]] = {}
-        #: The deployments whose read raised (quarantined): their replicas are kept.
-        self._unread: dict[Key, ReadObj] = {}
-        #: The replicas not being deleted: objects, as the core reads them, and errors.
-        self._replica_objs: dict[Key, ReadObj] = {}
-        self._replica_cores: dict[Key, Replica] = {}
-        self._replica_errors: dict[Key, str] = {}
         #: The replicas by deployment, and those `_collect` judges again.
         self.orphans = OrphanWatch()
-        #: The replicas that may be or become stuck (`replace.is_waiting`).
-        self._waiting: dict[Key, tuple[Replica, ReadObj]] = {}
-        #: Per deployment with a shortfall in the last decision: (reason, shortfall); their
-        #: sums; and whether that decision creates or drops replicas.
-        self._short: dict[Key, tuple[str, int]] = {}
-        self._numbers: tuple[Counter[str], int] | None = None
-        self._has_replica_writes = False
         #: Per event prefix, the standing situations last seen (`_forget`).
         self._alive: dict[str, set[tuple[str, ...]]] = {}
 
@@ -296,17 +214,25 @@ class Controller(DecisionWriter):
             self._error(result, f"step failed: {describe(e)}")
         return result
 
+    @property
+    def quiet_steps(self) -> int:
+        """Steps that found nothing to schedule (metrics, tests)."""
+        return self.applier.quiet_steps
+
     def next_due(self, now: datetime) -> datetime | None:
         """When the next time-driven change falls due after `now`, with nothing changed on
         the hub (dues.py): the daemon steps then rather than on its resync alone."""
-        statuses = {name: state.due for name, state in self._clusters.items()}
-        heard = {name: fence[1] for name, fence in self.epochs.items()}
+        statuses = self.statuses
         config = self.config
         times = (
-            dues.after(dues.status_due(self._dues, statuses)),
-            dues.after(self._fresh_next),
+            dues.after(dues.status_due(statuses.dues, statuses.status_dues())),
+            dues.after(self.inputs.fresh_next),
             dues.trust_due(
-                self._moving, self.trusts, heard, config.max_clock_skew_s, config.expire_after_s
+                statuses.moving,
+                statuses.trusts,
+                statuses.heard(),
+                config.max_clock_skew_s,
+                config.expire_after_s,
             ),
             self.replacer.due,
             self.quarantine.next_due(),
@@ -332,9 +258,9 @@ class Controller(DecisionWriter):
             obj = records[("", name)].obj
             _, is_done = self._run(FaultPoint.PUBLISH, INFERENCE_CLUSTER, obj, now, result, publish)
             if not is_done:
-                self._clusters.pop(name, None)  # computed again when it is retried
+                self.statuses.clusters.pop(name, None)  # computed again when it is retried
         self._publish_replicas(now, result)
-        self._dirty.schedule = self._collect(now, result) or self._dirty.schedule
+        self.inputs.moved = self._collect(now, result) or self.inputs.moved
         if self.quarantine.faults is not None:
             self.quarantine.faults.check(FaultPoint.STEP, "", ("", ""))
         if is_complete:
@@ -360,7 +286,7 @@ class Controller(DecisionWriter):
         if moved[INFERENCE_CLASS]:
             dirty.clusters.update(k[1] for k in index.records[INFERENCE_CLUSTER])
             dirty.cores.update(k[1] for k in index.records[INFERENCE_CLUSTER])
-            dirty.schedule = True
+            self.inputs.moved = True
         for key in moved[INFERENCE_CLUSTER]:
             self.quarantine.touch(INFERENCE_CLUSTER.kind, key)
             dirty.clusters.add(key[1])
@@ -375,12 +301,12 @@ class Controller(DecisionWriter):
                 index.previous[MODEL_DEPLOYMENT].get(key),
             )
             if record is None or last is None or record.signature != last.signature:
-                dirty.schedule = True
+                self.inputs.moved = True
             self.quarantine.touch(MODEL_DEPLOYMENT.kind, key)
             self._track(MODEL_DEPLOYMENT, key)
         for key in moved[MODEL_REPLICA]:
             dirty.replicas.add(key)
-            dirty.schedule = True
+            self.inputs.moved = True
             for record in (
                 index.records[MODEL_REPLICA].get(key),
                 index.previous[MODEL_REPLICA].get(key),
@@ -392,7 +318,7 @@ class Controller(DecisionWriter):
         for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION):
             records = index.records[kind]
             if is_first:
-                self.receipts.keep(kind, records)
+                self.statuses.receipts.keep(kind, records)
             for key in moved[kind]:
                 self.quarantine.touch(kind.kind, key)
                 self._receive(kind, key, now)
@@ -419,7 +345,7 @@ class Controller(DecisionWriter):
             else:  # an observation: read it again
                 is_pool = kind_name == POOL_OBSERVATION.kind
                 self._receive(POOL_OBSERVATION if is_pool else REPLICA_OBSERVATION, key, now)
-            dirty.schedule = True
+            self.inputs.moved = True
 
     def _receive(self, kind: Kind, key: Key, now: datetime) -> None:
         """File the observation at `key` again. A version that cannot be read is quarantined,
@@ -427,7 +353,7 @@ class Controller(DecisionWriter):
         record = self.index.records[kind].get(key)
 
         def receive() -> tuple[set[str], set[Key]]:
-            read = self.receipts.receive(kind, key, record, now)
+            read = self.statuses.receipts.receive(kind, key, record, now)
             return self.reports.put(kind.kind, key, read)
 
         touched: tuple[set[str], set[Key]] | None = None
@@ -451,9 +377,18 @@ class Controller(DecisionWriter):
         """Bring the step's tables of deployments and replicas up to the record at `key`."""
         record = self.index.records[kind].get(key)
         if kind == MODEL_DEPLOYMENT:
-            tables: tuple[dict[Key, Any], ...] = (self._deployments, self._invalid, self._unread)
+            tables: tuple[dict[Key, Any], ...] = (
+                self.inputs.deployments,
+                self.inputs.invalid,
+                self.inputs.unread,
+            )
         elif kind == MODEL_REPLICA:
-            tables = (self._replica_objs, self._replica_cores, self._replica_errors, self._waiting)
+            tables = (
+                self.inputs.replica_objs,
+                self.inputs.replica_cores,
+                self.inputs.replica_errors,
+                self.inputs.waiting,
+            )
         else:
             return
         if record is None or is_deleting(record.obj):
@@ -480,23 +415,23 @@ class Controller(DecisionWriter):
             for table in tables:
                 table.pop(key, None)
             if kind == MODEL_DEPLOYMENT:
-                self._unread[key] = record.obj
+                self.inputs.unread[key] = record.obj
             else:
-                self._replica_objs[key] = record.obj
-                self._replica_errors[key] = f"ModelReplica {name_of(record.obj)}: quarantined"
+                self.inputs.replica_objs[key] = record.obj
+                self.inputs.replica_errors[key] = f"ModelReplica {name_of(record.obj)}: quarantined"
             return
         if kind == MODEL_DEPLOYMENT:
             checked = parsed
             good = isinstance(checked, Deployment)
-            _put(self._deployments, key, (record.obj, checked) if good else None)
-            _put(self._invalid, key, None if good else (record.obj, checked))
+            _put(self.inputs.deployments, key, (record.obj, checked) if good else None)
+            _put(self.inputs.invalid, key, None if good else (record.obj, checked))
             return
         core, error, _ = parsed
-        self._replica_objs[key] = record.obj
-        _put(self._replica_errors, key, error or None)
-        _put(self._replica_cores, key, core if not error else None)
+        self.inputs.replica_objs[key] = record.obj
+        _put(self.inputs.replica_errors, key, error or None)
+        _put(self.inputs.replica_cores, key, core if not error else None)
         waits = not error and is_waiting(core, record.obj)
-        _put(self._waiting, key, (core, record.obj) if waits else None)
+        _put(self.inputs.waiting, key, (core, record.obj) if waits else None)
 
     def _watch(self, kind: Kind, key: Key, obj: ReadObj | None) -> None:
         """Tell `orphans` of a change of the step's deployment or replica at `key`."""
@@ -520,10 +455,10 @@ class Controller(DecisionWriter):
         dirty.cores.update(names)
         dirty.replicas.update(records[MODEL_REPLICA])
         dirty.deployments.update(records[MODEL_DEPLOYMENT])
-        dirty.schedule = True
+        self.inputs.moved = True
         self.orphans.everything()
-        self._applied = {}
-        self._clusters = {}
+        self.applier.applied = {}
+        self.statuses.clusters = {}
 
     def _classes(self, result: StepResult) -> tuple[dict[str, ReadObj], bool]:
         classes: dict[str, ReadObj] = {}
@@ -548,13 +483,11 @@ class Controller(DecisionWriter):
         judged, self._dirty.trusts = self._dirty.trusts, set()
         # Which reports are in the future moves with the clock: judge those clusters again.
         # (So does whether a contested fence's incarnation has been silent long enough.)
-        judged |= self._moving
+        judged |= self.statuses.moving
         for cluster in sorted(judged):
             record = records.get(("", cluster))
             if record is None:
-                self.trusts.pop(cluster, None)
-                self._rejecting.discard(cluster)
-                self._moving.discard(cluster)
+                self.statuses.forget_cluster(cluster)
                 self.quarantine.forget(INFERENCE_CLUSTER.kind, ("", cluster))
                 continue
             judge = functools.partial(self._judge_cluster, cluster, record.obj, now)
@@ -564,55 +497,41 @@ class Controller(DecisionWriter):
         self._report_stale(now, result)
 
     def _judge_cluster(self, cluster: str, obj: ReadObj, now: datetime) -> None:
-        state = self._clusters.setdefault(cluster, _ClusterState())
+        state = self.statuses.clusters.setdefault(cluster, ClusterState())
         version, read = version_of(obj), state.fence_read
         if read is None or not version or read[0] != version:  # read again as it moves
             read = state.fence_read = (version or "", published_fence(obj))
-        known, heard = known_fence(read[1], self.epochs.get(cluster))
+        known, heard = known_fence(read[1], self.statuses.epochs.get(cluster))
         horizon = now + timedelta(seconds=self.config.max_clock_skew_s)
         trust = self.reports.judge(
             cluster, known, horizon, now=now, heard_at=heard, silence_s=self.config.expire_after_s
         )
-        last = self.trusts.get(cluster)
+        last = self.statuses.trusts.get(cluster)
         if last is not trust:
             self._dirty.clusters.add(cluster)
             self._dirty.cores.add(cluster)
             # (A cluster judged for the first time is new, or every replica is dirty.)
             if last is not None and _standing(last) != _standing(trust):
                 self._replicas_on(cluster)
-        self.trusts[cluster] = trust
-        if trust.fence is not None:
-            self.epochs[cluster] = remember(known, heard, trust.fence, trust.heard_at)
-        for table, is_in in (
-            (self._rejecting, trust.rejected),
-            (self._moving, trust.future or trust.is_contested),
-        ):
-            if is_in:
-                table.add(cluster)
-            else:
-                table.discard(cluster)
+        self.statuses.judged(cluster, trust, known, heard)
 
     # --- published status -----------------------------------------------------------------
 
     def _clusters_to_publish(self, now: datetime) -> list[str]:
         """The dirty clusters and those due by `now`, in listing order."""
         names, self._dirty.clusters = self._dirty.clusters, set()
-        while self._dues and self._dues[0][0] <= now:
-            due, name = heapq.heappop(self._dues)
-            state = self._clusters.get(name)
-            if state is not None and state.due == due:
-                names.add(name)
+        names |= self.statuses.take_due(now)
         records = self.index.records[INFERENCE_CLUSTER]
         return sorted(n for n in names if ("", n) in records)
 
     def _publish_cluster(
         self, name: str, classes: Mapping[str, ReadObj], now: datetime, result: StepResult
     ) -> None:
-        """Publish one cluster's status (it is dirty or due, `_ClusterState`)."""
-        state = self._clusters.setdefault(name, _ClusterState())
+        """Publish one cluster's status (it is dirty or due, `ClusterState`)."""
+        state = self.statuses.clusters.setdefault(name, ClusterState())
         record = self.index.records[INFERENCE_CLUSTER][("", name)]
         cluster = record.obj
-        trust = self.trusts.get(name) or NO_TRUST
+        trust = self.statuses.trusts.get(name) or NO_TRUST
         settled, is_due = self._settle(state, name, cluster, classes, trust, now)
         if settled == state.settled:
             return
@@ -652,14 +571,14 @@ class Controller(DecisionWriter):
 
     def _settle(
         self,
-        state: _ClusterState,
+        state: ClusterState,
         name: str,
         cluster: ReadObj,
         classes: Mapping[str, ReadObj],
         trust: Trust,
         now: datetime,
     ) -> tuple[tuple[object, ...], bool]:
-        """The inputs' signature of `cluster`'s status at `now` (`_ClusterState.settled`)
+        """The inputs' signature of `cluster`'s status at `now` (`ClusterState.settled`)
         and whether a refresh is due; sets when its status next falls due by time alone."""
         times = cluster_times(cluster, trust)
         states = states_at(times, now, self.config)
@@ -670,9 +589,7 @@ class Controller(DecisionWriter):
             cluster_inputs(trust, is_due),
             states,
         )
-        state.due = self._due(cluster, times, states, now)
-        if state.due is not None:
-            heapq.heappush(self._dues, (state.due, name))
+        self.statuses.fall_due(name, state, self._due(cluster, times, states, now))
         return settled, is_due
 
     def _due(
@@ -707,12 +624,12 @@ class Controller(DecisionWriter):
         self, key: Key, replica: ReadObj, now: datetime, result: StepResult
     ) -> None:
         cluster = (replica.get("spec") or {}).get("clusterName", "")
-        trust = self.trusts.get(cluster)
+        trust = self.statuses.trusts.get(cluster)
         found = self.reports.replica_reports(cluster, *key, trust)
         desire = functools.partial(_replica_desire, found=found, now=now)
         written = self._write_status(MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result)
         if written is not replica:
-            self._dirty.schedule = True
+            self.inputs.moved = True
             self._dirty.deployments.add(replica_docs.deployment_of(replica))
 
     # --- scheduling -----------------------------------------------------------------------
@@ -724,7 +641,7 @@ class Controller(DecisionWriter):
         now: datetime,
         result: StepResult,
     ) -> None:
-        """Convert again the clusters whose object or a class changed (`_core`), and bring
+        """Convert again the clusters whose object or a class changed (`SchedulingInputs.core`), and bring
         the others in `dirty.cores` (their reports' time moved) as fresh as their reports
         (`_reported`). A cluster that came, went or reads differently to the core, times
         aside (`_untimed`), is a scheduling input that changed."""
@@ -737,10 +654,10 @@ class Controller(DecisionWriter):
                 typed[key[1]] = klass.parsed[0]
         signature_classes = tuple((k, version_of(v)) for k, v in classes.items())
         records = self.index.records[INFERENCE_CLUSTER]
-        self._fresh_moved |= names  # their freshness may have moved
+        self.inputs.fresh_moved |= names  # their freshness may have moved
         for name in names:
             record = records.get(("", name))
-            self._cluster_errors.pop(name, None)
+            self.inputs.cluster_errors.pop(name, None)
             if record is None:
                 self._update_core(name, None, typed, signature_classes, config)
                 continue
@@ -754,11 +671,11 @@ class Controller(DecisionWriter):
                 continue
             # Quarantined: the core reads it as last converted; never converted, it is an
             # input that cannot be read (scheduling fails closed).
-            known = self._core.get(name)
+            known = self.inputs.core.get(name)
             if known is not None:
-                self._reported[name] = _reported(known[1], self.trusts.get(name))
+                self.inputs.reported[name] = _reported(known[1], self.statuses.trusts.get(name))
             else:
-                self._cluster_errors[name] = f"InferenceCluster {name}: quarantined"
+                self.inputs.cluster_errors[name] = f"InferenceCluster {name}: quarantined"
 
     def _update_core(
         self,
@@ -771,108 +688,50 @@ class Controller(DecisionWriter):
         """Convert the cluster `name` again if its object or a class moved (`_update_cores`)."""
         parsed, error = record.parsed if record is not None else (None, "")
         if record is not None and parsed is None:
-            self._cluster_errors[name] = f"InferenceCluster {name_of(record.obj)}: {error}"
+            self.inputs.cluster_errors[name] = f"InferenceCluster {name_of(record.obj)}: {error}"
         if record is None or not isinstance(parsed, InferenceCluster):
-            if self._core.pop(name, None) is not None:
-                self._dirty.schedule = True
-            self._reported.pop(name, None)
+            if self.inputs.core.pop(name, None) is not None:
+                self.inputs.moved = True
+            self.inputs.reported.pop(name, None)
             return
         signature = (record.signature, signature_classes, config)
-        known = self._core.get(name)
+        known = self.inputs.core.get(name)
         if known is None or known[0] != signature:
             core = cluster_from_manifest(parsed, typed, config, signature[:2])
             untimed = None
             if known is None:
-                self._dirty.schedule = True
-            elif not self._dirty.schedule:  # (else the comparison would change nothing)
+                self.inputs.moved = True
+            elif not self.inputs.moved:  # (else the comparison would change nothing)
                 untimed = _untimed(core)
                 was = known[2] if known[2] is not None else _untimed(known[1])
                 if was != untimed:
-                    self._dirty.schedule = True
+                    self.inputs.moved = True
             known = (signature, core, untimed)
-            self._core[name] = known
-        self._reported[name] = _reported(known[1], self.trusts.get(name))
-
-    def _freshness(self, now: datetime, config: SchedulingConfig) -> dict[str, tuple[object, ...]]:
-        """What the decision reads of `now`: each cluster's freshness state, and its age
-        where a reason quotes it (Stale, Expired). Computed again for the clusters whose
-        reports moved (`_fresh_moved`), and for all when a state may have crossed
-        (`_fresh_due`) or an age is quoted."""
-        due, moved = self._fresh_due, self._fresh_moved
-        if due is not None and now < due and not moved:
-            return self._fresh
-        if due is not None and now < due:
-            names: Iterable[str] = moved
-            fresh: dict[str, tuple[object, ...]] = {}  # the moved ones (None: gone)
-        else:
-            names, fresh, self._fresh_times = list(self._reported), {}, {}
-        for name in names:
-            cluster = self._reported.get(name)
-            if cluster is None:
-                fresh[name] = ()
-                self._fresh_times.pop(name, None)
-                continue
-            state = cluster_freshness(cluster, now, config)
-            quoted = state.state in (ObservationState.STALE, ObservationState.EXPIRED)
-            fresh[name] = (state.state, state.age_s if quoted else None)
-            last = _last_report(cluster)
-            crossing = None
-            if state.state is ObservationState.FRESH and last is not None:
-                crossing = last + timedelta(seconds=config.stale_after_s)
-            elif state.state is ObservationState.STALE and last is not None:
-                crossing = last + timedelta(seconds=config.expire_after_s)  # (it ages: quoted)
-            self._fresh_times[name] = (crossing, quoted and state.age_s is not None)
-        if names is moved:
-            # A new dict only when a state moved: the last decision keeps the one it read,
-            # and the same dict again tells `_schedule` nothing moved without comparing.
-            was = self._fresh
-            if any(was.get(name, ()) != value for name, value in fresh.items()):
-                changed = {**was, **fresh}
-                fresh = {name: value for name, value in changed.items() if value != ()}
-            else:
-                fresh = was
-        self._fresh, self._fresh_moved = fresh, set()
-        times = self._fresh_times.values()
-        is_aging = any(aging for _, aging in times)
-        crossings = [at for at, _ in times if at is not None]
-        self._fresh_due = None if is_aging else min(crossings, default=_NEVER)
-        self._fresh_next = min(crossings, default=None)
-        return fresh
+            self.inputs.core[name] = known
+        self.inputs.reported[name] = _reported(known[1], self.statuses.trusts.get(name))
 
     def _schedule(self, classes: Mapping[str, ReadObj], now: datetime, result: StepResult) -> None:
         config = self.config.scheduling()
         self._update_cores(classes, config, now, result)
-        unreadable = [e for _, e in sorted(self._cluster_errors.items())]
-        unreadable.extend(error for _, error in sorted(self._replica_errors.items()))
+        unreadable = self.inputs.unreadable()
         if unreadable:
             for line in unreadable:
                 self._error(result, f"scheduling skipped: cannot read {line}")
             return
-        self._check_invalid(now, result)
+        self.applier.check_invalid(now, result)
         self._replace(now)
-        fresh = self._freshness(now, config)
-        last = self._decision
-        if (
-            not self._dirty.schedule
-            and last is not None
-            and (fresh is self._scheduled_with or fresh == self._scheduled_with)
-            and not self._has_replica_writes
-        ):
-            self._quiet(last, result)
+        fresh = self.inputs.freshness(now, config)
+        if not self.inputs.moved and self.applier.is_settled(fresh):
+            self.applier.quiet(result)
             return
-        deployments: Mapping[Key, tuple[ReadObj, Deployment]] = self._deployments
+        deployments: Mapping[Key, tuple[ReadObj, Deployment]] | None = None
         if self.quarantine.held:  # the quarantined ones wait out their backoff
             held = self.quarantine.is_held
             kind = MODEL_DEPLOYMENT.kind
             at = FaultPoint.SCHEDULE
-            deployments = {k: v for k, v in deployments.items() if not held(kind, k, now, at)}
-        snapshot = Snapshot(
-            deployments=tuple(map(_CORE, deployments.values())),
-            clusters=tuple(self._reported[name] for name in sorted(self._reported)),
-            replicas=tuple(self._replica_cores.values()),
-            config=config,
-            avoid=self.replacer.avoid,
-        )
+            every = self.inputs.deployments
+            deployments = {k: v for k, v in every.items() if not held(kind, k, now, at)}
+        snapshot = self.inputs.snapshot(config, self.replacer.avoid, deployments)
         started = self.timer() if self.timer else None
         try:
             decision = self._decide(snapshot, now, result)
@@ -882,92 +741,17 @@ class Controller(DecisionWriter):
         if started is not None and self.timer is not None:
             result.decision_latency_s = self.timer() - started
         result.decision = decision
-        self._dirty.schedule = False
-        self._scheduled_with = fresh
-        self._apply_decision(decision, now, result)
-        self._decision = decision
+        self.inputs.moved = False
+        self.applier.apply(decision, fresh, self._dirty.deployments, now, result)
+        self._dirty.deployments = set()
 
     def _replace(self, now: datetime) -> None:
         """Count the replicas stuck by `now` (replace.py); a change of what the core must
         avoid is a scheduling input that changed, for the deployments it names."""
         before = self.replacer.avoid
-        if not self._waiting and not before:
+        if not self.inputs.waiting and not before:
             return
-        if self.replacer.update(self._waiting, self._replica_objs, now):
-            self._dirty.schedule = True
+        if self.replacer.update(self.inputs.waiting, self.inputs.replica_objs, now):
+            self.inputs.moved = True
             for entry in (*before, *self.replacer.avoid):
                 self._dirty.deployments.add((entry.deployment.namespace, entry.deployment.name))
-
-    def _quiet(self, decision: Decision, result: StepResult) -> None:
-        """A step with nothing to schedule: the last decision, already applied."""
-        result.decision = decision
-        result.is_quiet = True
-        self._add_numbers(result)
-        self.quiet_steps += 1
-
-    def _add_numbers(self, result: StepResult) -> None:
-        """The refusals and shortfall of the last decision, into the step's numbers (added
-        up again only when a decision changed)."""
-        if self._numbers is None:
-            refusals: Counter[str] = Counter()
-            shortfall = 0
-            for reason, short in self._short.values():
-                refusals[reason] += 1
-                shortfall += short
-            self._numbers = (refusals, shortfall)
-        result.refusals.update(self._numbers[0])
-        result.shortfall += self._numbers[1]
-
-    def _check_invalid(self, now: datetime, result: StepResult) -> None:
-        """Say why of each invalid deployment not being deleted (`_invalid_deployment`)."""
-        alive: set[tuple[str, ...]] = set()
-        for key, (obj, errors) in sorted(self._invalid.items()):
-            say = functools.partial(self._invalid_deployment, obj, errors, now, result)
-            self._run(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, say)
-            alive.add(("invalid", *key))
-        self._forget("invalid", alive)
-
-    def _changed_decisions(self, decision: Decision) -> list[int]:
-        """The positions in `decision` of the deployment decisions to look at again: those
-        that are not the last decision's at their place, and those of dirty deployments (a
-        decision lists deployments in key order, so each is found by bisection)."""
-        decided = decision.deployments
-        last = self._decision.deployments if self._decision is not None else None
-        if last is None or len(last) != len(decided):
-            return list(range(len(decided)))
-        positions = set(itertools.compress(itertools.count(), map(operator.is_not, decided, last)))
-        for key in self._dirty.deployments:
-            at = bisect.bisect_left(decided, key, key=_decision_key)
-            if at < len(decided) and _decision_key(decided[at]) == key:
-                positions.add(at)
-        return sorted(positions)
-
-    def _apply_decision(self, decision: Decision, now: datetime, result: StepResult) -> None:
-        """Apply each deployment decision that differs from the last one applied with nothing
-        to write, or whose deployment or retained replicas changed since (`_apply_once`)."""
-        dirty = self._dirty.deployments
-        positions = self._changed_decisions(decision)
-        if len(positions) == len(decision.deployments):
-            self._short = {}
-        short = self._short
-        self._numbers = None
-        self._has_replica_writes = any(d.created or d.dropped for d in decision.deployments)
-        for at in positions:
-            decided = decision.deployments[at]
-            key = _decision_key(decided)
-            if decided.shortfall > 0:
-                short[key] = (decided.condition.reason, decided.shortfall)
-            else:
-                short.pop(key, None)
-            last = self._applied.get(key)
-            if last is not None and key not in dirty and (last is decided or last == decided):
-                continue
-            self._applied.pop(key, None)
-            obj = self._deployments[key][0]
-            apply = functools.partial(self._apply_once, obj, decided, now, result)
-            is_applied, _ = self._run(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, apply)
-            if is_applied:
-                self._applied[key] = decided
-        self._dirty.deployments = set()
-        self._add_numbers(result)
-        self._forget("refusal", {("refusal", *key) for key in short})

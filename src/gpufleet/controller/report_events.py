@@ -15,7 +15,8 @@ from gpufleet.controller.events import Event, EventReason, EventType
 from gpufleet.controller.faulted import FaultWriter
 from gpufleet.controller.fence import rejection
 from gpufleet.controller.plausible import Implausible
-from gpufleet.controller.status import Trust, future_message, implausible_pools
+from gpufleet.controller.status import future_message, implausible_pools
+from gpufleet.controller.statuses import ClusterStatuses
 from gpufleet.controller.writes import StepErrors
 from gpufleet.store.port import INFERENCE_CLUSTER
 
@@ -30,11 +31,8 @@ class ReportEvents(FaultWriter):
     """Events about reports not accepted (see the module docstring); the half of `Controller`
     between the step (loop.py) and its writes (`HubWriter`)."""
 
-    trusts: dict[str, Trust]
-    #: Clusters whose Trust rejects reports (their events are repeated every step), and
-    #: those whose Trust moves with the clock (reports in the future, a contested fence).
-    _rejecting: set[str]
-    _moving: set[str]
+    #: Per cluster: its trust, and whether it rejects reports or moves with the clock.
+    statuses: ClusterStatuses
     #: Per event prefix, the standing situations last seen (`_forget`).
     _alive: dict[str, set[tuple[str, ...]]]
 
@@ -50,8 +48,8 @@ class ReportEvents(FaultWriter):
         and the report in the step's `rejected_reports` every step."""
         records = self.index.records[INFERENCE_CLUSTER]
         alive: set[tuple[str, ...]] = set()
-        for cluster in sorted(self._rejecting):
-            trust = self.trusts[cluster]
+        for cluster in sorted(self.statuses.rejecting):
+            trust = self.statuses.trusts[cluster]
             for report in trust.rejected:
                 assert trust.fence is not None
                 reason, why = rejection(report, trust.fence, self.config.expire_after_s)
@@ -73,8 +71,8 @@ class ReportEvents(FaultWriter):
         alive: set[tuple[str, ...]] = set()
         records = self.index.records[INFERENCE_CLUSTER]
         # (A cluster with reports in the future is among those whose Trust moves.)
-        for cluster in sorted(self._moving):
-            message = future_message(self.trusts[cluster], self.config)
+        for cluster in sorted(self.statuses.moving):
+            message = future_message(self.statuses.trusts[cluster], self.config)
             if not message or ("", cluster) not in records:
                 continue
             result.rejected_reports.append(f"cluster {cluster}: {message}")

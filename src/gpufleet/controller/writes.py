@@ -23,6 +23,7 @@ from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal, owned_p
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import Event, Recorder, event_body, repeated
 from gpufleet.controller.index import HubIndex, Key, is_deleting, key_of, name_of
+from gpufleet.controller.inputs import SchedulingInputs
 from gpufleet.controller.ledger import AssumeLedger
 from gpufleet.controller.replicas import (
     OrphanWatch,
@@ -70,16 +71,10 @@ class HubWriter:
     recorder: Recorder
     index: HubIndex
     _unstored: set[tuple[Kind, Key]]
-    #: The step's tables (loop.py): deployments valid and not, replicas as read.
-    _deployments: dict[Key, tuple[ReadObj, Any]]
-    _invalid: dict[Key, tuple[ReadObj, Any]]
-    _replica_objs: dict[Key, ReadObj]
-    _replica_cores: dict[Key, Any]
-    _replica_errors: dict[Key, str]
+    #: The step's tables (inputs.py): deployments valid and not, replicas as read.
+    inputs: SchedulingInputs
     #: The replicas `_collect` judges again (their object or deployment moved).
     orphans: OrphanWatch
-
-    _unread: dict[Key, ReadObj]
 
     def _track(self, kind: Kind, key: Key) -> None:
         """Bring what the step derives from the index's record at `key` up to date."""
@@ -257,7 +252,7 @@ class HubWriter:
     def _replica_of(self, cluster: str, namespace: str, name: str) -> ReadObj | None:
         """The replica `name` of a deployment in `namespace` on `cluster`, as the step reads it."""
         key = replica_key(cluster, namespace, name)
-        return None if key is None else self._replica_objs.get(key)
+        return None if key is None else self.inputs.replica_objs.get(key)
 
     def _collect(self, now: datetime, result: StepErrors) -> bool:
         """Delete the replicas whose deployment is gone and those outside their cluster's hub
@@ -265,14 +260,14 @@ class HubWriter:
         since they were last judged (`OrphanWatch`). What an owner reference would have the
         garbage collector do, had the replica been allowed one. True when one was deleted (a
         scheduling input changed)."""
-        due = [(key, self._replica_objs[key]) for key in self.orphans.take()]
+        due = [(key, self.inputs.replica_objs[key]) for key in self.orphans.take()]
         existing: dict[Key, ReadObj] = {}
         for deployment in {deployment_of(obj) for _, obj in due}:
-            found = self._deployments.get(deployment) or self._invalid.get(deployment)
+            found = self.inputs.deployments.get(deployment) or self.inputs.invalid.get(deployment)
             if found is not None:
                 existing[deployment] = found[0]
-            elif deployment in self._unread:  # quarantined: its replicas are kept
-                existing[deployment] = self._unread[deployment]
+            elif deployment in self.inputs.unread:  # quarantined: its replicas are kept
+                existing[deployment] = self.inputs.unread[deployment]
         is_collected = False
         for key, obj in due:
             collect = functools.partial(self._collect_one, key, obj, existing, now, result)
@@ -296,7 +291,11 @@ class HubWriter:
         if not self._guard(result, f"delete ModelReplica {name_of(obj)} ({why})", delete):
             return False
         log.info("deleted ModelReplica %s: %s", name_of(obj), why.value)
-        for table in (self._replica_objs, self._replica_cores, self._replica_errors):
+        for table in (
+            self.inputs.replica_objs,
+            self.inputs.replica_cores,
+            self.inputs.replica_errors,
+        ):
             table.pop(key, None)  # gone for this step's decision too
         self.orphans.replica(key, None)
         return True

@@ -220,7 +220,7 @@ class HubStep:
 
     def _record(self, result: StepResult, now: datetime) -> None:
         # A quiet step hands out the last full step's decision again: it creates and drops
-        # nothing (`Controller._quiet`), and every signature below is the one recorded
+        # nothing (`DecisionApplier.quiet`), and every signature below is the one recorded
         # for it, so going through it again would add nothing.
         if result.decision is not None:
             self.last_decision = result.decision
