@@ -49,7 +49,7 @@ def _instrument() -> None:
     methods: list[tuple[type, str]] = [
         *((Agent, n) for n in ("observe", "push", "materialize", "read_replicas")),
         *((Controller, n) for n in ("step", "_judge", "_publish_cluster", "_schedule")),
-        *((Fleet, n) for n in ("_agent_tick",)),
+        *((Fleet, n) for n in ("_agent_step",)),
         *(
             (WorkloadCluster, n)
             for n in ("tick", "_run_components", "_scheduler", "_deployment_controller")

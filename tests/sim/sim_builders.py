@@ -65,13 +65,9 @@ def cluster(name: str = "a", *pools: PoolSpec, **behaviour: Any) -> ClusterSpec:
     return ClusterSpec(name, pools or (pool(),), replace(FAST, **behaviour))
 
 
-def fleet(
-    *clusters: ClusterSpec, seed: int = 0, reuses_agent_work: bool = True
-) -> tuple[Fleet, ReplicaWriter]:
+def fleet(*clusters: ClusterSpec, seed: int = 0) -> tuple[Fleet, ReplicaWriter]:
     writer = ReplicaWriter()
-    spec = FleetSpec(
-        clusters or (cluster(),), controller_interval_s=1.0, reuses_agent_work=reuses_agent_work
-    )
+    spec = FleetSpec(clusters or (cluster(),), controller_interval_s=1.0)
     f = Fleet(spec, writer, seed)
     writer.hub = f.hub
     return f, writer

@@ -6,6 +6,7 @@ Each timeline case runs the fleet to a time, checks what the hub's PoolObservati
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -14,24 +15,23 @@ from typing import Any
 import pytest
 from sim_builders import ReplicaWriter, cluster, fleet, histogram, model_replica, pool, pool_status
 
+from gpufleet.agent.runner import OWNED_KINDS
 from gpufleet.core import labels
 from gpufleet.core.model import NodeChoice, Steering
-from gpufleet.sim.emulated.cluster import ClusterSpec
+from gpufleet.sim.emulated.cluster import ClusterSpec, WorkloadCluster
 from gpufleet.sim.emulated.engine import EPOCH
 from gpufleet.sim.emulated.fleet import Fleet
+from gpufleet.sim.run.hub_step import HubStep
 from gpufleet.sim.run.runner import build_fleet, timeline_runner
 from gpufleet.sim.scenario.load import load_scenario
 from gpufleet.store.port import (
     DEPLOYMENT,
     EVENT,
-    INFERENCE_CLUSTER,
     MODEL_REPLICA,
     NODE,
     POD,
-    POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     RESOURCE_CLAIM,
-    RESOURCE_CLAIM_TEMPLATE,
 )
 
 Action = Callable[[Fleet, ReplicaWriter], Any]
@@ -380,21 +380,16 @@ def test_a_reinstalled_agent_reports_a_new_lease_incarnation_at_epoch_0() -> Non
 
 @pytest.mark.parametrize("for_cluster", ["a", "b"])
 def test_a_replica_change_wakes_its_own_clusters_agent_only(for_cluster: str) -> None:
-    """Both agents are quiet (nothing they read changes). The hub's ModelReplica changes are
-    read once for all agents: whichever agent ticks first, a replica for one cluster wakes
-    that cluster's agent, which materializes it, and leaves the other agent quiet."""
+    """A replica for one cluster is materialized by that cluster's agent only."""
     f, _ = fleet(cluster("a"), cluster("b"))
     f.run_for(60)
     other = "b" if for_cluster == "a" else "a"
-    quiet = {name: slot.quiet_steps for name, slot in f.agents.items()}
     f.hub.create(model_replica("r", cluster=for_cluster))
     f.run_for(20)
     assert [d["metadata"]["name"] for d in f.clusters[for_cluster].store.peek(DEPLOYMENT)] == [
         "r-main"
     ]
     assert f.clusters[other].store.peek(DEPLOYMENT) == []
-    ticks = 20 / f.clusters[other].behaviour.report_interval_s
-    assert f.agents[other].quiet_steps - quiet[other] == ticks
 
 
 def test_a_replica_relabelled_to_another_cluster_wakes_the_agent_it_left() -> None:
@@ -420,23 +415,23 @@ def test_a_replica_relabelled_to_another_cluster_wakes_the_agent_it_left() -> No
     assert [d["metadata"]["name"] for d in f.clusters["b"].store.peek(DEPLOYMENT)] == ["r-main"]
 
 
-def test_a_replica_status_write_leaves_the_agent_quiet_and_a_spec_change_does_not() -> None:
+def test_a_replica_status_write_changes_no_workload_and_a_spec_change_does() -> None:
     """Neither observe nor materialize reads a replica's status: the controller publishing
-    one does not make the agent observe and materialize again; a new spec does."""
+    one leaves the cluster's workloads as they were; a new spec changes them."""
     f, w = fleet(cluster("a"))
     w.create(model_replica("r", cluster="a"))
     f.run_for(60)
-    ticks = round(10 / f.clusters["a"].behaviour.report_interval_s)
-    quiet = f.agents["a"].quiet_steps
+    local = f.clusters["a"].store
+    before = local.kind_revisions(OWNED_KINDS)
     f.hub.patch_status(MODEL_REPLICA, "ml.r", "gpufleet-cluster-a", {"observedGeneration": 1})
     f.run_for(10)
-    assert f.agents["a"].quiet_steps == quiet + ticks  # every tick quiet
+    assert local.kind_revisions(OWNED_KINDS) == before
     changed = f.hub.get(MODEL_REPLICA, "ml.r", "gpufleet-cluster-a")
     assert changed is not None
     changed["spec"]["engines"][0]["copies"] = 2  # a new generation of the same replica
     f.hub.update(changed)
     f.run_for(10)
-    assert f.agents["a"].quiet_steps < quiet + 2 * ticks  # the next tick observed it
+    assert local.kind_revisions(OWNED_KINDS) != before  # the next step materialized it
 
 
 def test_a_replica_change_during_a_partition_is_materialized_after_it_heals() -> None:
@@ -451,52 +446,6 @@ def test_a_replica_change_during_a_partition_is_materialized_after_it_heals() ->
     f.heal("a")
     f.run_for(20)
     assert [d["metadata"]["name"] for d in f.clusters["a"].store.peek(DEPLOYMENT)] == ["r-main"]
-
-
-def test_agent_ticks_that_skip_unchanged_work_change_no_outcome() -> None:
-    """An agent tick skips observing when nothing observe reads changed, and materializing
-    when nothing materialize reads changed since it last changed nothing. Through replica
-    changes, a failing node, a partition and an agent restart, the stores end as when every
-    tick runs the whole step."""
-
-    def run(reuses: bool) -> tuple[Fleet, list[tuple[str, int, int]]]:
-        f, w = fleet(
-            cluster("a", pool(nodes=1, gpus=4, max_nodes=3)),
-            cluster("b", pool(nodes=2, gpus=8), node_choice=NodeChoice.PACK),
-            seed=5,
-            reuses_agent_work=reuses,
-        )
-        w.create(model_replica("r-a", cluster="a", gpus=3, copies=3))
-        w.create(model_replica("r-b", cluster="b", gpus=2, workers=1, copies=2))
-        f.run_for(40)
-        f.clusters["b"].fail_node("l4-0")
-        f.partition("a")
-        w.delete("r-a")
-        f.run_for(30)
-        f.heal("a")
-        f.run_for(30)
-        f.crash_agent("b")
-        w.create(model_replica("r-b2", cluster="b", gpus=1))
-        f.run_for(10)
-        f.restart_agent("b")
-        f.run_for(60)
-        f.hub.delete(POOL_OBSERVATION, "l4", "gpufleet-cluster-b")
-        f.run_for(60)
-        # The controller's kind of write: a replica's status alone.
-        f.hub.patch_status(MODEL_REPLICA, "ml.r-b", "gpufleet-cluster-b", {"observedGeneration": 1})
-        f.run_for(20)
-        local = f.clusters["b"].store
-        for template in local.list(RESOURCE_CLAIM_TEMPLATE):  # someone else deletes them
-            local.delete(RESOURCE_CLAIM_TEMPLATE, template["metadata"]["name"], "ml")
-        f.run_for(30)
-        counts = [(n, s.quiet_steps, s.settled_steps) for n, s in sorted(f.agents.items())]
-        return f, counts
-
-    (reusing, counts), (whole, none) = run(True), run(False)
-    assert reusing.snapshot() == whole.snapshot()
-    assert reusing.loop.events_run == whole.loop.events_run
-    assert none == [("a", 0, 0), ("b", 0, 0)]
-    assert all(quiet > 0 and settled > quiet for _, quiet, settled in counts), counts
 
 
 def scenario(seed: int) -> Fleet:
@@ -591,29 +540,60 @@ def test_replica_change_rolls_pods_to_the_new_generation() -> None:
     assert (obs["status"]["observedGeneration"], obs["status"]["podsScheduled"]) == (2, True)
 
 
-@pytest.mark.parametrize("name", ["stale-expired", "eks-agent-down", "quickstart"])
-def test_the_hub_steps_observation_times_follow_the_hub(name: str) -> None:
-    """The times the hub step keeps from the change feed (for the next one to age) are the
-    ones a scan of the hub finds, at every point of a run with agents down and ages crossing."""
+class _EveryInterval(HubStep):
+    """The controller stepped at every interval, changes or not: the oracle of the wake rule."""
+
+    def step(self, now: datetime) -> None:
+        self._seen = -1
+        super().step(now)
+
+
+@pytest.mark.parametrize(
+    "name", ["stale-expired", "eks-agent-down", "agent-reinstall", "replace-episode"]
+)
+def test_the_controller_woken_by_changes_and_next_due_decides_as_stepped_every_interval(
+    name: str,
+) -> None:
+    """The hub step runs the controller only on a hub change or at its `next_due`; stepping
+    it at every interval instead places and drops the same, at the same times, and refuses
+    the same deployments for the same reasons (a refusal's numbers may quote an age, which
+    moves with every step: docs/controller.md)."""
     scenario = load_scenario(name)
-    f, hub_step = build_fleet(scenario, scenario.controller.accounting)
-    run_to = timeline_runner(f, scenario)
-    at_s = 0.0
-    while at_s < scenario.end_s:
-        at_s += 7.0
-        run_to(at_s)
-        texts = [
-            (o.get("status") or {}).get("observedAt")
-            for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION)
-            for o in f.hub.view(kind)
-        ]
-        for c in f.hub.view(INFERENCE_CLUSTER):
-            status = c.get("status") or {}
-            texts.append((status.get("agent") or {}).get("observedAt"))
-            texts.extend(
-                (p.get("observation") or {}).get("observedAt") for p in status.get("gpuPools") or []
-            )
-        times = sorted({datetime.fromisoformat(t.replace("Z", "+00:00")) for t in texts if t})
-        for when in (*times, EPOCH, f.now):
-            want = next((t for t in times if t > when), None)
-            assert hub_step._times.first_after(f.hub, when) == want, (at_s, when)
+
+    def decisions(every: bool) -> tuple[list[tuple[float, str]], set[tuple[str, str]], int]:
+        f, hub_step = build_fleet(scenario, scenario.controller.accounting)
+        if every:
+            oracle = _EveryInterval(f.hub)
+            oracle.controller = hub_step.controller
+            f.controller = hub_step = oracle
+        timeline_runner(f, scenario)(scenario.end_s)
+        moves = [(at, line) for at, line in hub_step.log if not line.startswith("refused")]
+        refused = {(r.deployment, r.reason) for r in hub_step.refusals}
+        return moves, refused, hub_step.steps
+
+    woken, every = decisions(False), decisions(True)
+    assert woken[:2] == every[:2]
+    assert woken[2] < every[2]  # and it skipped steps
+
+
+@pytest.mark.parametrize("name", ["serving-not-replaced", "replace-nowhere", "autoscale-quiet"])
+def test_a_cluster_ticked_every_tick_ends_as_one_that_skips_quiet_ticks(name: str) -> None:
+    """A cluster tick that would write nothing is skipped; waking every cluster for every
+    tick instead ends with the same stores (the emulated autoscaler's scans fall at the same
+    times however the cluster is ticked)."""
+    scenario = load_scenario(name)
+
+    def final(every_tick: bool) -> dict[str, list[dict[str, Any]]]:
+        f, _ = build_fleet(scenario, scenario.controller.accounting)
+        if every_tick:
+            for c in f.clusters.values():
+                # Right after each tick: the next one is due, so none is skipped.
+                f.loop.every(c.behaviour.tick_s, functools.partial(_wake, c), f"{c.name}/wake")
+        timeline_runner(f, scenario)(scenario.end_s)
+        return f.snapshot()
+
+    assert final(False) == final(True)
+
+
+def _wake(cluster: WorkloadCluster) -> None:
+    cluster._wake_at(cluster.loop.now)

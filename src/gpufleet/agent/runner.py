@@ -279,8 +279,12 @@ class Agent:
 
     # --- the step -------------------------------------------------------------------------
 
-    def step(self, now: datetime) -> StepOutcome:
-        """Observe, push if due, and materialize, each half behind the fault barrier."""
+    def step(self, now: datetime, deliver: Callable[[Report], None] | None = None) -> StepOutcome:
+        """Observe, push if due, and materialize, each half behind the fault barrier.
+
+        `deliver` is how the report reaches the hub: None pushes it at once (`push`); the
+        simulator hands it on to push later, for a cluster whose reports travel
+        (`ClusterBehaviour.report_delay_s`)."""
         outcome = StepOutcome()
         replicas = self.read_replicas(outcome)
         if replicas is None:
@@ -290,7 +294,10 @@ class Agent:
                 if self.faults is not None:
                     self.faults.check("observe", ("", ""))
                 report = self.observe(now, replicas)
-                self.push(report, now, outcome)
+                if deliver is None:
+                    self.push(report, now, outcome)
+                else:
+                    deliver(report)
             except Exception as e:
                 log.exception("agent %s: observing failed", self.cluster_name)
                 self._fail(_OBSERVE, e, now, outcome)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Final, Protocol
 
@@ -90,42 +90,25 @@ class ClusterAutoscaler:
         self._last_scan: datetime | None = None
         self._has_unschedulable = False
 
-    def run(self, has_unschedulable: Callable[[], bool]) -> datetime | None:
+    def run(self) -> datetime | None:
         """Scan if a scan is due; return when the cluster must tick again for the next one
-        (None: a scan would find nothing to do).
+        (None: not autoscaling).
 
         The autoscaler keeps its own cadence, as the real one scans every 10s whatever else
-        happens: the next scan is due whenever one could act, which this tick's state says
-        (`has_unschedulable()`: some pod is Unschedulable now, possibly since the last scan;
-        asked only of an autoscaling cluster), not only the last scan's. A cluster otherwise
-        quiet is woken for it."""
+        happens: the next scan is always asked for. Asking only when a scan could act (as
+        before) let a quiet cluster skip its ticks past a scan time, so the next scan came at
+        whichever tick ran next and every later scan moved with it: when a pod was found
+        Unschedulable, when nodes came, which NotTriggerScaleUp Events were written depended
+        on how often the cluster was ticked."""
         if not self.behaviour.is_autoscaling:
             return None
-        is_waiting = has_unschedulable()  # as this tick left it, before the scan
         if (
             self._last_scan is None
             or (self.loop.now - self._last_scan).total_seconds() >= self.behaviour.autoscaler_scan_s
         ):
             self._last_scan = self.loop.now
             self._scan()
-        if (
-            is_waiting
-            or self._has_unschedulable
-            or self._idle_since
-            or any(self._provisioning.values())
-            or self._may_shrink()
-        ):
-            return self._last_scan + timedelta(seconds=self.behaviour.autoscaler_scan_s)
-        return None
-
-    def _may_shrink(self) -> bool:
-        """Some autoscaled pool is above its minimum: a node of it may go idle at any time
-        (a pod finishes, a claim is released) and must then be seen by a scan."""
-        return any(
-            pool.max_node_count is not None
-            and len(self.cluster.peek_nodes(pool.name)) > pool.min_node_count
-            for pool in self.spec.pools
-        )
+        return self._last_scan + timedelta(seconds=self.behaviour.autoscaler_scan_s)
 
     def forget_node(self, name: str) -> None:
         """A node is gone: it is no longer idle."""

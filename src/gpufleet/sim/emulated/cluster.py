@@ -204,7 +204,7 @@ class WorkloadCluster:
         self._node_lifecycle.run()
         self._scheduling.run()
         self._kubelet.run()
-        wake = self.autoscaler.run(self._scheduling.has_unschedulable)
+        wake = self.autoscaler.run()
         if wake is not None:
             self._wake_at(wake)
 

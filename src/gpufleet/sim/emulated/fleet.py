@@ -7,11 +7,9 @@ can be partitioned). It publishes the fleet's InferenceClasses and InferenceClus
 (unless told not to), and schedules on the loop:
 
 - every cluster's components, every `tick_s`;
-- every agent, every `report_interval_s`: it observes the cluster and reads its replicas at
-  once, materializes at once, and its report reaches the hub `report_delay_s` later. A half
-  of the step whose inputs did not change is not run again: the last report is re-sent with a
-  new time, a materialize that changed nothing is not repeated, and the replicas are not read
-  again while the hub's change feed shows none of them changed (`Fleet._agent_tick`);
+- every agent's whole step (`Agent.step`), every `report_interval_s`: it reads its replicas,
+  observes the cluster and materializes at once, and its report reaches the hub
+  `report_delay_s` later (`Fleet._agent_step`);
 - the hub controller (anything with `step(now)`, the `HubController` protocol), every
   `controller_interval_s`.
 
@@ -27,27 +25,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Protocol
 
-from gpufleet.agent.runner import OWNED_KINDS, Agent, AgentConfig, Report
-from gpufleet.core import labels
+from gpufleet.agent.runner import Agent, AgentConfig, Report
 from gpufleet.sim.emulated.cluster import ClusterSpec, WorkloadCluster
 from gpufleet.sim.emulated.engine import EPOCH, EventLoop
 from gpufleet.store import MemoryStore
 from gpufleet.store.forwarding import ForwardingStore
 from gpufleet.store.port import (
-    EVENT,
     KNOWN_KINDS,
-    MODEL_REPLICA,
-    NAMESPACE,
-    NODE,
-    POD,
-    RESOURCE_CLAIM,
-    RESOURCE_SLICE,
-    ChangeType,
     Obj,
     Store,
     StoreError,
@@ -84,10 +73,6 @@ class FleetSpec:
     agent: AgentConfig = field(default_factory=AgentConfig)
     #: Write InferenceClass and InferenceCluster objects for the clusters to the hub.
     publishes_inventory: bool = True
-    #: Let an agent tick skip the halves of the agent's step whose inputs did not change
-    #: (`Fleet._agent_tick`). False: every tick observes and materializes, for tests that
-    #: check the shortcut changes no outcome.
-    reuses_agent_work: bool = True
 
 
 def lease_uid(cluster: str, incarnation: int) -> str:
@@ -107,19 +92,6 @@ class AgentSlot:
     leases: int = 1
     pushes: int = 0
     failed_pushes: int = 0
-    #: For quiet steps: the last report and the replicas it was made from, the cluster
-    #: store's revisions of the kinds observe reads when it was made, the revisions of the
-    #: kinds materialize reads and writes after a materialize that changed nothing (None:
-    #: it changed something, or has not run), and the hub change-feed cursor up to which
-    #: ModelReplica changes were looked at.
-    last_report: Report | None = None
-    replicas: list[Mapping[str, Any]] = field(default_factory=list)
-    observed_revisions: tuple[int, ...] = ()
-    settled_revisions: tuple[int, ...] | None = None
-    replica_cursor: int = 0
-    #: Steps that re-sent the last report, and steps that did not materialize.
-    quiet_steps: int = 0
-    settled_steps: int = 0
 
 
 class Fleet:
@@ -136,12 +108,6 @@ class Fleet:
         self.clusters: dict[str, WorkloadCluster] = {}
         self.agents: dict[str, AgentSlot] = {}
         self.controller = controller
-        #: The hub's ModelReplica changes, read once for every agent: the cursor read up to,
-        #: and per cluster label the cursor of the last change of a replica carrying it.
-        self._replica_cursor = 0
-        self._replica_changed: dict[str, int] = {}
-        #: The cluster label each replica had at its last change (for relabels).
-        self._replica_clusters: dict[tuple[str, str], str] = {}
         for cspec in spec.clusters:
             if cspec.name in self.clusters:
                 raise ValueError(f"clusters: duplicate name {cspec.name!r}")
@@ -155,7 +121,7 @@ class Fleet:
             self.restart_agent(name)
             self.loop.every(
                 cluster.behaviour.report_interval_s,
-                functools.partial(self._agent_tick, name),
+                functools.partial(self._agent_step, name),
                 f"{name}/agent",
             )
         if controller is not None:
@@ -179,101 +145,27 @@ class Fleet:
         if self.controller is not None:
             self.controller.step(self.loop.now)
 
-    def _agent_tick(self, cluster: str) -> None:
+    def _agent_step(self, cluster: str) -> None:
+        """The agent's whole step (`Agent.step`), as its daemon would run it; a report that
+        travels (`report_delay_s`) is pushed when it arrives."""
         slot = self.agents[cluster]
         agent = slot.agent
         if agent is None:
             return
-        local = self.clusters[cluster].store
-        # An agent's step is observe, push, materialize. Observe is a pure function of the
-        # objects it reads (and the agent's allocation clock, which only those objects move),
-        # and materializing what the same replicas want against the same local objects does
-        # what it did last time: so a half whose inputs did not change since it last ran is not
-        # run again. The report is re-sent with a new time (`push` decides whether it is due, as
-        # it always does); a materialize that changed nothing would change nothing again.
-        is_steady = self.spec.reuses_agent_work and self._is_quiet(cluster, slot)
-        observed = local.kind_revisions(_OBSERVED_KINDS)
-        is_local_steady = slot.last_report is not None and observed == slot.observed_revisions
-        replicas: Sequence[Mapping[str, Any]]
-        if is_steady and slot.last_report is not None:
-            # None of the cluster's ModelReplicas changed since they were last read (the
-            # change feed says so): a read would hand out the very objects read then.
-            replicas = slot.replicas
-        else:
-            read = agent.read_replicas()
-            if read is None:
-                # Whatever changed meanwhile was not read: the next step reads it all again.
-                slot.failed_pushes += 1
-                slot.last_report, slot.settled_revisions = None, None
-                return
-            replicas = read
-            # Neither half reads a replica's status: replicas whose statuses alone changed (the
-            # controller publishing what this agent reported) leave both inputs as they were.
-            is_steady = (
-                self.spec.reuses_agent_work
-                and not slot.link.is_partitioned
-                and _is_same_but_status(read, slot.replicas)
-            )
-        if is_steady and is_local_steady:
-            assert slot.last_report is not None
-            slot.quiet_steps += 1
-            report = slot.last_report.at(self.loop.now)
-            slot.replicas = list(replicas)
-        else:
-            report = agent.observe(self.loop.now, replicas)
-            slot.last_report, slot.replicas, slot.observed_revisions = (
-                report,
-                list(replicas),
-                observed,
-            )
-        self._send(cluster, agent, report)
-        materialized = local.kind_revisions(_MATERIALIZED_KINDS)
-        if is_steady and materialized == slot.settled_revisions:
-            slot.settled_steps += 1
-            return
-        before = local.revision
-        agent.materialize(replicas)
-        is_settled = local.revision == before
-        slot.settled_revisions = local.kind_revisions(_MATERIALIZED_KINDS) if is_settled else None
-
-    def _send(self, cluster: str, agent: Agent, report: Report) -> None:
         delay = self.clusters[cluster].behaviour.report_delay_s
+        deliver = None
         if delay > 0:
-            self.loop.after(delay, lambda: self._push(cluster, agent, report), f"{cluster}/push")
-        else:
-            self._push(cluster, agent, report)
 
-    def _is_quiet(self, cluster: str, slot: AgentSlot) -> bool:
-        """Whether the hub side is quiet for the agent, so that it may reuse what its last
-        steps read: its link is up and none of the ModelReplicas assigned to its cluster
-        changed since its last step."""
-        self._read_replica_changes()
-        is_replica_changed = self._replica_changed.get(cluster, 0) > slot.replica_cursor
-        slot.replica_cursor = self._replica_cursor
-        return not is_replica_changed and not slot.link.is_partitioned
+            def deliver(report: Report) -> None:
+                self.loop.after(
+                    delay, lambda: self._push(cluster, agent, report), f"{cluster}/push"
+                )
 
-    def _read_replica_changes(self) -> None:
-        """Note which clusters' ModelReplicas changed since the last call: one read of the
-        hub's change feed serves every agent (each tick asks only whether its cluster's
-        label appeared in a change after the cursor it saw last). A replica relabelled to
-        another cluster is a change for both: the one it left is the one it had last."""
-        if self.hub.kind_revision(MODEL_REPLICA) <= self._replica_cursor:
-            self._replica_cursor = self.hub.revision
-            return
-        changes = self.hub.changes_after(self._replica_cursor)  # read-only: no copies
-        self._replica_cursor = self.hub.revision
-        for c in changes:
-            if c.kind != MODEL_REPLICA:
-                continue
-            key = (c.obj["metadata"].get("namespace") or "", c.obj["metadata"]["name"])
-            cluster = (c.obj["metadata"].get("labels") or {}).get(labels.CLUSTER)
-            before = self._replica_clusters.pop(key, None)
-            if before is not None and before != cluster:
-                self._replica_changed[before] = c.cursor
-            if isinstance(cluster, str):
-                self._replica_changed[cluster] = c.cursor
-                if c.type is not ChangeType.DELETED:
-                    self._replica_clusters[key] = cluster
+        outcome = agent.step(self.loop.now, deliver)
+        if not outcome.is_hub_reachable:
+            slot.failed_pushes += 1
+        if outcome.is_pushed:
+            slot.pushes += 1
 
     def _push(self, cluster: str, agent: Agent, report: Report) -> None:
         slot = self.agents[cluster]
@@ -299,8 +191,6 @@ class Fleet:
             slot.lease_epoch = 0
         else:
             slot.lease_epoch += 1
-        # A new agent observes afresh (its allocation clock is empty) and materializes.
-        slot.last_report, slot.settled_revisions = None, None
         behaviour = self.clusters[cluster].behaviour
         config = dataclasses.replace(self.spec.agent, steering=behaviour.steering)
         if behaviour.heartbeat_interval_s is not None:
@@ -337,33 +227,6 @@ class Fleet:
                 if objs:
                     out[f"{store_name}/{kind}"] = objs
         return out
-
-
-#: What the agent's observe reads of its cluster (Events: the autoscaler's verdicts,
-#: agent/scaleup.py), and what its materialize reads and writes.
-_OBSERVED_KINDS: Final = (NODE, RESOURCE_SLICE, RESOURCE_CLAIM, POD, EVENT)
-_MATERIALIZED_KINDS: Final = (*OWNED_KINDS, NAMESPACE)
-
-
-def _is_same_but_status(
-    now: Sequence[Mapping[str, Any]], then: Sequence[Mapping[str, Any]]
-) -> bool:
-    """Whether two listings of replicas differ at most in their statuses (and the versions a
-    status write moves): the same names, and each the same object or one with the same spec
-    (a status write shares it) and the same metadata but for `resourceVersion`."""
-    if len(now) != len(then):
-        return False
-    for a, b in zip(now, then, strict=True):
-        if a is b:
-            continue
-        if a.get("spec") is not b.get("spec") or a.get("apiVersion") != b.get("apiVersion"):
-            return False
-        meta_a, meta_b = a.get("metadata") or {}, b.get("metadata") or {}
-        if meta_a.keys() != meta_b.keys() or any(
-            meta_a[k] != meta_b[k] for k in meta_a if k != "resourceVersion"
-        ):
-            return False
-    return True
 
 
 def inventory(clusters: Sequence[ClusterSpec]) -> list[Obj]:

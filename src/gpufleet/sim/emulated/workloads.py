@@ -283,8 +283,7 @@ class DeploymentController(WorkloadController):
                 self._delete_pod(pod)
         alive = [p for p in pods if is_alive(p)]
         new = [p for p in alive if p["metadata"]["labels"].get(POD_TEMPLATE_HASH) == thash]
-        is_new = {id(p) for p in new}
-        old = [p for p in alive if id(p) not in is_new]
+        old = [p for p in alive if p["metadata"]["labels"].get(POD_TEMPLATE_HASH) != thash]
         strategy = deployment_strategy(spec, replicas)
         surge, unavailable = strategy.max_surge, strategy.max_unavailable
         if strategy.is_recreate and self._recreating(dep, pods, thash):

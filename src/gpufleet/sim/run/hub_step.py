@@ -1,7 +1,7 @@
 """The hub controller as the simulated fleet calls it, and the whole-node edge.
 
-`HubStep` is what the fleet calls every controller interval: the real controller's step, with
-quiet steps skipped (see there), plus refusal bookkeeping. Refusals are taken from the
+`HubStep` is what the fleet calls every controller interval: the real controller's whole step
+when a change or its `next_due` calls for one (see there), plus refusal bookkeeping. Refusals are taken from the
 controller's own decisions (`StepResult.decision`): whenever a deployment's shortfall,
 condition reason or top reason changes, one `Refusal` is recorded with the condition's reason
 and message and the core's top reason with its numbers.
@@ -12,14 +12,11 @@ switch for it, so it reads the hub through a view in which observations do not e
 
 from __future__ import annotations
 
-import bisect
 import builtins
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any, Final
+from datetime import datetime
+from typing import Any
 
-from gpufleet.api.times import parse_time
 from gpufleet.controller.loop import Controller, StepResult
 from gpufleet.core.decision import Decision
 from gpufleet.sim.emulated.engine import EPOCH
@@ -27,11 +24,9 @@ from gpufleet.sim.run.results import Refusal
 from gpufleet.store import MemoryStore, format_time
 from gpufleet.store.forwarding import ForwardingStore
 from gpufleet.store.port import (
-    INFERENCE_CLUSTER,
     POOL_OBSERVATION,
     REPLICA_OBSERVATION,
     Change,
-    ChangeType,
     Kind,
     Obj,
 )
@@ -73,101 +68,26 @@ class ObservationBlindStore(ForwardingStore):
 # --- the controller adapter ---------------------------------------------------------------
 
 
-class ObservedTimes:
-    """The observation times the hub's objects carry (the clusters' published agent and pool
-    observations, and the observations' own), kept sorted and brought up to date from the
-    hub's change feed: a settled step asks for the next one to age, and most steps change a
-    few of the fleet's ~1,000 observations."""
-
-    _KINDS: Final = (INFERENCE_CLUSTER, POOL_OBSERVATION, REPLICA_OBSERVATION)
-
-    def __init__(self) -> None:
-        self._reset(None)
-
-    def _reset(self, hub: MemoryStore | None) -> None:
-        """Start over with `hub` (the hub step is handed its fleet's hub after it is made)."""
-        self._hub = hub
-        self._cursor = 0
-        #: Per object (kind, namespace, name), the times it carries; how many carry each
-        #: time, and the distinct times in order.
-        self._of: dict[tuple[str, str, str], tuple[datetime, ...]] = {}
-        self._count: Counter[datetime] = Counter()
-        self._sorted: list[datetime] = []
-        self._parsed: dict[str, datetime] = {}
-
-    def first_after(self, hub: MemoryStore, when: datetime) -> datetime | None:
-        """The earliest time on `hub` later than `when`."""
-        if hub is not self._hub:
-            self._reset(hub)
-        self._catch_up(hub)
-        at = bisect.bisect_right(self._sorted, when)
-        return self._sorted[at] if at < len(self._sorted) else None
-
-    def _catch_up(self, hub: MemoryStore) -> None:
-        changes = hub.changes_after(self._cursor)
-        self._cursor = hub.revision
-        for c in changes:
-            if c.kind not in self._KINDS:
-                continue
-            meta = c.obj["metadata"]
-            key = (c.kind.kind, meta.get("namespace") or "", meta["name"])
-            for at in self._of.pop(key, ()):
-                self._count[at] -= 1
-                if not self._count[at]:
-                    del self._count[at]
-                    del self._sorted[bisect.bisect_left(self._sorted, at)]
-            if c.type is ChangeType.DELETED:
-                continue
-            times = self._times_of(c.kind, c.obj)
-            self._of[key] = times
-            for at in times:
-                if not self._count[at]:
-                    bisect.insort(self._sorted, at)
-                self._count[at] += 1
-        if len(self._parsed) > 4 * len(self._count) + 1024:
-            self._parsed.clear()
-
-    def _times_of(self, kind: Kind, obj: Mapping[str, Any]) -> tuple[datetime, ...]:
-        status = obj.get("status") or {}
-        if kind == INFERENCE_CLUSTER:
-            texts = [(status.get("agent") or {}).get("observedAt")]
-            for pool in status.get("gpuPools") or []:
-                texts.append((pool.get("observation") or {}).get("observedAt"))
-        else:
-            texts = [status.get("observedAt")]
-        times: list[datetime] = []
-        for text in texts:
-            if not text or not isinstance(text, str):
-                continue
-            at = self._parsed.get(text)
-            if at is None:
-                at = parse_time(text, offset_required=True)
-                if at is None:
-                    continue  # not a time: nothing ages (the controller rejects the report)
-                self._parsed[text] = at
-            times.append(at)
-        return tuple(times)
-
-
 class HubStep:
-    """What the fleet calls: the controller's step, plus refusal bookkeeping.
+    """What the fleet calls: the controller's whole step, when its daemon would run it, plus
+    refusal bookkeeping.
 
-    Quiet steps are skipped: when the controller's last step wrote nothing, had no errors and
-    no assumed writes in force, the hub has not changed since, no observation crosses its
-    stale or expire age before `now` and no time the controller's re-placement memory waits
-    for has come (`Replacer.due`), a step would read the same objects and decide the same
-    thing (the controller is a function of the hub and `now`, and `now` matters only through
-    those ages).
+    The fleet calls `step` every controller interval; the controller steps when the hub
+    changed since the last step began (its own writes included, as a watch sees them: the
+    daemon's `change` trigger) or when the time it said its next time-driven change falls due
+    has come (`Controller.next_due`: the daemon's `requested` trigger). A step that reported
+    errors is followed by another at the next interval (the daemon's retry). Between those,
+    a step would read the same hub at a time the controller says changes nothing.
     """
 
-    def __init__(self, hub: MemoryStore, stale_after_s: float, expire_after_s: float) -> None:
+    def __init__(self, hub: MemoryStore) -> None:
         self.hub = hub
-        self.ages_s = (stale_after_s, expire_after_s)
         self.controller: Controller | None = None
         self.refusals: list[Refusal] = []
         self.steps = 0
-        self.skipped = 0
-        self._settled_revision = -1
+        #: The hub's revision when the last step began (-1: step at the next call), and the
+        #: controller's next due time after it.
+        self._seen = -1
         self._due: datetime | None = None
         self.errors: list[str] = []
         #: (time, line): what the controller did and the actions of the timeline.
@@ -177,46 +97,22 @@ class HubStep:
         self._recorded: object = None
         #: The controller's last decision: its accounting of every pool, for checks.
         self.last_decision: Decision | None = None
-        #: The observation times on the hub, for `_next_age_crossing`.
-        self._times = ObservedTimes()
 
     def step(self, now: datetime) -> None:
-        if self.controller is None:
+        controller = self.controller
+        if controller is None:
             return
-        if self.hub.revision == self._settled_revision and (self._due is None or now < self._due):
-            self.skipped += 1
+        if self.hub.revision == self._seen and (self._due is None or now < self._due):
             return
-        before = self.hub.revision
-        result = self.controller.step(now)
+        self._seen = self.hub.revision
+        result = controller.step(now)
         self.steps += 1
-        is_settled = self.hub.revision == before and not result.errors and result.assumed == 0
-        self._settled_revision = before if is_settled else -1
-        self._due = self._next_due(now) if is_settled else None
-        if result.errors and len(self.errors) < 100:
-            self.errors.extend(f"{format_time(now)} {e}" for e in result.errors)
+        self._due = controller.next_due(now)
+        if result.errors:
+            self._seen = -1
+            if len(self.errors) < 100:
+                self.errors.extend(f"{format_time(now)} {e}" for e in result.errors)
         self._record(result, now)
-
-    def _next_due(self, now: datetime) -> datetime | None:
-        """The earliest time after `now` a step may decide differently with time alone: an
-        age crossing, or a time the controller's re-placement memory waits for (a replica's
-        stuckAfter deadline, a backoff's end: `Replacer.due`)."""
-        due = self._next_age_crossing(now)
-        replacing = self.controller.replacer.due if self.controller is not None else None
-        if replacing is not None and replacing > now and (due is None or replacing < due):
-            due = replacing
-        return due
-
-    def _next_age_crossing(self, now: datetime) -> datetime | None:
-        """The earliest time after `now` an observation on the hub turns Stale or Expired:
-        for each age, the earliest observation time more than the age (and one second:
-        ages are compared with `>`) before `now`, plus that."""
-        due: datetime | None = None
-        for age_s in self.ages_s:
-            after = timedelta(seconds=age_s + 1)
-            at = self._times.first_after(self.hub, now - after)
-            if at is not None and (due is None or at + after < due):
-                due = at + after
-        return due
 
     def _record(self, result: StepResult, now: datetime) -> None:
         # A quiet step hands out the last full step's decision again: it creates and drops

@@ -112,9 +112,7 @@ def build_fleet(scenario: Scenario, accounting: Accounting) -> tuple[Fleet, HubS
         controller_interval_s=scenario.controller.interval_s,
         agent=scenario.fleet.agent,
     )
-    hub_step = HubStep(
-        MemoryStore(), scenario.controller.stale_after_s, scenario.controller.expire_after_s
-    )
+    hub_step = HubStep(MemoryStore())
     fleet = Fleet(spec, controller=hub_step, seed=scenario.seed)
     hub_step.hub = fleet.hub
     view: Store = fleet.hub
