@@ -5,8 +5,8 @@ API server, on an injected clock."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest

@@ -241,7 +241,7 @@ def hub(
     component = "controller"
     # It reads everything of ours, writes ModelReplicas and the status of what it publishes,
     # and records events (a repeated one is read and updated with a higher count).
-    # Cluster-wide it only reads, and writes the status of the clusters and deployments it
+    # Cluster-wide it only reads, and merge-patches the status of the clusters and deployments it
     # publishes; ModelReplicas and Events it writes only where a RoleBinding lets it
     # (`controller_namespace_access`): the cluster namespaces, `default` (the events of
     # cluster-scoped objects) and the deployments' namespaces, never kube-system.
@@ -260,7 +260,7 @@ def hub(
         _rule(
             [GROUP],
             [f"{k}/status" for k in ("inferenceclusters", "modeldeployments")],
-            ["get", "update", "patch"],
+            ["patch"],
         ),
     ]
     args = [
@@ -336,7 +336,7 @@ def _controller_namespaced_roles() -> list[Manifest]:
     """Manage ModelReplicas (and their status) and record Events; and record Events only."""
     replicas = [
         _rule([GROUP], ["modelreplicas"], _MANAGE),
-        _rule([GROUP], ["modelreplicas/status"], ["get", "update", "patch"]),
+        _rule([GROUP], ["modelreplicas/status"], ["patch"]),
         _EVENT_RULE,
     ]
     return [
@@ -460,7 +460,7 @@ def agent_hub_access(cluster: str) -> list[Manifest]:
     # there for it; nor any other cluster's namespace.
     rules = [
         _rule([GROUP], _OBSERVATIONS, _MANAGE),
-        _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["update", "patch"]),
+        _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["patch"]),
         _rule([GROUP], ["modelreplicas"], _WATCH),
     ]
     # The one cluster-scoped read: its own InferenceCluster, by name (the pools it declares:
