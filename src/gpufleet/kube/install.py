@@ -459,7 +459,9 @@ def agent_hub_access(cluster: str) -> list[Manifest]:
     # its observations (and their status) and watches the ModelReplicas the controller writes
     # there for it; nor any other cluster's namespace.
     rules = [
-        _rule([GROUP], _OBSERVATIONS, _MANAGE),
+        # It never deletes a PoolObservation: a pool gone is reported empty.
+        _rule([GROUP], ["poolobservations"], [v for v in _MANAGE if v != "delete"]),
+        _rule([GROUP], ["replicaobservations"], _MANAGE),
         _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["patch"]),
         _rule([GROUP], ["modelreplicas"], _WATCH),
     ]
