@@ -687,12 +687,9 @@ _HUB_AGENT = "gpufleet-cluster-a/gpufleet-agent-a"
 _AGENT = "gpufleet-system/gpufleet-agent"
 UNEXERCISED_TODAY: frozenset[tuple[str, str, str, str]] = frozenset(
     [
-        (_CONTROLLER, "gpufleet.io", "inferenceclasses", "get"),
         (_CONTROLLER, "gpufleet.io", "inferenceclusters", "get"),
         (_CONTROLLER, "gpufleet.io", "modelreplicas", "get"),
         (_CONTROLLER, "gpufleet.io", "modelreplicas", "update"),
-        (_CONTROLLER, "gpufleet.io", "poolobservations", "get"),
-        (_CONTROLLER, "gpufleet.io", "replicaobservations", "get"),
         (_HUB_AGENT, "gpufleet.io", "replicaobservations", "create"),
         (_HUB_AGENT, "gpufleet.io", "replicaobservations", "delete"),
         (_HUB_AGENT, "gpufleet.io", "replicaobservations", "get"),

@@ -246,17 +246,9 @@ def hub(
     # (`controller_namespace_access`): the cluster namespaces, `default` (the events of
     # cluster-scoped objects) and the deployments' namespaces, never kube-system.
     cluster_rules = [
-        _rule(
-            [GROUP],
-            [
-                "inferenceclasses",
-                "inferenceclusters",
-                "modeldeployments",
-                "modelreplicas",
-                *_OBSERVATIONS,
-            ],
-            _READ,
-        ),
+        # `get` only of what it writes (a re-read after a Conflict); the rest it watches.
+        _rule([GROUP], ["inferenceclusters", "modeldeployments", "modelreplicas"], _READ),
+        _rule([GROUP], ["inferenceclasses", *_OBSERVATIONS], _WATCH),
         _rule(
             [GROUP],
             [f"{k}/status" for k in ("inferenceclusters", "modeldeployments")],
