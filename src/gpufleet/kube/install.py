@@ -388,7 +388,10 @@ def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
         # A replica's namespace is created if the cluster does not have it yet.
         _rule([""], ["namespaces"], ["get", "create"]),
         # The workloads it materializes (owned: label gpufleet.io/replica).
-        _rule(["resource.k8s.io"], ["resourceclaimtemplates"], _MANAGE),
+        # A ResourceClaimTemplate's spec is immutable: replaced (deleted, created), never updated.
+        _rule(
+            ["resource.k8s.io"], ["resourceclaimtemplates"], ["list", "watch", "create", "delete"]
+        ),
         _rule(["apps"], ["deployments"], _MANAGE),
         _rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], _MANAGE),
         # Each replica's PodDisruptionBudget: a drain waits while its replacement is placed.
