@@ -718,7 +718,8 @@ def test_a_restarted_controller_counts_a_repeated_event_up(fleet: Fleet) -> None
 
 
 #: Grants no request of this module's tests makes today (issue 30.5, found by the test below):
-#: mostly `get` where the components list and watch, and `update` where they patch. A ratchet:
+#: each has a code path (a re-read and update after a Conflict, ReplicaObservations,
+#: LeaderWorkerSets, `Gated` steering) no fleet of this module reaches yet. A ratchet:
 #: the test fails when one is exercised (take it off) and when a new unexercised grant appears
 #: (exercise it or remove it from `gpufleet install`).
 _CONTROLLER = "gpufleet-system/gpufleet-controller"
