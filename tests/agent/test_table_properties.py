@@ -89,6 +89,11 @@ _BREAKS = (
     "newer-generation",
     "count-zero",
     "count-two",
+    "count-not-an-int",
+    "device-not-a-mapping",
+    "all-nodes",
+    "pool-not-a-mapping",
+    "other-driver",
 )
 
 
@@ -127,6 +132,17 @@ def _malformed(source: Obj, how: str) -> Obj:
         spec["pool"]["resourceSliceCount"] = 0
     elif how == "count-two":
         spec["pool"]["resourceSliceCount"] = 2
+    elif how == "count-not-an-int":
+        spec["pool"]["resourceSliceCount"] = "two"
+    elif how == "device-not-a-mapping" and spec.get("devices"):
+        spec["devices"][0] = "gpu-0"
+    elif how == "all-nodes":
+        spec.pop("nodeName", None)
+        spec["allNodes"] = True
+    elif how == "pool-not-a-mapping":
+        spec["pool"] = "a"
+    elif how == "other-driver":
+        spec["driver"] = "other.example.com"
     return obj
 
 

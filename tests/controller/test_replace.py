@@ -265,3 +265,20 @@ def test_the_backoff_grows_across_pools_and_clusters_per_deployment() -> None:
     replacer.update({("ml", "web-0"): (other, NO_CONDITIONS)}, {("ml", "web-0")}, now)
     [named] = [a for a in replacer.avoid if a.replica == "web-0"]
     assert (named.until - now).total_seconds() == 120
+
+
+def test_a_deployment_stuck_again_backs_off_on_every_cluster() -> None:
+    """Issue 30.3 across clusters: its first episode avoids the pool it was stuck on (it may
+    try another cluster at once); stuck again within the horizon, its backoff stands on every
+    cluster (cluster ""), so with 20 pools it is not re-placed every `stuck_after_s` (50 on 20
+    clusters: 28 an hour each before, 5 after; bench/bench_churn_clusters.py)."""
+    replacer = Replacer(CONFIG)
+    now = NOW
+    for i, cluster in enumerate(["east", "west"]):
+        stuck = dataclasses.replace(
+            replica(f"llm-{i}", since=now - timedelta(seconds=200)), cluster=ClusterName(cluster)
+        )
+        replacer.update({("ml", stuck.name): (stuck, NO_CONDITIONS)}, {("ml", stuck.name)}, now)
+        now += timedelta(seconds=30)
+    backoffs = sorted((a.cluster, a.pool) for a in replacer.avoid if not a.replica)
+    assert backoffs == [("", None), ("east", PoolName("l4"))]  # on main: ("west", "l4")

@@ -43,7 +43,7 @@ from gpufleet.controller.index import Key
 from gpufleet.controller.status import MODEL_PODS_SCHEDULED, PodsReason
 from gpufleet.core.decision import ReasonCode
 from gpufleet.core.durations import format_duration
-from gpufleet.core.model import Avoid, PoolName, Replica, ScaleUp
+from gpufleet.core.model import Avoid, ClusterName, PoolName, Replica, ScaleUp
 from gpufleet.store import format_time
 
 #: The deployment condition that tells placed from running.
@@ -200,7 +200,12 @@ class Replacer:
         )
         until = now + timedelta(seconds=backoff)
         avoid = Avoid(dep, replica.cluster, named, until, cause, text, replica.name)
-        self._repeats[key] = (repeats, dataclasses.replace(avoid, replica=""))
+        # Stuck again within the horizon (on any pool): the deployment backs off everywhere,
+        # or with many pools one is always not avoided (issue 30.3: 28 an hour on 20 clusters).
+        entry = dataclasses.replace(avoid, replica="")
+        if episodes is not None:
+            entry = dataclasses.replace(entry, cluster=ClusterName(""), pool=None)
+        self._repeats[key] = (repeats, entry)
         last = max(until, episodes[1]) if episodes is not None else until
         self._episodes[(dep.namespace, dep.name)] = (repeats, last)
         return avoid

@@ -50,14 +50,16 @@ def avoiding_at(
             doomed.setdefault(key, {})[entry.replica] = diagnosis.stuck(
                 code, entry.message, entry.replica
             )
-        ledger = ledgers.get(entry.cluster)
-        if ledger is None:
-            continue
         reason = diagnosis.backing_off(entry.cause, entry.message, entry.until)
-        names = [entry.pool] if entry.pool is not None else [p.pool.name for p in ledger.pools]
-        avoided = pools.setdefault(key, {}).setdefault(entry.cluster, {})
-        for name in names:
-            avoided[name] = reason
+        # Cluster "": every pool of every cluster (a deployment stuck again backs off whole).
+        for cluster in sorted(ledgers) if not entry.cluster else [entry.cluster]:
+            ledger = ledgers.get(cluster)
+            if ledger is None:
+                continue
+            names = [entry.pool] if entry.pool else [p.pool.name for p in ledger.pools]
+            avoided = pools.setdefault(key, {}).setdefault(cluster, {})
+            for name in names:
+                avoided[name] = reason
     keys = doomed.keys() | pools.keys()
     return {k: Avoiding(doomed.get(k, {}), pools.get(k, {})) for k in keys}
 

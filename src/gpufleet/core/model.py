@@ -446,7 +446,7 @@ class Snapshot:
 @dataclass(frozen=True, slots=True)
 class Avoid:
     """The (cluster, pool) a deployment's new replicas avoid until `until` (`pool` None: every
-    pool of the cluster), because a replica of it could not run there: `cause` is the reason
+    pool of the cluster; `cluster` "": every cluster), because a replica of it could not run there: `cause` is the reason
     code (`PodsUnschedulable`, `PolicyDenied`) and `message` says why, with numbers.
 
     `replica` names the replica found stuck there: while the entry stands it is dropped (and

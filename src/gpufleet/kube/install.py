@@ -241,26 +241,18 @@ def hub(
     component = "controller"
     # It reads everything of ours, writes ModelReplicas and the status of what it publishes,
     # and records events (a repeated one is read and updated with a higher count).
-    # Cluster-wide it only reads, and writes the status of the clusters and deployments it
+    # Cluster-wide it only reads, and merge-patches the status of the clusters and deployments it
     # publishes; ModelReplicas and Events it writes only where a RoleBinding lets it
     # (`controller_namespace_access`): the cluster namespaces, `default` (the events of
     # cluster-scoped objects) and the deployments' namespaces, never kube-system.
     cluster_rules = [
-        _rule(
-            [GROUP],
-            [
-                "inferenceclasses",
-                "inferenceclusters",
-                "modeldeployments",
-                "modelreplicas",
-                *_OBSERVATIONS,
-            ],
-            _READ,
-        ),
+        # `get` only of what it writes (a re-read after a Conflict); the rest it watches.
+        _rule([GROUP], ["inferenceclusters", "modeldeployments", "modelreplicas"], _READ),
+        _rule([GROUP], ["inferenceclasses", *_OBSERVATIONS], _WATCH),
         _rule(
             [GROUP],
             [f"{k}/status" for k in ("inferenceclusters", "modeldeployments")],
-            ["get", "update", "patch"],
+            ["patch"],
         ),
     ]
     args = [
@@ -336,7 +328,7 @@ def _controller_namespaced_roles() -> list[Manifest]:
     """Manage ModelReplicas (and their status) and record Events; and record Events only."""
     replicas = [
         _rule([GROUP], ["modelreplicas"], _MANAGE),
-        _rule([GROUP], ["modelreplicas/status"], ["get", "update", "patch"]),
+        _rule([GROUP], ["modelreplicas/status"], ["patch"]),
         _EVENT_RULE,
     ]
     return [
@@ -396,7 +388,10 @@ def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
         # A replica's namespace is created if the cluster does not have it yet.
         _rule([""], ["namespaces"], ["get", "create"]),
         # The workloads it materializes (owned: label gpufleet.io/replica).
-        _rule(["resource.k8s.io"], ["resourceclaimtemplates"], _MANAGE),
+        # A ResourceClaimTemplate's spec is immutable: replaced (deleted, created), never updated.
+        _rule(
+            ["resource.k8s.io"], ["resourceclaimtemplates"], ["list", "watch", "create", "delete"]
+        ),
         _rule(["apps"], ["deployments"], _MANAGE),
         _rule(["leaderworkerset.x-k8s.io"], ["leaderworkersets"], _MANAGE),
         # Each replica's PodDisruptionBudget: a drain waits while its replacement is placed.
@@ -459,8 +454,10 @@ def agent_hub_access(cluster: str) -> list[Manifest]:
     # its observations (and their status) and watches the ModelReplicas the controller writes
     # there for it; nor any other cluster's namespace.
     rules = [
-        _rule([GROUP], _OBSERVATIONS, _MANAGE),
-        _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["update", "patch"]),
+        # It never deletes a PoolObservation: a pool gone is reported empty.
+        _rule([GROUP], ["poolobservations"], [v for v in _MANAGE if v != "delete"]),
+        _rule([GROUP], ["replicaobservations"], _MANAGE),
+        _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["patch"]),
         _rule([GROUP], ["modelreplicas"], _WATCH),
     ]
     # The one cluster-scoped read: its own InferenceCluster, by name (the pools it declares:
