@@ -176,6 +176,23 @@ def _store_error(e: Exception, what: str, *, creating: bool = False) -> StoreErr
     return StoreError(f"{what}: {type(e).__name__}: {e}")
 
 
+#: What a cluster needs to serve an API group version gpufleet reads (docs/operations.md,
+#: "Requirements"): said instead of the API server's bare 404 when a list finds no such resource.
+API_REQUIREMENTS: Mapping[str, str] = {
+    "resource.k8s.io/v1": "Dynamic Resource Allocation (DRA) resource.k8s.io/v1: "
+    "Kubernetes 1.34 or later, with DRA enabled",
+    "leaderworkerset.x-k8s.io/v1": "the LeaderWorkerSet CRD and controller",
+}
+
+
+def not_served(kind: Kind) -> str:
+    """The clear error for a list of `kind` that the API server answered 404: the group
+    version is not served, and what the cluster needs to serve it."""
+    need = API_REQUIREMENTS.get(kind.api_version)
+    message = f"this API server does not serve {kind.api_version} ({kind.kind})"
+    return f"{message}; gpufleet needs {need}" if need else message
+
+
 def _key_of(obj: Obj) -> _ObjKey:
     meta = obj["metadata"]
     return (meta.get("namespace") or "", meta["name"])
@@ -347,6 +364,8 @@ class KubeStore:
                 self._informers[key] = informer
                 informer.future = self._run(informer.run())
         if wait and not informer.synced.wait(self.config.initial_sync_timeout_s):
+            if informer.is_not_served:  # one clear error: what is missing and what serves it
+                raise StoreError(f"watch {kind.kind}: {informer.last_error}")
             raise StoreError(
                 f"watch {kind.kind}: no successful list within "
                 f"{self.config.initial_sync_timeout_s}s ({informer.last_error or 'no error'})"
@@ -544,6 +563,7 @@ class _Informer:
         self.synced = threading.Event()
         self.future: Future[Any] | None = None
         self.last_error: str | None = None
+        self.is_not_served = False  # the last list failed 404: the resource is not served
         self.lists = 0  # how many lists succeeded: observable in tests and metrics
         self._version = ""  # the last resourceVersion delivered (list or watch)
 
@@ -630,7 +650,7 @@ class _Informer:
                 change = ChangeType.ADDED if cached is None else ChangeType.MODIFIED
                 self._store._emit(change, kind, obj)
         self.lists += 1
-        self.last_error = None
+        self.last_error, self.is_not_served = None, False
         self.synced.set()
         return version
 
@@ -649,5 +669,9 @@ class _Informer:
                 self._store._emit(ChangeType.DELETED, kind, obj)
 
     def _failed(self, what: str, e: Exception) -> None:
-        self.last_error = f"{what}: {type(e).__name__}: {e}"
+        self.is_not_served = isinstance(e, ApiError) and e.status.code == 404 and what == "list"
+        if self.is_not_served:
+            self.last_error = not_served(self._key.kind)
+        else:
+            self.last_error = f"{what}: {type(e).__name__}: {e}"
         log.warning("%s %s failed: %s", what, self._key.kind, self.last_error)
