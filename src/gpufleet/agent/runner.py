@@ -148,6 +148,9 @@ class AgentConfig:
     #: doubled on each failure in a row, at most `fault_backoff_max_s` (the fault barrier).
     fault_backoff_s: float = 1.0
     fault_backoff_max_s: float = 300.0
+    #: The agent's gpufleet version, stamped in every report (`status.agent.version`) for the
+    #: hub's version-skew check; None (the simulator, tests): not stamped.
+    version: str | None = None
 
 
 class AgentFaults(Protocol):
@@ -581,6 +584,7 @@ class Agent:
                 "identity": self.identity,
                 "leaseEpoch": self.lease_epoch,
                 "leaseUID": self.lease_uid,
+                **({"version": self.config.version} if self.config.version else {}),
             },
             "observedAt": format_time(report.observed_at),
         }

@@ -76,6 +76,9 @@ LEASE_EPOCH_MAX: Final = 2**31 - 1
 #: A Lease incarnation: a metadata.uid (a UUID) or `standalone`; at most 64 characters.
 LEASE_UID_MAX_CHARS: Final = 64
 LEASE_UID: Final = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+#: An agent's version (`status.agent.version`): a package version, semver or PEP 440.
+AGENT_VERSION_MAX_CHARS: Final = 64
+AGENT_VERSION: Final = r"^[A-Za-z0-9][A-Za-z0-9.+_-]*$"
 #: The Lease incarnation an agent without leader election reports (`--no-leader-elect`).
 STANDALONE_LEASE: Final = "standalone"
 AGENT_IDENTITY_MAX_CHARS: Final = 253
@@ -429,6 +432,15 @@ class AgentStatus(ApiModel):
     Reports are fenced per incarnation: a recreated Lease is a new one."""
     observed_at: AwareDatetime | None = None
     """When the agent last reported."""
+    version: (
+        Annotated[
+            StrictStr,
+            Field(min_length=1, max_length=AGENT_VERSION_MAX_CHARS, pattern=AGENT_VERSION),
+        ]
+        | None
+    ) = None
+    """The gpufleet version of the agent that reported (its package version, e.g. `0.2.0`),
+    checked by the hub against its version-skew policy; agents older than this field omit it."""
 
 
 class InferenceClusterStatus(ApiModel):

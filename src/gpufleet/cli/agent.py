@@ -81,7 +81,7 @@ from gpufleet.kube.daemon import (
     endpoints,
     run_until_signalled,
 )
-from gpufleet.kube.install import AGENT, HEALTH_PORT, METRICS_PORT
+from gpufleet.kube.install import AGENT, HEALTH_PORT, METRICS_PORT, VERSION
 from gpufleet.kube.install import SYSTEM_NAMESPACE as LEASE_NAMESPACE
 from gpufleet.kube.leader import LeaderConfig, LeaderElector
 from gpufleet.kube.metrics import CONTENT_TYPE_LATEST, AgentMetrics, disable_created_series, render
@@ -393,6 +393,7 @@ def command(
             min_push_interval_s=min_push_interval,
             policy=policy,
             steering=steering,
+            version=VERSION,
         ),
     )
     log.info(

@@ -48,7 +48,7 @@ from gpufleet.kube.daemon import (
 )
 from gpufleet.kube.fleet_metrics import FleetCapacity, read_fleet
 from gpufleet.kube.health import parse_address
-from gpufleet.kube.install import CONTROLLER, HEALTH_PORT, METRICS_PORT, SYSTEM_NAMESPACE
+from gpufleet.kube.install import CONTROLLER, HEALTH_PORT, METRICS_PORT, SYSTEM_NAMESPACE, VERSION
 from gpufleet.kube.leader import LeaderConfig, LeaderElector
 from gpufleet.kube.metrics import (
     CONTENT_TYPE_LATEST,
@@ -458,6 +458,7 @@ def command(
             manages_ready=manage_ready,
             default_gateway_address=gateway_address,
             stuck_after_s=stuck_after,
+            hub_version=VERSION,
         ),
     )
     log.info(

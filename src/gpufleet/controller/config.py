@@ -70,6 +70,9 @@ class ControllerConfig:
     fault_backoff_max_s: float = 300.0
     #: Per cluster, how its own scheduler picks nodes (default Spread).
     node_choice: Mapping[str, NodeChoice] = field(default_factory=dict)
+    #: The hub's own gpufleet version, against which each agent's reported version is checked
+    #: (controller/skew.py); None (the simulator, tests): not checked.
+    hub_version: str | None = None
     #: `source.component` / `reportingComponent` of the Events the controller writes.
     component: str = "gpufleet-controller"
 

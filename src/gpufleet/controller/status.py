@@ -46,6 +46,7 @@ from gpufleet.controller.plausible import (
     check_pool_report,
     pool_ceiling,
 )
+from gpufleet.controller.skew import AGENT_VERSION, skew_condition
 from gpufleet.core.capacity import as_utc
 from gpufleet.core.durations import format_duration
 from gpufleet.store import copy_json, copy_obj, format_time
@@ -559,8 +560,31 @@ def cluster_status(
     else:
         pools_condition = condition(POOLS_PUBLISHED, "True", "AllPoolsPublished")
     conditions = set_condition(conditions, pools_condition, now, generation)
-    desired["conditions"] = _report_times(conditions, trust, now, generation, config)
+    conditions = _report_times(conditions, trust, now, generation, config)
+    desired["conditions"] = _agent_version(conditions, trust, now, generation, config)
     return desired
+
+
+def _agent_version(
+    conditions: list[Obj],
+    trust: Trust,
+    now: datetime,
+    generation: int | None,
+    config: ControllerConfig,
+) -> list[Obj]:
+    """`AgentVersionSupported=False` while the newest accepted report's agent version is
+    outside the hub's version-skew window (skew.py); no such condition otherwise. The
+    report is used either way."""
+    newest = trust.newest
+    version = None
+    if newest is not None:
+        version = ((newest.body.get("status") or {}).get("agent") or {}).get("version")
+    skewed = skew_condition(version, config.hub_version)
+    if skewed is None:
+        if find_condition(conditions, AGENT_VERSION) is None:
+            return conditions
+        return [c for c in conditions if c.get("type") != AGENT_VERSION]
+    return set_condition(conditions, skewed, now, generation)
 
 
 def future_message(trust: Trust, config: ControllerConfig) -> str:
