@@ -30,6 +30,14 @@ def find_condition(conditions: Sequence[Mapping[str, Any]], type_: str) -> Obj |
     return None
 
 
+def drop_condition(conditions: list[Obj], type_: str) -> list[Obj]:
+    """`conditions` without the condition of `type_`; the same list when it has none (so a
+    status that did not move compares by identity)."""
+    if find_condition(conditions, type_) is None:
+        return conditions
+    return [c for c in conditions if c.get("type") != type_]
+
+
 def set_condition(
     conditions: Sequence[Mapping[str, Any]],
     new: Mapping[str, Any],

@@ -37,7 +37,14 @@ from typing import Any, Final
 from gpufleet.api import parse_object
 from gpufleet.api.kinds import PoolObservation, ReplicaObservation
 from gpufleet.api.times import parse_time
-from gpufleet.controller.conditions import Obj, ReadObj, condition, find_condition, set_condition
+from gpufleet.controller.conditions import (
+    Obj,
+    ReadObj,
+    condition,
+    drop_condition,
+    find_condition,
+    set_condition,
+)
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.fence import Fence, choose_fence, is_fenced
 from gpufleet.controller.plausible import (
@@ -581,9 +588,7 @@ def _agent_version(
         version = ((newest.body.get("status") or {}).get("agent") or {}).get("version")
     skewed = skew_condition(version, config.hub_version)
     if skewed is None:
-        if find_condition(conditions, AGENT_VERSION) is None:
-            return conditions
-        return [c for c in conditions if c.get("type") != AGENT_VERSION]
+        return drop_condition(conditions, AGENT_VERSION)
     return set_condition(conditions, skewed, now, generation)
 
 
@@ -610,9 +615,7 @@ def _report_times(
     no such condition otherwise."""
     message = future_message(trust, config)
     if not message:
-        if find_condition(conditions, REPORT_TIMES) is None:
-            return conditions
-        return [c for c in conditions if c.get("type") != REPORT_TIMES]
+        return drop_condition(conditions, REPORT_TIMES)
     future = condition(REPORT_TIMES, "False", FUTURE_TIMESTAMP, message)
     return set_condition(conditions, future, now, generation)
 
