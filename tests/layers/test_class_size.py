@@ -28,9 +28,6 @@ ALLOWED: dict[str, int] = {
     "gpufleet.agent.runner.Agent": 30,
     # Issue 24 section 1: the reuse leaves the core for a folder of its own.
     "gpufleet.core.placement.PlacementMemo": 22,
-    # The scenario language's checks (one field per check kind; issue 25 added updatedReplicas
-    # and minPodsRunning): to become a mapping of kind to expectation.
-    "gpufleet.sim.scenario.model.Check": 21,
 }
 
 
