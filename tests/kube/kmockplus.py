@@ -739,8 +739,10 @@ def serve(strict_namespaces: bool = False) -> Iterator[Served]:
 
     async def main() -> None:
         api = KMockPlus(strict_namespaces=strict_namespaces)
-        if strict_namespaces:  # a real cluster always has it (events of cluster-scoped objects)
-            api._create(NAMESPACES, "", {"metadata": {"name": "default"}})
+        if strict_namespaces:  # a real cluster always has them (events of cluster-scoped
+            # objects; bootstrap tokens)
+            for name in ("default", "kube-system"):
+                api._create(NAMESPACES, "", {"metadata": {"name": name}})
         async with api, kmock.Server(api) as server:
             api.loop = asyncio.get_running_loop()
             box["served"] = Served(api, str(server.url).rstrip("/"))

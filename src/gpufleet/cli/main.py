@@ -106,6 +106,15 @@ COMMANDS: Final = {
             "gke-us-central --pool l4=l4-4x:2",
         ),
     ),
+    "token": Entry(
+        "gpufleet.cli.token",
+        "app",
+        "Bootstrap tokens for the pull-style join (on the hub).",
+        (
+            "gpufleet token create --cluster gke-us-central --ttl 1h --hub-context hub "
+            "--pool l4=l4-4x:2",
+        ),
+    ),
     "unjoin": Entry(
         "gpufleet.cli.join",
         "unjoin",
