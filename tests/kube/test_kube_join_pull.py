@@ -5,6 +5,7 @@ reporting with the identity it got, and every hostile input refused with exit 2.
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
@@ -20,8 +21,10 @@ from lightkube.config.kubeconfig import KubeConfig
 from rbac import Rbac, ServiceAccount, Subject, User
 from test_kube_join import ACCOUNT, CLUSTER, OBS_NS, Pair, flat, run, write_kubeconfig
 from test_kube_token_create import token_create
+from typer.testing import CliRunner
 
 from gpufleet.cli.agent import AgentDaemon
+from gpufleet.cli.main import app
 from gpufleet.kube import join_pull
 from gpufleet.kube.agent_token import renewing_hub
 from gpufleet.kube.daemon import LoopConfig
@@ -258,3 +261,43 @@ def test_a_ca_file_that_is_not_pem_and_a_bad_url_are_usage_errors(
     assert code == 2 and "'--hub'" in flat(output)
     code, output = run("join", "--cluster", CLUSTER, "--hub", pair.hub.url)
     assert code == 2 and "'--token'" in flat(output)
+
+
+OPERATIONS = Path(__file__).parents[2] / "docs" / "operations.md"
+
+
+def test_the_documented_pull_join_runs_as_written(tmp_path: Path) -> None:
+    """docs/operations.md's pull-style steps, their commands as written, but for what only a
+    real hub has: the token printed (for the example one), the emulated hub's http URL (with
+    --allow-insecure-hub) and no CA file."""
+    section = OPERATIONS.read_text().split("\n## Join a workload cluster: pull-style", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    blocks = [
+        shlex.split(b.replace("\\\n", " "))
+        for b in re.findall(r"```sh\n(.*?)```", section, re.DOTALL)
+    ]
+    assert [b[:3] for b in blocks] == [
+        ["gpufleet", "token", "create"],
+        ["gpufleet", "join", "--cluster"],
+    ]
+    with serve(strict_namespaces=True) as hub, serve(strict_namespaces=True) as member:
+        cluster = blocks[0][blocks[0].index("--cluster") + 1]
+        config = write_kubeconfig(tmp_path / "config", {"hub": hub.url, cluster: member.url})
+        env = {"KUBECONFIG": str(config)}
+        result = CliRunner().invoke(app, blocks[0][1:], env=env)
+        assert result.exit_code == 0, result.output
+        match = _TOKEN_LINE.search(result.output)
+        assert match is not None, result.output
+        join = blocks[1][1:]
+        join[join.index("--token") + 1] = match.group(1)
+        join[join.index("--hub") + 1] = hub.url
+        i = join.index("--hub-ca")
+        del join[i : i + 2]
+        result = CliRunner().invoke(app, [*join, "--allow-insecure-hub"], env=env)
+        assert result.exit_code == 0, result.output
+        (secret,) = [
+            s
+            for s in member.api.stored("", "v1", "secrets")
+            if s["metadata"]["name"] == "gpufleet-hub"
+        ]
+        assert secret["metadata"]["namespace"] == "gpufleet-system"
