@@ -257,3 +257,20 @@ def _token_request(served: Served, seconds: int) -> str:
     assert response.status_code == 201, response.text
     token: str = response.json()["status"]["token"]
     return token
+
+
+@pytest.mark.parametrize("value", ["gpufleet-hub", "/gpufleet-hub", "Bad_NS/x", "ns/"])
+def test_a_bad_hub_secret_is_a_usage_error(tmp_path: Path, value: str) -> None:
+    from typer.testing import CliRunner
+
+    from gpufleet.cli.main import app
+
+    result = CliRunner().invoke(
+        app,
+        ["agent", "--cluster", "a", "--hub-secret", value],
+        env={"HOME": str(tmp_path), "KUBECONFIG": "", "COLUMNS": "1000"},
+    )
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "'--hub-secret'" in text and "NAMESPACE/NAME" in text
+    assert "Traceback" not in result.output

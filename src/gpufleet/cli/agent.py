@@ -383,6 +383,7 @@ def command(
         )
     check_address(metrics_address, "--metrics-address")
     check_address(health_address, "--health-address")
+    secret = _secret_ref(hub_secret)
     policy = load_policy(policy_file)
     local_config = kube_config(kubeconfig)
     hub_config = kube_config(hub_kubeconfig, "--hub-kubeconfig") if hub_kubeconfig else local_config
@@ -392,7 +393,6 @@ def command(
     )
     disable_created_series()
     identity = lease_identity or default_identity()
-    secret = _secret_ref(hub_secret)
     local = connect(local_config)
     renewer = None
     try:

@@ -79,7 +79,7 @@ def renewing_hub(
         return request_token(hub, ns, account, ttl_s)[0]
 
     persist = secret_writer(token, member, hub_secret, kubeconfig_path)
-    return store, TokenRenewer(bearer, request, persist, clock).start()
+    return store, TokenRenewer(bearer, request, persist, clock, on_stop=hub.close).start()
 
 
 def secret_writer(

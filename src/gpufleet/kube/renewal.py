@@ -149,8 +149,10 @@ class TokenRenewer:
         persist: Callable[[str], None],
         clock: Callable[[], datetime],
         wait: Callable[[float], bool] | None = None,
+        on_stop: Callable[[], None] = lambda: None,
     ) -> None:
         self.bearer, self.request, self.persist, self.clock = bearer, request, persist, clock
+        self._on_stop = on_stop
         self._stopped = threading.Event()
         self._wait = wait or self._stopped.wait
         self.renewals = 0
@@ -161,8 +163,10 @@ class TokenRenewer:
         return self
 
     def stop(self) -> None:
+        """Stop renewing, then `on_stop` (close the clients it requests and persists with)."""
         self._stopped.set()
         self._thread.join(5)
+        self._on_stop()
 
     def renew_once(self) -> None:
         """Request a token of the current one's lifetime, send it from now on, then persist it."""
