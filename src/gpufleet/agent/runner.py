@@ -484,6 +484,7 @@ class Agent:
         # reported again even when the table's observation of it did not change.
         result = self._policy_gate.annotate(snapshot.result, replicas)
         result = self._scale_up.annotate(result)
+        result = self._feed.host_room.annotate(result, self.table.free_devices)
         changed = snapshot.changed_replicas
         if changed is not None and self._policy_gate.moved:
             changed = changed | self._policy_gate.moved
