@@ -13,13 +13,14 @@ devices, in the pool's vectors (`PoolLedger.host`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builders import GPU, NOW, cluster, deployment, gpus, stamp, standalone
+from builders import GPU, NOW, cluster, deployment, gpus, leader, stamp, standalone, worker
 from gpufleet.core.decision import ReasonCode
 from gpufleet.core.model import (
     Bucket,
@@ -207,3 +208,30 @@ def test_without_requests_host_points_change_nothing(
 
 def test_member_default_requests_nothing() -> None:
     assert (Member().milli_cpu, Member().memory) == (0, 0)
+
+
+def _exists_gang(nodes: list[Node], pods: list[Node]) -> bool:
+    """Whether the gang's pods go onto distinct nodes (exhaustive)."""
+    return any(
+        all(
+            all(f >= d for f, d in zip(nodes[i], pod, strict=True))
+            for i, pod in zip(pick, pods, strict=True)
+        )
+        for pick in itertools.permutations(range(len(nodes)), len(pods))
+    )
+
+
+@SETTINGS
+@given(nodes_st, st.sampled_from([1, 2, 4]), st.integers(1, 3), st.sampled_from([0, 4000, 16000]))
+def test_gangs_never_land_where_no_distinct_nodes_have_room(
+    nodes: list[Node], gpus_each: int, workers: int, cpu: int
+) -> None:
+    member = replace(worker(gpus(gpus_each), nodes=workers), milli_cpu=cpu)
+    lead = replace(leader(gpus(gpus_each)), milli_cpu=cpu)
+    d = deployment("ml/g").engine("e", members=(lead, member)).build()
+    decision = schedule(decide(pool_of(nodes), d), NOW)
+    made = decision.deployments[0]
+    if made.created:
+        assert _exists_gang(list(nodes), [(gpus_each, cpu, 0)] * (workers + 1))
+    else:
+        assert made.diagnosis is not None  # refused with a reason, never a crash

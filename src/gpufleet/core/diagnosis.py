@@ -44,9 +44,9 @@ def insufficient_devices(
         if binding is not None:
             return _insufficient_host(ledger, failure.pod, binding)
     width = len(ledger.drivers)
-    pods: list[Vector] = [pod[:width] for unit in units for pod in unit]
-    largest = max((sum(p) for p in pods), default=0)
-    requested = sum(sum(p) for p in pods)
+    pods: list[Vector] = [pod for unit in units for pod in unit]
+    largest = max((sum(p[:width]) for p in pods), default=0)
+    requested = sum(sum(p[:width]) for p in pods)
     summary = ledger.summary()
     excluded, excluded_words = _excluded(ledger)
     pod = failure.pod
@@ -150,7 +150,7 @@ def _insufficient_host(ledger: PoolLedger, pod: Vector, code: ReasonCode) -> Rea
         keys = ("pod_memory", "best_node_memory")
     return Reason(
         code,
-        f"a pod with {sum(devices)} devices needs {needs}, best node with "
+        f"a pod with {_count(sum(devices), 'device')} needs {needs}, best node with "
         f"{best_devices} free devices has {has}; "
         f"{_count(fitting, 'node')} with the devices {'has' if fitting == 1 else 'have'} it",
         {
