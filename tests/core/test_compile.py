@@ -135,6 +135,7 @@ def _plain(engine: Engine, devices: tuple[Device, ...]) -> EngineOnClass:
         tuple(order_units(engine_units(stamp, PoolName(""), ledger))),
         node_cost((stamp,), PoolName("")),
         tuple(order_units(engine_units(stamp, PoolName(""), host_ledger))),
+        True,
     )
 
 
@@ -145,7 +146,12 @@ def test_compiled_is_the_plain_match_and_demand(d: Deployment) -> None:
     assert set(compiled.classes) == {c.id for c in CLASSES}
     for pool_class in CLASSES:
         for engine, on_class in zip(d.engines, compiled.classes[pool_class.id], strict=True):
-            assert on_class == _plain(engine, pool_class.devices)
+            plain = _plain(engine, pool_class.devices)
+            # Host units as a pool whose agent reports CPU and memory reads them.
+            assert on_class.units_on(True) == plain.host_units
+            assert replace(on_class, host_units=(), requests_host=True) == replace(
+                plain, host_units=()
+            )
 
 
 @SETTINGS

@@ -66,12 +66,19 @@ class EngineOnClass:
     units: tuple[Unit, ...]
     node_cost: int
     #: `units` on a pool whose vectors end in free CPU and memory (`PoolLedger.host`): each
-    #: pod's vector ends in its (millicores, memory bytes) requests.
+    #: pod's vector ends in its (millicores, memory bytes) requests; only when some member
+    #: requests CPU or memory (`requests_host`), else `units_on` pads `units` with zeros.
     host_units: tuple[Unit, ...] = ()
+    requests_host: bool = False
 
     def units_on(self, is_host: bool) -> tuple[Unit, ...]:
         """The units a pool of the class needs, as its vectors read (`PoolLedger.host`)."""
-        return self.host_units if is_host else self.units
+        if not is_host:
+            return self.units
+        if self.requests_host:
+            return self.host_units
+        # Zeros appended keep the canonical order (sums and comparisons are unchanged).
+        return tuple(tuple((*pod, 0, 0) for pod in unit) for unit in self.units)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,13 +160,17 @@ def engine_on_class(engine: Engine, devices: Sequence[Device]) -> EngineOnClass:
         ReplicaMember(m.role, PoolName(""), m.worker_nodes, match.resolved, m.milli_cpu, m.memory)
         for m, match in zip(engine.members, matches, strict=True)
     )
+    requests_host = any(m.milli_cpu > 0 or m.memory > 0 for m in engine.members)
     return EngineOnClass(
         matches,
         all(m.is_match for m in matches),
         tuple(m.is_match and m.is_claiming for m in matches),
         tuple(order_units(_units(engine, members, devices, drivers))),
         sum(max(0, m.pods_per_copy) * max(0, engine.copies) for m in members if m.is_claiming),
-        tuple(order_units(_units(engine, members, devices, drivers, is_host=True))),
+        tuple(order_units(_units(engine, members, devices, drivers, is_host=True)))
+        if requests_host
+        else (),
+        requests_host,
     )
 
 

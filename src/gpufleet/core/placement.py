@@ -572,7 +572,7 @@ def _try_pool(
     name = pool.pool.name
     if pool.is_free_gpu:
         earlier = trial.units.get(name)
-        mine = shape.units_on(pool.host)
+        mine = shape.units_on(True) if pool.host else shape.units
         units = order_units([*earlier, *mine]) if earlier else list(mine)
         fitted = _fit(pool, units, policy, owner)
         if fitted.failure is None:
@@ -625,7 +625,8 @@ def _place_engine(
                     PoolVerdict(pool.pool.name, engine.name, pool.accounting, False, (avoided,))
                 )
             continue
-        tried = _try_pool(pool, shape, trial, pool.choice(ledger.policy), owner, explain)
+        policy = pool.choice(ledger.policy) if pool.host else ledger.policy
+        tried = _try_pool(pool, shape, trial, policy, owner, explain)
         if tried is None:
             refused = True
             continue
