@@ -189,3 +189,16 @@ def test_the_agent_reports_room_less_every_bound_pod() -> None:
     agent.step(w.at(30))
     (bucket,) = pool_status(w)["freeDevices"]
     assert bucket["hostRoom"] == [{"milliCpu": 7500, "memory": 63 * 2**30, "nodes": 1}]
+
+
+def test_a_pool_of_many_buckets_gets_fewer_points_each() -> None:
+    gpu = DriverName("gpu.nvidia.com")
+    buckets = tuple(Bucket({gpu: i}, 4) for i in range(64))
+    pool = ObservedPool(PoolName("p"), 256, buckets, None, {}, {}, 64)
+    free = {f"n{i}-{j}": {gpu: i} for i in range(64) for j in range(4)}
+    rooms = {name: (1000 * int(name.split("-")[1]), 2**30) for name in free}
+    annotated = with_host_room(pool, free, rooms.__getitem__)
+    assert annotated.free_devices is not None
+    counts = [len(b.host or ()) for b in annotated.free_devices]
+    assert counts == [4] * 64 and sum(counts) <= 256  # 256 // 64 = 4 per bucket
+    assert all(sum(p.nodes for p in b.host or ()) == 4 for b in annotated.free_devices)

@@ -13,7 +13,8 @@ millicores, free memory bytes and a node count; docs/agent.md, "Host room").
 - **Points** per bucket (`host_points`): its nodes' rooms, exact while they take at most
   `MAX_POINTS` distinct values; beyond that, groups of points are merged into their
   component-wise minimum (each node is then represented by a point below its room), merging
-  first what loses the least room. Never optimistic: every node stands behind a point it
+  first what loses the least room; a pool of more than 32 buckets gets fewer points per
+  bucket (`MAX_POOL_POINTS` in all, at least one each). Never optimistic: every node stands behind a point it
   dominates, and the points count exactly the bucket's nodes (nodes the agent cannot name
   read 0 free).
 - **Incremental** (`HostRoomTable`): fed the same changes as the free-device table (its Nodes
@@ -41,6 +42,9 @@ from gpufleet.store.port import NODE, POD, ChangeType, Kind
 
 #: Points per bucket (the API's bound, `hostRoom` at most 8 items).
 MAX_POINTS: Final = 8
+#: Points per pool: a pool of many buckets gets fewer per bucket (at least 1), so a report
+#: stays small (its cluster's status on the hub holds every pool's).
+MAX_POOL_POINTS: Final = 256
 #: Beyond this many distinct rooms in a bucket, contiguous runs (in (CPU, memory) order) are
 #: merged first, so the pairwise merge below stays small.
 _PREMERGE: Final = 24
@@ -185,10 +189,11 @@ def with_host_room(
     for name, devices in free.items():
         by_vector.setdefault(_vector(devices), []).append(room(name))
     buckets = []
+    limit = max(1, min(MAX_POINTS, MAX_POOL_POINTS // max(1, len(pool.free_devices))))
     for bucket in pool.free_devices:
         rooms = sorted(by_vector.get(_vector(bucket.free), ()))[: bucket.nodes]
         rooms.extend((0, 0) for _ in range(bucket.nodes - len(rooms)))
-        points = tuple(HostRoom(c, m, n) for c, m, n in host_points(rooms))
+        points = tuple(HostRoom(c, m, n) for c, m, n in host_points(rooms, limit))
         buckets.append(Bucket(bucket.free, bucket.nodes, points))
     return replace(pool, free_devices=tuple(buckets))
 
