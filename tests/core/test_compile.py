@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +37,7 @@ from gpufleet.core.model import (
     Deployment,
     Device,
     Engine,
+    HostRoom,
     PoolName,
     ReplicaEngine,
     ReplicaMember,
@@ -82,18 +85,44 @@ def demands(draw: st.DrawFn) -> Deployment:
                     worker(gpus(n), nodes=workers),
                 ),
             )
-    return d.build()
+    built = d.build()
+    # Some members request CPU and memory (the host units carry them).
+    if draw(st.booleans()):
+        cpu, memory = draw(st.sampled_from([(0, 0), (4000, 2**34), (250, 0), (0, 2**30)]))
+        built = replace(
+            built,
+            engines=tuple(
+                replace(
+                    e, members=tuple(replace(m, milli_cpu=cpu, memory=memory) for m in e.members)
+                )
+                for e in built.engines
+            ),
+        )
+    return built
 
 
 def _plain(engine: Engine, devices: tuple[Device, ...]) -> EngineOnClass:
     """The engine on a free-GPU pool of the class, computed with accounting.py's functions."""
     built = cluster("c").pool("p", nodes=2, devices=devices, observation=observed({8: 2})).build()
     ledger = PoolLedger(ClusterName("c"), built.pools[0], 1, SchedulingConfig())
+    # The same pool with its nodes' CPU and memory reported: vectors end in them.
+    plain = built.pools[0].observation
+    assert plain is not None and plain.buckets is not None
+    hosted = replace(
+        plain,
+        buckets=tuple(replace(b, host=(HostRoom(8000, 2**36, b.nodes),)) for b in plain.buckets),
+    )
+    host_ledger = PoolLedger(
+        ClusterName("c"), replace(built.pools[0], observation=hosted), 1, SchedulingConfig()
+    )
+    assert host_ledger.host and not ledger.host
     matches = tuple(match_member(m, devices) for m in engine.members)
     stamp = ReplicaEngine(
         engine.name,
         tuple(
-            ReplicaMember(m.role, PoolName(""), m.worker_nodes, match.resolved)
+            ReplicaMember(
+                m.role, PoolName(""), m.worker_nodes, match.resolved, m.milli_cpu, m.memory
+            )
             for m, match in zip(engine.members, matches, strict=True)
         ),
         engine.copies,
@@ -105,6 +134,8 @@ def _plain(engine: Engine, devices: tuple[Device, ...]) -> EngineOnClass:
         tuple(m.is_match and m.is_claiming for m in matches),
         tuple(order_units(engine_units(stamp, PoolName(""), ledger))),
         node_cost((stamp,), PoolName("")),
+        tuple(order_units(engine_units(stamp, PoolName(""), host_ledger))),
+        True,
     )
 
 
@@ -115,7 +146,12 @@ def test_compiled_is_the_plain_match_and_demand(d: Deployment) -> None:
     assert set(compiled.classes) == {c.id for c in CLASSES}
     for pool_class in CLASSES:
         for engine, on_class in zip(d.engines, compiled.classes[pool_class.id], strict=True):
-            assert on_class == _plain(engine, pool_class.devices)
+            plain = _plain(engine, pool_class.devices)
+            # Host units as a pool whose agent reports CPU and memory reads them.
+            assert on_class.units_on(True) == plain.host_units
+            assert replace(on_class, host_units=(), requests_host=True) == replace(
+                plain, host_units=()
+            )
 
 
 @SETTINGS

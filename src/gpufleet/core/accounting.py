@@ -75,6 +75,8 @@ def engine_units(
         vector = pod_vector(member.requests, ledger)
         if not any(vector):
             continue
+        if ledger.host:
+            vector = (*vector, *ledger.host_demand(member.milli_cpu, member.memory))
         per_copy = max(0, member.pods_per_copy)
         expected = per_copy * copies
         done = accounted(engine.name, member.role, expected) if accounted else 0

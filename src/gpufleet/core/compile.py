@@ -65,6 +65,20 @@ class EngineOnClass:
     claiming: tuple[bool, ...]
     units: tuple[Unit, ...]
     node_cost: int
+    #: `units` on a pool whose vectors end in free CPU and memory (`PoolLedger.host`): each
+    #: pod's vector ends in its (millicores, memory bytes) requests; only when some member
+    #: requests CPU or memory (`requests_host`), else `units_on` pads `units` with zeros.
+    host_units: tuple[Unit, ...] = ()
+    requests_host: bool = False
+
+    def units_on(self, is_host: bool) -> tuple[Unit, ...]:
+        """The units a pool of the class needs, as its vectors read (`PoolLedger.host`)."""
+        if not is_host:
+            return self.units
+        if self.requests_host:
+            return self.host_units
+        # Zeros appended keep the canonical order (sums and comparisons are unchanged).
+        return tuple(tuple((*pod, 0, 0) for pod in unit) for unit in self.units)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,15 +157,20 @@ def engine_on_class(engine: Engine, devices: Sequence[Device]) -> EngineOnClass:
     matches = tuple(match_member(m, devices) for m in engine.members)
     drivers = tuple(sorted({d.driver for d in devices if d.claim is ClaimMode.DRA}))
     members = tuple(
-        ReplicaMember(m.role, PoolName(""), m.worker_nodes, match.resolved)
+        ReplicaMember(m.role, PoolName(""), m.worker_nodes, match.resolved, m.milli_cpu, m.memory)
         for m, match in zip(engine.members, matches, strict=True)
     )
+    requests_host = any(m.milli_cpu > 0 or m.memory > 0 for m in engine.members)
     return EngineOnClass(
         matches,
         all(m.is_match for m in matches),
         tuple(m.is_match and m.is_claiming for m in matches),
         tuple(order_units(_units(engine, members, devices, drivers))),
         sum(max(0, m.pods_per_copy) * max(0, engine.copies) for m in members if m.is_claiming),
+        tuple(order_units(_units(engine, members, devices, drivers, is_host=True)))
+        if requests_host
+        else (),
+        requests_host,
     )
 
 
@@ -160,8 +179,11 @@ def _units(
     members: Sequence[ReplicaMember],
     devices: Sequence[Device],
     drivers: tuple[DriverName, ...],
+    *,
+    is_host: bool = False,
 ) -> list[Unit]:
-    """`accounting.engine_units` of a fresh replica, with the class's drivers."""
+    """`accounting.engine_units` of a fresh replica, with the class's drivers (`is_host`:
+    each vector ends in the pod's CPU and memory requests, `PoolLedger.host_demand`)."""
     copies = max(0, engine.copies)
     per_member: list[tuple[Vector, int]] = []
     for member in members:
@@ -169,6 +191,8 @@ def _units(
             continue
         vector = _pod_vector(member.requests, devices, drivers)
         if any(vector):
+            if is_host:
+                vector = (*vector, max(0, member.milli_cpu), max(0, member.memory))
             per_member.append((vector, max(0, member.pods_per_copy)))
     if not is_gang(members):
         return [(vector,) for vector, per_copy in per_member for _ in range(per_copy * copies)]

@@ -475,7 +475,7 @@ def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> 
     return ReplicaEngine(
         name=engine.name,
         members=tuple(
-            ReplicaMember(m.role, pool, m.worker_nodes, match.resolved)
+            ReplicaMember(m.role, pool, m.worker_nodes, match.resolved, m.milli_cpu, m.memory)
             for m, match in zip(engine.members, matches, strict=True)
         ),
         copies=engine.copies,
@@ -572,7 +572,8 @@ def _try_pool(
     name = pool.pool.name
     if pool.is_free_gpu:
         earlier = trial.units.get(name)
-        units = order_units([*earlier, *shape.units]) if earlier else list(shape.units)
+        mine = shape.units_on(True) if pool.host else shape.units
+        units = order_units([*earlier, *mine]) if earlier else list(mine)
         fitted = _fit(pool, units, policy, owner)
         if fitted.failure is None:
             return fitted, units, None
@@ -624,7 +625,8 @@ def _place_engine(
                     PoolVerdict(pool.pool.name, engine.name, pool.accounting, False, (avoided,))
                 )
             continue
-        tried = _try_pool(pool, shape, trial, ledger.policy, owner, explain)
+        policy = pool.choice(ledger.policy) if pool.host else ledger.policy
+        tried = _try_pool(pool, shape, trial, policy, owner, explain)
         if tried is None:
             refused = True
             continue

@@ -69,6 +69,8 @@ class ActionKind(StrEnum):
     PARTITION = "partition"
     HEAL = "heal"
     ADD_FOREIGN_CLAIM = "addForeignClaim"
+    #: Another tenant's (or a DaemonSet's) pod bound to a node, requesting CPU and memory.
+    ADD_HOST_POD = "addHostPod"
     REMOVE_FOREIGN_CLAIM = "removeForeignClaim"
     DELETE_CLUSTER = "deleteCluster"
     LABEL_CLUSTER = "labelCluster"
@@ -125,6 +127,9 @@ class Action:
     #: addForeignClaim: the one device it takes by name (a MIG partition); "" = first free.
     device: str = ""
     claim: str = ""
+    #: addHostPod: the pod's CPU and memory requests (quantities).
+    cpu: str = ""
+    memory: str = ""
     #: labelCluster: label -> new value, or None to remove the label.
     labels: Mapping[str, str | None] = field(default_factory=dict)
 
@@ -144,6 +149,8 @@ class Action:
             if self.device:
                 return f"addForeignClaim {where} ({self.device})"
             return f"addForeignClaim {where} ({self.devices} devices)"
+        if k is ActionKind.ADD_HOST_POD:
+            return f"addHostPod {where} (cpu {self.cpu or 0}, memory {self.memory or 0})"
         if k is ActionKind.REMOVE_FOREIGN_CLAIM:
             return f"removeForeignClaim {self.cluster} {self.claim or self.target}"
         if k is ActionKind.ADD_NODE:
