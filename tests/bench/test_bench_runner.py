@@ -24,7 +24,7 @@ def quick_sections() -> list[Section]:
 def test_every_benchmark_has_its_tables(quick_sections: list[Section]) -> None:
     assert [s.key for s in quick_sections] == ["B1", "B2", "B3", "B4", "B5"]
     titles = [t.title.split(":")[0] for s in quick_sections for t in s.tables]
-    assert titles == ["B1a", "B1b", "B2a", "B2b", "B3", "B4", "B5"]
+    assert titles == ["B1a", "B1b", "B1c", "B1d", "B2a", "B2b", "B3", "B4", "B5"]
     for section in quick_sections:
         for table in section.tables:
             assert table.rows, table.title
@@ -38,6 +38,18 @@ def test_speed_places_replicas_in_both_modes(quick_sections: list[Section]) -> N
         assert placed and all(p > 0 for p in placed)
         times = [v for k, v in b1.items() if k.startswith(mode) and k.endswith("/seconds")]
         assert all(t > 0 for t in times)
+
+
+def test_b1_flatness_and_growth_rows_did_their_work(quick_sections: list[Section]) -> None:
+    """B1c's fleets place the same demand (held fixed); B1d's places more as the fleet grows."""
+    b1 = quick_sections[0]
+    flat = next(t for t in b1.tables if t.title.startswith("B1c"))
+    assert len({row[6] for row in flat.rows}) == 1 and flat.rows[0][6] != "0"
+    assert b1.numbers["flatness/ratio"] > 0
+    grown = sorted(
+        (k, v) for k, v in b1.numbers.items() if k.startswith("grown/") and k.endswith("/placed")
+    )
+    assert len(grown) == 2 and all(v > 0 for _, v in grown)
 
 
 def test_free_gpu_allocates_at_least_whole_node(quick_sections: list[Section]) -> None:

@@ -195,6 +195,14 @@ def targets(sections: Sequence[Section]) -> Table:
             f"{rate:,.0f}/s",
             rate >= 1000,
         )
+    if "flatness/ratio" in b1:
+        ratio = b1["flatness/ratio"]
+        row(
+            "B1 flatness: call on 3,000 clusters / on 1,000, demand fixed (B1c)",
+            "<= 1.3x (issue 24)",
+            f"{ratio:.2f}x",
+            ratio <= 1.3,
+        )
     b2 = by_key.get("B2", {})
     for g in (8, 4):
         best = b2.get(f"static/{g}/optimum/first")
