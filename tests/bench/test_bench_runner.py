@@ -153,3 +153,32 @@ def test_packing_without_the_solver_skips_the_optimum() -> None:
     assert not any(k.startswith("static/8/optimum") for k in section.numbers)
     assert any("highspy is not installed" in n for n in section.notes)
     assert all(row[1] != "optimum" for row in section.tables[0].rows)
+
+
+def test_writing_over_a_page_keeps_its_hand_written_sections(
+    quick_sections: list[Section], tmp_path: Path
+) -> None:
+    """Only the runner's blocks are replaced: hand-written text stays where it is, a
+    benchmark not run keeps its block and its Targets rows."""
+    machine = runner.Machine(cores=2, python="3.11.7", system="Linux", cpu="test cpu")
+
+    def page(sections: list[Section], date: str) -> str:
+        return runner.render_markdown(
+            sections, command="c", date=date, machine=machine, quick=True, total_s=1.0
+        )
+
+    path = tmp_path / "performance.md"
+    runner.write_report(path, page(quick_sections, "2026-01-01"), quick_sections)
+    first = path.read_text()
+    b3_block = runner.blocks(first)["B3"]
+    b2_rows = [r for r in runner.blocks(first)["targets"].split("\n") if r.startswith("| B2 ")]
+    hand = "## By hand\n\nWritten by a person, kept.\n"
+    path.write_text(first.replace(runner.end("B2"), runner.end("B2") + "\n\n" + hand))
+    only_b1 = [s for s in quick_sections if s.key == "B1"]
+    runner.write_report(path, page(only_b1, "2026-02-02"), only_b1)
+    second = path.read_text()
+    assert hand in second and second.index(hand) > second.index(runner.end("B2"))
+    assert "2026-02-02" in second and "2026-01-01" not in second
+    assert runner.blocks(second)["B3"] == b3_block
+    assert b2_rows and all(r in runner.blocks(second)["targets"] for r in b2_rows)
+    assert second.count(runner.begin("B1")) == 1
