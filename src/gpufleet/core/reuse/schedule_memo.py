@@ -39,7 +39,6 @@ from gpufleet.core.charging import (
 from gpufleet.core.decision import ObservationState, PoolState, Reason
 from gpufleet.core.derive import Call, Retaining, check_clusters, check_keys
 from gpufleet.core.fill_order import Filling
-from gpufleet.core.grouping import DeploymentRef, Grouping, regroup
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
     ClusterName,
@@ -53,6 +52,7 @@ from gpufleet.core.placement import ClusterLedger, PlacementMemo
 from gpufleet.core.retain import KEY_OF, SIGNATURE, Retained, by_deployment, retain
 from gpufleet.core.reuse.diagnoser import Diagnoser
 from gpufleet.core.reuse.fill_index import FillIndex
+from gpufleet.core.reuse.grouping import DeploymentRef, Grouping, regroup
 from gpufleet.core.verdicts import Diagnosing
 
 
