@@ -1,8 +1,9 @@
-"""`compile_deployment` (core/compile.py) against the plain computation.
+"""`compile_deployment` (core/compile.py).
 
-- per class and engine: each member's match is `match_member`'s, and the units and node cost
-  are `accounting.engine_units` / `node_cost` of the stamped engine on a pool of the class;
-- the shared `engines` dictionary (equal engines matched once) changes nothing;
+- per class and engine: the units are those a real pool ledger of the class accounts for the
+  engine stamped there (`PoolLedger` reads the devices as the compiled class does);
+- the shared `engines` dictionary (equal engines matched once) changes nothing (as `FRESH`
+  against the reuse: tests/core/test_derive_properties.py);
 - `covers` and `on_shape` / `can_host` say what a cluster of those classes can take.
 """
 
@@ -27,7 +28,7 @@ from builders import (
     standalone,
     worker,
 )
-from gpufleet.core.accounting import engine_units, node_cost
+from gpufleet.core.accounting import engine_units
 from gpufleet.core.capacity import PoolLedger
 from gpufleet.core.compile import EngineOnClass, PoolClass, compile_deployment
 from gpufleet.core.fit import order_units
@@ -101,11 +102,13 @@ def demands(draw: st.DrawFn) -> Deployment:
     return built
 
 
-def _plain(engine: Engine, devices: tuple[Device, ...]) -> EngineOnClass:
-    """The engine on a free-GPU pool of the class, computed with accounting.py's functions."""
+def _on_ledger(
+    engine: Engine, devices: tuple[Device, ...], on_class: EngineOnClass
+) -> tuple[object, object]:
+    """The engine's units on a real pool ledger of the class, stamped with its matches; and on
+    the same pool with its nodes' CPU and memory reported (its vectors end in them)."""
     built = cluster("c").pool("p", nodes=2, devices=devices, observation=observed({8: 2})).build()
     ledger = PoolLedger(ClusterName("c"), built.pools[0], 1, SchedulingConfig())
-    # The same pool with its nodes' CPU and memory reported: vectors end in them.
     plain = built.pools[0].observation
     assert plain is not None and plain.buckets is not None
     hosted = replace(
@@ -116,42 +119,37 @@ def _plain(engine: Engine, devices: tuple[Device, ...]) -> EngineOnClass:
         ClusterName("c"), replace(built.pools[0], observation=hosted), 1, SchedulingConfig()
     )
     assert host_ledger.host and not ledger.host
-    matches = tuple(match_member(m, devices) for m in engine.members)
     stamp = ReplicaEngine(
         engine.name,
         tuple(
             ReplicaMember(
-                m.role, PoolName(""), m.worker_nodes, match.resolved, m.milli_cpu, m.memory
+                m.role, PoolName("p"), m.worker_nodes, match.resolved, m.milli_cpu, m.memory
             )
-            for m, match in zip(engine.members, matches, strict=True)
+            for m, match in zip(engine.members, on_class.matches, strict=True)
         ),
         engine.copies,
         engine.phase,
     )
-    return EngineOnClass(
-        matches,
-        all(m.is_match for m in matches),
-        tuple(m.is_match and m.is_claiming for m in matches),
-        tuple(order_units(engine_units(stamp, PoolName(""), ledger))),
-        node_cost((stamp,), PoolName("")),
-        tuple(order_units(engine_units(stamp, PoolName(""), host_ledger))),
-        True,
+    return (
+        tuple(order_units(engine_units(stamp, PoolName("p"), ledger))),
+        tuple(order_units(engine_units(stamp, PoolName("p"), host_ledger))),
     )
 
 
 @SETTINGS
 @given(demands())
-def test_compiled_is_the_plain_match_and_demand(d: Deployment) -> None:
+def test_a_class_accounts_as_a_pool_of_it(d: Deployment) -> None:
     compiled = compile_deployment(d, CLASSES)
     assert set(compiled.classes) == {c.id for c in CLASSES}
     for pool_class in CLASSES:
         for engine, on_class in zip(d.engines, compiled.classes[pool_class.id], strict=True):
-            plain = _plain(engine, pool_class.devices)
-            # Host units as a pool whose agent reports CPU and memory reads them.
-            assert on_class.units_on(True) == plain.host_units
-            assert replace(on_class, host_units=(), requests_host=True) == replace(
-                plain, host_units=()
+            assert on_class.matches == tuple(
+                match_member(m, pool_class.devices) for m in engine.members
             )
+            units, host_units = _on_ledger(engine, pool_class.devices, on_class)
+            assert on_class.units == units
+            # Host units as a pool whose agent reports CPU and memory reads them.
+            assert on_class.units_on(True) == host_units
 
 
 @SETTINGS

@@ -26,8 +26,6 @@ ALLOWED: dict[str, int] = {
     "gpufleet.agent.table.FreeDeviceTable": 48,
     # Issue 24 ("Done when": no class over 20): the agent's step around the table.
     "gpufleet.agent.runner.Agent": 30,
-    # Issue 24 section 1: the reuse leaves the core for a folder of its own.
-    "gpufleet.core.placement.PlacementMemo": 22,
 }
 
 

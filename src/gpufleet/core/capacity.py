@@ -271,6 +271,28 @@ class ClassFacts:
     ones: tuple[Vector, ...] = ()
 
 
+def driver_index(
+    drivers: tuple[DriverName, ...],
+    devices: Sequence[Device],
+    driver: DriverName,
+    device_class_name: str,
+) -> int | None:
+    """Where a resolved request's devices count in the vectors of a pool with these devices
+    and (DRA) drivers: its driver's place; for a request stamped without a driver, by its
+    device class; an unknown driver counts against the first (errs toward full); None when
+    the pool has no DRA driver at all."""
+    if driver in drivers:
+        return drivers.index(driver)
+    for device in devices:
+        if (
+            device.claim is ClaimMode.DRA
+            and device.device_class_name == device_class_name
+            and device.driver in drivers
+        ):
+            return drivers.index(device.driver)
+    return 0 if drivers else None
+
+
 def class_facts(devices: Sequence[Device]) -> ClassFacts:
     full: dict[DriverName, int] = {}
     seen: dict[DriverName, str] = {}
@@ -496,28 +518,13 @@ class PoolLedger:
         memory)."""
         return host_choice(policy, len(self.drivers)) if self.host else policy
 
-    def host_demand(self, milli_cpu: int, memory: int) -> Vector:
-        """What a pod's CPU and memory requests add to its vector on this pool: nothing
-        unless the pool's vectors hold CPU and memory."""
-        return (max(0, milli_cpu), max(0, memory)) if self.host else ()
-
     def driver_index(self, driver: DriverName, device_class_name: str) -> int | None:
         """Where a resolved request's devices count in this pool's vectors.
 
         A request stamped without a driver is mapped by its device class; None when the pool
         has no DRA driver at all.
         """
-        if driver in self.drivers:
-            return self.drivers.index(driver)
-        for device in self.pool.devices:
-            if (
-                device.claim is ClaimMode.DRA
-                and device.device_class_name == device_class_name
-                and device.driver in self.drivers
-            ):
-                return self.drivers.index(device.driver)
-        # Unknown driver: count it against the first driver (errs toward full).
-        return 0 if self.drivers else None
+        return driver_index(self.drivers, self.pool.devices, driver, device_class_name)
 
     def set_free(self, free: dict[Vector, int]) -> None:
         self.free = free
