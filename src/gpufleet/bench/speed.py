@@ -6,7 +6,7 @@ histogram of up to 9 buckets. Deployments (1,000, seeded): 1/2/4/8-GPU standalon
 1-2 copies, P/D pairs (2 x 2-GPU prefill + 4-GPU decode) and 2-pod 8-GPU gangs, some with a
 region selector and a CEL selector on the GPU architecture, 1-3 replicas each.
 
-Whole-node accounting is the same fleet with no observations (Modelplane HEAD semantics: every
+Whole-node accounting is the same fleet with no observations (the whole-node rule: every
 claiming pod costs one node of `maxNodeCount`). Time is the wall time of one `schedule` call
 (best of R runs), with tracemalloc's peak of one more run beside it. The inputs are built,
 collected and frozen (`gc.freeze`) before the calls, so the collector does not walk them: a
