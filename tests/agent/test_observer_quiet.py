@@ -72,5 +72,8 @@ def test_a_quiet_step_reuses_the_report_and_a_change_does_not() -> None:
     """The reuse happens (it is what a quiet step saves), and only while nothing moved."""
     _, count = _run(["quiet", "quiet", "quiet"], reuse=True)
     assert count == 2  # the first step observes in full
-    _, count = _run(["node", "claim", "replica", "status"], reuse=True)
+    _, count = _run(["node", "claim", "replica", "drop"], reuse=True)
     assert count == 0
+    # A replica's status written alone (the controller publishing) moves no input of observe.
+    _, count = _run(["quiet", "status", "status"], reuse=True)
+    assert count == 2

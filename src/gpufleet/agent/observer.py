@@ -3,7 +3,7 @@
 
 A quiet step costs next to nothing: `observe` keys what it made by the versions of what it
 read (the local change feed's revision, the autoscaler Events' revision, each assigned
-replica's (namespace, name) and resourceVersion, the pools the hub declares, and the time
+replica's (namespace, name, uid, generation), the pools the hub declares, and the time
 while the table holds a claim without a uid, whose time is every snapshot's), as a client-go
 informer's reader keys by resourceVersion. With the same key the table, the policy gate and
 the autoscaler's verdicts would give what they gave (each is a function of those inputs), so
@@ -14,6 +14,7 @@ steps and holds their reports and the hub's writes equal.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -28,7 +29,6 @@ from gpufleet.agent.model import (
     ObserveConfig,
     ObservedPool,
     ObservedReplica,
-    keys_and_versions,
 )
 from gpufleet.agent.policy import ClusterPolicy
 from gpufleet.agent.reads import declared_pools
@@ -129,12 +129,20 @@ class Observer:
     def _key(
         self, now: datetime, replicas: Sequence[Mapping[str, Any]], declared: frozenset[str]
     ) -> tuple[object, ...] | None:
-        """The version key of `observe`'s inputs; None when one has no version."""
-        found = keys_and_versions(replicas)
-        if found is None or None in found[1]:
+        """The version key of `observe`'s inputs; None when a replica lacks a uid or a
+        generation. Of a replica, the table and the policy gate read its namespace, name and
+        spec (`read_replica`, `check_replica`), and the store moves `generation` exactly when
+        the spec changes (the port's contract): so its (namespace, name, uid, generation) is
+        its part, and a write of its status alone (the controller publishing) leaves it."""
+        try:
+            metas = list(map(_METADATA, replicas))
+            signatures = list(zip(*(map(get, metas) for get in _SIGNATURE), strict=True))
+        except (KeyError, TypeError):
+            return None
+        if any(None in signature for signature in signatures):
             return None
         timed = now if self.feed.is_timed else None
-        return (self.feed.revision, self.scale_up.revision, *found, declared, timed)
+        return (self.feed.revision, self.scale_up.revision, signatures, declared, timed)
 
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""
@@ -240,6 +248,11 @@ class Observer:
 
 
 _O = TypeVar("_O", ObservedPool, ObservedReplica)
+_METADATA = operator.itemgetter("metadata")
+#: What `Observer._key` takes of a replica's metadata.
+_SIGNATURE = tuple(
+    operator.methodcaller("get", field) for field in ("namespace", "name", "uid", "generation")
+)
 
 
 def _status_of(observed: _O, last: tuple[_O, Obj] | None) -> tuple[_O, Obj]:
