@@ -62,7 +62,7 @@ def _run(ops: list[str], reuse: bool) -> tuple[list[object], int]:
 def test_a_quiet_step_reusing_the_report_writes_what_observing_in_full_writes(
     ops: list[str],
 ) -> None:
-    reused, count = _run(ops, reuse=True)
+    reused, _ = _run(ops, reuse=True)
     plain, none = _run(ops, reuse=False)
     assert reused == plain
     assert none == 0
