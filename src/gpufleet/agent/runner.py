@@ -35,7 +35,9 @@ Conflicts (`Conflict`: stale resourceVersion) are retried by re-reading, a bound
 times. A restarted agent is a new `Agent`: its allocation clock is empty (every allocated
 claim is stamped with the restart time, which errs toward charging) and it pushes at once.
 
-A step costs what changed since the last one, not every object: the Agent observes through its
+A step whose inputs' versions did not move (the local feed, the Events, the replicas' uids and
+generations, the declared pools) hands out the last report again (`Observer`). Otherwise a
+step costs what changed since the last one, not every object: the Agent observes through its
 `FreeDeviceTable`, fed by the cluster's change feed (`ClusterFeed`), which rebuilds only the pools
 and replicas a change touches and says which replica observations changed, so only their report
 entries are made again. Materialize looks only at the replicas and local objects whose
