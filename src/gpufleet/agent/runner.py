@@ -75,6 +75,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, Protocol, TypeVar
 
 from gpufleet.agent.admission import PolicyGate
+from gpufleet.agent.device_plugin import device_plugin_pools
 from gpufleet.agent.feed import ClusterFeed
 from gpufleet.agent.hub import HubReplicas, ObservationVersions
 from gpufleet.agent.model import (
@@ -470,6 +471,7 @@ class Agent:
             log.debug("get InferenceCluster %s: %s", self.cluster_name, e)
             return self._declared_pools
         self._declared_pools = declared_pools(found)
+        self.table.declare_device_plugin_pools(device_plugin_pools(found))
         self._steerer.mode = steering_of(found, self.config.steering)
         self._declared_read_at = now if now is not None else last
         return self._declared_pools
