@@ -141,7 +141,7 @@ def compile_deployment(
 def engine_on_class(engine: Engine, devices: Sequence[Device]) -> EngineOnClass:
     """One engine against a class of pool with these devices (pure)."""
     matches = tuple(match_member(m, devices) for m in engine.members)
-    drivers = tuple(sorted({d.driver for d in devices if d.claim is ClaimMode.DRA}))
+    drivers = tuple(sorted({d.key for d in devices if d.is_counted}))
     members = tuple(
         ReplicaMember(m.role, PoolName(""), m.worker_nodes, match.resolved)
         for m, match in zip(engine.members, matches, strict=True)
