@@ -45,7 +45,13 @@ def gpu_pod(
     spec: dict[str, Any] = {"containers": [{"resources": {"limits": {GPU: gpus}}}]}
     if node_name is not None:
         spec["nodeName"] = node_name
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": spec,
+        "status": {"phase": phase},
+    }
 
 
 def _nodes() -> tuple[dict[str, Any], ...]:
