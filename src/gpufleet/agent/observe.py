@@ -61,7 +61,9 @@ What is not modelled
 Partition requests fitted by counters (shared counters are read, `gpufleet.agent.counters`, but a
 pool is a number of whole devices per node); remaining consumable capacity (a device that
 allows multiple allocations is taken after its first); DeviceClass selectors (every published
-device of a driver counts); device-plugin allocations (only visible as `extendedResources`);
+device of a driver counts); device-plugin allocations of an undeclared pool (only visible as
+`extendedResources`; a pool the hub declares `DevicePlugin` counts them,
+`gpufleet.agent.device_plugin`);
 `ScaleUpBlocked` (not derivable from these objects).
 
 Counted in units (`gpufleet.agent.counters`): shared counters (KEP-4815), device taints
