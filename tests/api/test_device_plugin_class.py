@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from builders_api import device, inference_class
 
+from builders_api import device, inference_class
 from gpufleet.agent.materialize import materialize
 from gpufleet.api import ValidationFailed, parse_object
 from gpufleet.api.convert import devices_from_class
