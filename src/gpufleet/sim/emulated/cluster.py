@@ -215,6 +215,13 @@ class WorkloadCluster:
         self._node_seq[pool_name] += 1
         name = f"{pool_name}-{self._node_seq[pool_name] - 1}"
         taints = [dict(GPU_TAINT)] if self.behaviour.has_gpu_taint else []
+        extended = {  # a device plugin's GPUs, on the node's allocatable
+            d.resource_name: str(d.count)
+            for p in self.spec.pools
+            if p.name == pool_name
+            for d in p.devices
+            if d.claim == "DevicePlugin" and d.resource_name
+        }
         self.store.create_shared(
             {
                 "apiVersion": "v1",
@@ -226,7 +233,7 @@ class WorkloadCluster:
                 "spec": {"taints": taints},
                 "status": {
                     "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-                    "allocatable": {"cpu": "48", "memory": "192Gi", "pods": "110"},
+                    "allocatable": {"cpu": "48", "memory": "192Gi", "pods": "110", **extended},
                 },
             }
         )
