@@ -789,7 +789,6 @@ def _kubeconfig(url: str, token: str) -> dict[str, object]:
     }
 
 
-
 def test_the_agent_writes_a_replicas_observation_and_deletes_it_with_the_replica(
     fleet: Fleet,
 ) -> None:

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from gpufleet.agent.admission import PolicyGate
+from gpufleet.agent.device_plugin import device_plugin_pools
 from gpufleet.agent.feed import ClusterFeed
 from gpufleet.agent.model import (
     AllocationClock,
@@ -101,6 +102,8 @@ class Observer:
         #: The pools the hub declared for this cluster when last read (`read_declared_pools`),
         #: and when that read succeeded (None: never).
         self._declared_pools: frozenset[str] = frozenset()
+        #: The device-plugin pools the hub declares, and their resources (part of the key).
+        self._device_plugin: tuple[tuple[str, frozenset[str]], ...] = ()
         self._declared_read_at: datetime | None = None
         #: The version key of the last report's inputs, and that report (`observe`).
         self._last: tuple[tuple[object, ...], Report] | None = None
@@ -122,6 +125,9 @@ class Observer:
         except StoreError:
             return self._declared_pools
         self._declared_pools = declared_pools(found)
+        device_plugin = device_plugin_pools(found)
+        self._device_plugin = tuple(sorted(device_plugin.items()))
+        self.table.declare_device_plugin_pools(device_plugin)
         self._steering(found)
         self._declared_read_at = now if now is not None else last
         return self._declared_pools
@@ -142,7 +148,14 @@ class Observer:
         if any(None in signature for signature in signatures):
             return None
         timed = now if self.feed.is_timed else None
-        return (self.feed.revision, self.scale_up.revision, signatures, declared, timed)
+        return (
+            self.feed.revision,
+            self.scale_up.revision,
+            signatures,
+            declared,
+            self._device_plugin,
+            timed,
+        )
 
     def observe(self, now: datetime, replicas: Sequence[Mapping[str, Any]]) -> Report:
         """Observe the local cluster (advancing the allocation clock) into a `Report`."""

@@ -109,6 +109,7 @@ def device_from_spec(spec: DeviceSpec) -> Device:
         count=spec.count,
         attributes={name: _attribute(value) for name, value in spec.attributes.items()},
         capacity={name: capacity.value for name, capacity in spec.capacity.items()},
+        resource_name=spec.resource_name or "",
     )
 
 

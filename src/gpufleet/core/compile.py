@@ -35,7 +35,6 @@ from gpufleet.core.capacity import driver_index
 from gpufleet.core.fit import Unit, order_units
 from gpufleet.core.matching import MemberMatch, match_member
 from gpufleet.core.model import (
-    ClaimMode,
     Deployment,
     Device,
     DriverName,
@@ -195,7 +194,7 @@ class _ClassDrivers:
         self.devices = devices
         #: Whether each pod's vector ends in its CPU and memory requests (`PoolLedger.host`).
         self.host = host
-        self.drivers = tuple(sorted({d.driver for d in devices if d.claim is ClaimMode.DRA}))
+        self.drivers = tuple(sorted({d.key for d in devices if d.is_counted}))
 
     def driver_index(self, driver: DriverName, device_class_name: str) -> int | None:
         return driver_index(self.drivers, self.devices, driver, device_class_name)
