@@ -193,7 +193,11 @@ def _status(
 ) -> dict[str, Any]:
     status: dict[str, Any] = {
         "observedNodes": nodes,
-        "freeDevices": [{"free": free, "nodes": n} for free, n in buckets],
+        # Nodes without allocatable CPU or memory have none free (agent/hostroom.py).
+        "freeDevices": [
+            {"free": free, "nodes": n, "hostRoom": [{"milliCpu": 0, "memory": 0, "nodes": n}]}
+            for free, n in buckets
+        ],
     }
     if last is not None:
         status["lastAllocationTime"] = last

@@ -15,14 +15,20 @@ as a step that raised does.
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import httpx2
 import pytest
+import yaml
 from kmockplus import Served, serve
 from kube_helpers import FAST
+from lightkube import Client
+from lightkube.config.kubeconfig import KubeConfig
 from rbac import Rbac, ServiceAccount
 
 from gpufleet.agent.runner import AgentConfig
@@ -30,7 +36,9 @@ from gpufleet.api.names import replica_origin_of
 from gpufleet.cli.agent import AgentDaemon
 from gpufleet.cli.controller import ControllerDaemon
 from gpufleet.kube import install
+from gpufleet.kube.agent_token import secret_writer
 from gpufleet.kube.daemon import DaemonLoop, LoopConfig, Trigger
+from gpufleet.kube.join import SECRET, request_token
 from gpufleet.kube.leader import LeaderConfig
 from gpufleet.kube.metrics import render
 from gpufleet.kube.store import KubeStore
@@ -715,6 +723,63 @@ def test_a_restarted_controller_counts_a_repeated_event_up(fleet: Fleet) -> None
         fleet.run_until(counted_up, "controller", what="a repeated Event counted up")
     finally:
         hub.close()
+
+
+def test_the_agent_renews_its_hub_token_and_writes_it_to_its_secret(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """The renewal's two requests (`gpufleet.kube.agent_token`), each with the agent's own
+    token and within its grants: a TokenRequest for its own hub ServiceAccount, and a patch of
+    its hub kubeconfig Secret on the workload cluster (tests/kube/test_kube_renewal.py runs the
+    renewal itself, on time)."""
+    start_reporting(fleet)
+    account = install.agent_identity(CLUSTER)
+    _post(
+        f"{fleet.hub_api.url}/api/v1/namespaces/{OBS_NS}/serviceaccounts",
+        {"metadata": {"name": account, "namespace": OBS_NS}},
+    )
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(_kubeconfig(fleet.hub_api.url, AGENT_HUB_TOKEN)))
+    _post(
+        f"{fleet.workload_api.url}/api/v1/namespaces/{LEASE_NS}/secrets",
+        {
+            "metadata": {"name": install.HUB_SECRET, "namespace": LEASE_NS},
+            "data": {
+                install.HUB_KUBECONFIG_KEY: base64.b64encode(kubeconfig.read_bytes()).decode()
+            },
+        },
+    )
+    hub = Client(KubeConfig.from_dict(_kubeconfig(fleet.hub_api.url, AGENT_HUB_TOKEN)))
+    try:
+        token, _ = request_token(hub, OBS_NS, account, 600)
+    finally:
+        hub.close()
+    member = KubeConfig.from_dict(_kubeconfig(fleet.workload_api.url, AGENT_TOKEN))
+    secret_writer(AGENT_HUB_TOKEN, member, (LEASE_NS, install.HUB_SECRET), kubeconfig)(token)
+    secret = fleet.workload.get(SECRET_KIND, install.HUB_SECRET, LEASE_NS)
+    assert secret is not None
+    written = yaml.safe_load(base64.b64decode(secret["data"][install.HUB_KUBECONFIG_KEY]))
+    assert written["users"][0]["user"]["token"] == token != AGENT_HUB_TOKEN
+
+
+SECRET_KIND = SECRET
+
+
+def _post(url: str, obj: dict[str, object]) -> None:
+    """Create an object as the test's admin (no bearer token): kinds KubeStore does not know."""
+    created = httpx2.post(url, json=obj, timeout=10)
+    assert created.status_code == 201, created.text
+
+
+def _kubeconfig(url: str, token: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
 
 
 #: Grants no request of this module's tests makes today (issue 30.5, found by the test below):

@@ -18,6 +18,7 @@ history.
 
 from __future__ import annotations
 
+from gpufleet.agent.hostroom import HostRoomTable
 from gpufleet.agent.table import TABLE_KINDS, FreeDeviceTable
 from gpufleet.store.port import LATEST, Expired, Store
 
@@ -28,6 +29,8 @@ class ClusterFeed:
     def __init__(self, store: Store, table: FreeDeviceTable) -> None:
         self.store = store
         self.table = table
+        #: Each node's free CPU and memory, fed the same changes (`agent/hostroom.py`).
+        self.host_room = HostRoomTable()
         #: The cursor to read the changes after; None: list first.
         self._cursor: int | None = None
         #: How many times the feed was listed (the first sync included); for tests.
@@ -42,6 +45,7 @@ class ClusterFeed:
                 self._cursor = None
             else:
                 self.table.apply(changes)
+                self.host_room.apply(changes)
                 self._cursor = cursor
                 return
         self._relist()
@@ -49,7 +53,9 @@ class ClusterFeed:
     def _relist(self) -> None:
         cursor = self._newest_cursor()
         # Read-only: the table reads each object once and keeps only what it read.
-        self.table.relist({kind: self.store.view(kind) for kind in TABLE_KINDS})
+        listed = {kind: self.store.view(kind) for kind in TABLE_KINDS}
+        self.table.relist(listed)
+        self.host_room.relist(listed)
         self._cursor = cursor
         self.relists += 1
 

@@ -263,7 +263,12 @@ class Agent:
         #: The materialize half of the step.
         #: Chooses the nodes of new replicas' claiming pods; its mode follows the
         #: InferenceCluster's `spec.steering` (read with the declared pools).
-        self._steerer = Steerer(self.config.steering, self._free_devices, self._allocated_pods)
+        self._steerer = Steerer(
+            self.config.steering,
+            self._free_devices,
+            self._allocated_pods,
+            room=self._feed.host_room.room,
+        )
         self._workloads = Workloads(self.local, self._retry, self.config.policy, self._steerer)
         #: Per observation (kind, name), the object as our last write left it, and the status
         #: content (without agent/observedAt) written then. The next write patches it blind,
@@ -484,6 +489,7 @@ class Agent:
         # reported again even when the table's observation of it did not change.
         result = self._policy_gate.annotate(snapshot.result, replicas)
         result = self._scale_up.annotate(result)
+        result = self._feed.host_room.annotate(result, self.table.free_devices)
         changed = snapshot.changed_replicas
         if changed is not None and self._policy_gate.moved:
             changed = changed | self._policy_gate.moved

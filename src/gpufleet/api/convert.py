@@ -60,6 +60,7 @@ from gpufleet.core.model import (
     DeviceRequest,
     DriverName,
     Engine,
+    HostRoom,
     Member,
     MemberPods,
     Pool,
@@ -78,6 +79,7 @@ from gpufleet.core.model import (
     Taint,
     Toleration,
 )
+from gpufleet.core.pod_requests import template_requests
 
 DEFAULT_NAMESPACE = "default"
 TOO_MANY_BUCKETS = "TooManyBuckets"
@@ -132,7 +134,13 @@ def observation_from_status(
         unusable_reason = TOO_MANY_BUCKETS
     else:
         buckets = tuple(
-            Bucket(free={DriverName(d): n for d, n in b.free.items()}, nodes=b.nodes)
+            Bucket(
+                free={DriverName(d): n for d, n in b.free.items()},
+                nodes=b.nodes,
+                host=None
+                if b.host_room is None
+                else tuple(HostRoom(p.milli_cpu, p.memory, p.nodes) for p in b.host_room),
+            )
             for b in observation.free_devices
         )
     return PoolObservation(
@@ -203,10 +211,13 @@ def _member(spec: MemberSpec) -> Member:
             )
             for d in spec.node_selector.devices
         )
+    milli_cpu, memory = template_requests(spec.template)
     return Member(
         role=spec.role,
         worker_nodes=spec.worker.nodes if spec.worker else 1,
         requests=requests,
+        milli_cpu=milli_cpu,
+        memory=memory,
     )
 
 
@@ -318,6 +329,8 @@ def replica_from_manifest(replica: ModelReplica) -> Replica:
                             )
                             for r in m.device_requests or ()
                         ),
+                        milli_cpu=template_requests(m.template)[0],
+                        memory=template_requests(m.template)[1],
                     )
                     for m in e.members
                 ),

@@ -343,6 +343,24 @@ class InferenceClusterSpec(ApiModel):
         rules.unique("nodePools", self.node_pools, lambda p: p.name)
 
 
+#: Host-room points per bucket, and the largest free CPU one may claim (millicores: a
+#: million cores) and the largest free memory (bytes: 1 PiB).
+MAX_HOST_POINTS: Final = 8
+MAX_MILLI_CPU: Final = 10**9
+MAX_MEMORY_BYTES: Final = 2**50
+
+
+class HostPoint(ApiModel):
+    """`nodes` nodes of a bucket, each with at least this CPU and memory free."""
+
+    milli_cpu: Annotated[StrictInt, Field(ge=0, le=MAX_MILLI_CPU)]
+    """Free CPU on each of these nodes, in millicores (allocatable less bound pods' requests)."""
+    memory: Annotated[StrictInt, Field(ge=0, le=MAX_MEMORY_BYTES)]
+    """Free memory on each of these nodes, in bytes."""
+    nodes: Annotated[StrictInt, Field(ge=1, le=MAX_NODES)]
+    """How many of the bucket's nodes this point stands for."""
+
+
 class Bucket(ApiModel):
     """`nodes` nodes each with exactly `free` devices free, per DRA driver."""
 
@@ -350,6 +368,20 @@ class Bucket(ApiModel):
     """Free devices on each of these nodes, per DRA driver."""
     nodes: Annotated[StrictInt, Field(ge=1)]
     """How many nodes have exactly these free devices."""
+    host_room: Annotated[list[HostPoint], Field(max_length=MAX_HOST_POINTS)] | None = None
+    """The CPU and memory these nodes have free, as at most 8 points whose nodes add up to
+    `nodes` (each node has at least its point's room); absent from older agents: the hub then
+    assumes no CPU or memory limit."""
+
+    def check(self, rules: Rules) -> None:
+        with rules.reading():
+            if self.host_room is not None:
+                counted = sum(p.nodes for p in self.host_room)
+                if counted != self.nodes:
+                    rules.add(
+                        ("hostRoom",),
+                        f"points count {counted} nodes, the bucket has {self.nodes}",
+                    )
 
 
 def _free_vector(bucket: Bucket) -> str:

@@ -116,11 +116,26 @@ class Toleration:
 
 
 @dataclass(frozen=True, slots=True)
+class HostRoom:
+    """`nodes` nodes of a bucket each have at least `milli_cpu` millicores and `memory` bytes
+    free (allocatable less the requests of the pods bound there)."""
+
+    milli_cpu: int
+    memory: int
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Bucket:
-    """`nodes` nodes of a pool each have exactly `free` devices free, per DRA driver."""
+    """`nodes` nodes of a pool each have exactly `free` devices free, per DRA driver.
+
+    `host`: the CPU and memory those nodes have free, as at most a few points that together
+    count `nodes` nodes (a node of a point has at least that much free); None when the agent
+    did not say (an older agent): then the fit assumes no CPU or memory limit there."""
 
     free: Mapping[DriverName, int]
     nodes: int
+    host: tuple[HostRoom, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,11 +235,15 @@ class DeviceRequest:
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One pod template of an engine. `requests` empty means no nodeSelector: claimless."""
+    """One pod template of an engine. `requests` empty means no nodeSelector: claimless.
+    `milli_cpu` and `memory` (bytes): what each pod requests of its node's CPU and memory
+    (its template's `resources.requests`), checked by the fit with its devices."""
 
     role: Role = Role.STANDALONE
     worker_nodes: int = 1
     requests: tuple[DeviceRequest, ...] = ()
+    milli_cpu: int = 0
+    memory: int = 0
 
     @property
     def pods_per_copy(self) -> int:
@@ -305,6 +324,9 @@ class ReplicaMember:
     pool: PoolName
     worker_nodes: int = 1
     requests: tuple[ResolvedRequest, ...] = ()
+    #: Each pod's CPU (millicores) and memory (bytes) requests, as `Member`'s.
+    milli_cpu: int = 0
+    memory: int = 0
 
     @property
     def pods_per_copy(self) -> int:

@@ -66,6 +66,9 @@ class PoolSpec:
     partitions: int = 0
     partition_counter: str = "1"
     tainted_devices: tuple[str, ...] = ()
+    #: Each node's `status.allocatable` CPU and memory (quantities).
+    node_cpu: str = "48"
+    node_memory: str = "192Gi"
 
     @property
     def inference_class(self) -> str:
