@@ -196,7 +196,19 @@ def parse_status_change(
 ) -> ApiObject | None:
     """`parse_object(body)` for a status write after `last` (see the module docstring), or
     None when `body` is not one (or a part fails: parse the whole body then)."""
-    model = type(last)
+    parts = status_change(type(last), last_body, body)
+    if parts is None:
+        return None
+    parsed_meta, parsed_status = parts
+    return last.model_copy(update={"metadata": parsed_meta, "status": parsed_status})
+
+
+def status_change(
+    model: type[ApiObject], last_body: Mapping[str, Any], body: Mapping[str, Any]
+) -> tuple[ObjectMeta, ApiModel] | None:
+    """The metadata and status of `body`, validated alone, when `body` is a status write after
+    `last_body`, which parsed as `model` (`parse_status_change` without the last object: all
+    of `parse_object(body)` but them is as it was); None when it is not one, or a part fails."""
     if model not in (InferenceCluster, ModelReplica) or model.check is not _Object.check:
         return None
     status, last_status = body.get("status"), last_body.get("status")
@@ -221,7 +233,7 @@ def parse_status_change(
         parsed_status = validate_model(_model_of(status_model), status, context)
     except ValidationError:
         return None
-    return last.model_copy(update={"metadata": parsed_meta, "status": parsed_status})
+    return parsed_meta, parsed_status
 
 
 def _model_of(annotation: object) -> type[ApiModel]:
