@@ -38,7 +38,13 @@ from gpufleet.api.loader import (
     read_bounded,
 )
 from gpufleet.api.models import API_VERSION
-from gpufleet.api.validation import parse_object, parse_status_change, status_change, validate
+from gpufleet.api.validation import (
+    metadata_valid,
+    parse_object,
+    parse_status_change,
+    status_change,
+    validate,
+)
 
 __all__ = [
     "API_VERSION",
@@ -63,6 +69,7 @@ __all__ = [
     "device_from_spec",
     "load_manifests",
     "load_yaml_documents",
+    "metadata_valid",
     "parse_object",
     "parse_status_change",
     "read_bounded",

@@ -133,9 +133,9 @@ def _read_replica_core(
     and metadata, which it did not change. No validated model is kept: the core's value and
     the body are all a status write needs."""
     try:
-        parts = status_change(ModelReplica, last[0], obj) if last is not None else None
-        if parts is not None and last is not None:
-            status = replica_status_from_status(cast(ModelReplicaStatus, parts[1]))
+        known = status_change(ModelReplica, last[0], obj) if last is not None else None
+        if known is not None and last is not None:
+            status = replica_status_from_status(cast(ModelReplicaStatus, known))
             return dataclasses.replace(last[1], status=status, signature=signature), ""
         replica = parse_object(obj)
         if not isinstance(replica, ModelReplica):
@@ -379,6 +379,9 @@ class HubIndex:
         self._reads = [0]
         #: Per kind, the records the last `overlay` replaced or removed, by key.
         self.previous: dict[Kind, dict[Key, Record]] = {k: {} for k in WATCHED}
+        #: Per kind, what a writer said its objects read as (`assume_read`), by key: for the
+        #: step that wrote them.
+        self._known: dict[Kind, dict[Key, Record]] = {k: {} for k in WATCHED}
 
     def sync(self, store: Store) -> dict[Kind, set[Key]]:
         """Bring the mirror up to the store; the keys whose mirrored object changed, per kind
@@ -442,6 +445,8 @@ class HubIndex:
         versions they hold are freed in the step that replaced them, not in the next one."""
         for table in self.previous.values():
             table.clear()
+        for table in self._known.values():
+            table.clear()
 
     def _refresh(
         self, kind: Kind, keys: Iterable[Key], overrides: Mapping[Key, ReadObj | None]
@@ -473,6 +478,9 @@ class HubIndex:
         signature = signature_of(obj)
         records = self.records[kind]
         last = records.get(key)
+        known = self._known[kind].pop(key, None)
+        if last is None and known is not None and not force:
+            last = known
         if not force and last is not None and last.signature == signature:
             record = Record.kept(obj, last)
         else:
@@ -482,6 +490,17 @@ class HubIndex:
             record = Record(obj, signature, read, last if is_reused else None, self._reads)
         records[key] = record
         return record
+
+    def assume_read(self, kind: Kind, obj: ReadObj, parsed: object) -> None:
+        """`parsed` is what reading `obj` gives (its writer built `obj` and read it so:
+        `placed_replica`). The next `put` at its key, when the index holds nothing there,
+        takes it for `obj`'s version (its signature) instead of reading it, or reads the
+        next version from it (a status write validates only its status). Kept for the step
+        (`forget_previous` drops it)."""
+        signature_of, _, _ = _READERS[kind]
+        record = Record(obj, signature_of(obj), _read_nothing, None, self._reads)
+        record._read, record._parsed = None, parsed
+        self._known[kind][key_of(obj)] = record
 
     @property
     def reads(self) -> int:
