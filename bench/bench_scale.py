@@ -6,7 +6,8 @@
 Builds a hub (a MemoryStore) of `--clusters` Ready clusters with gateways, each with the four
 observed pools of the B4 fleet's classes, large enough for every replica, and `--deployments`
 single-replica deployments of 1-4 GPUs spread over them; then starts a new `Controller` (the
-simulator's settings) and runs steps until one writes nothing. Each size runs in a fresh
+simulator's settings) and runs steps until one writes nothing. The garbage collector runs
+as in the controller process (`tune_collector`; `--collector default`: CPython's thresholds). Each size runs in a fresh
 process (`--deployments` lists several: one child process each), so one size's memory does not
 carry into the next.
 
@@ -31,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from bench_quiet import _class, _cluster, _pool_obs, _rss_mib
 
 from gpufleet.bench.simulate import POOLS, deployment
+from gpufleet.cli.controller import tune_collector
 from gpufleet.controller import Controller, ControllerConfig
 from gpufleet.store import MemoryStore
 from gpufleet.store.port import MODEL_REPLICA
@@ -53,7 +55,9 @@ def _build(deployments: int, clusters: int) -> MemoryStore:
     return hub
 
 
-def run_one(deployments: int, clusters: int) -> dict[str, float]:
+def run_one(deployments: int, clusters: int, collector: str = "daemon") -> dict[str, float]:
+    if collector == "daemon":
+        tune_collector()  # as `gpufleet controller` runs
     hub = _build(deployments, clusters)
     hub_mib = _rss_mib()
     config = ControllerConfig(
@@ -81,6 +85,7 @@ def run_one(deployments: int, clusters: int) -> dict[str, float]:
     return {
         "deployments": deployments,
         "clusters": clusters,
+        "collector": collector,
         "replicas_placed": placed,
         "first_step_s": round(first, 2),
         "settle_s": round(settle, 2),
@@ -93,15 +98,22 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--deployments", default="50000", help="deployment counts, one run each")
     parser.add_argument("--clusters", type=int, default=20)
+    parser.add_argument(
+        "--collector",
+        choices=("daemon", "default"),
+        default="daemon",
+        help="the garbage collector's thresholds: the controller process's, or CPython's",
+    )
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(s) for s in args.deployments.split(",")]
     if args.one:
-        print(json.dumps(run_one(sizes[0], args.clusters)), flush=True)
+        print(json.dumps(run_one(sizes[0], args.clusters, args.collector)), flush=True)
         return
     for size in sizes:
         argv = [sys.executable, __file__, "--one", "--deployments", str(size)]
-        done = subprocess.run([*argv, "--clusters", str(args.clusters)], check=False)
+        argv += ["--clusters", str(args.clusters), "--collector", args.collector]
+        done = subprocess.run(argv, check=False)
         if done.returncode != 0:
             raise SystemExit(done.returncode)
 
