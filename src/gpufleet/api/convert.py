@@ -41,6 +41,7 @@ from gpufleet.api.models import (
     DeviceSpec,
     GpuPoolStatus,
     MemberSpec,
+    ModelReplicaStatus,
     PublishedObservation,
     ReplicaPoolPodsStatus,
     is_condition_true,
@@ -341,14 +342,18 @@ def replica_from_manifest(replica: ModelReplica) -> Replica:
             for e in replica.spec.engines
         ),
         generation=replica.metadata.generation or 1,
-        status=replica_status_from_manifest(replica),
+        status=replica_status_from_status(replica.status),
         revision=replica.metadata.labels.get(REVISION, ""),
     )
 
 
 def replica_status_from_manifest(replica: ModelReplica) -> ReplicaStatus:
     """The `status` of `replica_from_manifest(replica)` (what a status write changes of it)."""
-    status = replica.status
+    return replica_status_from_status(replica.status)
+
+
+def replica_status_from_status(status: ModelReplicaStatus | None) -> ReplicaStatus:
+    """`replica_status_from_manifest` of a replica whose status is `status` (validated alone)."""
     if not status:
         return ReplicaStatus()
     return ReplicaStatus(
