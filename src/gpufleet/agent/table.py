@@ -112,6 +112,24 @@ class _NodeEntry:
     poison: dict[str | None, int] = field(default_factory=dict)
 
 
+class _Findings:
+    """The problems each source found (a Node, a slice, a DRA pool, a claim, the replicas),
+    and whether any changed since the last snapshot (the first collaborator split out of
+    `FreeDeviceTable`, issue 24 section 3)."""
+
+    def __init__(self) -> None:
+        self.by_source: dict[tuple[str, object], tuple[Found, ...]] = {}
+        self.moved = False
+
+    def set(self, source: tuple[str, object], found: tuple[Found, ...]) -> None:
+        if self.by_source.get(source, ()) != found:
+            self.moved = True
+            if found:
+                self.by_source[source] = found
+            else:
+                self.by_source.pop(source, None)
+
+
 @dataclass(frozen=True, slots=True)
 class TableSnapshot:
     """What one `snapshot` gives: the observation, the new clock, and what changed since the
@@ -200,8 +218,7 @@ class FreeDeviceTable:
         #: Claims whose allocation time changed since the last snapshot.
         self._times_moved: set[_Key] = set()
         # Problems each source found.
-        self._found: dict[tuple[str, object], tuple[Found, ...]] = {}
-        self._is_found_moved = False
+        self._found = _Findings()
         # Pods.
         self._pods: dict[_Key, PodInfo] = {}
         self._replica_pods: dict[_Key, dict[_Key, PodInfo]] = {}
@@ -289,7 +306,7 @@ class FreeDeviceTable:
         if (
             last is not None
             and not self._moved
-            and not self._is_found_moved
+            and not self._found.moved
             and not self._is_membership_moved
             and not is_replicas_moved
             and not is_declared_moved
@@ -406,12 +423,7 @@ class FreeDeviceTable:
         dirty.add(info.key)
 
     def _set_found(self, source: tuple[str, object], found: tuple[Found, ...]) -> None:
-        if self._found.get(source, ()) != found:
-            self._is_found_moved = True
-            if found:
-                self._found[source] = found
-            else:
-                self._found.pop(source, None)
+        self._found.set(source, found)
 
     def _recompute_pools(self, dirty: set[DraKey]) -> None:
         """Read the DRA pools of `dirty` again; the claims that read them, again too."""
@@ -694,7 +706,7 @@ class FreeDeviceTable:
         self._moved.clear()
         self._moved_from.clear()
         self._times_moved.clear()
-        self._is_found_moved = self._is_membership_moved = False
+        self._found.moved = self._is_membership_moved = False
         return TableSnapshot(result, self._clock_out, changed, self._generation)
 
     def _forget_empty(self, names: Iterable[str]) -> None:
@@ -743,10 +755,10 @@ class FreeDeviceTable:
         return tuple(map(observed.__getitem__, self._node_order))
 
     def _collect_problems(self) -> dict[str | None, tuple[Problem, ...]]:
-        if not self._is_found_moved and not self._is_membership_moved:
+        if not self._found.moved and not self._is_membership_moved:
             return self._problems
         problems = Problems()
-        for found in self._found.values():
+        for found in self._found.by_source.values():
             for f in found:
                 problems.add_found(f, self._node_pool)
         return {scope: problems.get(scope) for scope in problems.scopes()}
