@@ -6,6 +6,7 @@ A thin wrapper over the benchmark runner (`gpufleet.bench.speed`); the same as
     .venv/bin/python bench/bench_schedule.py            # the full tables
     .venv/bin/python bench/bench_schedule.py --quick    # tiny sizes
     .venv/bin/python bench/bench_schedule.py --cpu      # user CPU, median of 5 calls per row
+    .venv/bin/python bench/bench_schedule.py --flat     # B1c in user CPU: 1,000 and 3,000 clusters
 
 `--cpu` is for a shared machine, where wall time measures the neighbours: it times each call
 with `time.process_time()`. To compare with another checkout, run it again with
@@ -14,6 +15,7 @@ with `time.process_time()`. To compare with another checkout, run it again with
 
 from __future__ import annotations
 
+import gc
 import random
 import sys
 import time
@@ -36,12 +38,19 @@ ROWS = (
 )
 
 
-def cpu_rows(repeats: int = 5) -> None:
-    for is_whole_node, clusters, nodes in ROWS:
+FLAT_ROWS = ((False, 1000, 1000), (False, 3000, 1000))
+
+
+def cpu_rows(rows: tuple[tuple[bool, int, int], ...] = ROWS, repeats: int = 5) -> list[float]:
+    """Per row, the median user CPU of `repeats` calls (inputs collected and frozen first)."""
+    medians = []
+    for is_whole_node, clusters, nodes in rows:
         rng = random.Random(SEED)
         deploys = deployments(1000, rng)
         built = fleet(clusters, nodes, 9, rng)
         snap = Snapshot(deployments=deploys, clusters=whole_node(built) if is_whole_node else built)
+        gc.collect()
+        gc.freeze()
         times = []
         for _ in range(repeats):
             started = time.process_time()
@@ -55,10 +64,16 @@ def cpu_rows(repeats: int = 5) -> None:
             f"cpu_median={median:.3f}s placed/s={placed / median:,.0f}",
             flush=True,
         )
+        gc.unfreeze()
+        medians.append(median)
+    return medians
 
 
 if __name__ == "__main__":
-    if "--cpu" in sys.argv[1:]:
+    if "--flat" in sys.argv[1:]:
+        small, large = cpu_rows(FLAT_ROWS)
+        print(f"3,000 / 1,000 clusters: {large / small:.2f}x (goal: at most 1.3x)")
+    elif "--cpu" in sys.argv[1:]:
         cpu_rows()
     else:
         for section in run_benchmarks(["B1"], quick="--quick" in sys.argv[1:]):

@@ -53,7 +53,17 @@ def test_declared_pools_join_the_pools_the_nodes_name() -> None:
     agent = w.agent(AgentConfig(min_push_interval_s=0))
     agent.step(w.at(0))
     assert reported(w) == [
-        ("l4", 1, [{"free": {"gpu.nvidia.com": 4}, "nodes": 1}]),
+        (
+            "l4",
+            1,
+            [
+                {
+                    "free": {"gpu.nvidia.com": 4},
+                    "nodes": 1,
+                    "hostRoom": [{"milliCpu": 0, "memory": 0, "nodes": 1}],
+                }
+            ],
+        ),
         ("zero", 0, []),
     ]
     # The pool's first node comes (scale from zero): the same observation, now with it.

@@ -229,3 +229,37 @@ def test_a_workload_equal_but_for_its_steering_keeps_it() -> None:
 )
 def test_the_agent_follows_its_inference_cluster(cluster: Any, want: Steering) -> None:
     assert steering_of(cluster, Steering.REQUIRED) is want
+
+
+def _with_requests(body: Obj, cpu: str, memory: str = "1Gi") -> Obj:
+    body["template"] = {
+        "spec": {
+            "containers": [{"name": "e", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
+        }
+    }
+    return body
+
+
+def test_the_choice_checks_cpu_and_memory_and_assumes_them() -> None:
+    """Issue 26 §2: the fullest node by devices has too little CPU, so the pod goes to the node
+    that has both; what it takes of the host room is assumed, so a second replica in the same
+    pass is not given that CPU again; without a room check the fullest node is chosen."""
+    table = Table({"n1": 8, "n2": 2})
+    rooms = {"n1": (32000, 2**37), "n2": (4000, 2**37)}
+    s = Steerer(
+        Steering.PREFERRED, table.free_devices, table.allocated_pods, room=rooms.__getitem__
+    )
+    first = s.choose(replica("a", ("main", 1, [_with_requests(member("Standalone", 1), "24")])))
+    assert first == {("main", "Standalone"): ("n1",)}
+    # n1 keeps 7 GPUs but only 8 cores: a second 24-core pod fits nowhere and is not steered.
+    second = s.choose(replica("b", ("main", 1, [_with_requests(member("Standalone", 1), "24")])))
+    assert second == {}
+    # A small pod still goes to the fullest node that has its CPU.
+    third = s.choose(replica("c", ("main", 1, [_with_requests(member("Standalone", 1), "2")])))
+    assert third == {("main", "Standalone"): ("n2",)}
+    # Memory binds the same way.
+    big = _with_requests(member("Standalone", 1), "1", "256Gi")
+    assert s.choose(replica("d", ("main", 1, [big]))) == {}
+    assert steerer(Table({"n1": 8, "n2": 2})).choose(
+        replica("a", ("main", 1, [_with_requests(member("Standalone", 1), "24")]))
+    ) == {("main", "Standalone"): ("n2",)}

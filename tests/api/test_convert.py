@@ -16,6 +16,7 @@ from builders_api import (
     model_deployment,
     model_replica,
     observation,
+    standalone,
 )
 from gpufleet.api import (
     InferenceClass,
@@ -43,6 +44,7 @@ from gpufleet.core.model import (
     DeviceRequest,
     DriverName,
     Engine,
+    HostRoom,
     Member,
     MemberPods,
     Pool,
@@ -293,3 +295,52 @@ def test_snapshot_sorts_and_ignores_order() -> None:
     assert [c.name for c in snapshot.clusters] == ["y", "z"]
     assert [r.name for r in snapshot.replicas] == ["llama-3f9a1"]
     assert snapshot.config is config
+
+
+def test_host_room_and_pod_requests_reach_the_core() -> None:
+    """Issue 26 §2: a bucket's `hostRoom` points become `Bucket.host` (absent: None, no
+    limit), and a member's template requests (limits when absent, init containers and
+    sidecars as Kubernetes counts them) become its CPU and memory."""
+    classes = {"h100-8x": parsed_class(inference_class())}
+    roomy = {
+        **bucket(4, nodes=3),
+        "hostRoom": [
+            {"milliCpu": 6000, "memory": 2**34, "nodes": 2},
+            {"milliCpu": 30000, "memory": 2**36, "nodes": 1},
+        ],
+    }
+    body = ready_cluster(roomy, bucket(8))
+    (pool, *_) = cluster_from_manifest(parsed_cluster(body), classes, SchedulingConfig()).pools
+    assert pool.observation is not None and pool.observation.buckets is not None
+    assert [b.host for b in pool.observation.buckets] == [
+        (HostRoom(6000, 2**34, 2), HostRoom(30000, 2**36, 1)),
+        None,
+    ]
+    template = {
+        "spec": {
+            "initContainers": [
+                {"name": "fetch", "resources": {"requests": {"cpu": "30", "memory": "1Gi"}}},
+                {
+                    "name": "proxy",
+                    "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}},
+                },
+            ],
+            "containers": [
+                {"name": "engine", "resources": {"requests": {"cpu": "24", "memory": "64Gi"}}},
+                {"name": "log", "resources": {"limits": {"cpu": "0.1", "memory": "100Mi"}}},
+                {"name": "bad", "resources": {"requests": {"cpu": "lots"}}},
+            ],
+        }
+    }
+    member = {**standalone(), "template": template}
+    obj = parse_object(model_deployment("d", "ml-team", engine("engine", member)))
+    assert isinstance(obj, ModelDeployment)
+    (built,) = deployment_from_manifest(obj).engines[0].members
+    # Containers 24.1 cores + the sidecar 0.5 = 24.6; the init container's 30 wins.
+    assert (built.milli_cpu, built.memory) == (30000, 64 * 2**30 + 100 * 2**20 + 512 * 2**20)
+    replica_body = edited(model_replica(), {"spec.engines[0].members[0].template": template})
+    replica = parse_object(replica_body)
+    assert isinstance(replica, ModelReplica)
+    (placed,) = replica_from_manifest(replica).engines[0].members
+    assert (placed.milli_cpu, placed.memory) == (built.milli_cpu, built.memory)

@@ -416,6 +416,46 @@ CASES = [
         (FieldError(f"{PUBLISHED}.freeDevices[0].nodes", "must be at least 1"),),
     ),
     Case(
+        "host room points count the bucket's nodes",
+        lambda: published(
+            {**bucket(3, nodes=2), "hostRoom": [{"milliCpu": 8000, "memory": 2**34, "nodes": 1}]}
+        ),
+        {},
+        (
+            FieldError(
+                f"{PUBLISHED}.freeDevices[0].hostRoom", "points count 1 nodes, the bucket has 2"
+            ),
+        ),
+    ),
+    Case(
+        "host room values in range",
+        lambda: published(
+            {**bucket(3), "hostRoom": [{"milliCpu": 8000, "memory": 2**34, "nodes": 1}]}
+        ),
+        {
+            f"{PUBLISHED}.freeDevices[0].hostRoom[0].milliCpu": -1,
+            f"{PUBLISHED}.freeDevices[0].hostRoom[0].memory": 2**51,
+        },
+        (
+            FieldError(f"{PUBLISHED}.freeDevices[0].hostRoom[0].milliCpu", "must be at least 0"),
+            FieldError(
+                f"{PUBLISHED}.freeDevices[0].hostRoom[0].memory",
+                f"must be at most {2**50}",
+            ),
+        ),
+    ),
+    Case(
+        "at most 8 host room points",
+        lambda: published(
+            {
+                **bucket(3, nodes=9),
+                "hostRoom": [{"milliCpu": i, "memory": 0, "nodes": 1} for i in range(9)],
+            }
+        ),
+        {},
+        (FieldError(f"{PUBLISHED}.freeDevices[0].hostRoom", "must have at most 8 items"),),
+    ),
+    Case(
         "free count not negative",
         lambda: published(bucket(3)),
         {f"{PUBLISHED}.freeDevices[0].free[gpu.nvidia.com]": -1},

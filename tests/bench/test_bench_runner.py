@@ -24,7 +24,7 @@ def quick_sections() -> list[Section]:
 def test_every_benchmark_has_its_tables(quick_sections: list[Section]) -> None:
     assert [s.key for s in quick_sections] == ["B1", "B2", "B3", "B4", "B5"]
     titles = [t.title.split(":")[0] for s in quick_sections for t in s.tables]
-    assert titles == ["B1a", "B1b", "B2a", "B2b", "B3", "B4", "B5"]
+    assert titles == ["B1a", "B1b", "B1c", "B1d", "B2a", "B2b", "B3", "B4", "B5"]
     for section in quick_sections:
         for table in section.tables:
             assert table.rows, table.title
@@ -38,6 +38,18 @@ def test_speed_places_replicas_in_both_modes(quick_sections: list[Section]) -> N
         assert placed and all(p > 0 for p in placed)
         times = [v for k, v in b1.items() if k.startswith(mode) and k.endswith("/seconds")]
         assert all(t > 0 for t in times)
+
+
+def test_b1_flatness_and_growth_rows_did_their_work(quick_sections: list[Section]) -> None:
+    """B1c's fleets place the same demand (held fixed); B1d's places more as the fleet grows."""
+    b1 = quick_sections[0]
+    flat = next(t for t in b1.tables if t.title.startswith("B1c"))
+    assert len({row[6] for row in flat.rows}) == 1 and flat.rows[0][6] != "0"
+    assert b1.numbers["flatness/ratio"] > 0
+    grown = sorted(
+        (k, v) for k, v in b1.numbers.items() if k.startswith("grown/") and k.endswith("/placed")
+    )
+    assert len(grown) == 2 and all(v > 0 for _, v in grown)
 
 
 def test_free_gpu_allocates_at_least_whole_node(quick_sections: list[Section]) -> None:
@@ -141,3 +153,32 @@ def test_packing_without_the_solver_skips_the_optimum() -> None:
     assert not any(k.startswith("static/8/optimum") for k in section.numbers)
     assert any("highspy is not installed" in n for n in section.notes)
     assert all(row[1] != "optimum" for row in section.tables[0].rows)
+
+
+def test_writing_over_a_page_keeps_its_hand_written_sections(
+    quick_sections: list[Section], tmp_path: Path
+) -> None:
+    """Only the runner's blocks are replaced: hand-written text stays where it is, a
+    benchmark not run keeps its block and its Targets rows."""
+    machine = runner.Machine(cores=2, python="3.11.7", system="Linux", cpu="test cpu")
+
+    def page(sections: list[Section], date: str) -> str:
+        return runner.render_markdown(
+            sections, command="c", date=date, machine=machine, quick=True, total_s=1.0
+        )
+
+    path = tmp_path / "performance.md"
+    runner.write_report(path, page(quick_sections, "2026-01-01"), quick_sections)
+    first = path.read_text()
+    b3_block = runner.blocks(first)["B3"]
+    b2_rows = [r for r in runner.blocks(first)["targets"].split("\n") if r.startswith("| B2 ")]
+    hand = "## By hand\n\nWritten by a person, kept.\n"
+    path.write_text(first.replace(runner.end("B2"), runner.end("B2") + "\n\n" + hand))
+    only_b1 = [s for s in quick_sections if s.key == "B1"]
+    runner.write_report(path, page(only_b1, "2026-02-02"), only_b1)
+    second = path.read_text()
+    assert hand in second and second.index(hand) > second.index(runner.end("B2"))
+    assert "2026-02-02" in second and "2026-01-01" not in second
+    assert runner.blocks(second)["B3"] == b3_block
+    assert b2_rows and all(r in runner.blocks(second)["targets"] for r in b2_rows)
+    assert second.count(runner.begin("B1")) == 1

@@ -84,3 +84,27 @@ def test_arbitrary_text_as_a_scenario_never_ends_in_a_traceback(tmp_path: Path, 
     path = tmp_path / "fuzz.yaml"
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     assert_no_traceback(runner.invoke(app, ["simulate", str(path)]))
+
+
+def _quickstart_with_namespace(tmp_path: Path, namespace: Any) -> Path:
+    broken = yaml.safe_load(QUICKSTART.read_text())
+    broken["manifests"][0]["metadata"]["namespace"] = namespace
+    path = tmp_path / "ns.yaml"
+    path.write_text(yaml.safe_dump(broken), encoding="utf-8")
+    return path
+
+
+def test_a_manifest_with_a_null_namespace_runs_in_the_default_one(tmp_path: Path) -> None:
+    """Found by the fuzz above: `metadata.namespace: null` passed validation and the
+    simulator's store refused it with a traceback; the API server reads it as unset."""
+    path = _quickstart_with_namespace(tmp_path, None)
+    result = runner.invoke(app, ["simulate", str(path), "-o", "json"])
+    assert_no_traceback(result)
+    assert result.exit_code == 0, result.output
+    assert "default/" in result.output
+
+
+def test_a_manifest_with_an_empty_namespace_is_refused_at_its_field(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["simulate", str(_quickstart_with_namespace(tmp_path, ""))])
+    assert result.exit_code == 2
+    assert "manifests[0].metadata.namespace: must be a DNS label" in result.output

@@ -1,12 +1,15 @@
-"""`compile_deployment` (core/compile.py) against the plain computation.
+"""`compile_deployment` (core/compile.py).
 
-- per class and engine: each member's match is `match_member`'s, and the units and node cost
-  are `accounting.engine_units` / `node_cost` of the stamped engine on a pool of the class;
-- the shared `engines` dictionary (equal engines matched once) changes nothing;
+- per class and engine: the units are those a real pool ledger of the class accounts for the
+  engine stamped there (`PoolLedger` reads the devices as the compiled class does);
+- the shared `engines` dictionary (equal engines matched once) changes nothing (as `FRESH`
+  against the reuse: tests/core/test_derive_properties.py);
 - `covers` and `on_shape` / `can_host` say what a cluster of those classes can take.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -25,7 +28,7 @@ from builders import (
     standalone,
     worker,
 )
-from gpufleet.core.accounting import engine_units, node_cost
+from gpufleet.core.accounting import engine_units
 from gpufleet.core.capacity import PoolLedger
 from gpufleet.core.compile import EngineOnClass, PoolClass, compile_deployment
 from gpufleet.core.fit import order_units
@@ -35,6 +38,7 @@ from gpufleet.core.model import (
     Deployment,
     Device,
     Engine,
+    HostRoom,
     PoolName,
     ReplicaEngine,
     ReplicaMember,
@@ -82,40 +86,70 @@ def demands(draw: st.DrawFn) -> Deployment:
                     worker(gpus(n), nodes=workers),
                 ),
             )
-    return d.build()
+    built = d.build()
+    # Some members request CPU and memory (the host units carry them).
+    if draw(st.booleans()):
+        cpu, memory = draw(st.sampled_from([(0, 0), (4000, 2**34), (250, 0), (0, 2**30)]))
+        built = replace(
+            built,
+            engines=tuple(
+                replace(
+                    e, members=tuple(replace(m, milli_cpu=cpu, memory=memory) for m in e.members)
+                )
+                for e in built.engines
+            ),
+        )
+    return built
 
 
-def _plain(engine: Engine, devices: tuple[Device, ...]) -> EngineOnClass:
-    """The engine on a free-GPU pool of the class, computed with accounting.py's functions."""
+def _on_ledger(
+    engine: Engine, devices: tuple[Device, ...], on_class: EngineOnClass
+) -> tuple[object, object]:
+    """The engine's units on a real pool ledger of the class, stamped with its matches; and on
+    the same pool with its nodes' CPU and memory reported (its vectors end in them)."""
     built = cluster("c").pool("p", nodes=2, devices=devices, observation=observed({8: 2})).build()
     ledger = PoolLedger(ClusterName("c"), built.pools[0], 1, SchedulingConfig())
-    matches = tuple(match_member(m, devices) for m in engine.members)
+    plain = built.pools[0].observation
+    assert plain is not None and plain.buckets is not None
+    hosted = replace(
+        plain,
+        buckets=tuple(replace(b, host=(HostRoom(8000, 2**36, b.nodes),)) for b in plain.buckets),
+    )
+    host_ledger = PoolLedger(
+        ClusterName("c"), replace(built.pools[0], observation=hosted), 1, SchedulingConfig()
+    )
+    assert host_ledger.host and not ledger.host
     stamp = ReplicaEngine(
         engine.name,
         tuple(
-            ReplicaMember(m.role, PoolName(""), m.worker_nodes, match.resolved)
-            for m, match in zip(engine.members, matches, strict=True)
+            ReplicaMember(
+                m.role, PoolName("p"), m.worker_nodes, match.resolved, m.milli_cpu, m.memory
+            )
+            for m, match in zip(engine.members, on_class.matches, strict=True)
         ),
         engine.copies,
         engine.phase,
     )
-    return EngineOnClass(
-        matches,
-        all(m.is_match for m in matches),
-        tuple(m.is_match and m.is_claiming for m in matches),
-        tuple(order_units(engine_units(stamp, PoolName(""), ledger))),
-        node_cost((stamp,), PoolName("")),
+    return (
+        tuple(order_units(engine_units(stamp, PoolName("p"), ledger))),
+        tuple(order_units(engine_units(stamp, PoolName("p"), host_ledger))),
     )
 
 
 @SETTINGS
 @given(demands())
-def test_compiled_is_the_plain_match_and_demand(d: Deployment) -> None:
+def test_a_class_accounts_as_a_pool_of_it(d: Deployment) -> None:
     compiled = compile_deployment(d, CLASSES)
     assert set(compiled.classes) == {c.id for c in CLASSES}
     for pool_class in CLASSES:
         for engine, on_class in zip(d.engines, compiled.classes[pool_class.id], strict=True):
-            assert on_class == _plain(engine, pool_class.devices)
+            assert on_class.matches == tuple(
+                match_member(m, pool_class.devices) for m in engine.members
+            )
+            units, host_units = _on_ledger(engine, pool_class.devices, on_class)
+            assert on_class.units == units
+            # Host units as a pool whose agent reports CPU and memory reads them.
+            assert on_class.units_on(True) == host_units
 
 
 @SETTINGS

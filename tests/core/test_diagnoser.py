@@ -1,6 +1,7 @@
-"""Oracle for the diagnosis reuse (core/verdicts.py): a `Diagnoser` that answers a deployment
-from the scan of an earlier one alike (selector, tolerations, engines), asking again only on
-clusters whose ledger version moved, says what the plain scan of the fleet says now.
+"""Oracle for the diagnosis reuse (core/reuse/diagnoser.py): a `Diagnoser` that answers a
+deployment from the scan of an earlier one alike (selector, tolerations, engines), asking again
+only on clusters whose ledger version moved, says what `PlainDiagnoser` (`FRESH`'s, core/
+verdicts.py) says of the fleet now.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from builders import NOW, ago, cluster, deployment, observed
-from gpufleet.core.decision import Diagnosis
 from gpufleet.core.derive import FRESH
 from gpufleet.core.model import Cluster, ClusterName, Deployment, SchedulingConfig, Snapshot
 from gpufleet.core.placement import (
@@ -21,8 +21,9 @@ from gpufleet.core.placement import (
     explain_profile,
     place_replica,
 )
+from gpufleet.core.reuse.diagnoser import Diagnoser
 from gpufleet.core.schedule import _build_ledgers, schedule
-from gpufleet.core.verdicts import Diagnoser
+from gpufleet.core.verdicts import PlainDiagnoser
 
 SETTINGS = settings(
     max_examples=int(__import__("os").environ.get("GPUFLEET_EXAMPLES", "60")),
@@ -86,23 +87,18 @@ def _ledgers(
     return _build_ledgers(snapshot, NOW, call, False), call.placement
 
 
-def _plain(
-    ledgers: dict[ClusterName, ClusterLedger], memo: PlacementMemo, d: Deployment
-) -> Diagnosis:
-    """A fresh diagnoser's diagnosis: every cluster scanned, nothing reused."""
-    return Diagnoser(ledgers, memo, SchedulingConfig()).diagnose(d, {})
-
-
 @SETTINGS
 @given(fleets(), alike(), st.data())
-def test_a_reused_diagnosis_is_the_plain_scan(
+def test_a_reused_diagnosis_is_fresh_diagnosis(
     clusters: tuple[Cluster, ...], ds: tuple[Deployment, ...], data: st.DataObject
 ) -> None:
     ledgers, memo = _ledgers(clusters)
     diagnoser = Diagnoser(ledgers, memo, SchedulingConfig())
     for _ in range(3):  # diagnose all, place some replicas (versions move), again
         for d in ds:
-            assert diagnoser.diagnose(d, {}) == _plain(ledgers, memo, d)
+            assert diagnoser.diagnose(d, {}) == PlainDiagnoser(
+                ledgers, memo, SchedulingConfig()
+            ).diagnose(d, {})
         for d in ds:
             if not data.draw(st.booleans()):
                 continue
@@ -128,7 +124,7 @@ def test_deployments_alike_share_verdicts_that_did_not_move() -> None:
     ledger = ledgers[ClusterName("c1")]
     commit(ledger, place_replica(ledger, first, memo.on_cluster(first, ledger)))
     after = diagnoser.diagnose(second, {})
-    assert after == _plain(ledgers, memo, second)
+    assert after == PlainDiagnoser(ledgers, memo, SchedulingConfig()).diagnose(second, {})
     assert after.clusters[0] is before.clusters[0]
     assert after.clusters[2] is before.clusters[2]
     assert after.clusters[1] != before.clusters[1]
@@ -186,6 +182,6 @@ def test_clusters_a_selector_leaves_out_share_their_verdict() -> None:
     small = deployment("ml/a").select(region="eu").engine(gpus=1).build()
     big = deployment("ml/b").select(region="eu").engine(gpus=8, copies=2).build()
     first, second = diagnoser.diagnose(small, {}), diagnoser.diagnose(big, {})
-    assert second == _plain(ledgers, memo, big)
+    assert second == PlainDiagnoser(ledgers, memo, SchedulingConfig()).diagnose(big, {})
     assert second.clusters[1] is first.clusters[1]
     assert second.clusters[1].reasons[0].code.value == "ClusterNotSelected"

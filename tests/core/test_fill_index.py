@@ -1,7 +1,8 @@
-"""Oracles for the fill index and the explain cache (core/placement.py).
+"""Oracles for the fill index (core/reuse/fill_index.py) and the explain cache
+(core/placement.py).
 
-- `FillOrder.place` places where trying every candidate in fill order with `place_replica`
-  would (the plain computation), replica after replica, and leaves the ledgers alike;
+- `FillIndex.place` places where `PlainFill` (`FRESH`'s: every candidate tried in fill order
+  with `place_replica`) does, replica after replica, and leaves the ledgers alike;
 - `explain_cluster` and `ungated_verdict` (kept per explain profile and cluster version) say what
   `place_replica(explain=True)` says on the cluster as it is now, also after commits.
 """
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from builders import NOW, cluster, deployment, observed
 from gpufleet.core.decision import ClusterVerdict
 from gpufleet.core.derive import FRESH
-from gpufleet.core.fill_order import FillOrder
+from gpufleet.core.fill_order import PlainFill
 from gpufleet.core.model import Cluster, ClusterName, Deployment, Snapshot
 from gpufleet.core.placement import (
     ClusterLedger,
@@ -25,6 +26,7 @@ from gpufleet.core.placement import (
     place_replica,
     ungated_verdict,
 )
+from gpufleet.core.reuse.fill_index import FillIndex
 from gpufleet.core.schedule import _build_ledgers
 
 SETTINGS = settings(
@@ -82,52 +84,32 @@ def _candidates(
     return tuple(sorted(n for n, lg in ledgers.items() if can_ever_host(lg, d, memo)))
 
 
-def _plain_place(
-    ledgers: dict[ClusterName, ClusterLedger],
-    d: Deployment,
-    memo: PlacementMemo,
-    names: tuple[ClusterName, ...],
-    offset: int,
-    counts: dict[ClusterName, int],
-) -> ClusterName | None:
-    """Try every candidate in (replicas there, rank from offset) order; commit the first fit."""
-    n = len(names)
-    order = sorted(names, key=lambda c: (counts.get(c, 0), (names.index(c) - offset) % n))
-    for name in order:
-        fitted = place_replica(ledgers[name], d, memo.on_cluster(d, ledgers[name]))
-        if fitted.engines is not None:
-            commit(ledgers[name], fitted)
-            counts[name] = counts.get(name, 0) + 1
-            return name
-    return None
-
-
 def _state(ledgers: dict[ClusterName, ClusterLedger]) -> list[object]:
     return [(p.free, p.free_nodes) for lg in ledgers.values() for p in lg.pools]
 
 
 @SETTINGS
 @given(fleets(), demands(), st.integers(0, 7), st.data())
-def test_fill_order_places_as_the_plain_scan(
+def test_the_fill_index_places_as_fresh_fills(
     clusters: tuple[Cluster, ...], ds: tuple[Deployment, ...], offset: int, data: st.DataObject
 ) -> None:
     fast, fast_memo = _ledgers(clusters)
     plain, plain_memo = _ledgers(clusters)
     orders = {}
-    counts: dict[str, dict[ClusterName, int]] = {}
+    plains = {}
     for d in ds:
         names = _candidates(fast, d, fast_memo)
         start = {n: data.draw(st.integers(0, 1)) for n in names}
-        orders[d.key.name] = FillOrder(names, {n: i for i, n in enumerate(names)}, start, offset)
-        counts[d.key.name] = {n: c for n, c in start.items() if c}
+        ranks = {n: i for i, n in enumerate(names)}
+        orders[d.key.name] = FillIndex(names, ranks, start, offset)
+        plains[d.key.name] = PlainFill(names, ranks, start, offset)
     # Round-robin, as the scheduler does, until every deployment fails once.
     active = list(ds)
     while active:
         for d in list(active):
             got = orders[d.key.name].place(fast, d, fast_memo, lambda c: str(c))
-            names = orders[d.key.name].names
-            want = _plain_place(plain, d, plain_memo, names, offset, counts[d.key.name])
-            assert (got[0] if got else None) == want
+            want = plains[d.key.name].place(plain, d, plain_memo, lambda c: str(c))
+            assert (got[0] if got else None) == (want[0] if want else None)
             assert _state(fast) == _state(plain)
             if got is None:
                 active.remove(d)

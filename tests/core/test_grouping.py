@@ -1,4 +1,4 @@
-"""Grouping replicas by deployment from the previous call's grouping (core/grouping.py), and
+"""Grouping replicas by deployment from the previous call's grouping (core/reuse/grouping.py), and
 `schedule` answering an unchanged deployment from the previous call's entry (`_Table`), decide
 as `FRESH` does.
 
@@ -27,10 +27,10 @@ from test_schedule_memo import (
 )
 
 from builders import NOW, cluster, deployment, key, observed, replica_from
-from gpufleet.core.grouping import Grouping, regroup
 from gpufleet.core.model import Avoid, Replica, ReplicaStatus, Snapshot
 from gpufleet.core.retain import by_deployment
 from gpufleet.core.reuse import ScheduleMemo
+from gpufleet.core.reuse.grouping import Grouping, regroup
 from gpufleet.core.schedule import plan, schedule
 
 

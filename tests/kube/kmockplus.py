@@ -20,8 +20,18 @@ itself:
 - Namespaces (`/api/v1/namespaces[/NAME]`, which kmock does not parse): deleting one deletes
   every object in it; with `strict_namespaces`, creating an object in a namespace that does not
   exist is a 404, as on a real API server;
-- the TokenRequest subresource (`POST .../serviceaccounts/NAME/token`): a fresh random token
-  with `expirationTimestamp`; `tokens` maps each token issued to its ServiceAccount.
+- the TokenRequest subresource (`POST .../serviceaccounts/NAME/token`): a fresh JWT-shaped
+  token (its payload has `sub`, `iat` and `exp`, as the API server's) with
+  `expirationTimestamp`; `tokens` maps each token issued to its ServiceAccount. A request with
+  an issued token past its expiry, or one `revoke`d, is answered 401 Unauthorized.
+  `token_min_s` is the shortest lifetime granted (the API server's 10 minutes; a test may lower
+  it to see a renewal happen);
+- bootstrap-token authentication (kubeadm's): a bearer token of the form `ID.SECRET`
+  (`[a-z0-9]{6}.[a-z0-9]{16}`) is checked against the Secret `bootstrap-token-ID` in
+  kube-system, of type `bootstrap.kubernetes.io/token`, with `usage-bootstrap-authentication:
+  true`, the same `token-secret` and an `expiration` not passed; any other such token (unknown,
+  expired, wrong secret) is 401 Unauthorized, as the API server's authenticator answers. Who it
+  stands for (`system:bootstrap:ID`) is RBAC's business (tests/kube/rbac.py, `User`).
 
 Every request is recorded as a `Request` (who by bearer token, verb, group, resource,
 subresource, namespace, name) in `requests_seen`, so a test can check what a component sent
@@ -31,8 +41,9 @@ authorizer answers, and nothing is served.
 
 Fault injection, callable from the test thread: `kill_watches()` drops every watch
 connection, `expire_watches()` compacts the history and ends every watch with a 410 ERROR
-event, `stall_watches()` makes live watches go silent without closing (a watch that dies
-silently), `compact()` forgets the history.
+event, `stall_watches()` makes live watches (of one resource, if given) go silent without
+closing (a watch that dies silently, or lags behind the others), `compact()` forgets the
+history.
 
 `serve()` runs the server on its own event loop in a thread, for sync clients.
 """
@@ -40,6 +51,7 @@ silently), `compact()` forgets the history.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import json
@@ -85,6 +97,9 @@ PODS: ResourceKey = ("", "v1", "pods")
 SERVICE_ACCOUNTS: ResourceKey = ("", "v1", "serviceaccounts")
 #: The API server's bounds on a TokenRequest's `expirationSeconds` (its default: one hour).
 TOKEN_MIN_S, TOKEN_DEFAULT_S = 600, 3600
+SECRETS: ResourceKey = ("", "v1", "secrets")
+BOOTSTRAP_TOKEN = re.compile(r"^([a-z0-9]{6})\.([a-z0-9]{16})$")
+BOOTSTRAP_TYPE = "bootstrap.kubernetes.io/token"
 _NAMESPACE_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+)(?:/(status|finalize))?)?/?$")
 
 
@@ -102,6 +117,7 @@ class _Change:
 
 @dataclass(eq=False)
 class _Watcher:
+    resource: str = ""  # the plural it watches
     killed: asyncio.Event = field(default_factory=asyncio.Event)
     expired: bool = False
     stalled: bool = False
@@ -194,6 +210,10 @@ class KMockPlus(kmock.KubernetesScaffold):
     requests_seen: dict[Request, int] = attrs.field(factory=dict, init=False)
     #: Every token the TokenRequest subresource issued -> (namespace, ServiceAccount name).
     tokens: dict[str, tuple[str, str]] = attrs.field(factory=dict, init=False)
+    #: When each issued token expires; a request with one past it (or revoked) is 401.
+    token_expiry: dict[str, datetime] = attrs.field(factory=dict, init=False)
+    #: The shortest `expirationSeconds` a TokenRequest is granted (settable from the test).
+    token_min_s: int = TOKEN_MIN_S
     #: Whether a request may be served (None: every one); a refused one is 403 Forbidden.
     #: May be set from the test thread while serving.
     authorize: Callable[[Request], bool] | None = attrs.field(default=None)
@@ -227,14 +247,20 @@ class KMockPlus(kmock.KubernetesScaffold):
 
         self._call(expire)
 
-    def stall_watches(self) -> None:
-        """Keep live watches open but send nothing more on them (a silent watch death)."""
+    def stall_watches(self, resource: str | None = None) -> None:
+        """Keep live watches (of the plural `resource` only, when given) open but send nothing
+        more on them (a silent watch death; or a watch that lags behind the others)."""
 
         def stall() -> None:
             for watcher in self._watchers:
-                watcher.stalled = True
+                if resource is None or watcher.resource == resource:
+                    watcher.stalled = True
 
         self._call(stall)
+
+    def revoke(self, token: str) -> None:
+        """Make an issued token invalid now (as its expiry, or its ServiceAccount's deletion)."""
+        self.token_expiry[token] = datetime.min.replace(tzinfo=UTC)
 
     def compact(self) -> None:
         """Forget the history: watching from an older resourceVersion gets 410 Gone."""
@@ -320,6 +346,9 @@ class KMockPlus(kmock.KubernetesScaffold):
             self._changed = asyncio.Condition()
         rkey, ns, name, sub, method = call.rkey, call.ns, call.name, call.sub, call.method
         seen = self._record(call)
+        refused = self._authenticate(seen.user)
+        if refused:
+            return _json(_status(401, "Unauthorized", refused), 401)
         if rkey[0] in self.missing_groups:
             message = "the server could not find the requested resource"
             return _json(_status(404, "NotFound", message), 404)
@@ -367,22 +396,56 @@ class KMockPlus(kmock.KubernetesScaffold):
         self.requests_seen[seen] = self.requests_seen.get(seen, 0) + 1
         return seen
 
+    def _authenticate(self, token: str) -> str | None:
+        """Why a bearer token is refused (401), or None: an expired or revoked issued token, a
+        bootstrap token without its valid Secret. Other tokens pass (no authenticator here)."""
+        expiry = self.token_expiry.get(token)
+        if expiry is not None:
+            return "token has expired" if datetime.now(UTC) >= expiry else None
+        match = BOOTSTRAP_TOKEN.match(token)
+        if match is None:
+            return None
+        token_id, secret = match.groups()
+        stored = self._objects_by_key.get((SECRETS, "kube-system", f"bootstrap-token-{token_id}"))
+        if stored is None or stored.get("type") != BOOTSTRAP_TYPE:
+            return f"bootstrap token {token_id} is unknown"
+        data = {k: base64.b64decode(v).decode() for k, v in (stored.get("data") or {}).items()}
+        if data.get("token-id") != token_id or data.get("token-secret") != secret:
+            return f"bootstrap token {token_id}: wrong secret"
+        if data.get("usage-bootstrap-authentication") != "true":
+            return f"bootstrap token {token_id} is not for authentication"
+        expiration = data.get("expiration")
+        if expiration and datetime.now(UTC) >= datetime.fromisoformat(expiration):
+            return f"bootstrap token {token_id} has expired"
+        return None
+
     def _token_request(self, ns: str, name: str, body: Any) -> Obj:
         """A TokenRequest for ServiceAccount `ns/name`: a new random token, valid for
-        `spec.expirationSeconds` (at least 10 minutes, one hour if not given)."""
+        `spec.expirationSeconds` (at least `token_min_s`, one hour if not given)."""
         self._require((SERVICE_ACCOUNTS, ns, name))
         spec = (body or {}).get("spec") or {} if isinstance(body, dict) else {}
         seconds = spec.get("expirationSeconds") or TOKEN_DEFAULT_S
-        if not isinstance(seconds, int) or seconds < TOKEN_MIN_S:
+        if not isinstance(seconds, int) or seconds < self.token_min_s:
             raise _ApiError(
                 422,
                 "Invalid",
                 f"spec.expirationSeconds: Invalid value: {seconds!r}: "
                 "may not specify a duration less than 10 minutes",
             )
-        token = secrets.token_urlsafe(24)
+        issued = datetime.now(UTC)
+        expires = issued + timedelta(seconds=seconds)
+        claims = {
+            "sub": f"system:serviceaccount:{ns}:{name}",
+            "iat": int(issued.timestamp()),
+            "exp": int(expires.timestamp()),
+        }
+        token = ".".join(
+            base64.urlsafe_b64encode(json.dumps(part).encode()).decode().rstrip("=")
+            for part in ({"alg": "RS256"}, claims)
+        )
+        token += "." + secrets.token_urlsafe(24)
         self.tokens[token] = (ns, name)
-        expires = datetime.now(UTC) + timedelta(seconds=seconds)
+        self.token_expiry[token] = expires
         return {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
@@ -453,7 +516,7 @@ class KMockPlus(kmock.KubernetesScaffold):
             await response.write_eof()
             return response
 
-        watcher = _Watcher()
+        watcher = _Watcher(resource=rkey[2])
         self._watchers.add(watcher)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s if timeout_s else None
@@ -680,8 +743,10 @@ def serve(strict_namespaces: bool = False) -> Iterator[Served]:
 
     async def main() -> None:
         api = KMockPlus(strict_namespaces=strict_namespaces)
-        if strict_namespaces:  # a real cluster always has it (events of cluster-scoped objects)
-            api._create(NAMESPACES, "", {"metadata": {"name": "default"}})
+        if strict_namespaces:  # a real cluster always has them (events of cluster-scoped
+            # objects; bootstrap tokens)
+            for name in ("default", "kube-system"):
+                api._create(NAMESPACES, "", {"metadata": {"name": name}})
         async with api, kmock.Server(api) as server:
             api.loop = asyncio.get_running_loop()
             box["served"] = Served(api, str(server.url).rstrip("/"))

@@ -8,7 +8,8 @@ value or `*`, and its `resourceNames`, when given, hold the request's name (so t
 a list, a watch of a collection or a create). A ClusterRoleBinding grants its ClusterRole in
 every namespace and cluster-wide; a RoleBinding grants its Role or ClusterRole in its own
 namespace only. As the API server does, a request on a Namespace object counts as made in that
-namespace. Aggregated ClusterRoles and non-resource URLs are not modelled (none is installed).
+namespace. A `User` (a bootstrap token's `system:bootstrap:ID` and its groups) matches a
+binding's `User` and `Group` subjects. Aggregated ClusterRoles and non-resource URLs are not modelled (none is installed).
 
 `authorizer(subjects)` makes the emulated API server enforce the same rules
 (`KMockPlus.authorize`): a component's request they refuse is answered 403 Forbidden, so a
@@ -31,6 +32,33 @@ Manifest = Mapping[str, Any]
 class ServiceAccount:
     namespace: str
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """A user the API server authenticated otherwise (a bootstrap token), with its groups."""
+
+    name: str
+    groups: tuple[str, ...] = ()
+
+    @property
+    def namespace(self) -> str:  # for `denied`'s lines
+        return "user"
+
+
+Subject = ServiceAccount | User
+
+
+def _is_subject(subject: Subject, entry: Manifest) -> bool:
+    if isinstance(subject, User):
+        return (entry.get("kind") == "User" and entry.get("name") == subject.name) or (
+            entry.get("kind") == "Group" and entry.get("name") in subject.groups
+        )
+    return (
+        entry.get("kind") == "ServiceAccount"
+        and entry.get("name") == subject.name
+        and entry.get("namespace") == subject.namespace
+    )
 
 
 def _holds(values: Iterable[str], value: str) -> bool:
@@ -62,15 +90,10 @@ class Rbac:
             elif kind in ("RoleBinding", "ClusterRoleBinding"):
                 self.bindings.append(doc)
 
-    def _rules_for(self, subject: ServiceAccount, namespace: str) -> Iterable[Manifest]:
+    def _rules_for(self, subject: Subject, namespace: str) -> Iterable[Manifest]:
         """The rules granted to `subject` for a request in `namespace` ("" cluster-wide)."""
         for binding in self.bindings:
-            if not any(
-                s.get("kind") == "ServiceAccount"
-                and s.get("name") == subject.name
-                and s.get("namespace") == subject.namespace
-                for s in binding.get("subjects") or []
-            ):
+            if not any(_is_subject(subject, s) for s in binding.get("subjects") or []):
                 continue
             ref = binding["roleRef"]
             if binding["kind"] == "ClusterRoleBinding":
@@ -82,16 +105,11 @@ class Rbac:
             role_ns = bound_ns if ref["kind"] == "Role" else ""
             yield from self.roles.get((ref["kind"], role_ns, ref["name"]), [])
 
-    def granted(self, subject: ServiceAccount) -> set[tuple[str, str, str]]:
+    def granted(self, subject: Subject) -> set[tuple[str, str, str]]:
         """Every (apiGroup, resource, verb) some binding grants `subject`, in any namespace."""
         found = set()
         for binding in self.bindings:
-            if not any(
-                s.get("kind") == "ServiceAccount"
-                and s.get("name") == subject.name
-                and s.get("namespace") == subject.namespace
-                for s in binding.get("subjects") or []
-            ):
+            if not any(_is_subject(subject, s) for s in binding.get("subjects") or []):
                 continue
             ref = binding["roleRef"]
             ns = binding["metadata"].get("namespace", "") if ref["kind"] == "Role" else ""
@@ -101,13 +119,13 @@ class Rbac:
                         found |= {(group, resource, verb) for verb in rule.get("verbs") or []}
         return found
 
-    def allows(self, subject: ServiceAccount, request: Request) -> bool:
+    def allows(self, subject: Subject, request: Request) -> bool:
         namespace = request.namespace
         if request.group == "" and request.resource == "namespaces" and request.name:
             namespace = request.name
         return any(rule_matches(r, request) for r in self._rules_for(subject, namespace))
 
-    def authorizer(self, subjects: Mapping[str, ServiceAccount]) -> Callable[[Request], bool]:
+    def authorizer(self, subjects: Mapping[str, Subject]) -> Callable[[Request], bool]:
         """For `KMockPlus.authorize`: a request with a token in `subjects` is served when its
         ServiceAccount may make it; one with another token (the test's own, an admin's) is."""
 
@@ -117,9 +135,7 @@ class Rbac:
 
         return authorize
 
-    def denied(
-        self, requests: Iterable[Request], subjects: Mapping[str, ServiceAccount]
-    ) -> list[str]:
+    def denied(self, requests: Iterable[Request], subjects: Mapping[str, Subject]) -> list[str]:
         """One line per request made with a token in `subjects` that its ServiceAccount may not
         make (sorted); requests with other tokens (the test's own) are not checked."""
         lines = set()

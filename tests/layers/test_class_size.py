@@ -25,15 +25,6 @@ ALLOWED: dict[str, int] = {
     # (48 since the drains of issue 25 counted a replica's pods on cordoned nodes; 47 since
     # the problems found per source became `_Findings`.)
     "gpufleet.agent.table.FreeDeviceTable": 47,
-    # Issue 24 ("Done when": no class over 20): the agent's step around the table.
-    "gpufleet.agent.runner.Agent": 30,
-    # Issue 24 section 1: the reuse leaves the core for a folder of its own.
-    "gpufleet.core.placement.PlacementMemo": 22,
-    # Issue 24 section 2: the daemon wakes at `Controller.next_due()`.
-    "gpufleet.kube.daemon.DaemonLoop": 21,
-    # The scenario language's checks (one field per check kind; issue 25 added updatedReplicas
-    # and minPodsRunning): to become a mapping of kind to expectation.
-    "gpufleet.sim.scenario.model.Check": 21,
 }
 
 

@@ -24,7 +24,7 @@ def imported_roots(path: Path) -> set[str]:
     return roots
 
 
-@pytest.mark.parametrize("path", sorted(CORE.glob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(CORE.rglob("*.py")), ids=lambda p: str(p.relative_to(CORE)))
 def test_core_module_imports_only_stdlib_and_core(path: Path) -> None:
     allowed = set(sys.stdlib_module_names) | {"gpufleet"}
     outside = imported_roots(path) - allowed

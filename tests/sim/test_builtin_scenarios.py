@@ -218,3 +218,19 @@ def test_a_drained_node_under_a_serving_replica_is_replaced_first() -> None:
         "placed ml/llm on solo",  # the replacement, first
         "dropped ml/llm from solo (Superseded)",  # once it runs
     ]
+
+
+def test_a_pod_whose_cpu_does_not_fit_is_refused_with_its_numbers() -> None:
+    """Issue 26 §2: nodes of 16 cores less a DaemonSet's 1; a 24-core pod is refused with its
+    numbers (from the agent's hostRoom report), a 96Gi one for memory, and neither is placed."""
+    result = run("cpu-does-not-fit")
+    big = next(r for r in result.refusals if r.deployment == "ml/big")
+    assert big.reason == "InsufficientCPU"
+    assert (big.numbers["pod_milli_cpu"], big.numbers["best_node_milli_cpu"]) == (24000, 15000)
+    assert "needs 24 cores, best node with 4 free devices has 15 free" in big.detail
+    hungry = next(r for r in result.refusals if r.deployment == "ml/hungry")
+    assert hungry.reason == "InsufficientMemory"
+    assert hungry.numbers["best_node_memory"] == 63 * 2**30
+    assert deployment(result, "big") == (1, 0, 0)
+    assert deployment(result, "hungry") == (1, 0, 0)
+    assert deployment(result, "small") == (1, 1, 1)

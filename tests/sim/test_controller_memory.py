@@ -29,8 +29,8 @@ _REMEMBERED = {
     "config",
     "identity",
     "timer",
-    "ledger",
-    "recorder",
+    # Its assume ledger and the events it recorded (`HubWriter`).
+    "writer",
     "replacer",
     "quarantine",
 }
@@ -49,8 +49,10 @@ def forget(controller: Controller, fresh: Controller) -> None:
         for kept in _REMEMBERED_IN.get(name, ()):
             setattr(value, kept, getattr(getattr(controller, name), kept))
         setattr(controller, name, value)
-    # The fresh applier writes through `controller`, and knows its re-placements.
-    controller.applier.writer = controller
+    # The fresh applier writes through the kept writer, behind `controller`'s barrier, and
+    # knows its re-placements.
+    controller.applier.writer = controller.writer
+    controller.applier.barrier = controller
     controller.applier.replacer = controller.replacer
 
 

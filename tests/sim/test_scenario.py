@@ -167,7 +167,7 @@ def test_every_problem_is_reported_with_its_path() -> None:
         "manifests[0].spec.replicas: must be at least 0",
         "timeline[0].action: unknown action 'cordonn' (expected one of apply, delete, scale, "
         "cordon, uncordon, drain, taint, untaint, failNode, recoverNode, addNode, removeNode, "
-        "killAgent, startAgent, reinstallAgent, partition, heal, addForeignClaim, "
+        "killAgent, startAgent, reinstallAgent, partition, heal, addForeignClaim, addHostPod, "
         "removeForeignClaim, deleteCluster, labelCluster)",
         "timeline[1].cluster: unknown cluster 'zz' (clusters: a)",
         "timeline[2].at: is after the end (5m00s)",

@@ -172,8 +172,9 @@ def materialize(
         for j, member in enumerate(members):
             role = str(member.get("role", "Standalone"))
             _required(member, "nodePoolName", f"spec.engines[{i}].members[{j}].nodePoolName")
-            if member.get("deviceRequests"):
-                rct = _claim_template(name, namespace, engine_name, role, member, base)
+            dra = [r for r in member.get("deviceRequests") or () if not _is_extended(r)]
+            if dra:
+                rct = _claim_template(name, namespace, engine_name, role, dra, base)
                 out.append(rct)
                 templates[role] = rct
         wname = workload_name(name, engine_name)
@@ -244,7 +245,7 @@ def _claim_template(
     namespace: str,
     engine: str,
     role: str,
-    member: Mapping[str, Any],
+    device_requests: list[Mapping[str, Any]],
     base: Mapping[str, str],
 ) -> Obj:
     requests = [
@@ -259,7 +260,7 @@ def _claim_template(
                 ],
             },
         }
-        for r in member["deviceRequests"]
+        for r in device_requests
     ]
     return {
         "apiVersion": RESOURCE_CLAIM_TEMPLATE.api_version,
@@ -314,8 +315,30 @@ def _pod_template(
             claims = [c for c in resources.get("claims") or [] if c.get("name") != POD_CLAIM_NAME]
             resources["claims"] = [*claims, {"name": POD_CLAIM_NAME}]
             containers[0]["resources"] = resources
+    extended = _extended_requests(member)
+    if extended and containers:
+        # A device-plugin pool's devices: the engine's limits (= its requests) of the resource.
+        resources = dict(containers[0].get("resources") or {})
+        resources["limits"] = {**(resources.get("limits") or {}), **extended}
+        containers[0]["resources"] = resources
     spec["containers"] = containers
     return {"metadata": {"labels": pod_labels}, "spec": spec}
+
+
+def _is_extended(request: Mapping[str, Any]) -> bool:
+    """A request resolved against a `DevicePlugin` device: its driver is the extended resource
+    (a name with a `/`; a DRA driver's never has one)."""
+    return "/" in str(request.get("driver") or "")
+
+
+def _extended_requests(member: Mapping[str, Any]) -> dict[str, str]:
+    """The extended resources a member's device-plugin requests add up to, as limits."""
+    totals: dict[str, int] = {}
+    for r in member.get("deviceRequests") or ():
+        if _is_extended(r):
+            key = str(r["driver"])
+            totals[key] = totals.get(key, 0) + int(r.get("count", 1))
+    return {k: str(v) for k, v in sorted(totals.items())}
 
 
 def _disruption_budget(replica: str, namespace: str, deployment: str) -> Obj:

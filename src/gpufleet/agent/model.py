@@ -61,6 +61,9 @@ class ClusterObjects:
     #: The pools the hub declares for the cluster (`reads.declared_pools`): each is observed,
     #: at zero nodes when none of its nodes is seen.
     declared_pools: frozenset[str] = frozenset()
+    #: Device-plugin pools -> the extended resources counted as their devices
+    #: (`device_plugin.device_plugin_pools`).
+    device_plugin_pools: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 def _default_tolerations() -> tuple[Toleration, ...]:
@@ -277,9 +280,7 @@ class ObservedPool:
         """The PoolObservation `status` body (docs/design/shapes.md), minus agent/observedAt."""
         status: dict[str, Any] = {"observedNodes": self.observed_nodes}
         if self.free_devices is not None:
-            status["freeDevices"] = [
-                {"free": dict(b.free), "nodes": b.nodes} for b in self.free_devices
-            ]
+            status["freeDevices"] = [_bucket_body(b) for b in self.free_devices]
         if self.last_allocation_time is not None:
             status["lastAllocationTime"] = format_time(self.last_allocation_time)
         status["excludedNodes"] = dict(self.excluded_nodes)
@@ -357,6 +358,16 @@ class ObservationResult:
     problems: tuple[Problem, ...]
     #: Every pooled node, sorted by name (for explanations; not pushed).
     nodes: tuple[ObservedNode, ...]
+
+
+def _bucket_body(b: Bucket) -> dict[str, Any]:
+    """A bucket of `freeDevices`, with its `hostRoom` points when it has them."""
+    body: dict[str, Any] = {"free": dict(b.free), "nodes": b.nodes}
+    if b.host is not None:
+        body["hostRoom"] = [
+            {"milliCpu": p.milli_cpu, "memory": p.memory, "nodes": p.nodes} for p in b.host
+        ]
+    return body
 
 
 def format_time(t: datetime) -> str:

@@ -9,7 +9,10 @@ the nodes itself and writes them into the pod templates:
   fit does (`gpufleet.core.fit`): units (one pod of a Standalone copy; the claiming pods of one
   gang copy, on distinct nodes) largest first, each pod on the *fullest node that fits* (the
   fewest free devices; ties by the free devices, then by name), which is what the hub's `Pack`
-  prediction assumes. A member whose every pod found a node is steered; one with a pod that fits
+  prediction assumes. A pod's CPU and memory requests (its template's, `pod_requests`) must
+  fit the node's host room too (`HostRoomTable.room`: allocatable less bound pods' requests),
+  as kube-scheduler's NodeResourcesFit and the hub's fit check them; what a choice takes of
+  them is assumed with its devices. A member whose every pod found a node is steered; one with a pod that fits
   nowhere is left to the scheduler (nothing is steered or assumed for it).
 - **Assume.** What a choice takes is held against the table's free devices until the
   replica's observation shows its claiming pods allocated (the table then counts them), the
@@ -49,6 +52,7 @@ from typing import Any, Final
 
 from gpufleet.core import labels
 from gpufleet.core.model import DriverName, Steering
+from gpufleet.core.pod_requests import template_requests
 from gpufleet.store.merge import copy_json
 
 HOSTNAME_KEY: Final = "kubernetes.io/hostname"
@@ -87,15 +91,30 @@ def _natural(name: str) -> tuple[tuple[int, str], ...]:
     return tuple((int(p), "") if p.isdigit() else (0, p) for p in _DIGITS.split(name))
 
 
+#: The keys a node's free CPU (millicores) and memory (bytes) take beside its drivers in the
+#: choice's free mappings (not DRA driver names: those are DNS subdomains).
+HOST_CPU: Final = "#cpu"
+HOST_MEMORY: Final = "#memory"
+_HOST: Final = frozenset((HOST_CPU, HOST_MEMORY))
+#: A node's host room when the steerer is given none to check.
+_UNCHECKED: Final = 2**62
+
+
+def _devices(free: Mapping[str, int]) -> int:
+    return sum(n for d, n in free.items() if d not in _HOST)
+
+
 @dataclass(frozen=True, slots=True)
 class _Pod:
     member: MemberKey
     pool: str
-    demand: tuple[tuple[str, int], ...]  # (driver, devices), sorted by driver
+    #: (driver, devices), sorted by driver; then the pod's CPU and memory requests, when any
+    #: (`HOST_CPU`, `HOST_MEMORY`), checked against the node's host room like devices.
+    demand: tuple[tuple[str, int], ...]
 
     @property
     def size(self) -> int:
-        return sum(n for _, n in self.demand)
+        return sum(n for d, n in self.demand if d not in _HOST)
 
 
 def member_demand(member: Mapping[str, Any]) -> tuple[tuple[str, int], ...] | None:
@@ -109,7 +128,11 @@ def member_demand(member: Mapping[str, Any]) -> tuple[tuple[str, int], ...] | No
             return None
         key = str(driver) if driver else ""
         out[key] = out.get(key, 0) + count
-    return tuple(sorted(out.items()))
+    if not out:
+        return ()
+    cpu, memory = template_requests(member.get("template"))
+    host = tuple((k, v) for k, v in ((HOST_CPU, cpu), (HOST_MEMORY, memory)) if v > 0)
+    return (*sorted(out.items()), *host)
 
 
 def _units(replica: Mapping[str, Any]) -> list[list[_Pod]]:
@@ -156,7 +179,7 @@ def _resolve(free: Mapping[str, int], demand: tuple[tuple[str, int], ...]) -> tu
     """The demand with a driverless request charged to the node's only driver."""
     if not any(d == "" for d, _ in demand):
         return demand
-    drivers = [d for d in free if d]
+    drivers = [d for d in free if d and d not in _HOST]
     if len(drivers) != 1:
         return (("", 1),)  # cannot tell: fits nowhere
     merged: dict[str, int] = {}
@@ -173,7 +196,7 @@ def best_fit(free: Mapping[str, dict[str, int]], pod: _Pod, taken: set[str]) -> 
     for node, devices in free.items():
         if node in taken or not _fits(devices, _resolve(devices, pod.demand)):
             continue
-        key = (sum(devices.values()), tuple(sorted(devices.items())), _natural(node))
+        key = (_devices(devices), tuple(sorted(devices.items())), _natural(node))
         if best_key is None or key < best_key:
             best, best_key = node, key
     return best
@@ -223,6 +246,8 @@ class Steerer:
     free_devices: Callable[[str], FreeNodes]
     allocated_pods: Callable[[tuple[str, str]], int | None]
     assume_passes: int = DEFAULT_ASSUME_PASSES
+    #: A node's free (millicores, memory bytes) (`HostRoomTable.room`); None: not checked.
+    room: Callable[[str], tuple[int, int]] | None = None
     _assumed: dict[tuple[str, str], _Assumed] = field(default_factory=dict)
     #: Per replica, the steering written on its local workloads, found when the agent (or
     #: its materializer) started (`restore`): taken over by the replica's next `choose`.
@@ -321,6 +346,10 @@ class Steerer:
             node: {str(d): n for d, n in devices.items()}
             for node, devices in self.free_devices(pool).items()
         }
+        for node, devices in free.items():
+            devices[HOST_CPU], devices[HOST_MEMORY] = (
+                self.room(node) if self.room is not None else (_UNCHECKED, _UNCHECKED)
+            )
         for assumed in self._assumed.values():
             for node, devices in assumed.taken.items():
                 if node in free:

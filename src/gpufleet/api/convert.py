@@ -41,6 +41,7 @@ from gpufleet.api.models import (
     DeviceSpec,
     GpuPoolStatus,
     MemberSpec,
+    ModelReplicaStatus,
     PublishedObservation,
     ReplicaPoolPodsStatus,
     is_condition_true,
@@ -60,6 +61,7 @@ from gpufleet.core.model import (
     DeviceRequest,
     DriverName,
     Engine,
+    HostRoom,
     Member,
     MemberPods,
     Pool,
@@ -78,6 +80,7 @@ from gpufleet.core.model import (
     Taint,
     Toleration,
 )
+from gpufleet.core.pod_requests import template_requests
 
 DEFAULT_NAMESPACE = "default"
 TOO_MANY_BUCKETS = "TooManyBuckets"
@@ -107,6 +110,7 @@ def device_from_spec(spec: DeviceSpec) -> Device:
         count=spec.count,
         attributes={name: _attribute(value) for name, value in spec.attributes.items()},
         capacity={name: capacity.value for name, capacity in spec.capacity.items()},
+        resource_name=spec.resource_name or "",
     )
 
 
@@ -132,7 +136,13 @@ def observation_from_status(
         unusable_reason = TOO_MANY_BUCKETS
     else:
         buckets = tuple(
-            Bucket(free={DriverName(d): n for d, n in b.free.items()}, nodes=b.nodes)
+            Bucket(
+                free={DriverName(d): n for d, n in b.free.items()},
+                nodes=b.nodes,
+                host=None
+                if b.host_room is None
+                else tuple(HostRoom(p.milli_cpu, p.memory, p.nodes) for p in b.host_room),
+            )
             for b in observation.free_devices
         )
     return PoolObservation(
@@ -203,10 +213,13 @@ def _member(spec: MemberSpec) -> Member:
             )
             for d in spec.node_selector.devices
         )
+    milli_cpu, memory = template_requests(spec.template)
     return Member(
         role=spec.role,
         worker_nodes=spec.worker.nodes if spec.worker else 1,
         requests=requests,
+        milli_cpu=milli_cpu,
+        memory=memory,
     )
 
 
@@ -318,6 +331,8 @@ def replica_from_manifest(replica: ModelReplica) -> Replica:
                             )
                             for r in m.device_requests or ()
                         ),
+                        milli_cpu=template_requests(m.template)[0],
+                        memory=template_requests(m.template)[1],
                     )
                     for m in e.members
                 ),
@@ -327,14 +342,18 @@ def replica_from_manifest(replica: ModelReplica) -> Replica:
             for e in replica.spec.engines
         ),
         generation=replica.metadata.generation or 1,
-        status=replica_status_from_manifest(replica),
+        status=replica_status_from_status(replica.status),
         revision=replica.metadata.labels.get(REVISION, ""),
     )
 
 
 def replica_status_from_manifest(replica: ModelReplica) -> ReplicaStatus:
     """The `status` of `replica_from_manifest(replica)` (what a status write changes of it)."""
-    status = replica.status
+    return replica_status_from_status(replica.status)
+
+
+def replica_status_from_status(status: ModelReplicaStatus | None) -> ReplicaStatus:
+    """`replica_status_from_manifest` of a replica whose status is `status` (validated alone)."""
     if not status:
         return ReplicaStatus()
     return ReplicaStatus(

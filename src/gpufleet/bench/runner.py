@@ -4,6 +4,12 @@
 `render_markdown(...)` turns them into the performance page, given the command line, the date
 and the machine (all passed in: the CLI reads the clock and the machine at its edge);
 `write_report(...)` writes the page and every figure (SVG) next to it, under `performance/`.
+
+The page is the runner's blocks between markers (`<!-- bench:begin NAME -->` ...
+`<!-- bench:end NAME -->`: the header, the Targets table, the reading notes, one per
+benchmark) and hand-written sections outside them. Writing over an existing page replaces only
+the blocks this run wrote (`merge_page`): a benchmark not run keeps its block, a Targets row of
+a benchmark not run is kept, and every hand-written section stays where it is.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -195,6 +202,14 @@ def targets(sections: Sequence[Section]) -> Table:
             f"{rate:,.0f}/s",
             rate >= 1000,
         )
+    if "flatness/ratio" in b1:
+        ratio = b1["flatness/ratio"]
+        row(
+            "B1 flatness: call on 3,000 clusters / on 1,000, demand fixed (B1c)",
+            "<= 1.3x (issue 24)",
+            f"{ratio:.2f}x",
+            ratio <= 1.3,
+        )
     b2 = by_key.get("B2", {})
     for g in (8, 4):
         best = b2.get(f"static/{g}/optimum/first")
@@ -278,8 +293,9 @@ def render_markdown(
     out = [
         "# Performance",
         "",
-        "<!-- Written by `gpufleet bench --write docs/performance.md`; edit the runner "
-        "(src/gpufleet/bench/), not this file. -->",
+        "<!-- The blocks between bench:begin and bench:end markers are written by "
+        "`gpufleet bench --write docs/performance.md` (edit the runner, src/gpufleet/bench/, "
+        "for them); everything outside them is hand-written and kept. -->",
         "",
         "Fleet-scale speed and packing quality of gpufleet, measured by the benchmark runner "
         "`gpufleet bench` (`make bench`). Benchmarks are not tests: nothing here is asserted.",
@@ -298,22 +314,87 @@ def render_markdown(
         "simulator, the max RSS of the child process that ran it.",
         "",
     ]
+    out = [begin("header"), *out, end("header"), ""]
     summary = targets(sections)
     if summary.rows:
-        out += ["## Targets", "", summary.markdown(), ""]
+        out += [begin("targets"), "## Targets", "", summary.markdown(), end("targets"), ""]
     if commentary:
         out += [commentary.strip(), ""]
-    out += [READING, ""]
+    out += [begin("reading"), READING, end("reading"), ""]
     for section in sections:
-        out += [f"## {section.title}", "", _prose(section.intro), ""]
+        out += [begin(section.key), f"## {section.title}", "", _prose(section.intro), ""]
         for table in section.tables:
             out += [f"**{table.title}**", "", table.markdown(), ""]
         for figure in section.figures:
             out += [f"![{figure.caption}]({FIGURES_DIR}/{figure.name})", ""]
         for note in section.notes:
             out += [f"> {note}", ""]
-        out += [f"_Ran in {section.wall_s:,.1f} s._", ""]
+        out += [f"_Ran in {section.wall_s:,.1f} s._", end(section.key), ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def begin(name: str) -> str:
+    """The marker opening a block the runner writes (module docstring)."""
+    return f"<!-- bench:begin {name} -->"
+
+
+def end(name: str) -> str:
+    """The marker closing a block the runner writes."""
+    return f"<!-- bench:end {name} -->"
+
+
+_BLOCK = re.compile(r"<!-- bench:begin (\S+) -->\n(.*?)<!-- bench:end \1 -->", re.DOTALL)
+
+
+def blocks(page: str) -> dict[str, str]:
+    """The runner's blocks of a page, by name (their text between the markers)."""
+    return {m.group(1): m.group(2) for m in _BLOCK.finditer(page)}
+
+
+def merge_page(old: str, new: str) -> str:
+    """`old` with each block of `new` in place of the block of that name (module docstring).
+    Targets rows of benchmarks `new` did not run are kept; a block `old` lacks is appended.
+    A page with no blocks at all is replaced whole (it was not written with markers)."""
+    fresh = blocks(new)
+    kept = blocks(old)
+    if not kept:
+        return new
+    if "targets" in fresh and "targets" in kept:
+        fresh["targets"] = _merge_targets(kept["targets"], fresh["targets"], set(blocks(new)))
+
+    def swap(match: re.Match[str]) -> str:
+        name = match.group(1)
+        body = fresh.pop(name, match.group(2))
+        return f"{begin(name)}\n{body}{end(name)}"
+
+    merged = _BLOCK.sub(swap, old)
+    for name, body in fresh.items():
+        merged = merged.rstrip() + f"\n\n{begin(name)}\n{body}{end(name)}\n"
+    return merged
+
+
+def _merge_targets(old: str, new: str, ran: set[str]) -> str:
+    """The new Targets table, with the old rows of benchmarks not run (in benchmark order)."""
+    head, rows = _table_rows(new)
+    _, old_rows = _table_rows(old)
+    keep = [r for r in old_rows if _row_key(r) not in ran]
+    order = list(BENCHMARKS)
+    merged = sorted(
+        [*keep, *rows], key=lambda r: order.index(k) if (k := _row_key(r)) in order else len(order)
+    )
+    return "\n".join([*head, *merged]) + "\n"
+
+
+def _table_rows(block: str) -> tuple[list[str], list[str]]:
+    """A Targets block as (the lines up to the table's separator row, its body rows)."""
+    lines = block.rstrip("\n").split("\n")
+    sep = next((i for i, line in enumerate(lines) if line.startswith("|---")), len(lines) - 1)
+    return lines[: sep + 1], [line for line in lines[sep + 1 :] if line.startswith("|")]
+
+
+def _row_key(row: str) -> str:
+    """The benchmark a Targets row measures: its first cell's first word ("B1", ...)."""
+    return row.strip("| ").split(" ", 1)[0]
 
 
 def write_report(path: Path, markdown: str, sections: Sequence[Section]) -> list[Path]:
@@ -327,5 +408,7 @@ def write_report(path: Path, markdown: str, sections: Sequence[Section]) -> list
             target = figures / figure.name
             target.write_text(figure.svg, encoding="utf-8")
             written.append(target)
+    if path.exists():
+        markdown = merge_page(path.read_text(encoding="utf-8"), markdown)
     path.write_text(markdown, encoding="utf-8")
     return written

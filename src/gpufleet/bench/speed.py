@@ -6,14 +6,21 @@ histogram of up to 9 buckets. Deployments (1,000, seeded): 1/2/4/8-GPU standalon
 1-2 copies, P/D pairs (2 x 2-GPU prefill + 4-GPU decode) and 2-pod 8-GPU gangs, some with a
 region selector and a CEL selector on the GPU architecture, 1-3 replicas each.
 
-Whole-node accounting is the same fleet with no observations (Modelplane HEAD semantics: every
+Whole-node accounting is the same fleet with no observations (the whole-node rule: every
 claiming pod costs one node of `maxNodeCount`). Time is the wall time of one `schedule` call
-(best of R runs), with tracemalloc's peak of one more run beside it.
+(best of R runs), with tracemalloc's peak of one more run beside it. The inputs are built,
+collected and frozen (`gc.freeze`) before the calls, so the collector does not walk them: a
+caller that keeps its snapshot (the controller) can do the same.
+
+B1c holds the demand fixed (1,000 deployments) and triples the fleet: issue 24's goal is a call
+on 3,000 clusters at most 1.3x the call on 1,000. B1d grows the demand with the fleet (10
+deployments per cluster).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import random
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -225,7 +232,13 @@ def run_one(
         # SHARED: what a one-shot caller (`gpufleet plan`) passes; FRESH is the specification.
         return schedule(snap, NOW, derive=SHARED)
 
-    result = measure(call, repeats)
+    # The inputs out of the collector's way (the caller's business, not the core's).
+    gc.collect()
+    gc.freeze()
+    try:
+        result = measure(call, repeats)
+    finally:
+        gc.unfreeze()
     decision = result.value
     placed = sum(len(d.created) for d in decision.deployments)
     shortfall = sum(d.shortfall for d in decision.deployments)
@@ -245,9 +258,13 @@ def run_one(
 def run(quick: bool = False) -> Section:
     cluster_grid: tuple[int, ...]
     node_grid: tuple[int, ...]
+    flat_grid: tuple[int, int]
+    grow_grid: tuple[int, ...]
     if quick:
         cluster_grid, node_grid, fixed_clusters, n_dep, repeats = (2, 4), (10, 100), 2, 40, 1
+        flat_grid, grow_grid = (4, 12), (2, 4)
     else:
+        flat_grid, grow_grid = (1000, 3000), (100, 1000, 3000)
         cluster_grid, node_grid, fixed_clusters, n_dep, repeats = (
             (10, 100, 1000),
             (100, 1000, 10_000),
@@ -270,6 +287,15 @@ def run(quick: bool = False) -> Section:
                 if found
                 else run_one(fixed_clusters, n, n_dep, free_gpu=free_gpu, repeats=repeats)
             )
+    flat = [
+        next(
+            (r for r in by_clusters if r.mode == "free-GPU" and r.clusters == c),
+            None,
+        )
+        or run_one(c, 1000, n_dep, free_gpu=True, repeats=1)
+        for c in flat_grid
+    ]
+    grown = [run_one(c, 1000, 10 * c, free_gpu=True, repeats=1) for c in grow_grid]
     t1 = Table(
         "B1a: time by clusters (1,000 nodes per pool)",
         HEADERS,
@@ -303,7 +329,25 @@ def run(quick: bool = False) -> Section:
         y_label="seconds per schedule() call",
         log_x=True,
     )
-    numbers: dict[str, float] = {}
+    small, large = flat
+    ratio = large.seconds / small.seconds if small.seconds else 0.0
+    t3 = Table(
+        "B1c: flatness, demand fixed (free-GPU, 1,000 nodes per pool)",
+        (*HEADERS, "x the smaller fleet"),
+        (
+            (*small.cells(), "1.00x"),
+            (*large.cells(), f"{ratio:.2f}x (goal: at most 1.3x)"),
+        ),
+    )
+    t4 = Table(
+        "B1d: demand grows with the fleet (10 deployments per cluster, free-GPU)",
+        HEADERS,
+        tuple(r.cells() for r in grown),
+    )
+    numbers: dict[str, float] = {"flatness/ratio": ratio}
+    for r in grown:
+        numbers[f"grown/{r.clusters}c/seconds"] = r.seconds
+        numbers[f"grown/{r.clusters}c/placed"] = r.placed
     for r in by_clusters + by_nodes:
         key = f"{r.mode}/{r.clusters}c/{r.nodes}n"
         numbers[f"{key}/seconds"] = r.seconds
@@ -312,7 +356,7 @@ def run(quick: bool = False) -> Section:
         key="B1",
         title="B1. Decision speed and scaling",
         intro=__doc__ or "",
-        tables=(t1, t2),
+        tables=(t1, t2, t3, t4),
         figures=(
             Figure("b1-clusters.svg", "schedule() time by number of clusters (log-log)", fig1),
             Figure("b1-nodes.svg", "schedule() time by nodes per pool: flat", fig2),

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from lightkube.config.kubeconfig import KubeConfig
 from prometheus_client import CollectorRegistry
 
 from gpufleet.agent.materialize import OWNED_SELECTOR
@@ -45,8 +46,14 @@ from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, observation_n
 from gpufleet.api.errors import LimitExceeded, ValidationFailed
 from gpufleet.api.loader import load_yaml_documents
 from gpufleet.api.models import STANDALONE_LEASE
-from gpufleet.api.names import CLUSTER_NAME_MAX_CHARS, is_cluster_name
+from gpufleet.api.names import (
+    CLUSTER_NAME_MAX_CHARS,
+    is_cluster_name,
+    is_dns_label,
+    is_dns_subdomain,
+)
 from gpufleet.cli.controller import (
+    _KUBECONFIG_ERRORS,
     DebounceOption,
     HealthAddressOption,
     KubeconfigOption,
@@ -72,6 +79,7 @@ from gpufleet.cli.durations import duration_option
 from gpufleet.core import labels
 from gpufleet.core.model import Steering
 from gpufleet.kube import logs
+from gpufleet.kube.agent_token import renewing_hub
 from gpufleet.kube.daemon import (
     DaemonLoop,
     LoopConfig,
@@ -85,6 +93,7 @@ from gpufleet.kube.install import AGENT, HEALTH_PORT, METRICS_PORT, VERSION
 from gpufleet.kube.install import SYSTEM_NAMESPACE as LEASE_NAMESPACE
 from gpufleet.kube.leader import LeaderConfig, LeaderElector
 from gpufleet.kube.metrics import CONTENT_TYPE_LATEST, AgentMetrics, disable_created_series, render
+from gpufleet.kube.renewal import TokenRenewer
 from gpufleet.kube.store import KubeStore
 from gpufleet.store.port import (
     DEPLOYMENT,
@@ -316,6 +325,15 @@ def command(
             "is also the hub.",
         ),
     ] = None,
+    hub_secret: Annotated[
+        str | None,
+        typer.Option(
+            "--hub-secret",
+            metavar="NAMESPACE/NAME",
+            help="The local Secret holding the hub kubeconfig: the agent writes its renewed hub "
+            "token there (default: the renewed token is kept in memory only).",
+        ),
+    ] = None,
     leader_elect: LeaderElectOption = True,
     lease_namespace: LeaseNamespaceOption = LEASE_NAMESPACE,
     lease_name: Annotated[
@@ -365,6 +383,7 @@ def command(
         )
     check_address(metrics_address, "--metrics-address")
     check_address(health_address, "--health-address")
+    secret = _secret_ref(hub_secret)
     policy = load_policy(policy_file)
     local_config = kube_config(kubeconfig)
     hub_config = kube_config(hub_kubeconfig, "--hub-kubeconfig") if hub_kubeconfig else local_config
@@ -375,8 +394,12 @@ def command(
     disable_created_series()
     identity = lease_identity or default_identity()
     local = connect(local_config)
+    renewer = None
     try:
-        hub = connect(hub_config, "--hub-kubeconfig" if hub_kubeconfig else "--kubeconfig")
+        if hub_kubeconfig is None:
+            hub = connect(hub_config)
+        else:
+            hub, renewer = _renewing_hub(hub_config, cluster, local_config, secret, hub_kubeconfig)
     except BaseException:
         local.close()
         raise
@@ -408,4 +431,44 @@ def command(
         local.close()
         hub.close()
         raise
-    run_until_signalled(daemon.loop, servers, [local, hub])
+    try:
+        run_until_signalled(daemon.loop, servers, [local, hub])
+    finally:
+        if renewer is not None:
+            renewer.stop()
+
+
+def _secret_ref(text: str | None) -> tuple[str, str] | None:
+    if text is None:
+        return None
+    ns, sep, name = text.partition("/")
+    if not (sep and is_dns_label(ns) and is_dns_subdomain(name)):
+        raise typer.BadParameter(
+            f"{text!r} is not NAMESPACE/NAME (e.g. gpufleet-system/gpufleet-hub)",
+            param_hint="'--hub-secret'",
+        )
+    return ns, name
+
+
+def _renewing_hub(
+    hub_config: KubeConfig,
+    cluster: str,
+    local_config: KubeConfig,
+    secret: tuple[str, str] | None,
+    path: Path,
+) -> tuple[KubeStore, TokenRenewer | None]:
+    """The hub store, renewing its token when it has a known lifetime (`connect`'s errors)."""
+    try:
+        return renewing_hub(
+            hub_config,
+            cluster,
+            lambda: datetime.now(UTC),
+            member=local_config,
+            hub_secret=secret,
+            kubeconfig_path=path,
+        )
+    except (*_KUBECONFIG_ERRORS, AssertionError) as e:
+        problem = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise typer.BadParameter(
+            f"cannot build a Kubernetes client from it: {problem}", param_hint="'--hub-kubeconfig'"
+        ) from None

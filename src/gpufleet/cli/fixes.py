@@ -72,6 +72,18 @@ _FIXES: Final = (
         "(spec.nodePools[].maxNodeCount)",
     ),
     Fix(
+        ReasonCode.INSUFFICIENT_CPU,
+        NOBODY,
+        "CPU frees up as pods leave the nodes; or the member requests less CPU, or the "
+        "platform team grows the pool",
+    ),
+    Fix(
+        ReasonCode.INSUFFICIENT_MEMORY,
+        NOBODY,
+        "memory frees up as pods leave the nodes; or the member requests less memory, or the "
+        "platform team grows the pool",
+    ),
+    Fix(
         ReasonCode.INSUFFICIENT_NODES,
         NOBODY,
         "whole nodes free up as replicas leave; or the platform team grows the pool "

@@ -10,6 +10,9 @@ hostile kubeconfig (too large, not a regular file, too deep, wrong types; see
 `gpufleet.cli.join_kubeconfig`) and an insecure hub (plain `http://`, `insecure-skip-tls-verify`)
 unless `--allow-insecure-hub`, which warns; an API server
 refusing a step exits 1 and says which side, which object and the answer.
+
+With `--token ID.SECRET --hub URL [--hub-ca FILE]` it is the pull-style join
+(`gpufleet.cli.join_pull_cli`): no hub credentials, the bootstrap token only.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import typer
 from lightkube import Client
 from lightkube.config.kubeconfig import SingleConfig
 
+from gpufleet.cli import join_pull_cli as pull
 from gpufleet.cli.join_kubeconfig import KubeconfigInvalid, check_hub, load_context
-from gpufleet.kube import install
+from gpufleet.kube import install, join_pull
 from gpufleet.kube import join as joining
 
 ClusterOption = Annotated[
@@ -163,15 +167,16 @@ def join(
         typer.Option("--label", metavar="KEY=VALUE", help="A label of a new InferenceCluster."),
     ] = None,
     token_ttl: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--token-ttl",
             metavar="SECONDS",
             min=joining.MIN_TOKEN_TTL_S,
             max=joining.MAX_TOKEN_TTL_S,
-            help="Lifetime of the agent's hub token; re-run join before it ends to rotate it.",
+            help="Lifetime of the agent's hub token (default: 30 days; with --token, a day). "
+            "The agent renews it at 80 % of its lifetime.",
         ),
-    ] = joining.DEFAULT_TOKEN_TTL_S,
+    ] = None,
     allow_insecure_hub: Annotated[
         bool,
         typer.Option(
@@ -179,10 +184,50 @@ def join(
             help="Accept a plain http:// hub or insecure-skip-tls-verify (warns; tests only).",
         ),
     ] = False,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            metavar="ID.SECRET",
+            help="Pull-style: the bootstrap token from `gpufleet token create` on the hub; "
+            "only the member's credentials are used (with --hub, not --hub-context).",
+        ),
+    ] = None,
+    hub_url: Annotated[
+        str | None,
+        typer.Option("--hub", metavar="URL", help="Pull-style: the hub's https:// URL."),
+    ] = None,
+    hub_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--hub-ca", help="Pull-style: the hub's CA certificate (PEM); default: system CAs."
+        ),
+    ] = None,
 ) -> None:
     """Join a workload cluster: its InferenceCluster and agent identity on the hub, a token, and
-    the agent's hub kubeconfig Secret on the cluster. Re-run to rotate the token."""
+    the agent's hub kubeconfig Secret on the cluster. Re-run to rotate the token.
+
+    Pull-style, with --token and --hub: the bootstrap token from `gpufleet token create` gets
+    the agent's hub token, and only the member's credentials are used."""
     _check_cluster(cluster)
+    if token is not None or hub_url is not None or hub_ca is not None:
+        pushed = {
+            "--hub-context": hub_context,
+            "--hub-kubeconfig": hub_kubeconfig,
+            "--hub-server": hub_server,
+            "--pool": pools,
+            "--label": labels,
+        }
+        pull.check_only_pull(token, hub_url, [k for k, v in pushed.items() if v])
+        member_config = _context(member_kubeconfig, member_context, "member")
+        pull.join(
+            cluster,
+            pull.bootstrap_config(token, hub_url, hub_ca, allow_insecure_hub),
+            _client(member_config, "member"),
+            token_ttl or join_pull.DEFAULT_PULL_TOKEN_TTL_S,
+        )
+        return
+    token_ttl = token_ttl or joining.DEFAULT_TOKEN_TTL_S
     hub_config = _context(hub_kubeconfig, hub_context, "hub")
     member_config = _context(member_kubeconfig, member_context, "member")
     parsed_pools = [_pool(p) for p in pools or []]

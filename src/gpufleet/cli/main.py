@@ -104,6 +104,17 @@ COMMANDS: Final = {
         (
             "gpufleet join --cluster gke-us-central --hub-context hub --member-context "
             "gke-us-central --pool l4=l4-4x:2",
+            "gpufleet join --cluster gke-us-central --member-context gke-us-central "
+            "--token abcdef.0123456789abcdef --hub https://hub.example:6443 --hub-ca hub-ca.crt",
+        ),
+    ),
+    "token": Entry(
+        "gpufleet.cli.token",
+        "app",
+        "Bootstrap tokens for the pull-style join (on the hub).",
+        (
+            "gpufleet token create --cluster gke-us-central --ttl 1h --hub-context hub "
+            "--pool l4=l4-4x:2",
         ),
     ),
     "unjoin": Entry(

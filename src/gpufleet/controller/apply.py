@@ -6,8 +6,9 @@ decision's condition) and `ReplicasRunning` (placed versus running, replace.py).
 that does not validate gets only its status and an `InvalidSpec` event.
 
 `DecisionApplier` is the controller's collaborator that does this: it has a writer (the
-controller's writes, writes.py, behind its fault barrier, faulted.py) and remembers the last
-decision it applied, so that a step applies only the deployment decisions that changed.
+controller's writes, writes.py, `HubWriter`), runs each deployment behind the controller's
+fault barrier (faulted.py), and remembers the last decision it applied, so that a step
+applies only the deployment decisions that changed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gpufleet.controller.report_events import ReportedSteps, ReportEvents
 from gpufleet.controller.result import StepResult
 from gpufleet.controller.rollouts import DEFAULT_PROGRESS_DEADLINE_S, RolloutClock, is_rolling
 from gpufleet.controller.status import MODEL_PODS_SCHEDULED, is_pods_scheduled
+from gpufleet.controller.writes import HubWriter, guard
 from gpufleet.core.decision import Decision, DeploymentDecision, ReasonCode
 from gpufleet.store.port import MODEL_DEPLOYMENT, MODEL_REPLICA
 
@@ -52,13 +54,15 @@ class AppliedSteps(ReportedSteps, Protocol):
 
 
 class DecisionApplier:
-    """Applies deployment decisions (see the module docstring) through its writer (the
-    controller's writes, writes.py, behind its fault barrier, faulted.py), and remembers the
+    """Applies deployment decisions (see the module docstring) through its writer
+    (`HubWriter`), behind the controller's fault barrier (faulted.py), and remembers the
     last decision applied. All of that memory is derived state (`forget`) but the rollouts'
     clock (since when each rollout's counts hold) and the count of quiet steps."""
 
-    def __init__(self, writer: ReportEvents, replacer: Replacer) -> None:
+    def __init__(self, writer: HubWriter, barrier: ReportEvents, replacer: Replacer) -> None:
         self.writer = writer
+        #: The controller's fault barrier, and the step's tables it reads (`inputs`).
+        self.barrier = barrier
         #: What was re-placed (the `Replaced` events, `ReplicasRunning`).
         self.replacer = replacer
         self.rollouts = RolloutClock()
@@ -79,6 +83,11 @@ class DecisionApplier:
         self.short: dict[Key, tuple[str, int]] = {}
         self.numbers: tuple[Counter[str], int] | None = None
         self.has_replica_writes = False
+
+    def _replica_of(self, cluster: str, namespace: str, name: str) -> ReadObj | None:
+        """The replica `name` of a deployment in `namespace` on `cluster`, as the step reads it."""
+        key = replica_docs.replica_key(cluster, namespace, name)
+        return None if key is None else self.barrier.inputs.replica_objs.get(key)
 
     def is_settled(self, fresh: Mapping[str, tuple[object, ...]]) -> bool:
         """Whether the last decision stands, its inputs aside: made with the clusters'
@@ -114,11 +123,11 @@ class DecisionApplier:
     def check_invalid(self, now: datetime, result: StepResult) -> None:
         """Say why of each invalid deployment not being deleted (`_invalid_deployment`)."""
         alive: set[tuple[str, ...]] = set()
-        for key, (obj, errors) in sorted(self.writer.inputs.invalid.items()):
+        for key, (obj, errors) in sorted(self.barrier.inputs.invalid.items()):
             say = functools.partial(self._invalid_deployment, obj, errors, now, result)
-            self.writer._run(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, say)
+            self.barrier.behind_barrier(FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, say)
             alive.add(("invalid", *key))
-        self.writer._forget("invalid", alive)
+        self.barrier.forget_cleared("invalid", alive)
 
     def _changed_decisions(self, decision: Decision, dirty: set[Key]) -> list[int]:
         """The positions in `decision` of the deployment decisions to look at again: those
@@ -164,15 +173,15 @@ class DecisionApplier:
             if last is not None and key not in dirty and (last is decided or last == decided):
                 continue
             self.applied.pop(key, None)
-            obj = self.writer.inputs.deployments[key][0]
+            obj = self.barrier.inputs.deployments[key][0]
             apply = functools.partial(self._apply_once, obj, decided, now, result)
-            is_applied, _ = self.writer._run(
+            is_applied, _ = self.barrier.behind_barrier(
                 FaultPoint.APPLY, MODEL_DEPLOYMENT, obj, now, result, apply
             )
             if is_applied:
                 self.applied[key] = decided
         self.add_numbers(result)
-        self.writer._forget("refusal", {("refusal", *key) for key in short})
+        self.barrier.forget_cleared("refusal", {("refusal", *key) for key in short})
         self.last = decision
 
     def _invalid_deployment(
@@ -184,7 +193,7 @@ class DecisionApplier:
         namespace, name = key_of(obj)
         mine = [
             r
-            for r in self.writer.inputs.replica_objs.values()
+            for r in self.barrier.inputs.replica_objs.values()
             if replica_docs.deployment_of(r) == (namespace, name)
         ]
         ready = sum(1 for r in mine if is_pods_scheduled(r.get("status") or {}))
@@ -192,11 +201,11 @@ class DecisionApplier:
         def desire(current: ReadObj) -> Obj:
             return replica_docs.deployment_status(current, scheduled, len(mine), ready, now)
 
-        self.writer._write_status(
+        self.writer.write_status(
             MODEL_DEPLOYMENT, obj, desire, replica_docs.DEPLOYMENT_OWNED, now, result
         )
         event = Event(obj, EventType.WARNING, EventReason.INVALID_SPEC, scheduled["message"])
-        self.writer._record_once(("invalid", namespace, name), event, now, result)
+        self.writer.record_once(("invalid", namespace, name), event, now, result)
 
     def _apply_once(
         self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: AppliedSteps
@@ -219,12 +228,12 @@ class DecisionApplier:
         self, deployment: ReadObj, decided: DeploymentDecision, now: datetime, result: AppliedSteps
     ) -> None:
         namespace = decided.key.namespace
-        known = self.writer.inputs.deployments.get((namespace, decided.key.name))
+        known = self.barrier.inputs.deployments.get((namespace, decided.key.name))
         revision: str = known[1].revision if known is not None else ""
         is_applied = self._drop(deployment, decided, now, result)
         updated = 0
         for placement in decided.retained:
-            current = self.writer._replica_of(placement.cluster, namespace, placement.name)
+            current = self._replica_of(placement.cluster, namespace, placement.name)
             if current is not None and replica_docs.is_old_revision(current, revision):
                 continue  # runs as it is until the rollout replaces it
             updated += 1
@@ -240,11 +249,9 @@ class DecisionApplier:
                 revision=revision,
             )
             update = functools.partial(
-                self.writer._update, MODEL_REPLICA, current, restamp, now, result
+                self.writer.update, MODEL_REPLICA, current, restamp, now, result
             )
-            if not self.writer._guard(
-                result, f"update ModelReplica {namespace}/{placement.name}", update
-            ):
+            if not guard(result, f"update ModelReplica {namespace}/{placement.name}", update):
                 is_applied = False
         created, is_created = self._create_replicas(deployment, decided, now, result, revision)
         is_applied = is_applied and is_created
@@ -255,15 +262,13 @@ class DecisionApplier:
                 EventReason.FAILED_SCHEDULING,
                 decided.condition.message,
             )
-            self.writer._record_once(("refusal", namespace, decided.key.name), event, now, result)
+            self.writer.record_once(("refusal", namespace, decided.key.name), event, now, result)
         if not is_applied:
             return  # not fully applied: no status claims it; the next step retries
         total = len(decided.retained) + created
         pending: list[tuple[str, Obj | None]] = []
         for p in decided.retained:
-            status = (self.writer._replica_of(p.cluster, namespace, p.name) or {}).get(
-                "status"
-            ) or {}
+            status = (self._replica_of(p.cluster, namespace, p.name) or {}).get("status") or {}
             if not is_pods_scheduled(status):
                 found = find_condition(status.get("conditions") or [], MODEL_PODS_SCHEDULED)
                 pending.append((p.name, found))
@@ -297,7 +302,7 @@ class DecisionApplier:
                 current, scheduled, total, ready, now, running, rollout
             )
 
-        self.writer._write_status(
+        self.writer.write_status(
             MODEL_DEPLOYMENT, deployment, desire, replica_docs.DEPLOYMENT_OWNED, now, result
         )
 
@@ -308,13 +313,11 @@ class DecisionApplier:
         namespace = decided.key.namespace
         is_applied = True
         for dropped in decided.dropped:
-            current = self.writer._replica_of(dropped.cluster, namespace, dropped.name)
+            current = self._replica_of(dropped.cluster, namespace, dropped.name)
             if current is None:
                 continue
-            delete = functools.partial(self.writer._delete, MODEL_REPLICA, current, now, result)
-            if not self.writer._guard(
-                result, f"delete ModelReplica {namespace}/{dropped.name}", delete
-            ):
+            delete = functools.partial(self.writer.delete, MODEL_REPLICA, current, now, result)
+            if not guard(result, f"delete ModelReplica {namespace}/{dropped.name}", delete):
                 is_applied = False
                 continue
             result.drops += 1
@@ -328,7 +331,7 @@ class DecisionApplier:
                 what = EventReason.REPLACED
                 message = f"deleted replica {dropped.name} to place it elsewhere: "
             message += f"{reason.code.value}: {reason.message}"
-            self.writer._record(Event(deployment, kind, what, message), now, result)
+            self.writer.record(Event(deployment, kind, what, message), now, result)
         return is_applied
 
     def _create_replicas(
@@ -351,11 +354,9 @@ class DecisionApplier:
                 revision=revision,
             )
             create = functools.partial(
-                self.writer._create_replica, placement, deployment, restamp, now, result, revision
+                self.writer.create_replica, placement, deployment, restamp, now, result, revision
             )
-            if not self.writer._guard(
-                result, f"create ModelReplica {namespace}/{placement.name}", create
-            ):
+            if not guard(result, f"create ModelReplica {namespace}/{placement.name}", create):
                 is_applied = False
                 continue
             created += 1
@@ -365,7 +366,7 @@ class DecisionApplier:
                 f"created replica {placement.name} on cluster {placement.cluster} "
                 f"(index {placement.index}, pools {', '.join(pools)})"
             )
-            self.writer._record(
+            self.writer.record(
                 Event(deployment, EventType.NORMAL, EventReason.SCHEDULED, message), now, result
             )
         return created, is_applied

@@ -7,16 +7,19 @@ point behind the barrier, and say so on the object when it fails (the step's err
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Final, TypeVar
 
 from gpufleet.controller.barrier import Failure, FaultPoint, Quarantine, without_processed
 from gpufleet.controller.conditions import Obj, ReadObj, set_condition
 from gpufleet.controller.events import Event, EventReason, EventType
-from gpufleet.controller.index import Key, key_of, name_of
-from gpufleet.controller.writes import HubWriter, StepErrors
+from gpufleet.controller.index import HubIndex, Key, key_of, name_of
+from gpufleet.controller.inputs import SchedulingInputs
+from gpufleet.controller.replicas import OrphanWatch, deployment_of, orphaned
+from gpufleet.controller.writes import HubWriter, StepErrors, guard, step_error
 from gpufleet.core.decision import Decision
 from gpufleet.core.model import Deployment, Snapshot
 from gpufleet.core.reuse import ScheduleMemo
@@ -38,13 +41,19 @@ _CONDITIONED: Final = (INFERENCE_CLUSTER, MODEL_DEPLOYMENT, MODEL_REPLICA)
 _MAX_CULPRITS: Final = 8
 
 
-class FaultWriter(HubWriter):
+class FaultBarrier:
     """Processing behind the barrier, and what it writes of a failure (module docstring)."""
 
+    writer: HubWriter
     quarantine: Quarantine
     schedule_memo: ScheduleMemo
+    index: HubIndex
+    #: The step's tables (inputs.py): deployments valid and not, replicas as read.
+    inputs: SchedulingInputs
+    #: The replicas `_collect` judges again (their object or deployment moved).
+    orphans: OrphanWatch
 
-    def _run(
+    def behind_barrier(
         self,
         point: FaultPoint,
         kind: Kind,
@@ -73,9 +82,9 @@ class FaultWriter(HubWriter):
         """Say on `obj` that its processing failed: the step's error, its condition, an event."""
         name = name_of(obj)
         message = failure.message(kind.kind, name, now)
-        self._error(result, message)
+        step_error(result, message)
         event = Event(obj, EventType.WARNING, EventReason.PROCESSING_FAILED, message)
-        self._record_once(("fault", kind.kind, *key_of(obj)), event, now, result)
+        self.writer.record_once(("fault", kind.kind, *key_of(obj)), event, now, result)
         if kind not in _CONDITIONED:
             return  # an observation's status is its agent's
         wanted = failure.condition(kind.kind, name, now)
@@ -84,11 +93,11 @@ class FaultWriter(HubWriter):
             status = current.get("status") or {}
             return {"conditions": set_condition(status.get("conditions") or [], wanted, now)}
 
-        self._write_status(kind, obj, desire, _CONDITIONS, now, result)
+        self.writer.write_status(kind, obj, desire, _CONDITIONS, now, result)
 
     def _released(self, kind: Kind, key: Key, now: datetime, result: StepErrors) -> None:
         """`key` was processed again: remove its `Processed` condition."""
-        self.recorder.forget(("fault", kind.kind, *key))
+        self.writer.recorder.forget(("fault", kind.kind, *key))
         record = self.index.records[kind].get(key)
         if record is None or kind not in _CONDITIONED:
             return
@@ -100,7 +109,57 @@ class FaultWriter(HubWriter):
                 return {"conditions": kept}
             return {"conditions": status["conditions"]} if "conditions" in status else {}
 
-        self._write_status(kind, record.obj, desire, _CONDITIONS, now, result)
+        self.writer.write_status(kind, record.obj, desire, _CONDITIONS, now, result)
+
+    # --- replicas in their clusters' namespaces, behind the barrier -------------------------
+
+    def _collect(self, now: datetime, result: StepErrors) -> bool:
+        """Delete the replicas whose deployment is gone and those outside their cluster's hub
+        namespace (`replicas.orphaned`), of the replicas whose object or deployment moved
+        since they were last judged (`OrphanWatch`). What an owner reference would have the
+        garbage collector do, had the replica been allowed one. True when one was deleted (a
+        scheduling input changed)."""
+        due = [(key, self.inputs.replica_objs[key]) for key in self.orphans.take()]
+        existing: dict[Key, ReadObj] = {}
+        for deployment in {deployment_of(obj) for _, obj in due}:
+            found = self.inputs.deployments.get(deployment) or self.inputs.invalid.get(deployment)
+            if found is not None:
+                existing[deployment] = found[0]
+            elif deployment in self.inputs.unread:  # quarantined: its replicas are kept
+                existing[deployment] = self.inputs.unread[deployment]
+        is_collected = False
+        for key, obj in due:
+            collect = functools.partial(self._collect_one, key, obj, existing, now, result)
+            is_deleted, _ = self.behind_barrier(
+                FaultPoint.COLLECT, MODEL_REPLICA, obj, now, result, collect
+            )
+            is_collected = is_collected or bool(is_deleted)
+        return is_collected
+
+    def _collect_one(
+        self,
+        key: Key,
+        obj: ReadObj,
+        existing: Mapping[Key, ReadObj],
+        now: datetime,
+        result: StepErrors,
+    ) -> bool:
+        """Delete the replica at `key` when it is an orphan (`_collect`); True when it was."""
+        why = orphaned(obj, existing)
+        if why is None:
+            return False
+        delete = functools.partial(self.writer.delete, MODEL_REPLICA, obj, now, result)
+        if not guard(result, f"delete ModelReplica {name_of(obj)} ({why})", delete):
+            return False
+        log.info("deleted ModelReplica %s: %s", name_of(obj), why.value)
+        for table in (
+            self.inputs.replica_objs,
+            self.inputs.replica_cores,
+            self.inputs.replica_errors,
+        ):
+            table.pop(key, None)  # gone for this step's decision too
+        self.orphans.replica(key, None)
+        return True
 
     # --- scheduling behind the barrier ------------------------------------------------
 

@@ -55,7 +55,6 @@ from gpufleet.controller.barrier import FaultPoint, Faults, Quarantine, describe
 from gpufleet.controller.conditions import Obj, ReadObj, is_owned_equal
 from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.dues import untimed as _untimed
-from gpufleet.controller.events import Recorder
 from gpufleet.controller.fence import known_fence, published_fence
 from gpufleet.controller.index import (
     HubIndex,
@@ -66,7 +65,6 @@ from gpufleet.controller.index import (
     version_of,
 )
 from gpufleet.controller.inputs import SchedulingInputs
-from gpufleet.controller.ledger import AssumeLedger
 from gpufleet.controller.replace import Replacer, is_waiting
 from gpufleet.controller.replicas import OrphanWatch
 from gpufleet.controller.report_events import ReportEvents
@@ -88,6 +86,7 @@ from gpufleet.controller.status import (
     without_times,
 )
 from gpufleet.controller.statuses import ClusterState, ClusterStatuses
+from gpufleet.controller.writes import HubWriter, step_error
 from gpufleet.core.model import Cluster, Deployment, SchedulingConfig
 from gpufleet.core.reuse import ScheduleMemo
 from gpufleet.core.schedule import SnapshotError
@@ -168,20 +167,21 @@ class Controller(ReportEvents):
         self.config = config or ControllerConfig()
         self.identity = identity
         self.timer = timer
-        self.ledger = AssumeLedger(self.config.assume_ttl_s)
-        self.recorder = Recorder()
+        #: The writes, with what correctness needs of them: the assume ledger and the events
+        #: already recorded (writes.py).
+        self.writer = HubWriter(hub, self.config, identity, self)
         #: Per cluster: its fence and receipts (correctness state), trust and dues.
         self.statuses = ClusterStatuses(self.config.expire_after_s)
         #: What the core derives from deployments and replicas, kept across steps.
         self.schedule_memo = ScheduleMemo()
         #: What was re-placed, and the backoffs that stand (replace.py).
         self.replacer = Replacer(self.config)
-        #: Applies the decisions, through this controller's writes.
-        self.applier = DecisionApplier(self, self.replacer)
+        #: Applies the decisions, through the writer, behind this controller's barrier.
+        self.applier = DecisionApplier(self.writer, self, self.replacer)
         #: The objects whose processing raised, and their backoffs (barrier.py).
         config = self.config
         self.quarantine = Quarantine(config.fault_backoff_s, config.fault_backoff_max_s, faults)
-        #: The step under way (its time and result): what `_track` reports a failure in.
+        #: The step under way (its time and result): what `track` reports a failure in.
         self._step_at: tuple[datetime, StepResult] | None = None
         self._reset()
 
@@ -199,7 +199,7 @@ class Controller(ReportEvents):
         self._unstored: set[tuple[Kind, Key]] = set()
         #: The replicas by deployment, and those `_collect` judges again.
         self.orphans = OrphanWatch()
-        #: Per event prefix, the standing situations last seen (`_forget`).
+        #: Per event prefix, the standing situations last seen (`forget_cleared`).
         self._alive: dict[str, set[tuple[str, ...]]] = {}
 
     # --- the step -------------------------------------------------------------------------
@@ -211,7 +211,7 @@ class Controller(ReportEvents):
         except Exception as e:
             log.exception("controller step failed")
             self._reset()  # list the hub again next step: no change read here is lost
-            self._error(result, f"step failed: {describe(e)}")
+            step_error(result, f"step failed: {describe(e)}")
         return result
 
     @property
@@ -236,18 +236,18 @@ class Controller(ReportEvents):
             ),
             self.replacer.due,
             self.quarantine.next_due(),
-            self.ledger.next_expiry(),
+            self.writer.ledger.next_expiry(),
         )
         return dues.earliest_after(now, times)
 
     def _step(self, now: datetime, result: StepResult) -> None:
         self._step_at = (now, result)
-        self.ledger.expire(now)
+        self.writer.ledger.expire(now)
         try:
             self._sync(now)
         except StoreError as e:
             self._reset()  # list again next step
-            self._error(result, f"read: {e}")
+            step_error(result, f"read: {e}")
             return
         self._requeue(now)
         classes, is_complete = self._classes(result)
@@ -256,7 +256,9 @@ class Controller(ReportEvents):
         for name in self._clusters_to_publish(now):
             publish = functools.partial(self._publish_cluster, name, classes, now, result)
             obj = records[("", name)].obj
-            _, is_done = self._run(FaultPoint.PUBLISH, INFERENCE_CLUSTER, obj, now, result, publish)
+            _, is_done = self.behind_barrier(
+                FaultPoint.PUBLISH, INFERENCE_CLUSTER, obj, now, result, publish
+            )
             if not is_done:
                 self.statuses.clusters.pop(name, None)  # computed again when it is retried
         self._publish_replicas(now, result)
@@ -266,8 +268,8 @@ class Controller(ReportEvents):
         if is_complete:
             self._schedule(classes, now, result)
         else:
-            self._error(result, "scheduling skipped: an InferenceClass cannot be read")
-        result.assumed = len(self.ledger)
+            step_error(result, "scheduling skipped: an InferenceClass cannot be read")
+        result.assumed = len(self.writer.ledger)
         if result.errors:
             self._everything_dirty()  # a failed write is retried from scratch
 
@@ -278,10 +280,10 @@ class Controller(ReportEvents):
             shown = index.mirror[kind].get(key)
             if shown is not None:
                 index.put(kind, key, shown, force=True)
-            self._track(kind, key)
+            self.track(kind, key)
         self._unstored = set()
         is_first = index.cursor is None
-        moved = index.overlay(self.hub, self.ledger, index.sync(self.hub))
+        moved = index.overlay(self.hub, self.writer.ledger, index.sync(self.hub))
         dirty = self._dirty
         if moved[INFERENCE_CLASS]:
             dirty.clusters.update(k[1] for k in index.records[INFERENCE_CLUSTER])
@@ -303,7 +305,7 @@ class Controller(ReportEvents):
             if record is None or last is None or record.signature != last.signature:
                 self.inputs.moved = True
             self.quarantine.touch(MODEL_DEPLOYMENT.kind, key)
-            self._track(MODEL_DEPLOYMENT, key)
+            self.track(MODEL_DEPLOYMENT, key)
         for key in moved[MODEL_REPLICA]:
             dirty.replicas.add(key)
             self.inputs.moved = True
@@ -314,7 +316,7 @@ class Controller(ReportEvents):
                 if record is not None:
                     dirty.deployments.add(replica_docs.deployment_of(record.obj))
             self.quarantine.touch(MODEL_REPLICA.kind, key)
-            self._track(MODEL_REPLICA, key)
+            self.track(MODEL_REPLICA, key)
         for kind in (POOL_OBSERVATION, REPLICA_OBSERVATION):
             records = index.records[kind]
             if is_first:
@@ -337,10 +339,10 @@ class Controller(ReportEvents):
                 dirty.trusts.add(key[1])
                 dirty.cores.add(key[1])
             elif kind_name == MODEL_DEPLOYMENT.kind:
-                self._track(MODEL_DEPLOYMENT, key)
+                self.track(MODEL_DEPLOYMENT, key)
                 dirty.deployments.add(key)
             elif kind_name == MODEL_REPLICA.kind:
-                self._track(MODEL_REPLICA, key)
+                self.track(MODEL_REPLICA, key)
                 dirty.replicas.add(key)
             else:  # an observation: read it again
                 is_pool = kind_name == POOL_OBSERVATION.kind
@@ -362,7 +364,7 @@ class Controller(ReportEvents):
             touched = receive()
         else:
             assert self._step_at is not None
-            touched, _ = self._run(
+            touched, _ = self.behind_barrier(
                 FaultPoint.READ, kind, record.obj, now, self._step_at[1], receive
             )
         if touched is None:
@@ -373,7 +375,11 @@ class Controller(ReportEvents):
         dirty.trusts |= clusters
         dirty.replicas |= replicas
 
-    def _track(self, kind: Kind, key: Key) -> None:
+    def unstore(self, kind: Kind, key: Key) -> None:
+        """`key` differs from the store (a status write failed): read it again next step."""
+        self._unstored.add((kind, key))
+
+    def track(self, kind: Kind, key: Key) -> None:
         """Bring the step's tables of deployments and replicas up to the record at `key`."""
         record = self.index.records[kind].get(key)
         if kind == MODEL_DEPLOYMENT:
@@ -401,7 +407,7 @@ class Controller(ReportEvents):
         self._watch(kind, key, record.obj)
         assert self._step_at is not None
         now, result = self._step_at
-        parsed, is_read = self._run(
+        parsed, is_read = self.behind_barrier(
             FaultPoint.READ,
             kind,
             record.obj,
@@ -426,7 +432,7 @@ class Controller(ReportEvents):
             _put(self.inputs.deployments, key, (record.obj, checked) if good else None)
             _put(self.inputs.invalid, key, None if good else (record.obj, checked))
             return
-        core, error, _ = parsed
+        core, error = parsed
         self.inputs.replica_objs[key] = record.obj
         _put(self.inputs.replica_errors, key, error or None)
         _put(self.inputs.replica_cores, key, core if not error else None)
@@ -466,7 +472,7 @@ class Controller(ReportEvents):
         for key, record in sorted(self.index.records[INFERENCE_CLASS].items()):
             parsed, error = record.parsed
             if parsed is None:
-                self._error(result, f"InferenceClass {name_of(record.obj)} is invalid: {error}")
+                step_error(result, f"InferenceClass {name_of(record.obj)} is invalid: {error}")
                 is_complete = False
                 continue
             classes[key[1]] = record.obj
@@ -479,7 +485,7 @@ class Controller(ReportEvents):
         what every step reports of the reports it ignores and cannot read."""
         records = self.index.records[INFERENCE_CLUSTER]
         for error in self.reports.cluster_errors(records):
-            self._error(result, error)
+            step_error(result, error)
         judged, self._dirty.trusts = self._dirty.trusts, set()
         # Which reports are in the future moves with the clock: judge those clusters again.
         # (So does whether a contested fence's incarnation has been silent long enough.)
@@ -492,7 +498,7 @@ class Controller(ReportEvents):
                 continue
             judge = functools.partial(self._judge_cluster, cluster, record.obj, now)
             # (Quarantined: its trust stays the last one judged.)
-            self._run(FaultPoint.JUDGE, INFERENCE_CLUSTER, record.obj, now, result, judge)
+            self.behind_barrier(FaultPoint.JUDGE, INFERENCE_CLUSTER, record.obj, now, result, judge)
         self._report_future(now, result)
         self._report_stale(now, result)
 
@@ -545,7 +551,7 @@ class Controller(ReportEvents):
             return cluster_status(current, classes, trust, now, self.config, checked)
 
         normalize = without_ages if is_due else without_times
-        written = self._write_status(
+        written = self.writer.write_status(
             INFERENCE_CLUSTER, cluster, desire, CLUSTER_OWNED, now, result, normalize
         )
         state.settled = settled if written is cluster else None
@@ -618,7 +624,7 @@ class Controller(ReportEvents):
             if record is None or is_deleting(record.obj):
                 continue
             publish = functools.partial(self._publish_replica, key, record.obj, now, result)
-            self._run(FaultPoint.PUBLISH, MODEL_REPLICA, record.obj, now, result, publish)
+            self.behind_barrier(FaultPoint.PUBLISH, MODEL_REPLICA, record.obj, now, result, publish)
 
     def _publish_replica(
         self, key: Key, replica: ReadObj, now: datetime, result: StepResult
@@ -627,7 +633,9 @@ class Controller(ReportEvents):
         trust = self.statuses.trusts.get(cluster)
         found = self.reports.replica_reports(cluster, *key, trust)
         desire = functools.partial(_replica_desire, found=found, now=now)
-        written = self._write_status(MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result)
+        written = self.writer.write_status(
+            MODEL_REPLICA, replica, desire, REPLICA_OWNED, now, result
+        )
         if written is not replica:
             self.inputs.moved = True
             self._dirty.deployments.add(replica_docs.deployment_of(replica))
@@ -664,7 +672,7 @@ class Controller(ReportEvents):
             update = functools.partial(
                 self._update_core, name, record, typed, signature_classes, config
             )
-            _, is_read = self._run(
+            _, is_read = self.behind_barrier(
                 FaultPoint.READ, INFERENCE_CLUSTER, record.obj, now, result, update
             )
             if is_read:
@@ -716,7 +724,7 @@ class Controller(ReportEvents):
         unreadable = self.inputs.unreadable()
         if unreadable:
             for line in unreadable:
-                self._error(result, f"scheduling skipped: cannot read {line}")
+                step_error(result, f"scheduling skipped: cannot read {line}")
             return
         self.applier.check_invalid(now, result)
         self._replace(now)
@@ -736,7 +744,7 @@ class Controller(ReportEvents):
         try:
             decision = self._decide(snapshot, now, result)
         except SnapshotError as e:
-            self._error(result, f"scheduling skipped: {e}")
+            step_error(result, f"scheduling skipped: {e}")
             return
         if started is not None and self.timer is not None:
             result.decision_latency_s = self.timer() - started

@@ -1,7 +1,7 @@
 """The controller's events about agents' reports it does not accept: reports fenced out (an older
 lease epoch or another Lease incarnation: `StaleAgentReport`), reports stamped in the future (`FutureAgentReport`) and pool
 reports refused as implausible (`ImplausibleReport`), each once per message per subject, and
-forgotten when the situation clears (`_forget`). The step (loop.py) calls these.
+forgotten when the situation clears (`forget_cleared`). The step (loop.py) calls these.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from datetime import datetime
 from typing import Protocol
 
 from gpufleet.controller.conditions import ReadObj
+from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import Event, EventReason, EventType
-from gpufleet.controller.faulted import FaultWriter
+from gpufleet.controller.faulted import FaultBarrier
 from gpufleet.controller.fence import rejection
 from gpufleet.controller.plausible import Implausible
 from gpufleet.controller.status import future_message, implausible_pools
@@ -27,20 +28,21 @@ class ReportedSteps(StepErrors, Protocol):
     rejected_reports: list[str]
 
 
-class ReportEvents(FaultWriter):
-    """Events about reports not accepted (see the module docstring); the half of `Controller`
-    between the step (loop.py) and its writes (`HubWriter`)."""
+class ReportEvents(FaultBarrier):
+    """Events about reports not accepted (see the module docstring); a part of `Controller`
+    between the step (loop.py) and its writer (`HubWriter`)."""
 
+    config: ControllerConfig
     #: Per cluster: its trust, and whether it rejects reports or moves with the clock.
     statuses: ClusterStatuses
-    #: Per event prefix, the standing situations last seen (`_forget`).
+    #: Per event prefix, the standing situations last seen (`forget_cleared`).
     _alive: dict[str, set[tuple[str, ...]]]
 
-    def _forget(self, prefix: str, alive: set[tuple[str, ...]]) -> None:
+    def forget_cleared(self, prefix: str, alive: set[tuple[str, ...]]) -> None:
         """Forget the events of situations under `prefix` that cleared (`alive` are those
         that stand), when that set moved since the last call."""
         if self._alive.get(prefix) != alive:
-            self.recorder.forget_missing(prefix, alive)
+            self.writer.recorder.forget_missing(prefix, alive)
             self._alive[prefix] = alive
 
     def _report_stale(self, now: datetime, result: ReportedSteps) -> None:
@@ -63,8 +65,8 @@ class ReportEvents(FaultWriter):
                 alive.add(subject)
                 obj = records[("", cluster)].obj
                 event = Event(obj, EventType.WARNING, EventReason.STALE_AGENT_REPORT, message)
-                self._record_once(subject, event, now, result)
-        self._forget("stale", alive)
+                self.writer.record_once(subject, event, now, result)
+        self.forget_cleared("stale", alive)
 
     def _report_future(self, now: datetime, result: ReportedSteps) -> None:
         """A Warning event per cluster with reports stamped in the future (once per message)."""
@@ -80,8 +82,8 @@ class ReportEvents(FaultWriter):
             alive.add(subject)
             obj = records[("", cluster)].obj
             event = Event(obj, EventType.WARNING, EventReason.FUTURE_AGENT_REPORT, message)
-            self._record_once(subject, event, now, result)
-        self._forget("future", alive)
+            self.writer.record_once(subject, event, now, result)
+        self.forget_cleared("future", alive)
 
     def _report_implausible(
         self,
@@ -100,8 +102,8 @@ class ReportEvents(FaultWriter):
             subject = ("implausible", name, pool_name)
             message = refused.get(pool_name)
             if message is None:
-                self.recorder.forget(subject)
+                self.writer.recorder.forget(subject)
                 continue
             message = f"PoolObservation {pool_name} refused: {message}"
             event = Event(cluster, EventType.WARNING, EventReason.IMPLAUSIBLE_REPORT, message)
-            self._record_once(subject, event, now, result)
+            self.writer.record_once(subject, event, now, result)

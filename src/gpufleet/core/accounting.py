@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
+from typing import Protocol
 
 from gpufleet.core.capacity import PoolLedger, Vector, as_utc
 from gpufleet.core.fit import Unit, make_unit
 from gpufleet.core.model import (
+    DriverName,
     PoolName,
     Replica,
     ReplicaEngine,
@@ -45,7 +47,18 @@ from gpufleet.core.model import (
 AccountedFn = Callable[[str, Role, int], int]
 
 
-def pod_vector(requests: Sequence[ResolvedRequest], ledger: PoolLedger) -> Vector:
+class Drivers(Protocol):
+    """A pool's (or a class of pool's) vector layout: its DRA drivers, and where a request's
+    devices count (`PoolLedger`; compile.py's class of pool)."""
+
+    drivers: tuple[DriverName, ...]
+    #: Whether its vectors end in free CPU and memory (`PoolLedger.host`).
+    host: bool
+
+    def driver_index(self, driver: DriverName, device_class_name: str) -> int | None: ...
+
+
+def pod_vector(requests: Sequence[ResolvedRequest], ledger: Drivers) -> Vector:
     """Devices one pod of a member claims, per driver of the pool."""
     demand = [0] * len(ledger.drivers)
     for request in requests:
@@ -62,7 +75,7 @@ def is_gang(members: Iterable[ReplicaMember]) -> bool:
 def engine_units(
     engine: ReplicaEngine,
     pool: PoolName,
-    ledger: PoolLedger,
+    ledger: Drivers,
     accounted: AccountedFn | None = None,
 ) -> list[Unit]:
     """The units (see `fit`) one engine's pods on `pool` still need from the histogram."""
@@ -75,6 +88,8 @@ def engine_units(
         vector = pod_vector(member.requests, ledger)
         if not any(vector):
             continue
+        if ledger.host:
+            vector = (*vector, max(0, member.milli_cpu), max(0, member.memory))
         per_copy = max(0, member.pods_per_copy)
         expected = per_copy * copies
         done = accounted(engine.name, member.role, expected) if accounted else 0

@@ -55,6 +55,7 @@ from gpufleet.core.decision import (
     ReasonCode,
 )
 from gpufleet.core.model import (
+    Bucket,
     ClaimMode,
     Cluster,
     ClusterName,
@@ -126,6 +127,46 @@ class Pack:
             if best_key is None or key < best_key:
                 best, best_key = vector, key
         return best
+
+
+#: What a node reads for CPU or memory when its agent did not say (an older agent): no limit.
+UNLIMITED = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class HostChoice:
+    """`Spread` or `Pack` on a pool whose vectors end in free (millicores, memory bytes)
+    (`PoolLedger.host`): a node fits when every component does; nodes are ordered by their
+    free devices (the first `devices` components), ties by the whole vector (Pack: the
+    smaller, so among nodes with as many devices free the one with the least CPU left)."""
+
+    name: str
+    devices: int
+    largest: bool
+
+    def choose(self, free: Mapping[Vector, int], pod: Vector) -> Vector | None:
+        n = self.devices
+        best: Vector | None = None
+        best_key: tuple[int, Vector] | None = None
+        for vector, nodes in free.items():
+            if nodes <= 0 or not fits(vector, pod):
+                continue
+            key = (sum(vector[:n]), vector)
+            if best_key is None or (key > best_key if self.largest else key < best_key):
+                best, best_key = vector, key
+        return best
+
+
+_HOST_CHOICES: dict[tuple[str, int], HostChoice] = {}
+
+
+def host_choice(policy: NodeChoicePolicy, devices: int) -> HostChoice:
+    """`policy` on vectors of `devices` device components and then CPU and memory."""
+    key = (policy.name, devices)
+    found = _HOST_CHOICES.get(key)
+    if found is None:
+        found = _HOST_CHOICES[key] = HostChoice(policy.name, devices, policy.name != "Pack")
+    return found
 
 
 # One driver (the common case): a vector's sum is its one count, so ordering by (sum,
@@ -230,17 +271,40 @@ class ClassFacts:
     ones: tuple[Vector, ...] = ()
 
 
+def driver_index(
+    drivers: tuple[DriverName, ...],
+    devices: Sequence[Device],
+    driver: DriverName,
+    device_class_name: str,
+) -> int | None:
+    """Where a resolved request's devices count in the vectors of a pool with these devices
+    and (DRA) drivers: its driver's place; for a request stamped without a driver, by its
+    device class; an unknown driver counts against the first (errs toward full); None when
+    the pool has no DRA driver at all."""
+    if driver in drivers:
+        return drivers.index(driver)
+    for device in devices:
+        if (
+            device.claim is ClaimMode.DRA
+            and device.device_class_name == device_class_name
+            and device.driver in drivers
+        ):
+            return drivers.index(device.driver)
+    return 0 if drivers else None
+
+
 def class_facts(devices: Sequence[Device]) -> ClassFacts:
     full: dict[DriverName, int] = {}
     seen: dict[DriverName, str] = {}
     shared: tuple[DriverName, str, str] | None = None
     for device in devices:
-        if device.claim is not ClaimMode.DRA:
+        if not device.is_counted:
             continue
-        full[device.driver] = full.get(device.driver, 0) + max(0, device.count or 0)
-        if shared is None and device.driver in seen:
-            shared = (device.driver, seen[device.driver], device.name)
-        seen.setdefault(device.driver, device.name)
+        key = device.key
+        full[key] = full.get(key, 0) + max(0, device.count or 0)
+        if shared is None and key in seen:
+            shared = (key, seen[key], device.name)
+        seen.setdefault(key, device.name)
     drivers = tuple(sorted(full))
     vector = tuple(full[d] for d in drivers)
     ones = tuple((n,) for n in range(vector[0] + 1)) if len(drivers) == 1 else ()
@@ -280,6 +344,51 @@ def _fallback_reason(pool: Pool, config: SchedulingConfig, facts: ClassFacts) ->
     return None
 
 
+def host_histogram(
+    buckets: Sequence[Bucket], drivers: tuple[DriverName, ...], full: Vector, pool: Pool
+) -> dict[Vector, int]:
+    """The histogram of a pool whose agent reports CPU and memory: each vector is a bucket's
+    free devices and then a point's (millicores, memory bytes), counting the point's nodes.
+
+    Never optimistic: a bucket's points are taken smallest first up to its node count, and
+    nodes no point covers read 0 free; a bucket without points reads `UNLIMITED` (its agent
+    did not say). Growth nodes (`growth_nodes`) get the class's full devices and the largest
+    CPU and the largest memory any point of the pool reports (a node the autoscaler adds has
+    the same allocatable and DaemonSets as those and no other tenant's pods yet), or
+    `UNLIMITED` when the pool reports none (scale from zero)."""
+    free: dict[Vector, int] = {}
+    cpu_best = memory_best = -1
+    for bucket in buckets:
+        nodes = bucket.nodes
+        if nodes <= 0:
+            continue
+        devices = tuple(max(0, bucket.free.get(d, 0)) for d in drivers)
+        if bucket.host is None:
+            vector = (*devices, UNLIMITED, UNLIMITED)
+            free[vector] = free.get(vector, 0) + nodes
+            continue
+        points = sorted((max(0, p.milli_cpu), max(0, p.memory), p.nodes) for p in bucket.host)
+        for cpu, memory, count in points:
+            taken = min(nodes, max(0, count))
+            if taken:
+                vector = (*devices, cpu, memory)
+                free[vector] = free.get(vector, 0) + taken
+                nodes -= taken
+            cpu_best, memory_best = max(cpu_best, cpu), max(memory_best, memory)
+        if nodes:
+            vector = (*devices, 0, 0)
+            free[vector] = free.get(vector, 0) + nodes
+    growth = growth_nodes(pool, pool.observation) if pool.observation is not None else 0
+    if growth:
+        vector = (
+            *full,
+            UNLIMITED if cpu_best < 0 else cpu_best,
+            UNLIMITED if memory_best < 0 else memory_best,
+        )
+        free[vector] = free.get(vector, 0) + growth
+    return free
+
+
 class PoolLedger:
     """What one pool has free right now, in the pool's accounting mode.
 
@@ -299,6 +408,7 @@ class PoolLedger:
         "free",
         "free_nodes",
         "full",
+        "host",
         "log",
         "memo",
         "observation",
@@ -344,10 +454,17 @@ class PoolLedger:
         #: kept ledger's copies share it): charging reads it for every pool on every call.
         allocated = observation.last_allocation_time if observation is not None else None
         self.allocated_at = as_utc(allocated) if allocated is not None else None
+        #: Whether the vectors end in free (millicores, memory bytes): the agent reported
+        #: its nodes' CPU and memory (`Bucket.host`).
+        self.host = False
         if observation is None or fallback is not None or observation.buckets is None:
             self.accounting = Accounting.WHOLE_NODE
             return
         self.accounting = Accounting.FREE_GPU
+        if any(b.host is not None for b in observation.buckets):
+            self.host = True
+            self.free = host_histogram(observation.buckets, drivers, self.full, pool)
+            return
         if len(drivers) == 1:  # the common case, without a generator per bucket
             driver, ones = drivers[0], facts.ones
             for bucket in observation.buckets:
@@ -381,6 +498,7 @@ class PoolLedger:
         copied.allocated_at = self.allocated_at
         copied.drivers = self.drivers
         copied.full = self.full
+        copied.host = self.host
         copied.reasons = self.reasons
         copied.free = dict(self.free)
         copied.free_nodes = self.free_nodes
@@ -396,23 +514,18 @@ class PoolLedger:
     def is_free_gpu(self) -> bool:
         return self.accounting is Accounting.FREE_GPU
 
+    def choice(self, policy: NodeChoicePolicy) -> NodeChoicePolicy:
+        """`policy` as it reads this pool's vectors (`host_choice` when they hold CPU and
+        memory)."""
+        return host_choice(policy, len(self.drivers)) if self.host else policy
+
     def driver_index(self, driver: DriverName, device_class_name: str) -> int | None:
         """Where a resolved request's devices count in this pool's vectors.
 
         A request stamped without a driver is mapped by its device class; None when the pool
         has no DRA driver at all.
         """
-        if driver in self.drivers:
-            return self.drivers.index(driver)
-        for device in self.pool.devices:
-            if (
-                device.claim is ClaimMode.DRA
-                and device.device_class_name == device_class_name
-                and device.driver in self.drivers
-            ):
-                return self.drivers.index(device.driver)
-        # Unknown driver: count it against the first driver (errs toward full).
-        return 0 if self.drivers else None
+        return driver_index(self.drivers, self.pool.devices, driver, device_class_name)
 
     def set_free(self, free: dict[Vector, int]) -> None:
         self.free = free
@@ -435,8 +548,9 @@ class PoolLedger:
             summary = {"nodes": max(0, self.pool.nodes), "free_nodes": self.free_nodes}
         else:
             nodes = free_devices = best = 0
+            width = len(self.drivers)
             for vector, n in self.free.items():  # one pass: a verdict per pool asks for it
-                devices = sum(vector)
+                devices = sum(vector[:width]) if self.host else sum(vector)
                 nodes += n
                 free_devices += devices * n
                 if n > 0 and devices > best:
@@ -457,8 +571,15 @@ class PoolLedger:
         by_vector = buckets.setdefault(drivers, {}) if buckets is not None else None
         single = drivers[0] if len(drivers) == 1 else None
         histogram: list[FreeBucket] = []
+        items = self.free.items()
+        if self.host:  # by free devices, CPU and memory aside
+            merged: dict[Vector, int] = {}
+            for vector, nodes in items:
+                devices = vector[: len(drivers)]
+                merged[devices] = merged.get(devices, 0) + nodes
+            items = merged.items()
         # Largest free first (vectors are unique: sorting the items sorts by vector).
-        for vector, nodes in sorted(self.free.items(), reverse=True):
+        for vector, nodes in sorted(items, reverse=True):
             if nodes <= 0:
                 continue
             by_nodes = None

@@ -7,9 +7,10 @@ Model (accounting.py says what a replica still holds).
   (see fit.py) on a free-GPU pool's histogram. Pools the cluster no longer publishes take
   nothing. Charges to one histogram are applied in canonical replica order, because where a
   charge lands depends on the ones before it; charges to whole-node pools commute.
-- What a replica's charge on a pool is depends, besides the replica, only on the pool's class
-  and accounting mode (`charge_view`) and on whether its `last_allocation_time` is at or after
-  the replica's own time for the pool (`counted_since`). So the charges of a set of replicas
+- What a replica's charge on a pool is depends, besides the replica, only on the pool's class,
+  accounting mode and whether its vectors hold CPU and memory (`charge_view`) and on whether
+  its `last_allocation_time` is at or after the replica's own time for the pool
+  (`counted_since`). So the charges of a set of replicas
   hold while every pool they pin keeps its charge view and its allocation time stays in a
   window: at or after the latest replica time it had reached, before the earliest it had not.
   In the steady state the window only closes when a replica is re-counted, and most charges
@@ -103,7 +104,9 @@ def apply_charges(charges: list[Charge], ledgers: Mapping[ClusterName, ClusterLe
             pool.take_nodes(item.nodes)
             continue
         record = pool.log is not None
-        free, log = charge(pool.free, item.units, ledger.policy, owner=item.owner, record=record)
+        free, log = charge(
+            pool.free, item.units, pool.choice(ledger.policy), owner=item.owner, record=record
+        )
         pool.set_free(free)
         if pool.log is not None:
             pool.log.extend(log)
@@ -115,7 +118,7 @@ def apply_charges(charges: list[Charge], ledgers: Mapping[ClusterName, ClusterLe
 def charge_view(pool: PoolLedger, time: datetime | None) -> tuple[object, ...]:
     """What a charge reads of a pool besides its allocation time `time` (`allocation_time`)
     and the replica."""
-    return (pool.class_id, pool.accounting, time is None)
+    return (pool.class_id, pool.accounting, time is None, pool.host)
 
 
 def allocation_time(pool: PoolLedger) -> datetime | None:

@@ -5,8 +5,10 @@ it). Matching a deployment against the fleet is a function of its definition and
 *classes* of pool (a class is everything matching reads of a pool's devices, by value:
 `Matcher.class_of`), never of capacity. `compile_deployment` matches every member of every
 engine against every class given (`match_member`, the CEL selectors included) and derives
-each engine's demand there: the units a free-GPU pool's fit needs (`engine_units`, in the
-canonical order) and the nodes a whole-node pool's count needs (`node_cost`).
+each engine's demand there: the units a free-GPU pool's fit needs (`engine_units` of the
+engine stamped with its matches, in the canonical order) and the nodes a whole-node pool's
+count needs (`node_cost`): accounting.py's own functions, so there is no second computation
+to hold equal.
 `CompiledDeployment.on_shape` combines them for a cluster's shape (its pools' classes in
 published order): per pool whether the engine may use it (every member matches, and no member
 that claims somewhere on the cluster resolves only synthetic devices there), per member
@@ -28,19 +30,18 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 
-from gpufleet.core.accounting import is_gang
-from gpufleet.core.capacity import Vector
-from gpufleet.core.fit import Unit, make_unit, order_units
+from gpufleet.core.accounting import engine_units, node_cost
+from gpufleet.core.capacity import driver_index
+from gpufleet.core.fit import Unit, order_units
 from gpufleet.core.matching import MemberMatch, match_member
 from gpufleet.core.model import (
-    ClaimMode,
     Deployment,
     Device,
     DriverName,
     Engine,
     PoolName,
+    ReplicaEngine,
     ReplicaMember,
-    ResolvedRequest,
 )
 
 
@@ -65,6 +66,20 @@ class EngineOnClass:
     claiming: tuple[bool, ...]
     units: tuple[Unit, ...]
     node_cost: int
+    #: `units` on a pool whose vectors end in free CPU and memory (`PoolLedger.host`): each
+    #: pod's vector ends in its (millicores, memory bytes) requests; only when some member
+    #: requests CPU or memory (`requests_host`), else `units_on` pads `units` with zeros.
+    host_units: tuple[Unit, ...] = ()
+    requests_host: bool = False
+
+    def units_on(self, is_host: bool) -> tuple[Unit, ...]:
+        """The units a pool of the class needs, as its vectors read (`PoolLedger.host`)."""
+        if not is_host:
+            return self.units
+        if self.requests_host:
+            return self.host_units
+        # Zeros appended keep the canonical order (sums and comparisons are unchanged).
+        return tuple(tuple((*pod, 0, 0) for pod in unit) for unit in self.units)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,72 +154,47 @@ def compile_deployment(
 
 
 def engine_on_class(engine: Engine, devices: Sequence[Device]) -> EngineOnClass:
-    """One engine against a class of pool with these devices (pure)."""
+    """One engine against a class of pool with these devices (pure): each member's
+    `match_member`, and the units and node cost of the engine stamped with those matches on a
+    pool of the class (`accounting.engine_units`, `accounting.node_cost`)."""
     matches = tuple(match_member(m, devices) for m in engine.members)
-    drivers = tuple(sorted({d.driver for d in devices if d.claim is ClaimMode.DRA}))
-    members = tuple(
-        ReplicaMember(m.role, PoolName(""), m.worker_nodes, match.resolved)
-        for m, match in zip(engine.members, matches, strict=True)
+    stamp = ReplicaEngine(
+        engine.name,
+        tuple(
+            ReplicaMember(m.role, _ANY_POOL, m.worker_nodes, match.resolved, m.milli_cpu, m.memory)
+            for m, match in zip(engine.members, matches, strict=True)
+        ),
+        engine.copies,
+        engine.phase,
     )
+    requests_host = any(m.milli_cpu > 0 or m.memory > 0 for m in engine.members)
     return EngineOnClass(
         matches,
         all(m.is_match for m in matches),
         tuple(m.is_match and m.is_claiming for m in matches),
-        tuple(order_units(_units(engine, members, devices, drivers))),
-        sum(max(0, m.pods_per_copy) * max(0, engine.copies) for m in members if m.is_claiming),
+        tuple(order_units(engine_units(stamp, _ANY_POOL, _ClassDrivers(devices)))),
+        node_cost((stamp,), _ANY_POOL),
+        tuple(order_units(engine_units(stamp, _ANY_POOL, _ClassDrivers(devices, host=True))))
+        if requests_host
+        else (),
+        requests_host,
     )
 
 
-def _units(
-    engine: Engine,
-    members: Sequence[ReplicaMember],
-    devices: Sequence[Device],
-    drivers: tuple[DriverName, ...],
-) -> list[Unit]:
-    """`accounting.engine_units` of a fresh replica, with the class's drivers."""
-    copies = max(0, engine.copies)
-    per_member: list[tuple[Vector, int]] = []
-    for member in members:
-        if not member.is_claiming:
-            continue
-        vector = _pod_vector(member.requests, devices, drivers)
-        if any(vector):
-            per_member.append((vector, max(0, member.pods_per_copy)))
-    if not is_gang(members):
-        return [(vector,) for vector, per_copy in per_member for _ in range(per_copy * copies)]
-    units: list[Unit] = []
-    for _ in range(copies):
-        pods = [vector for vector, per_copy in per_member for _ in range(per_copy)]
-        if pods:
-            units.append(make_unit(pods))
-    return units
+#: The pool name an engine is stamped with to be accounted on a class (any pool of it).
+_ANY_POOL = PoolName("")
 
 
-def _pod_vector(
-    requests: Sequence[ResolvedRequest], devices: Sequence[Device], drivers: tuple[DriverName, ...]
-) -> Vector:
-    """`accounting.pod_vector` against a pool of the class (`PoolLedger.driver_index`)."""
-    demand = [0] * len(drivers)
-    for request in requests:
-        index = _driver_index(request.driver, request.device_class_name, devices, drivers)
-        if index is not None:
-            demand[index] += max(0, request.count)
-    return tuple(demand)
+class _ClassDrivers:
+    """`accounting.Drivers` of a pool of the class: what `PoolLedger` reads of its devices."""
 
+    __slots__ = ("devices", "drivers", "host")
 
-def _driver_index(
-    driver: DriverName,
-    device_class_name: str,
-    devices: Sequence[Device],
-    drivers: tuple[DriverName, ...],
-) -> int | None:
-    if driver in drivers:
-        return drivers.index(driver)
-    for device in devices:
-        if (
-            device.claim is ClaimMode.DRA
-            and device.device_class_name == device_class_name
-            and device.driver in drivers
-        ):
-            return drivers.index(device.driver)
-    return 0 if drivers else None
+    def __init__(self, devices: Sequence[Device], *, host: bool = False) -> None:
+        self.devices = devices
+        #: Whether each pod's vector ends in its CPU and memory requests (`PoolLedger.host`).
+        self.host = host
+        self.drivers = tuple(sorted({d.key for d in devices if d.is_counted}))
+
+    def driver_index(self, driver: DriverName, device_class_name: str) -> int | None:
+        return driver_index(self.drivers, self.devices, driver, device_class_name)

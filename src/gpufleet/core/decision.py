@@ -67,6 +67,10 @@ class ReasonCode(StrEnum):
     #: Observed pool: the pods do not fit the free devices (after charging). Retry: when
     #: devices free up, the pool grows, or a fresher observation arrives.
     INSUFFICIENT_GPU = "InsufficientGPU"
+    #: Observed pool whose agent reports CPU and memory: a pod's devices fit a node, but no
+    #: such node has its CPU (millicores) or memory requests free. Retry: as InsufficientGPU.
+    INSUFFICIENT_CPU = "InsufficientCPU"
+    INSUFFICIENT_MEMORY = "InsufficientMemory"
     #: Whole-node pool: not enough free nodes. Retry: when replicas leave or the pool grows.
     INSUFFICIENT_NODES = "InsufficientNodes"
     #: Observed pool: the pods would fit, but not with each pod of a gang copy on its own node.
@@ -129,6 +133,8 @@ ROOT_CAUSE_ORDER: tuple[ReasonCode, ...] = (
     ReasonCode.BACKING_OFF,
     ReasonCode.GANG_NEEDS_DISTINCT_NODES,
     ReasonCode.INSUFFICIENT_GPU,
+    ReasonCode.INSUFFICIENT_CPU,
+    ReasonCode.INSUFFICIENT_MEMORY,
     ReasonCode.INSUFFICIENT_NODES,
 )
 

@@ -14,7 +14,9 @@ Model.
   and the config (capacity.py). `Call.pool_state`: a ledger's `PoolState` at the end.
   `Call.retain_all`: per deployment (in key order) its `Retained` (retain.py), the charges of
   every kept replica and of every replica whose deployment is gone (charging.py), in any
-  order (`apply_charges` sorts them).
+  order (`apply_charges` sorts them). `Call.fill_order`: a deployment's candidates in fill
+  order, which places its replicas one by one (fill_order.py). `Call.diagnoser`: what
+  diagnoses deployments against the ledgers as they are when asked (verdicts.py).
 - `FRESH` computes each of them plainly, on every call: it is the specification. Every other
   implementation (core/reuse/) must return what `FRESH` returns, for any sequence of
   snapshots (tests/core/test_derive_properties.py); it may only take less time.
@@ -33,6 +35,7 @@ from gpufleet.core.avoiding import NOT_AVOIDING, Avoiding
 from gpufleet.core.capacity import PoolLedger
 from gpufleet.core.charging import Charge, charges_of, replica_order
 from gpufleet.core.decision import ObservationState, PoolState
+from gpufleet.core.fill_order import Filling, PlainFill
 from gpufleet.core.model import (
     ClusterName,
     Deployment,
@@ -43,6 +46,7 @@ from gpufleet.core.model import (
 )
 from gpufleet.core.placement import ClusterLedger, PlacementMemo
 from gpufleet.core.retain import KEY_OF, Retained, by_deployment, retain
+from gpufleet.core.verdicts import Diagnosing, PlainDiagnoser
 
 
 class SnapshotError(ValueError):
@@ -77,6 +81,18 @@ class Call(Protocol):
         ledgers: Mapping[ClusterName, ClusterLedger],
         avoiding: Mapping[tuple[str, str], Avoiding],
     ) -> Retaining: ...
+
+    def fill_order(
+        self,
+        names: tuple[ClusterName, ...],
+        ranks: Mapping[ClusterName, int],
+        counts: Mapping[ClusterName, int],
+        offset: int,
+    ) -> Filling: ...
+
+    def diagnoser(
+        self, ledgers: Mapping[ClusterName, ClusterLedger], config: SchedulingConfig
+    ) -> Diagnosing: ...
 
 
 class Derive(Protocol):
@@ -152,6 +168,20 @@ class _FreshCall:
             if ledger is not None:
                 charges.extend(charges_of(replica, replica.engines, True, ledger))
         return results, charges, orphans
+
+    def fill_order(
+        self,
+        names: tuple[ClusterName, ...],
+        ranks: Mapping[ClusterName, int],
+        counts: Mapping[ClusterName, int],
+        offset: int,
+    ) -> Filling:
+        return PlainFill(names, ranks, counts, offset)
+
+    def diagnoser(
+        self, ledgers: Mapping[ClusterName, ClusterLedger], config: SchedulingConfig
+    ) -> Diagnosing:
+        return PlainDiagnoser(ledgers, self.placement, config)
 
 
 class Fresh:

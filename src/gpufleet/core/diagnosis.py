@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from gpufleet.core.capacity import NodeChoicePolicy, PoolLedger, Vector
+from gpufleet.core.capacity import UNLIMITED, NodeChoicePolicy, PoolLedger, Vector
 from gpufleet.core.decision import Reason, ReasonCode
 from gpufleet.core.durations import format_duration
 from gpufleet.core.fit import FitFailure, Unit, fit, nodes_that_fit
@@ -37,10 +37,16 @@ def _count(n: int, noun: str) -> str:
 def insufficient_devices(
     ledger: PoolLedger, units: Sequence[Unit], failure: FitFailure, policy: NodeChoicePolicy
 ) -> Reason:
-    """InsufficientGPU, or GangNeedsDistinctNodes when the pods fit without the gang rule."""
+    """InsufficientGPU, or GangNeedsDistinctNodes when the pods fit without the gang rule,
+    or InsufficientCPU / InsufficientMemory when they fit the devices but not the host."""
+    if ledger.host:
+        binding = _host_binding(ledger, units, policy)
+        if binding is not None:
+            return _insufficient_host(ledger, failure.pod, binding)
+    width = len(ledger.drivers)
     pods: list[Vector] = [pod for unit in units for pod in unit]
-    largest = max((sum(p) for p in pods), default=0)
-    requested = sum(sum(p) for p in pods)
+    largest = max((sum(p[:width]) for p in pods), default=0)
+    requested = sum(sum(p[:width]) for p in pods)
     summary = ledger.summary()
     excluded, excluded_words = _excluded(ledger)
     pod = failure.pod
@@ -51,12 +57,12 @@ def insufficient_devices(
             return Reason(
                 ReasonCode.GANG_NEEDS_DISTINCT_NODES,
                 f"a gang copy of {failure.unit_size} pods needs {failure.unit_size} distinct "
-                f"nodes with {sum(pod)} devices free each; {_count(able, 'node')} "
+                f"nodes with {sum(pod[:width])} devices free each; {_count(able, 'node')} "
                 f"{'has' if able == 1 else 'have'} that "
                 f"(best node has {summary['best_node_free']} free){excluded_words}",
                 {
                     "gang_pods": failure.unit_size,
-                    "pod_devices": sum(pod),
+                    "pod_devices": sum(pod[:width]),
                     "nodes_fitting_pod": able,
                     **summary,
                     **excluded,
@@ -73,10 +79,87 @@ def insufficient_devices(
             "pods": len(pods),
             "requested_devices": requested,
             "largest_pod_devices": largest,
-            "failed_pod_devices": sum(pod),
+            "failed_pod_devices": sum(pod[:width]),
             "nodes_fitting_failed_pod": nodes_that_fit(ledger.free, pod),
             **summary,
             **excluded,
+        },
+    )
+
+
+def _host_binding(
+    ledger: PoolLedger, units: Sequence[Unit], policy: NodeChoicePolicy
+) -> ReasonCode | None:
+    """Which host resource keeps `units` off a pool whose vectors hold CPU and memory: None
+    when they do not fit the devices alone; InsufficientCPU when they do not fit with their
+    CPU requests alone; else InsufficientMemory."""
+    width = len(ledger.drivers)
+
+    def only(keep_cpu: bool) -> list[Unit]:
+        return [tuple((*p[:width], p[width] if keep_cpu else 0, 0) for p in unit) for unit in units]
+
+    if not fit(ledger.free, only(keep_cpu=False), policy).is_fit:
+        return None
+    if not fit(ledger.free, only(keep_cpu=True), policy).is_fit:
+        return ReasonCode.INSUFFICIENT_CPU
+    return ReasonCode.INSUFFICIENT_MEMORY
+
+
+def format_cores(milli_cpu: int) -> str:
+    """Millicores as cores: `24`, `1.5`, `0.25`."""
+    whole, part = divmod(max(0, milli_cpu), 1000)
+    return f"{whole}" if not part else f"{whole}.{part:03d}".rstrip("0")
+
+
+def format_bytes(memory: int) -> str:
+    """Bytes in the largest binary unit that divides them: `64Gi`, `512Mi`, `1000`."""
+    if memory >= UNLIMITED:
+        return "unlimited"
+    for unit, size in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if memory and memory % size == 0:
+            return f"{memory // size}{unit}"
+    return str(max(0, memory))
+
+
+def _insufficient_host(ledger: PoolLedger, pod: Vector, code: ReasonCode) -> Reason:
+    """InsufficientCPU / InsufficientMemory for the pod that failed, with the best node
+    (most of the resource free) among those whose devices fit it."""
+    width = len(ledger.drivers)
+    index = width if code is ReasonCode.INSUFFICIENT_CPU else width + 1
+    devices = pod[:width]
+    able = [
+        v
+        for v, n in ledger.free.items()
+        if n > 0 and all(f >= d for f, d in zip(v[:width], devices, strict=True))
+    ]
+    best = max(able, key=lambda v: (v[index], v), default=None)
+    best_devices = sum(best[:width]) if best is not None else 0
+    best_free = best[index] if best is not None else 0
+    fitting = sum(
+        n
+        for v, n in ledger.free.items()
+        if all(f >= d for f, d in zip(v[:width], devices, strict=True)) and v[index] >= pod[index]
+    )
+    if code is ReasonCode.INSUFFICIENT_CPU:
+        needs = f"{format_cores(pod[index])} cores"
+        has = f"{format_cores(best_free)} free"
+        keys = ("pod_milli_cpu", "best_node_milli_cpu")
+    else:
+        needs = f"{format_bytes(pod[index])} of memory"
+        has = f"{format_bytes(best_free)} free"
+        keys = ("pod_memory", "best_node_memory")
+    return Reason(
+        code,
+        f"a pod with {_count(sum(devices), 'device')} needs {needs}, best node with "
+        f"{best_devices} free devices has {has}; "
+        f"{_count(fitting, 'node')} with the devices {'has' if fitting == 1 else 'have'} it",
+        {
+            "pod_devices": sum(devices),
+            keys[0]: pod[index],
+            "best_node_devices": best_devices,
+            keys[1]: min(best_free, UNLIMITED),
+            "nodes_fitting_devices": len(able) and sum(ledger.free[v] for v in able),
+            "nodes_fitting_pod": fitting,
         },
     )
 

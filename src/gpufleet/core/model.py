@@ -42,6 +42,9 @@ class ClaimMode(StrEnum):
 
     DRA = "DRA"
     SYNTHETIC = "Synthetic"
+    #: Handed out by a device plugin as the extended resource `Device.resource_name`
+    #: (`nvidia.com/gpu`): counted under that name, requested in the pod's limits.
+    DEVICE_PLUGIN = "DevicePlugin"
 
 
 class AttributeKind(StrEnum):
@@ -74,6 +77,21 @@ class Device:
     count: int = 1
     attributes: Mapping[str, Attribute] = field(default_factory=dict)
     capacity: Mapping[str, str] = field(default_factory=dict)
+    #: The extended resource of a `DevicePlugin` device ("" otherwise).
+    resource_name: str = ""
+
+    @property
+    def is_counted(self) -> bool:
+        """Whether the device counts in its pool's free-device vectors (DRA or device plugin)."""
+        return self.claim is ClaimMode.DRA or self.claim is ClaimMode.DEVICE_PLUGIN
+
+    @property
+    def key(self) -> DriverName:
+        """What the device counts under in a pool's vectors and histogram: its DRA driver, or
+        a device plugin's extended resource (a name with a `/`, never a driver's)."""
+        if self.claim is ClaimMode.DEVICE_PLUGIN:
+            return DriverName(self.resource_name)
+        return self.driver
 
 
 class Selector(Protocol):
@@ -116,11 +134,26 @@ class Toleration:
 
 
 @dataclass(frozen=True, slots=True)
+class HostRoom:
+    """`nodes` nodes of a bucket each have at least `milli_cpu` millicores and `memory` bytes
+    free (allocatable less the requests of the pods bound there)."""
+
+    milli_cpu: int
+    memory: int
+    nodes: int
+
+
+@dataclass(frozen=True, slots=True)
 class Bucket:
-    """`nodes` nodes of a pool each have exactly `free` devices free, per DRA driver."""
+    """`nodes` nodes of a pool each have exactly `free` devices free, per DRA driver.
+
+    `host`: the CPU and memory those nodes have free, as at most a few points that together
+    count `nodes` nodes (a node of a point has at least that much free); None when the agent
+    did not say (an older agent): then the fit assumes no CPU or memory limit there."""
 
     free: Mapping[DriverName, int]
     nodes: int
+    host: tuple[HostRoom, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,11 +253,15 @@ class DeviceRequest:
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One pod template of an engine. `requests` empty means no nodeSelector: claimless."""
+    """One pod template of an engine. `requests` empty means no nodeSelector: claimless.
+    `milli_cpu` and `memory` (bytes): what each pod requests of its node's CPU and memory
+    (its template's `resources.requests`), checked by the fit with its devices."""
 
     role: Role = Role.STANDALONE
     worker_nodes: int = 1
     requests: tuple[DeviceRequest, ...] = ()
+    milli_cpu: int = 0
+    memory: int = 0
 
     @property
     def pods_per_copy(self) -> int:
@@ -305,6 +342,9 @@ class ReplicaMember:
     pool: PoolName
     worker_nodes: int = 1
     requests: tuple[ResolvedRequest, ...] = ()
+    #: Each pod's CPU (millicores) and memory (bytes) requests, as `Member`'s.
+    milli_cpu: int = 0
+    memory: int = 0
 
     @property
     def pods_per_copy(self) -> int:

@@ -27,12 +27,9 @@ from dataclasses import dataclass, field
 
 from gpufleet.core import diagnosis
 from gpufleet.core.capacity import (
-    ClassFacts,
     Freshness,
     NodeChoicePolicy,
     PoolLedger,
-    Vector,
-    class_facts,
 )
 from gpufleet.core.compile import (
     CompiledDeployment,
@@ -43,7 +40,6 @@ from gpufleet.core.compile import (
 )
 from gpufleet.core.decision import (
     ClusterVerdict,
-    FreeBucket,
     ObservationState,
     PlacedEngine,
     PlacedMember,
@@ -52,14 +48,13 @@ from gpufleet.core.decision import (
     Reason,
 )
 from gpufleet.core.fit import FitFailure, FitResult, Unit, fit, order_units
-from gpufleet.core.matching import ClassKey, Matcher, MemberMatch
+from gpufleet.core.matching import Matcher, MemberMatch
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
     Cluster,
     ClusterName,
     Deployment,
     Device,
-    DriverName,
     Engine,
     Pool,
     PoolName,
@@ -67,6 +62,7 @@ from gpufleet.core.model import (
     ReplicaMember,
     SchedulingConfig,
 )
+from gpufleet.core.pool_ledgers import PoolLedgers
 
 
 class ClusterLedger:
@@ -252,21 +248,14 @@ class PlacementMemo:
     Mutable: the memo itself (its entries), for one caller at a time; every value it keeps is
     frozen or, for ledgers, only copied from.
 
-    Ledgers (`pool_ledger`, only when `keeps_ledgers`): a pool's ledger as built is a
-    function of the pool, its cluster's name, its class and the config, so it is kept per
-    declared `Pool.signature` with the class it was built for, and a later call that sees a
-    pool of that signature gets a copy instead of reading devices and buckets again. The config is compared
-    once per call (`use_config`): another config drops every kept ledger. The `PoolState` of
-    a copy that nothing charged or placed on is the kept ledger's, per observation state.
+    Ledgers (`pool_ledger`, `pool_state`): owned by `PoolLedgers` (pool_ledgers.py, `kept`),
+    which keeps them across calls only when `keeps_ledgers`.
     """
 
     __slots__ = (
         "_alike",
-        "_buckets",
         "_classes",
-        "_config",
         "_engines",
-        "_facts",
         "_gate_ids",
         "_next_profile_id",
         "_next_shape_id",
@@ -277,12 +266,10 @@ class PlacementMemo:
         "alike_profiles",
         "compiled",
         "hosts",
-        "keeps_ledgers",
-        "ledgers",
+        "kept",
         "matcher",
         "on_shapes",
         "profiles",
-        "states",
     )
 
     def __init__(self, *, keeps_ledgers: bool = True) -> None:
@@ -308,8 +295,6 @@ class PlacementMemo:
         ] = {}
         #: For one call: the explain profile id per (engines, cluster shape).
         self.alike_profiles: dict[tuple[tuple[Engine, ...], int], int] = {}
-        #: For one call: what a ledger reads of a class's devices (`class_facts`), by class id.
-        self._facts: dict[int, ClassFacts] = {}
         #: For one call: ids of the gate profiles of its clusters (schedule.py), by value.
         self._gate_ids: dict[tuple[object, ...], int] = {}
         self.hosts: Generations[tuple[object, int], bool] = Generations()
@@ -317,20 +302,12 @@ class PlacementMemo:
         self.profiles: Generations[tuple[object, int], int] = Generations()
         self._profile_ids: Generations[tuple[object, ...], int] = Generations()
         self._next_profile_id = 0
-        #: False for a memo made for one call: it would keep ledgers no call reads.
-        self.keeps_ledgers = keeps_ledgers
-        #: Per Pool signature (`Pool.signature`; a pool without one is not kept): its ledger
-        #: as built (never used by a call, only copied) and the class key its class id is for.
-        self.ledgers: Generations[tuple[object, ...], tuple[PoolLedger, ClassKey]] = Generations()
-        #: Per (kept ledger's pool signature, cluster, observation state): its pool state.
-        self.states: Generations[tuple[object, ...], PoolState] = Generations()
-        self._config: SchedulingConfig | None = None
-        #: For one call: equal histogram buckets of its pool states, shared (frozen values).
-        self._buckets: dict[tuple[DriverName, ...], dict[Vector, dict[int, FreeBucket]]] = {}
+        #: Pool ledgers as built (kept across calls when `keeps_ledgers`) and final states.
+        self.kept = PoolLedgers(keeps=keeps_ledgers)
 
     def advance(self) -> None:
         """A new call starts (see memo.py)."""
-        self._buckets = {}
+        self.kept.advance()
         self.matcher.advance()
         self._shape_ids.advance()
         self.compiled.advance()
@@ -340,56 +317,27 @@ class PlacementMemo:
         self._on_cluster = {}
         self._tables = {}
         self.alike_profiles = {}
-        self._facts = {}
         self._gate_ids = {}
         self.on_shapes.advance()
         self.hosts.advance()
         self.profiles.advance()
         self._profile_ids.advance()
-        self.ledgers.advance()
-        self.states.advance()
 
     def use_config(self, config: SchedulingConfig) -> None:
-        """Ledgers are built with `config` in this call: kept ones built with another go."""
-        if config is not self._config and config != self._config:
-            self.ledgers = Generations()
-            self.states = Generations()
-        self._config = config
+        """Ledgers are built with `config` in this call (`PoolLedgers.use_config`)."""
+        self.kept.use_config(config)
 
     def pool_ledger(
         self, cluster: ClusterName, pool: Pool, config: SchedulingConfig, *, record: bool
     ) -> PoolLedger:
-        """A ledger for `pool` of `cluster` as built from it with `config` (the one given to
-        `use_config`): a copy of the kept one when there is one for this object."""
-        matcher = self.matcher
-        signature = pool.signature
-        found = self.ledgers.get(signature) if signature else None
-        if found is not None:
-            kept, key = found
-            if kept.cluster == cluster and matcher.has_class(key, kept.class_id):
-                self._classes.setdefault(kept.class_id, kept.pool.devices)
-                return kept.copy(record=record)
-        key, class_id = matcher.class_of(pool.devices)
-        self._classes.setdefault(class_id, pool.devices)
-        facts = self._facts.get(class_id)
-        if facts is None:
-            facts = self._facts[class_id] = class_facts(pool.devices)
-        if not self.keeps_ledgers or not signature:
-            return PoolLedger(cluster, pool, class_id, config, record=record, facts=facts)
-        kept = PoolLedger(cluster, pool, class_id, config, facts=facts)
-        self.ledgers.put(signature, (kept, key))
-        return kept.copy(record=record)
+        """`PoolLedgers.pool_ledger`, noting the pool's class for this call's compiling."""
+        return self.kept.pool_ledger(
+            cluster, pool, config, self.matcher, self._classes, record=record
+        )
 
     def pool_state(self, ledger: PoolLedger, observation: ObservationState) -> PoolState:
-        """`ledger.state(observation)`, shared with every unchanged copy of one kept ledger."""
-        origin = ledger.origin
-        if origin is None or ledger.version != 0:
-            return ledger.state(observation, self._buckets)
-        memo_key = (origin.pool.signature, origin.cluster, origin.class_id, observation)
-        found = self.states.get(memo_key)
-        if found is None:
-            found = self.states.put(memo_key, ledger.state(observation, self._buckets))
-        return found
+        """`PoolLedgers.pool_state`."""
+        return self.kept.pool_state(ledger, observation)
 
     def compile(self, deployment: Deployment) -> CompiledDeployment:
         """The deployment compiled against this call's classes: the one kept by its
@@ -462,8 +410,7 @@ class PlacementMemo:
             + len(self.hosts)
             + len(self.profiles)
             + len(self._profile_ids)
-            + len(self.ledgers)
-            + len(self.states)
+            + self.kept.size()
         )
 
 
@@ -475,7 +422,7 @@ def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> 
     return ReplicaEngine(
         name=engine.name,
         members=tuple(
-            ReplicaMember(m.role, pool, m.worker_nodes, match.resolved)
+            ReplicaMember(m.role, pool, m.worker_nodes, match.resolved, m.milli_cpu, m.memory)
             for m, match in zip(engine.members, matches, strict=True)
         ),
         copies=engine.copies,
@@ -572,7 +519,8 @@ def _try_pool(
     name = pool.pool.name
     if pool.is_free_gpu:
         earlier = trial.units.get(name)
-        units = order_units([*earlier, *shape.units]) if earlier else list(shape.units)
+        mine = shape.units_on(True) if pool.host else shape.units
+        units = order_units([*earlier, *mine]) if earlier else list(mine)
         fitted = _fit(pool, units, policy, owner)
         if fitted.failure is None:
             return fitted, units, None
@@ -624,7 +572,8 @@ def _place_engine(
                     PoolVerdict(pool.pool.name, engine.name, pool.accounting, False, (avoided,))
                 )
             continue
-        tried = _try_pool(pool, shape, trial, ledger.policy, owner, explain)
+        policy = pool.choice(ledger.policy) if pool.host else ledger.policy
+        tried = _try_pool(pool, shape, trial, policy, owner, explain)
         if tried is None:
             refused = True
             continue

@@ -102,7 +102,14 @@ def restamp(
                     pinned.pool, member.role.value, match.unmatched_request, match.is_selector_miss
                 )
             members.append(
-                ReplicaMember(member.role, pinned.pool, member.worker_nodes, match.resolved)
+                ReplicaMember(
+                    member.role,
+                    pinned.pool,
+                    member.worker_nodes,
+                    match.resolved,
+                    member.milli_cpu,
+                    member.memory,
+                )
             )
         if not any(m.is_claiming for m in members):
             return diagnosis.engine_cannot_claim(engine.name, 1)

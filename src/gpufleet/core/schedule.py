@@ -72,7 +72,7 @@ from gpufleet.core.decision import (
     replica_name,
 )
 from gpufleet.core.derive import FRESH, Call, Derive, SnapshotError
-from gpufleet.core.fill_order import FillOrder
+from gpufleet.core.fill_order import Filling
 from gpufleet.core.fit import Assignment
 from gpufleet.core.matching import is_selected
 from gpufleet.core.model import (
@@ -90,7 +90,7 @@ from gpufleet.core.placement import (
 )
 from gpufleet.core.retain import CONDITION_TYPE, REPLICAS_CREATED, Retained, condition
 from gpufleet.core.rollout import RolloutStep
-from gpufleet.core.verdicts import Diagnoser, gate_profile, gates
+from gpufleet.core.verdicts import Diagnosing, gate_profile, gates
 
 __all__ = [
     "CONDITION_TYPE",
@@ -146,7 +146,7 @@ class _Work:
     counts: Counter[ClusterName] = field(default_factory=Counter)
     indices: dict[ClusterName, set[int]] = field(default_factory=dict)
     #: Its candidate clusters in fill order (placement.py), once `_find_candidates` ran.
-    order: FillOrder | None = None
+    order: Filling | None = None
     is_stopped: bool = False
     diagnosis: Diagnosis | None = None
     #: Per cluster, the pools its new replicas avoid (re-placement backoff), with the reason.
@@ -213,7 +213,7 @@ def _build_ledgers(
 def _find_candidates(
     works: list[_Work],
     ledgers: Mapping[ClusterName, ClusterLedger],
-    memo: PlacementMemo,
+    call: Call,
     config: SchedulingConfig,
     dealt: int,
 ) -> None:
@@ -231,6 +231,7 @@ def _find_candidates(
     """
     if not works:
         return
+    memo = call.placement
     profiles: dict[int, tuple[ClusterLedger, list[ClusterName]]] = {}
     for name, ledger in ledgers.items():
         profiles.setdefault(gate_profile(ledger, memo), (ledger, []))[1].append(name)
@@ -255,7 +256,7 @@ def _find_candidates(
                 )
             )
             found = eligible[(gate_key, hostable)] = (names, {n: i for i, n in enumerate(names)})
-        work.order = FillOrder(*found, work.counts, dealt)
+        work.order = call.fill_order(*found, work.counts, dealt)
         dealt += work.pending
 
 
@@ -296,13 +297,14 @@ def _fill_one(
 def _fill(
     works: list[_Work],
     ledgers: Mapping[ClusterName, ClusterLedger],
-    memo: PlacementMemo,
+    call: Call,
     snapshot: Snapshot,
-    diagnoser: Diagnoser,
+    diagnoser: Diagnosing,
 ) -> None:
     """Step 4: round-robin over the deployments with replicas pending."""
+    memo = call.placement
     active = [w for w in works if w.deployment.fill and w.pending > 0]
-    _find_candidates(active, ledgers, memo, snapshot.config, len(snapshot.replicas))
+    _find_candidates(active, ledgers, call, snapshot.config, len(snapshot.replicas))
     active = _fair_order(active, snapshot)
     while active:
         for work in active:
@@ -335,7 +337,7 @@ def _fair_order(active: list[_Work], snapshot: Snapshot) -> list[_Work]:
     return [active[k[3]] for k in sorted(keyed)]
 
 
-def _decide(work: _Work, diagnoser: Diagnoser) -> DeploymentDecision:
+def _decide(work: _Work, diagnoser: Diagnosing) -> DeploymentDecision:
     desired = max(0, work.deployment.replicas)
     placed = len(work.retained) + len(work.created)
     shortfall = max(0, desired - placed)
@@ -377,7 +379,6 @@ def plan(
     implementation returns what `FRESH` returns."""
     deployments, call = (derive if memo is None else memo).begin(snapshot)
     ledgers = _build_ledgers(snapshot, now, call, record)
-    placing = call.placement
     initial = (
         {(c, p.pool.name): dict(p.free) for c, cl in ledgers.items() for p in cl.pools}
         if record
@@ -395,8 +396,8 @@ def plan(
         mine = avoiding.get((d.key.namespace, d.key.name), NOT_AVOIDING) if avoiding else None
         outcomes.append(_Work.start(d, retained, mine.pools if mine else {}))
     apply_charges(charges, ledgers)
-    diagnoser = Diagnoser(ledgers, placing, snapshot.config)
-    _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, placing, snapshot, diagnoser)
+    diagnoser = call.diagnoser(ledgers, snapshot.config)
+    _fill([w for w in outcomes if isinstance(w, _Work)], ledgers, call, snapshot, diagnoser)
 
     decisions = [_decide(o, diagnoser) if isinstance(o, _Work) else o for o in outcomes]
 

@@ -157,7 +157,6 @@ class DaemonLoop:
     _wake: threading.Event = field(default_factory=threading.Event, init=False)
     _next_election_at: datetime | None = field(default=None, init=False)
     _has_campaigned: bool = field(default=False, init=False)
-    _is_running: bool = field(default=False, init=False)
     _has_crashed: bool = field(default=False, init=False)
     _stopping: threading.Event = field(default_factory=threading.Event, init=False)
 
@@ -346,7 +345,6 @@ class DaemonLoop:
 
     def run(self, stop: threading.Event) -> None:
         """Sync, campaign and reconcile until `stop` is set; then release the Lease."""
-        self._is_running = True
         election: threading.Thread | None = None
         try:
             while not stop.is_set() and not self.sync():
@@ -367,7 +365,6 @@ class DaemonLoop:
             if election is not None:
                 election.join(10)
             self.shutdown()
-            self._is_running = False
 
     def _run_election(self) -> None:
         assert self.elector is not None

@@ -11,14 +11,16 @@
 - `agent_yaml(cluster, image)`: for the *workload* cluster: namespace, the agent's
   ServiceAccount, a ClusterRole to read nodes, pods, ResourceSlices and ResourceClaims, create
   the tenants' namespaces and manage the replicas' workloads (Deployments, LeaderWorkerSets,
-  ResourceClaimTemplates) in any namespace, a Role for its Lease and the agent Deployment. The
+  ResourceClaimTemplates) in any namespace, a Role for its Lease and to patch its hub Secret
+  (with its renewed hub token) and the agent Deployment. The
   Secret `gpufleet-hub` it mounts (its hub kubeconfig) is written by `gpufleet join`
   (`gpufleet.kube.join`), never by hand.
 - `agent_hub_access(cluster)`: for the *hub*: the cluster's namespace
   `gpufleet-cluster-<cluster>` (`gpufleet.api.names.cluster_namespace`), a ServiceAccount the
   agent authenticates as, a Role there to write Pool/ReplicaObservations (and their status)
-  and watch the ModelReplicas the controller writes there, and a ClusterRole that only gets its
-  own InferenceCluster (`resourceNames`). `gpufleet join` creates these objects and a token from the TokenRequest API; the
+  and watch the ModelReplicas the controller writes there, and to renew its own token (a
+  TokenRequest on its own ServiceAccount), and a ClusterRole that only gets its own
+  InferenceCluster (`resourceNames`). `gpufleet join` creates these objects and a token from the TokenRequest API; the
   namespace is made by `join` (or applied from `agent_hub_yaml`), never by the controller,
   which may not create namespaces.
 - `pod_disruption_budget()`: at most one controller replica evicted at a time (part of `hub()`).
@@ -380,8 +382,9 @@ def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
     cluster_rules = [
         # What it observes, through informers (list, then watch).
         _rule([""], ["nodes", "pods"], _WATCH),
-        # Gated steering: it pins each gated pod of its own to its node and lifts the gate.
-        _rule([""], ["pods"], ["update"]),
+        # Gated steering: it pins each gated pod of its own to its node and lifts the gate,
+        # reading the pod afresh first (`get`: nothing list and watch do not show already).
+        _rule([""], ["pods"], ["get", "update"]),
         _rule(["resource.k8s.io"], ["resourceslices", "resourceclaims"], _WATCH),
         # The cluster autoscaler's verdicts on unschedulable pods (agent/scaleup.py).
         _rule([""], ["events"], _WATCH),
@@ -407,6 +410,7 @@ def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
         "--lease-identity=$(POD_NAME)",
         f"--metrics-address=:{METRICS_PORT}",
         f"--health-address=:{HEALTH_PORT}",
+        f"--hub-secret={SYSTEM_NAMESPACE}/{HUB_SECRET}",
         # Last, so a Kustomize overlay adds it to the base (deploy/agent) with one JSON patch.
         f"--cluster={cluster}",
     ]
@@ -419,6 +423,12 @@ def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
     )
     # Written by `gpufleet join`; the pod waits for it (ContainerCreating) until then.
     volumes = [{"name": "hub", "secret": {"secretName": HUB_SECRET}}]
+    # Its Lease, and its hub kubeconfig Secret, into which it writes its renewed hub token
+    # (`gpufleet.kube.renewal`): that Secret only, by a merge patch.
+    agent_rules = [
+        *_lease_rules(),
+        {**_rule([""], ["secrets"], ["patch"]), "resourceNames": [HUB_SECRET]},
+    ]
     return [
         _namespace(SYSTEM_NAMESPACE, component),
         _service_account(AGENT, SYSTEM_NAMESPACE, component),
@@ -426,7 +436,7 @@ def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
         _binding(
             "ClusterRoleBinding", AGENT, component, "ClusterRole", AGENT, SYSTEM_NAMESPACE, None
         ),
-        _role("Role", AGENT, component, _lease_rules(), SYSTEM_NAMESPACE),
+        _role("Role", AGENT, component, agent_rules, SYSTEM_NAMESPACE),
         _binding(
             "RoleBinding", AGENT, component, "Role", AGENT, SYSTEM_NAMESPACE, SYSTEM_NAMESPACE
         ),
@@ -459,6 +469,9 @@ def agent_hub_access(cluster: str) -> list[Manifest]:
         _rule([GROUP], ["replicaobservations"], _MANAGE),
         _rule([GROUP], [f"{k}/status" for k in _OBSERVATIONS], ["patch"]),
         _rule([GROUP], ["modelreplicas"], _WATCH),
+        # Renewing its own hub token before it expires (`gpufleet.kube.renewal`): a
+        # TokenRequest for its own ServiceAccount only.
+        {**_rule([""], ["serviceaccounts/token"], ["create"]), "resourceNames": [name]},
     ]
     # The one cluster-scoped read: its own InferenceCluster, by name (the pools it declares:
     # each is reported, also at zero nodes). No other cluster, no list or watch, and no

@@ -94,6 +94,23 @@ class _TokenRequest(res.NamespacedSubResource, Generic):  # type: ignore[misc]
     )
 
 
+def request_token(client: Client, ns: str, account: str, ttl_s: int) -> tuple[str, str]:
+    """(token, expirationTimestamp) of a TokenRequest for ServiceAccount `ns/account`; the
+    API error as it comes, `ValueError` for an answer without them."""
+    body = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "metadata": {"name": account, "namespace": ns},
+        "spec": {"expirationSeconds": ttl_s},
+    }
+    answer = to_obj(client.create(_TokenRequest.from_dict(body), account, namespace=ns))
+    status = answer.get("status") or {}
+    token, expires = status.get("token"), status.get("expirationTimestamp")
+    if not isinstance(token, str) or not token or not isinstance(expires, str):
+        raise ValueError("the TokenRequest answer has no token or expiry")
+    return token, expires
+
+
 @dataclass(frozen=True, slots=True)
 class HubEndpoint:
     """How the agent reaches the hub: its URL and the CA it trusts (base64 PEM)."""
@@ -144,7 +161,7 @@ def _name(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']} {ns}/{meta['name']}" if ns else f"{obj['kind']} {meta['name']}"
 
 
-class _Side:
+class Side:
     """One cluster through a lightkube client: reads and writes of plain dicts."""
 
     def __init__(self, client: Client, side: str) -> None:
@@ -210,23 +227,12 @@ class _Side:
 
     def token(self, ns: str, account: str, ttl_s: int) -> tuple[str, str]:
         """(token, expirationTimestamp) from the TokenRequest API."""
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "metadata": {"name": account, "namespace": ns},
-            "spec": {"expirationSeconds": ttl_s},
-        }
         try:
-            answer = to_obj(
-                self.client.create(_TokenRequest.from_dict(body), account, namespace=ns)
-            )
+            return request_token(self.client, ns, account, ttl_s)
         except (ApiError, httpx2.HTTPError) as e:
             raise self._fail(f"request a token for ServiceAccount {ns}/{account}", e) from e
-        status = answer.get("status") or {}
-        token, expires = status.get("token"), status.get("expirationTimestamp")
-        if not isinstance(token, str) or not token or not isinstance(expires, str):
-            raise JoinError(f"{self.side}: the TokenRequest answer has no token or expiry")
-        return token, expires
+        except ValueError as e:
+            raise JoinError(f"{self.side}: {e}") from e
 
     def patch(self, kind: Kind, name: str, ns: str, patch: Obj, report: Report) -> None:
         try:
@@ -315,7 +321,25 @@ def join(
     anything is written) and `JoinError` when an API server refuses a step."""
     _check(cluster, token_ttl_s)
     report = Report()
-    hub_side, member_side = _Side(hub, "hub"), _Side(member, "member")
+    hub_side, member_side = Side(hub, "hub"), Side(member, "member")
+    hub_identity(hub_side, cluster, pools, labels, report)
+    ns, account = cluster_namespace(cluster), install.agent_identity(cluster)
+    token, expires = hub_side.token(ns, account, token_ttl_s)
+    report.token_expires_at = expires
+    report.add(f"hub: issued a token for ServiceAccount {ns}/{account}, expires {expires}")
+    write_credentials(member_side, cluster, endpoint, token, expires, report)
+    return report
+
+
+def hub_identity(
+    hub_side: Side,
+    cluster: str,
+    pools: Sequence[Pool],
+    labels: Mapping[str, str] | None,
+    report: Report,
+) -> None:
+    """The hub side of a join: the InferenceCluster (made from `pools` if missing) and the
+    agent's identity (`install.agent_hub_access`)."""
     if hub_side.get(INFERENCE_CLUSTER, cluster) is None:
         if not pools:
             raise ValueError(
@@ -327,11 +351,18 @@ def join(
         report.add(f"hub: InferenceCluster {cluster} exists (left as it is)")
     for obj in install.agent_hub_access(cluster):
         hub_side.ensure(obj, report)
-    ns, account = cluster_namespace(cluster), install.agent_identity(cluster)
-    token, expires = hub_side.token(ns, account, token_ttl_s)
-    report.token_expires_at = expires
-    report.add(f"hub: issued a token for ServiceAccount {ns}/{account}, expires {expires}")
 
+
+def write_credentials(
+    member_side: Side,
+    cluster: str,
+    endpoint: HubEndpoint,
+    token: str,
+    expires: str,
+    report: Report,
+) -> None:
+    """The member side of a join: the agent's namespace and its hub kubeconfig Secret (with
+    `token`), and a restart of an installed agent onto it."""
     kubeconfig = hub_kubeconfig(cluster, endpoint, token)
     system_ns = next(o for o in install.agent(cluster) if o["kind"] == "Namespace")
     member_side.ensure(system_ns, report)
@@ -352,14 +383,13 @@ def join(
     if member_side.get(DEPLOYMENT, install.AGENT, install.SYSTEM_NAMESPACE) is not None:
         restart = {"spec": {"template": {"metadata": {"annotations": {CREDENTIALS_HASH: digest}}}}}
         member_side.patch(DEPLOYMENT, install.AGENT, install.SYSTEM_NAMESPACE, restart, report)
-    return report
 
 
 def unjoin(hub: Client, member: Client, cluster: str, *, keep_cluster: bool = False) -> Report:
     """Undo `join` on both sides (see the module docstring)."""
     install.agent_hub_access(cluster)  # the name rule
     report = Report()
-    hub_side, member_side = _Side(hub, "hub"), _Side(member, "member")
+    hub_side, member_side = Side(hub, "hub"), Side(member, "member")
     member_side.delete(SECRET, install.HUB_SECRET, install.SYSTEM_NAMESPACE, report)
     name = install.agent_identity(cluster)
     hub_side.delete(_KINDS["ClusterRoleBinding"], name, None, report)

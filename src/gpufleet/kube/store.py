@@ -47,7 +47,7 @@ import collections
 import contextlib
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +59,7 @@ from lightkube.config.models import Cluster, User
 from lightkube.core.generic_client import ALL_NS
 from lightkube.types import PatchType
 
+from gpufleet.kube.renewal import BearerToken, transports
 from gpufleet.kube.resources import resource_class, to_obj
 from gpufleet.store.labels import Op, matches, parse_selector
 from gpufleet.store.port import (
@@ -209,13 +210,27 @@ class KubeStore:
         self,
         kube_config: KubeConfig | SingleConfig | None = None,
         config: KubeStoreConfig | None = None,
+        bearer: BearerToken | None = None,
     ) -> None:
+        """`bearer`: send its current token instead of the kubeconfig's (a renewed one,
+        `gpufleet.kube.renewal`)."""
         self.config = config or KubeStoreConfig()
         if kube_config is None:
             kube_config = KubeConfig.from_env()
         self._kube_config = kube_config
+        self._async_transport: Callable[[], Any] | None = None
+        sync_transport = None
+        if bearer is not None:
+            single = kube_config.get() if isinstance(kube_config, KubeConfig) else kube_config
+            assert single is not None, "a kubeconfig without a current context"
+            sync_transport, self._async_transport = transports(single, bearer)
         timeout = httpx2.Timeout(self.config.request_timeout_s)
-        self._client = Client(kube_config, timeout=timeout, field_manager=self.config.field_manager)
+        self._client = Client(
+            kube_config,
+            timeout=timeout,
+            field_manager=self.config.field_manager,
+            transport=sync_transport,
+        )
         self._lock = threading.Condition()
         self._feed = ChangeFeed(self.config.feed_capacity)
         self._wakes: builtins.list[threading.Event] = []
@@ -238,8 +253,12 @@ class KubeStore:
 
     async def _make_async_client(self) -> AsyncClient:
         timeout = httpx2.Timeout(self.config.request_timeout_s)
+        transport = self._async_transport() if self._async_transport is not None else None
         return AsyncClient(
-            self._kube_config, timeout=timeout, field_manager=self.config.field_manager
+            self._kube_config,
+            timeout=timeout,
+            field_manager=self.config.field_manager,
+            transport=transport,
         )
 
     # --- reads --------------------------------------------------------------------------

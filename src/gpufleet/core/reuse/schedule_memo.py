@@ -38,7 +38,7 @@ from gpufleet.core.charging import (
 )
 from gpufleet.core.decision import ObservationState, PoolState, Reason
 from gpufleet.core.derive import Call, Retaining, check_clusters, check_keys
-from gpufleet.core.grouping import DeploymentRef, Grouping, regroup
+from gpufleet.core.fill_order import Filling
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
     ClusterName,
@@ -50,6 +50,10 @@ from gpufleet.core.model import (
 )
 from gpufleet.core.placement import ClusterLedger, PlacementMemo
 from gpufleet.core.retain import KEY_OF, SIGNATURE, Retained, by_deployment, retain
+from gpufleet.core.reuse.diagnoser import Diagnoser
+from gpufleet.core.reuse.fill_index import FillIndex
+from gpufleet.core.reuse.grouping import DeploymentRef, Grouping, regroup
+from gpufleet.core.verdicts import Diagnosing
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +181,22 @@ class ScheduleMemo:
             if ledger is not None:
                 charges.extend(charges_of(replica, replica.engines, True, ledger))
         return results, charges, orphans
+
+    def fill_order(
+        self,
+        names: tuple[ClusterName, ...],
+        ranks: Mapping[ClusterName, int],
+        counts: Mapping[ClusterName, int],
+        offset: int,
+    ) -> Filling:
+        """`Call.fill_order`: indexed (`FillIndex`), so a placement does not scan the fleet."""
+        return FillIndex(names, ranks, counts, offset)
+
+    def diagnoser(
+        self, ledgers: Mapping[ClusterName, ClusterLedger], config: SchedulingConfig
+    ) -> Diagnosing:
+        """`Call.diagnoser`: deployments alike share verdicts (`Diagnoser`)."""
+        return Diagnoser(ledgers, self.placement, config)
 
     def advance(self) -> None:
         """Start a call (see memo.py), before it reads anything."""

@@ -215,6 +215,12 @@ class WorkloadCluster:
         self._node_seq[pool_name] += 1
         name = f"{pool_name}-{self._node_seq[pool_name] - 1}"
         taints = [dict(GPU_TAINT)] if self.behaviour.has_gpu_taint else []
+        shape = self.pools.get(pool_name) or PoolSpec(pool_name)
+        extended = {  # a device plugin's GPUs, on the node's allocatable
+            d.resource_name: str(d.count)
+            for d in shape.devices
+            if d.claim == "DevicePlugin" and d.resource_name
+        }
         self.store.create_shared(
             {
                 "apiVersion": "v1",
@@ -226,7 +232,12 @@ class WorkloadCluster:
                 "spec": {"taints": taints},
                 "status": {
                     "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
-                    "allocatable": {"cpu": "48", "memory": "192Gi", "pods": "110"},
+                    "allocatable": {
+                        "cpu": shape.node_cpu,
+                        "memory": shape.node_memory,
+                        "pods": "110",
+                        **extended,
+                    },
                 },
             }
         )
@@ -354,6 +365,33 @@ class WorkloadCluster:
         )
         self.store.patch_status_shared(
             RESOURCE_CLAIM, name, namespace, {"allocation": allocation_status(results, node)}
+        )
+        return name
+
+    def add_host_pod(
+        self, node: str, cpu: str, memory: str, namespace: str = "other-tenant"
+    ) -> str:
+        """Another tenant's (or a DaemonSet's) pod, bound to `node` and Running, requesting
+        `cpu` and `memory` (no devices): it takes host room, as kube-scheduler and the agent
+        count it. Returns its name."""
+        self._foreign_seq += 1
+        name = f"host-{self._foreign_seq}"
+        self.store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [
+                        {
+                            "name": "main",
+                            "resources": {"requests": {"cpu": cpu or "0", "memory": memory or "0"}},
+                        }
+                    ],
+                },
+                "status": {"phase": "Running"},
+            }
         )
         return name
 

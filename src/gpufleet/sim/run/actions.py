@@ -242,6 +242,8 @@ def _node_action(cluster: WorkloadCluster, node: str, action: Action) -> None:
         cluster.recover_node(node)
     elif k is ActionKind.REMOVE_NODE:
         cluster.remove_node(node)
+    elif k is ActionKind.ADD_HOST_POD:
+        cluster.add_host_pod(node, action.cpu, action.memory)
     elif k is ActionKind.ADD_FOREIGN_CLAIM:
         try:
             cluster.add_foreign_claim(node, action.devices, named=action.device)

@@ -57,16 +57,16 @@ def _pods_running(check: Check, state: FleetState, fail: Fail) -> None:
 
 
 def _gpus(check: Check, state: FleetState, fail: Fail) -> None:
-    for (c, p), want_n in sorted(check.free_gpus.items()):
+    for (c, p), want_n in sorted(check.pools.free_gpus.items()):
         truth = state.truth(c)[p]
         got_n = truth.total - truth.allocated
         if got_n != want_n:
             fail(f"free GPUs in {c}/{p} (actual)", want_n, got_n)
-    for (c, p), want_n in sorted(check.allocated_gpus.items()):
+    for (c, p), want_n in sorted(check.pools.allocated_gpus.items()):
         got_n = state.truth(c)[p].allocated
         if got_n != want_n:
             fail(f"allocated GPUs in {c}/{p} (actual)", want_n, got_n)
-    for (c, p), want_n in sorted(check.observed_free_gpus.items()):
+    for (c, p), want_n in sorted(check.pools.observed_free_gpus.items()):
         hist = observed_histogram(state.fleet.hub, c, p)
         got_obs = None if hist is None else sum(k * v for k, v in hist.items())
         if got_obs != want_n:
@@ -74,15 +74,15 @@ def _gpus(check: Check, state: FleetState, fail: Fail) -> None:
 
 
 def _pools(check: Check, state: FleetState, fail: Fail) -> None:
-    for (c, p), want_h in sorted(check.histogram.items()):
+    for (c, p), want_h in sorted(check.pools.histogram.items()):
         got_h = observed_histogram(state.fleet.hub, c, p)
         if got_h != dict(want_h):
             fail(f"observed histogram of {c}/{p} {{free: nodes}}", dict(want_h), got_h)
-    for (c, p), want_n in sorted(check.nodes.items()):
+    for (c, p), want_n in sorted(check.pools.nodes.items()):
         got_n = state.truth(c)[p].nodes
         if got_n != want_n:
             fail(f"nodes in {c}/{p}", want_n, got_n)
-    for (c, p), want_s in sorted(check.pool_state.items()):
+    for (c, p), want_s in sorted(check.pools.pool_state.items()):
         got_s = state.pool_state(c, p)
         if got_s != want_s:
             fail(f"observation state of {c}/{p}", want_s, got_s)
@@ -155,7 +155,7 @@ def _min_pods_running(check: Check, state: FleetState, fail: Fail) -> None:
 
 
 def _hub_free_gpus(check: Check, state: FleetState, fail: Fail) -> None:
-    for (c, p), want in sorted(check.hub_free_gpus.items()):
+    for (c, p), want in sorted(check.pools.hub_free_gpus.items()):
         got = state.hub_free(c, p)
         truth = state.truth(c)[p]
         actual = truth.total - truth.allocated

@@ -161,7 +161,9 @@ def validated(
             problems.add(f"{path}.{error.path}" if error.path else path, error.message)
         return None
     out: Obj = plain(body)
-    out["metadata"].setdefault("namespace", DEFAULT_NAMESPACE)
+    if not out["metadata"].get("namespace"):
+        # Absent, null or "": the default namespace, as the API server reads it.
+        out["metadata"]["namespace"] = DEFAULT_NAMESPACE
     return out
 
 

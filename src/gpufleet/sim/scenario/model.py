@@ -69,6 +69,8 @@ class ActionKind(StrEnum):
     PARTITION = "partition"
     HEAL = "heal"
     ADD_FOREIGN_CLAIM = "addForeignClaim"
+    #: Another tenant's (or a DaemonSet's) pod bound to a node, requesting CPU and memory.
+    ADD_HOST_POD = "addHostPod"
     REMOVE_FOREIGN_CLAIM = "removeForeignClaim"
     DELETE_CLUSTER = "deleteCluster"
     LABEL_CLUSTER = "labelCluster"
@@ -125,6 +127,9 @@ class Action:
     #: addForeignClaim: the one device it takes by name (a MIG partition); "" = first free.
     device: str = ""
     claim: str = ""
+    #: addHostPod: the pod's CPU and memory requests (quantities).
+    cpu: str = ""
+    memory: str = ""
     #: labelCluster: label -> new value, or None to remove the label.
     labels: Mapping[str, str | None] = field(default_factory=dict)
 
@@ -144,6 +149,8 @@ class Action:
             if self.device:
                 return f"addForeignClaim {where} ({self.device})"
             return f"addForeignClaim {where} ({self.devices} devices)"
+        if k is ActionKind.ADD_HOST_POD:
+            return f"addHostPod {where} (cpu {self.cpu or 0}, memory {self.memory or 0})"
         if k is ActionKind.REMOVE_FOREIGN_CLAIM:
             return f"removeForeignClaim {self.cluster} {self.claim or self.target}"
         if k is ActionKind.ADD_NODE:
@@ -214,6 +221,22 @@ class PodsScheduledExpectation:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolExpectations:
+    """A check's expectations of pools, each keyed by (cluster, pool)."""
+
+    #: GPUs the cluster really has free: published, held by no claim.
+    free_gpus: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    #: Free GPUs in the agent's last report on the hub (its histogram).
+    observed_free_gpus: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    allocated_gpus: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    histogram: Mapping[tuple[str, str], Mapping[int, int]] = field(default_factory=dict)
+    nodes: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    pool_state: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    #: Free GPUs in the hub's accounting, or how they compare with the truth.
+    hub_free_gpus: Mapping[tuple[str, str], int | HubVsActual] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Check:
     """What must hold at `at_s` (after the components of that instant ran, before actions),
     or over a window (`mode`)."""
@@ -224,14 +247,8 @@ class Check:
     #: None: not checked; key "" is the fleet total.
     pending: Mapping[str, int] | None = None
     pods_running: Mapping[str, int] | None = None
-    #: (cluster, pool) -> GPUs the cluster really has free: published, held by no claim.
-    free_gpus: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    #: (cluster, pool) -> free GPUs in the agent's last report on the hub (its histogram).
-    observed_free_gpus: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    allocated_gpus: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    histogram: Mapping[tuple[str, str], Mapping[int, int]] = field(default_factory=dict)
-    nodes: Mapping[tuple[str, str], int] = field(default_factory=dict)
-    pool_state: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    #: Per (cluster, pool): what the pool's GPUs, report and hub accounting must show.
+    pools: PoolExpectations = field(default_factory=PoolExpectations)
     conditions: Mapping[str, ConditionExpectation] = field(default_factory=dict)
     pods: Mapping[str, PodsExpectation] = field(default_factory=dict)
     pods_scheduled: Mapping[str, PodsScheduledExpectation] = field(default_factory=dict)
@@ -240,8 +257,6 @@ class Check:
     updated_replicas: Mapping[str, int] = field(default_factory=dict)
     #: At least this many of the deployment's pods Running (a rollout's floor).
     min_pods_running: Mapping[str, int] = field(default_factory=dict)
-    #: (cluster, pool) -> free GPUs in the hub's accounting, or how they compare with the truth.
-    hub_free_gpus: Mapping[tuple[str, str], int | HubVsActual] = field(default_factory=dict)
     mode: CheckMode = CheckMode.AT
     #: ALWAYS and WITHIN: the window's end.
     until_s: float = 0.0

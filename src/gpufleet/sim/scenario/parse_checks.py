@@ -5,7 +5,7 @@ against the fleet's clusters and pools and the deployments the scenario applies.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from gpufleet.sim.scenario.fields import Problems, check_known, get_duration, get_int, get_mapping
@@ -18,6 +18,7 @@ from gpufleet.sim.scenario.model import (
     PlacementExpectation,
     PodsExpectation,
     PodsScheduledExpectation,
+    PoolExpectations,
     format_duration,
 )
 from gpufleet.sim.scenario.parse_timeline import FleetNames, resolve_deployment
@@ -116,25 +117,38 @@ def read_check(
         problems.add(epath, f"must expect something (one of {', '.join(_EXPECT_KEYS)})")
     check_known(expect, _EXPECT_KEYS, epath, problems)
     e = _Expect(epath, expect, problems, fleet, known)
-    return Check(
-        at_s=at_s,
-        path=path,
-        placements=_placements(e),
-        pending=e.deployment_ints("pending"),
-        pods_running=e.deployment_ints("podsRunning"),
+    # Read in the order of `_EXPECT_KEYS`, so problems are reported in that order.
+    placements = _placements(e)
+    pending = e.deployment_ints("pending")
+    pods_running = e.deployment_ints("podsRunning")
+    pools = PoolExpectations(
         free_gpus=e.pool_ints("freeGPUs"),
         observed_free_gpus=e.pool_ints("observedFreeGPUs"),
         allocated_gpus=e.pool_ints("allocatedGPUs"),
         histogram=_histogram(e),
         nodes=e.pool_ints("nodes"),
         pool_state=_pool_state(e),
-        conditions=_conditions(e),
-        pods=_pods(e),
-        pods_scheduled=_pods_scheduled(e),
-        ready_replicas=_ready_replicas(e),
-        updated_replicas=_ready_replicas(e, "updatedReplicas"),
-        min_pods_running=_ready_replicas(e, "minPodsRunning"),
-        hub_free_gpus=_hub_free_gpus(e),
+    )
+    conditions = _conditions(e)
+    pods = _pods(e)
+    pods_scheduled = _pods_scheduled(e)
+    ready_replicas = _ready_replicas(e)
+    updated_replicas = _ready_replicas(e, "updatedReplicas")
+    min_pods_running = _ready_replicas(e, "minPodsRunning")
+    pools = replace(pools, hub_free_gpus=_hub_free_gpus(e))
+    return Check(
+        at_s=at_s,
+        path=path,
+        placements=placements,
+        pending=pending,
+        pods_running=pods_running,
+        pools=pools,
+        conditions=conditions,
+        pods=pods,
+        pods_scheduled=pods_scheduled,
+        ready_replicas=ready_replicas,
+        updated_replicas=updated_replicas,
+        min_pods_running=min_pods_running,
         mode=mode,
         until_s=until_s,
         every_s=every_s,

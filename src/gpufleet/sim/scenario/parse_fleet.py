@@ -14,6 +14,7 @@ from gpufleet.agent.runner import AgentConfig
 from gpufleet.api import ValidationFailed, parse_object
 from gpufleet.api.names import is_dns_label, is_dns_subdomain
 from gpufleet.core.model import NodeChoice, Steering
+from gpufleet.core.quantity import QuantityError, parse_quantity
 from gpufleet.sim.emulated.cluster import ClusterBehaviour, ClusterSpec, DeviceSpec, PoolSpec
 from gpufleet.sim.emulated.fleet import FleetSpec
 from gpufleet.sim.scenario.fields import (
@@ -139,6 +140,8 @@ def _pool(
             "partitions",
             "partitionCounter",
             "taintedDevices",
+            "nodeCpu",
+            "nodeMemory",
         ),
         path,
         problems,
@@ -186,7 +189,24 @@ def _pool(
         max_node_count=max_nodes,
         class_name=class_name,
         **_device_models(data, path, problems),
+        node_cpu=_quantity(data, "nodeCpu", path, problems, "48"),
+        node_memory=_quantity(data, "nodeMemory", path, problems, "192Gi"),
     )
+
+
+def _quantity(
+    data: Mapping[str, Any], key: str, path: str, problems: Problems, default: str
+) -> str:
+    """A node's allocatable CPU or memory (`nodeCpu`, `nodeMemory`): a positive quantity."""
+    value = data.get(key, default)
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    try:
+        if not isinstance(text, str) or parse_quantity(text).nanos <= 0:
+            raise QuantityError(key)
+    except QuantityError:
+        problems.add(f"{path}.{key}", "must be a positive quantity (e.g. 48, 192Gi)")
+        return default
+    return text
 
 
 def _device_models(data: Mapping[str, Any], path: str, problems: Problems) -> dict[str, Any]:

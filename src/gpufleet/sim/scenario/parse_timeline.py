@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from gpufleet.api.models import MAX_REPLICAS
+from gpufleet.core.quantity import QuantityError, parse_quantity
 from gpufleet.sim.emulated.fleet import FleetSpec
 from gpufleet.sim.scenario.fields import (
     Problems,
@@ -48,6 +49,7 @@ _ACTION_FIELDS: Final[dict[ActionKind, tuple[str, ...]]] = {
     **{k: ("cluster",) for k in _AGENT_ACTIONS},
     ActionKind.ADD_FOREIGN_CLAIM: ("cluster", "node", "pool", "index", "devices", "device"),
     ActionKind.REMOVE_FOREIGN_CLAIM: ("cluster", "claim", "node", "pool", "index"),
+    ActionKind.ADD_HOST_POD: ("cluster", "node", "pool", "index", "cpu", "memory"),
     ActionKind.DELETE_CLUSTER: ("cluster",),
     ActionKind.LABEL_CLUSTER: ("cluster", "labels"),
 }
@@ -257,6 +259,23 @@ def _add_foreign_claim(e: _Entry) -> Action:
     return e.action(cluster=cluster, target=target, devices=devices, device=device)
 
 
+def _add_host_pod(e: _Entry) -> Action:
+    cluster = e.fleet.cluster(e.data, e.path, e.problems)
+    target = _node_ref(e.data, e.path, e.problems, e.fleet, cluster, required=True)
+    amounts: dict[str, str] = {}
+    for key in ("cpu", "memory"):
+        value = e.data.get(key, "0")
+        text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+        try:
+            if not isinstance(text, str) or parse_quantity(text).nanos < 0:
+                raise QuantityError(key)
+        except QuantityError:
+            e.problems.add(f"{e.path}.{key}", "must be a quantity (e.g. 500m, 2Gi)")
+            text = "0"
+        amounts[key] = text
+    return e.action(cluster=cluster, target=target, cpu=amounts["cpu"], memory=amounts["memory"])
+
+
 def _remove_foreign_claim(e: _Entry) -> Action:
     cluster = e.fleet.cluster(e.data, e.path, e.problems)
     claim = str(e.data.get("claim") or "")
@@ -301,6 +320,7 @@ _READERS: Final[dict[ActionKind, Callable[[_Entry], Action | None]]] = {
     ActionKind.UNTAINT: _taint,
     ActionKind.ADD_FOREIGN_CLAIM: _add_foreign_claim,
     ActionKind.REMOVE_FOREIGN_CLAIM: _remove_foreign_claim,
+    ActionKind.ADD_HOST_POD: _add_host_pod,
     ActionKind.DELETE_CLUSTER: _agent_action,
     ActionKind.LABEL_CLUSTER: _label_cluster,
 }
