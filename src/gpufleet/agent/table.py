@@ -36,7 +36,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Final
@@ -76,7 +76,6 @@ from gpufleet.agent.reads import (
     SliceInfo,
     claim_effect,
     claim_pools,
-    cordoned_nodes,
     keyless_slice_found,
     observe_node,
     pool_drivers,
@@ -86,6 +85,7 @@ from gpufleet.agent.reads import (
     read_node,
     read_slice,
 )
+from gpufleet.agent.table_nodes import NodeInfos
 from gpufleet.core.model import DriverName
 from gpufleet.store.port import NODE, POD, RESOURCE_CLAIM, RESOURCE_SLICE, Change, ChangeType, Kind
 
@@ -94,23 +94,6 @@ TABLE_KINDS: Final = (NODE, RESOURCE_SLICE, RESOURCE_CLAIM, POD)
 
 _Key = tuple[str, str]
 _NO_META: Final[Mapping[str, Any]] = MappingProxyType({})
-
-
-@dataclass(slots=True, eq=False)
-class _NodeEntry:
-    """One node's part of the table (kube-scheduler's `NodeInfo`)."""
-
-    name: str
-    #: Moves whenever anything below (or a DRA pool naming the node) changes.
-    generation: int = 0
-    #: What its Node says; None while no pooled Node of this name exists.
-    info: NodeInfo | None = None
-    #: driver -> devices allocated claims take.
-    taken: dict[str, int] = field(default_factory=dict)
-    #: The allocation time of each (claim, device) held on it, with how many.
-    times: dict[datetime, int] = field(default_factory=dict)
-    #: driver (None: every driver) -> how many bad claims leave it with nothing free of it.
-    poison: dict[str | None, int] = field(default_factory=dict)
 
 
 class _Findings:
@@ -184,19 +167,8 @@ class FreeDeviceTable:
         self.config = config or ObserveConfig()
         #: Pending versions by kind and key (None: deleted), applied by `snapshot`.
         self._pending: dict[Kind, dict[_Key, RawObject | None]] = {k: {} for k in TABLE_KINDS}
-        self._generation = 0
-        self._entries: dict[str, _NodeEntry] = {}
-        #: The entries whose generation moved above the last snapshot's (kube-scheduler walks
-        #: its most-recently-updated list down to that generation; this is that list).
-        self._moved: set[str] = set()
-        #: Named pooled node -> pool, and pool -> its nodes.
-        self._node_pool: dict[str, str] = {}
-        self._members: dict[str, set[str]] = {}
-        self._is_membership_moved = False
-        #: The cordoned nodes (`cordoned_nodes`): a replica's pods on one are draining.
-        self._cordoned: frozenset[str] = frozenset()
-        #: Pools that lost a node since the last snapshot.
-        self._moved_from: set[str] = set()
+        #: The node infos (`table_nodes.NodeInfos`).
+        self._nodes = NodeInfos()
         # Slices.
         self._slices: dict[_Key, SliceInfo] = {}
         self._groups: dict[DraKey, dict[_Key, SliceInfo]] = {}
@@ -266,7 +238,7 @@ class FreeDeviceTable:
         """Make the table hold exactly the objects listed (per kind of `TABLE_KINDS`): what a
         restarted change feed (`Expired`) needs. Objects that did not change change nothing."""
         held: dict[Kind, Iterable[_Key]] = {
-            NODE: [k for k in self._entries_keys()],
+            NODE: self._nodes.keys(),
             RESOURCE_SLICE: list(self._slices),
             RESOURCE_CLAIM: list(self._claims),
             POD: list(self._pods),
@@ -278,9 +250,6 @@ class FreeDeviceTable:
                 pending[key] = None
             for obj in listed.get(kind, ()):
                 pending[_key_of(obj)] = obj
-
-    def _entries_keys(self) -> list[_Key]:
-        return [("", name) for name, e in self._entries.items() if e.info is not None]
 
     # --- the snapshot ---------------------------------------------------------------------
 
@@ -311,15 +280,15 @@ class FreeDeviceTable:
         last = self._last
         if (
             last is not None
-            and not self._moved
+            and not self._nodes.moved
             and not self._found.moved
-            and not self._is_membership_moved
+            and not self._nodes.membership_moved
             and not is_replicas_moved
             and not is_declared_moved
             and not self._dirty_replicas
             and not self._times_moved
         ):
-            self._last = TableSnapshot(last.result, last.clock, frozenset(), self._generation)
+            self._last = TableSnapshot(last.result, last.clock, frozenset(), self._nodes.generation)
             return self._last
         self._last = self._update_snapshot()
         return self._last
@@ -348,55 +317,19 @@ class FreeDeviceTable:
 
     # --- nodes ----------------------------------------------------------------------------
 
-    def _entry(self, name: str) -> _NodeEntry:
-        entry = self._entries.get(name)
-        if entry is None:
-            entry = self._entries[name] = _NodeEntry(name)
-        return entry
-
-    def _touch(self, names: Iterable[str]) -> None:
-        """Move the generation of each named node's entry."""
-        for name in names:
-            self._generation += 1
-            self._entry(name).generation = self._generation
-            self._moved.add(name)
-
     def _apply_nodes(self) -> None:
         pending = self._pending[NODE]
         if not pending:
             return
         for (_, name), obj in pending.items():
             info = read_node(obj, self.config) if obj is not None else None
-            entry = self._entry(name)
-            if info == entry.info:
+            cordon_moved = self._nodes.take(name, info)
+            if cordon_moved is None:
                 continue
-            self._set_pool(name, info.pool if info is not None else None)
-            entry.info = info
             self._set_found(("node", name), info.found if info is not None else ())
-            self._touch((name,))
-            cordoned = cordoned_nodes({name: info})
-            if (name in self._cordoned) != bool(cordoned):
-                self._cordoned = (self._cordoned - {name}) | cordoned
-                # Rare (a cordon or uncordon): every replica is counted again.
+            if cordon_moved:  # rare (a cordon or uncordon): every replica is counted again
                 self._dirty_replicas.update(self._replicas)
         pending.clear()
-
-    def _set_pool(self, name: str, pool: str | None) -> None:
-        before = self._node_pool.get(name)
-        if before == pool:
-            return
-        self._is_membership_moved = True
-        if before is not None:
-            members = self._members[before]
-            members.discard(name)
-            if not members:
-                del self._members[before]
-            self._moved_from.add(before)  # it loses a node: rebuilt (`_moved_pools`)
-        if pool is None:
-            del self._node_pool[name]
-        else:
-            self._node_pool[name] = pool
-            self._members.setdefault(pool, set()).add(name)
 
     # --- slices ---------------------------------------------------------------------------
 
@@ -455,10 +388,10 @@ class FreeDeviceTable:
         for claim in claims:
             self._remove_effect(claim)
         for key, pool in made.items():
-            self._touch(inv.remove(key))
+            self._nodes.touch(inv.remove(key))
             self._set_found(("pool", key), pool.found if pool is not None else ())
             if pool is not None:
-                self._touch(inv.add(pool))
+                self._nodes.touch(inv.add(pool))
         for claim in claims:
             claim.effect = claim_effect(claim.info, claim.obj, inv)
             self._add_effect(claim)
@@ -564,14 +497,14 @@ class FreeDeviceTable:
             else:
                 del counts[dev]
             if (n == 1 and by > 0) or (n == 0 and by < 0):
-                _add(self._entry(holder).taken, dev[0], by)
+                _add(self._nodes.entry(holder).taken, dev[0], by)
         for node in effect.touched:
-            _add(self._entry(node).times, t, by)
+            _add(self._nodes.entry(node).times, t, by)
             moved.append(node)
         for node, driver in effect.poison:
-            _add(self._entry(node).poison, driver, by)
-        self._touch(moved)
-        self._touch(n for n, _ in effect.poison)
+            _add(self._nodes.entry(node).poison, driver, by)
+        self._nodes.touch(moved)
+        self._nodes.touch(n for n, _ in effect.poison)
         if effect.found:
             source = ("claim", claim.info[0])
             self._set_found(source, effect.found if by > 0 else ())
@@ -607,9 +540,9 @@ class FreeDeviceTable:
                 for p in pools.keys() | self._holds.pools.keys()
                 if pools.get(p) != self._holds.pools.get(p)
             }
-            moved |= {n for p in changed for n in self._members.get(p, ())}
+            moved |= {n for p in changed for n in self._nodes.members.get(p, ())}
             self._holds.pools = dict(pools)
-        self._touch(n for n in moved if n in self._entries)
+        self._nodes.touch(n for n in moved if n in self._nodes.entries)
         self._times_moved.update(retimed)
 
     def _file_pod(self, key: _Key, pod: PodInfo, by: int) -> None:
@@ -709,7 +642,7 @@ class FreeDeviceTable:
 
     def _update_snapshot(self) -> TableSnapshot:
         problems = self._collect_problems()
-        pools = self._members.keys() | self._replica_pools | self._declared_pools
+        pools = self._nodes.members.keys() | self._replica_pools | self._declared_pools
         rebuilt = self._moved_pools(problems, pools)
         gone = self._pools.keys() - pools
         for pool in gone:
@@ -732,29 +665,10 @@ class FreeDeviceTable:
         out = self._last.clock if self._last is not None else AllocationClock()
         if clock != out.first_seen:
             out = AllocationClock(MappingProxyType(dict(sorted(clock.items()))))
-        self._forget_empty(self._moved)
-        self._moved.clear()
-        self._moved_from.clear()
+        self._nodes.settle(self._inventory)
         self._times_moved.clear()
-        self._found.moved = self._is_membership_moved = False
-        return TableSnapshot(result, out, changed, self._generation)
-
-    def _forget_empty(self, names: Iterable[str]) -> None:
-        """Drop the entries of nodes nothing names any more (a node gone for good)."""
-        inv = self._inventory
-        for name in names:
-            e = self._entries.get(name)
-            if (
-                e is not None
-                and e.info is None
-                and not (e.taken or e.times or e.poison)
-                and name not in inv.published
-                and name not in inv.poisoned
-                and name not in inv.blocked
-            ):
-                del self._entries[name]
-            if e is None or e.info is None:
-                self._parts.pop(name, None)
+        self._found.moved = False
+        return TableSnapshot(result, out, changed, self._nodes.generation)
 
     def _replicas_in_order(
         self, changed: frozenset[_Key], last: ObservationResult | None
@@ -771,10 +685,10 @@ class FreeDeviceTable:
         self, rebuilt: set[str], last: ObservationResult | None
     ) -> tuple[ObservedNode, ...]:
         """Every pooled node's observation, sorted by name."""
-        if last is not None and not rebuilt and not self._is_membership_moved:
+        if last is not None and not rebuilt and not self._nodes.membership_moved:
             return last.nodes
         observed = self._observed_nodes
-        if self._is_membership_moved:
+        if self._nodes.membership_moved:
             observed.clear()
             for _, nodes in self._pools.values():
                 observed.update((n.name, n) for n in nodes)
@@ -785,20 +699,20 @@ class FreeDeviceTable:
         return tuple(map(observed.__getitem__, self._node_order))
 
     def _collect_problems(self) -> dict[str | None, tuple[Problem, ...]]:
-        if not self._found.moved and not self._is_membership_moved:
+        if not self._found.moved and not self._nodes.membership_moved:
             return self._problems
         problems = Problems()
         for found in self._found.by_source.values():
             for f in found:
-                problems.add_found(f, self._node_pool)
+                problems.add_found(f, self._nodes.node_pool)
         return {scope: problems.get(scope) for scope in problems.scopes()}
 
     def _moved_pools(
         self, problems: Mapping[str | None, tuple[Problem, ...]], pools: set[str]
     ) -> set[str]:
         """The pools to rebuild: those of moved nodes, those whose problems changed, new ones."""
-        moved = {self._node_pool[n] for n in self._moved if n in self._node_pool}
-        moved |= self._moved_from
+        moved = {self._nodes.node_pool[n] for n in self._nodes.moved if n in self._nodes.node_pool}
+        moved |= self._nodes.moved_from
         moved |= {p for p in pools if problems.get(p, ()) != self._problems.get(p, ())}
         moved |= pools - self._pools.keys()
         return moved & pools
@@ -808,7 +722,7 @@ class FreeDeviceTable:
     ) -> tuple[ObservedPool, tuple[ObservedNode, ...]]:
         """`observe_pool` of the pool's nodes, each node's part made again only when its
         generation (or the pool's drivers) moved since it was last made (`_node_part`)."""
-        names = sorted(self._members.get(pool, ()))
+        names = sorted(self._nodes.members.get(pool, ()))
         parts = [self._node_part(n) for n in names]
         driver_order = pool_drivers(p.drivers for p in parts)
         views = [p.view_in(pool, driver_order) for p in parts]
@@ -823,7 +737,7 @@ class FreeDeviceTable:
 
     def _node_part(self, name: str) -> _NodePart:
         """The node's part of its pool's observation, as of its entry's generation."""
-        entry = self._entries[name]
+        entry = self._nodes.entries[name]
         part = self._parts.get(name)
         if part is None or part.generation != entry.generation:
             assert entry.info is not None
@@ -832,7 +746,7 @@ class FreeDeviceTable:
         return part
 
     def _node_state(self, name: str) -> NodeState:
-        entry = self._entries[name]
+        entry = self._nodes.entries[name]
         assert entry.info is not None
         inv = self._inventory
         poisoned = {d for d in entry.poison if d is not None} | inv.poisoned.get(name, {}).keys()
@@ -854,7 +768,7 @@ class FreeDeviceTable:
     def _observe_replicas(self) -> frozenset[_Key]:
         """Observe the replicas to look at again; the keys whose observation changed."""
         dirty = self._dirty_replicas
-        if self._is_membership_moved:
+        if self._nodes.membership_moved:
             dirty.update(self._replicas)  # a pod's pool may come from its node's
         for claim in self._times_moved:
             dirty.update(self._claimed_by.get(claim, ()))
@@ -873,7 +787,7 @@ class FreeDeviceTable:
                 self._replica_order = None
             rep = held[1].fresh()
             pods = self._replica_pods.get(key, {}).values()
-            count_pods(rep, pods, allocated, self._node_pool, self._cordoned)
+            count_pods(rep, pods, allocated, self._nodes.node_pool, self._nodes.cordoned)
             observed = observed_replica(rep)
             if results.get(key) != observed:
                 results[key] = observed
