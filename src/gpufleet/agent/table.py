@@ -66,25 +66,21 @@ from gpufleet.agent.pods import (
     read_replica,
 )
 from gpufleet.agent.reads import (
-    ClaimEffect,
-    ClaimInfo,
     DraKey,
     Inventory,
     NodeInfo,
     NodeState,
     NodeView,
     SliceInfo,
-    claim_effect,
-    claim_pools,
     keyless_slice_found,
     observe_node,
     pool_drivers,
     pool_of_nodes,
-    read_claim,
     read_dra_pool,
     read_node,
     read_slice,
 )
+from gpufleet.agent.table_claims import ClaimIndex
 from gpufleet.agent.table_nodes import NodeInfos
 from gpufleet.core.model import DriverName
 from gpufleet.store.port import NODE, POD, RESOURCE_CLAIM, RESOURCE_SLICE, Change, ChangeType, Kind
@@ -129,16 +125,6 @@ class TableSnapshot:
     generation: int = 0
 
 
-@dataclass(slots=True)
-class _Claim:
-    """An allocated claim in the table: its read, object, effect and allocation time."""
-
-    info: ClaimInfo
-    obj: RawObject
-    effect: ClaimEffect
-    time: datetime
-
-
 @dataclass(slots=True, eq=False)
 class _NodePart:
     """One node's part of its pool's observation, made at its entry's `generation` (the
@@ -174,23 +160,11 @@ class FreeDeviceTable:
         self._groups: dict[DraKey, dict[_Key, SliceInfo]] = {}
         self._inventory = Inventory()
         # Claims.
-        self._claims: dict[_Key, ClaimInfo] = {}
-        self._allocated_claims: dict[_Key, _Claim] = {}
-        self._by_pool: dict[DraKey, set[_Key]] = {}
-        #: Allocated claims whose results cannot be read (their effect may read any DRA pool).
-        self._irregular: set[_Key] = set()
-        #: Allocated claims without a uid: their time is always `now`.
-        self._uidless: set[_Key] = set()
-        self._device_claims: dict[tuple[str, str, str], int] = {}
-        self._uids: dict[str, int] = {}
-        self._clock: dict[str, datetime] = {}
-        self._prev_clock: Mapping[str, datetime] = MappingProxyType({})
-        #: (namespace, name) -> allocation time, of the allocated claims.
-        self._allocated: dict[_Key, datetime] = {}
-        #: Claims whose allocation time changed since the last snapshot.
-        self._times_moved: set[_Key] = set()
         # Problems each source found.
         self._found = _Findings()
+        #: The claim index (`table_claims.ClaimIndex`).
+        self._claims = ClaimIndex(self._nodes, self._inventory, self._found.set)
+        self._prev_clock: Mapping[str, datetime] = MappingProxyType({})
         # Pods.
         self._pods: dict[_Key, PodInfo] = {}
         self._replica_pods: dict[_Key, dict[_Key, PodInfo]] = {}
@@ -240,7 +214,7 @@ class FreeDeviceTable:
         held: dict[Kind, Iterable[_Key]] = {
             NODE: self._nodes.keys(),
             RESOURCE_SLICE: list(self._slices),
-            RESOURCE_CLAIM: list(self._claims),
+            RESOURCE_CLAIM: list(self._claims.claims),
             POD: list(self._pods),
         }
         for kind in TABLE_KINDS:
@@ -266,9 +240,12 @@ class FreeDeviceTable:
         self._prev_clock = self._last.clock.first_seen if self._last is not None else {}
         self._apply_nodes()
         self._apply_slices()
-        self._apply_claims(now)
-        if self._uidless and now != self._now:
-            self._retime(self._uidless, now)
+        pending = self._pending[RESOURCE_CLAIM]
+        if pending:
+            self._claims.apply(pending, now, self._prev_clock)
+            pending.clear()
+        if self._claims.uidless and now != self._now:
+            self._claims.retime(now)
         self._apply_pods()
         self._settle_holds(
             now, device_plugin_pools if device_plugin_pools is not None else self._holds.wanted
@@ -286,7 +263,7 @@ class FreeDeviceTable:
             and not is_replicas_moved
             and not is_declared_moved
             and not self._dirty_replicas
-            and not self._times_moved
+            and not self._claims.times_moved
         ):
             self._last = TableSnapshot(last.result, last.clock, frozenset(), self._nodes.generation)
             return self._last
@@ -379,135 +356,8 @@ class FreeDeviceTable:
             pool = read_dra_pool(key, group.values(), tolerations) if group else None
             if pool != inv.pools.get(key):
                 made[key] = pool
-        if not made:
-            return
-        dependents = set(self._irregular)
-        for key in made:
-            dependents |= self._by_pool.get(key, set())
-        claims = [self._allocated_claims[k] for k in sorted(dependents)]
-        for claim in claims:
-            self._remove_effect(claim)
-        for key, pool in made.items():
-            self._nodes.touch(inv.remove(key))
-            self._set_found(("pool", key), pool.found if pool is not None else ())
-            if pool is not None:
-                self._nodes.touch(inv.add(pool))
-        for claim in claims:
-            claim.effect = claim_effect(claim.info, claim.obj, inv)
-            self._add_effect(claim)
-
-    # --- claims ---------------------------------------------------------------------------
-
-    def _apply_claims(self, now: datetime) -> None:
-        pending = self._pending[RESOURCE_CLAIM]
-        if not pending:
-            return
-        for key, obj in pending.items():
-            info = read_claim(obj) if obj is not None else None
-            before = self._claims.get(key)
-            if info is not None and info == before and (not info[1] or info[3] is not None):
-                continue  # the same read (a status write that left the allocation alone)
-            held = self._allocated_claims.pop(key, None)
-            if held is not None:
-                self._forget_claim(key, held)
-            if info is None:
-                self._claims.pop(key, None)
-                continue
-            self._claims[key] = info
-            if info[1]:
-                assert obj is not None
-                self._add_claim(key, info, obj, now)
-        pending.clear()
-
-    def _add_claim(self, key: _Key, info: ClaimInfo, obj: RawObject, now: datetime) -> None:
-        uid = info[2]
-        t = now if uid is None else self._prev_clock.get(uid, now)
-        claim = _Claim(info, obj, claim_effect(info, obj, self._inventory), t)
-        self._allocated_claims[key] = claim
-        self._add_effect(claim)
-        pools = claim_pools(info)
-        if pools is None:
-            self._irregular.add(key)
-        else:
-            for pool in pools:
-                self._by_pool.setdefault(pool, set()).add(key)
-        if uid is None:
-            self._uidless.add(key)
-        else:
-            self._uids[uid] = self._uids.get(uid, 0) + 1
-            self._clock[uid] = t
-        if info[4] is None:  # else its pods cannot use it yet: not counted allocated
-            self._set_time(key, t)
-
-    def _forget_claim(self, key: _Key, claim: _Claim) -> None:
-        self._remove_effect(claim)
-        pools = claim_pools(claim.info)
-        if pools is None:
-            self._irregular.discard(key)
-        else:
-            for pool in pools:
-                holders = self._by_pool[pool]
-                holders.discard(key)
-                if not holders:
-                    del self._by_pool[pool]
-        uid = claim.info[2]
-        if uid is None:
-            self._uidless.discard(key)
-        else:
-            n = self._uids[uid] - 1
-            if n:
-                self._uids[uid] = n
-            else:
-                del self._uids[uid], self._clock[uid]
-        self._set_time(key, None)
-
-    def _set_time(self, key: _Key, t: datetime | None) -> None:
-        if self._allocated.get(key) == t:
-            return
-        if t is None:
-            del self._allocated[key]
-        else:
-            self._allocated[key] = t
-        self._times_moved.add(key)
-
-    def _retime(self, keys: Iterable[_Key], now: datetime) -> None:
-        """Stamp the uidless claims `now` (their time is always the call's)."""
-        for key in sorted(keys):
-            claim = self._allocated_claims[key]
-            self._remove_effect(claim)
-            claim.time = now
-            self._add_effect(claim)
-            if claim.info[4] is None:
-                self._set_time(key, now)
-
-    def _add_effect(self, claim: _Claim) -> None:
-        self._count_effect(claim, 1)
-
-    def _remove_effect(self, claim: _Claim) -> None:
-        self._count_effect(claim, -1)
-
-    def _count_effect(self, claim: _Claim, by: int) -> None:
-        effect, t = claim.effect, claim.time
-        counts = self._device_claims
-        moved: list[str] = []
-        for dev, holder in effect.devices:
-            n = counts.get(dev, 0) + by
-            if n:
-                counts[dev] = n
-            else:
-                del counts[dev]
-            if (n == 1 and by > 0) or (n == 0 and by < 0):
-                _add(self._nodes.entry(holder).taken, dev[0], by)
-        for node in effect.touched:
-            _add(self._nodes.entry(node).times, t, by)
-            moved.append(node)
-        for node, driver in effect.poison:
-            _add(self._nodes.entry(node).poison, driver, by)
-        self._nodes.touch(moved)
-        self._nodes.touch(n for n, _ in effect.poison)
-        if effect.found:
-            source = ("claim", claim.info[0])
-            self._set_found(source, effect.found if by > 0 else ())
+        if made:
+            self._claims.reread_pools(made)
 
     # --- pods and replicas ----------------------------------------------------------------
 
@@ -543,7 +393,7 @@ class FreeDeviceTable:
             moved |= {n for p in changed for n in self._nodes.members.get(p, ())}
             self._holds.pools = dict(pools)
         self._nodes.touch(n for n in moved if n in self._nodes.entries)
-        self._times_moved.update(retimed)
+        self._claims.times_moved.update(retimed)
 
     def _file_pod(self, key: _Key, pod: PodInfo, by: int) -> None:
         if pod[1] is None:
@@ -661,12 +511,12 @@ class FreeDeviceTable:
             nodes=self._nodes_in_order(rebuilt, last),
         )
         held = self._holds.clock()
-        clock = {**held, **self._clock} if held else self._clock
+        clock = {**held, **self._claims.clock} if held else self._claims.clock
         out = self._last.clock if self._last is not None else AllocationClock()
         if clock != out.first_seen:
             out = AllocationClock(MappingProxyType(dict(sorted(clock.items()))))
         self._nodes.settle(self._inventory)
-        self._times_moved.clear()
+        self._claims.times_moved.clear()
         self._found.moved = False
         return TableSnapshot(result, out, changed, self._nodes.generation)
 
@@ -770,12 +620,14 @@ class FreeDeviceTable:
         dirty = self._dirty_replicas
         if self._nodes.membership_moved:
             dirty.update(self._replicas)  # a pod's pool may come from its node's
-        for claim in self._times_moved:
+        for claim in self._claims.times_moved:
             dirty.update(self._claimed_by.get(claim, ()))
         changed: set[_Key] = set()
         results = self._replica_results
         pseudo = self._holds.allocated  # device-plugin pods' pseudo claims
-        allocated = {**self._allocated, **pseudo} if pseudo and dirty else self._allocated
+        allocated = (
+            {**self._claims.allocated, **pseudo} if pseudo and dirty else self._claims.allocated
+        )
         for key in dirty:
             held = self._replicas.get(key)
             if held is None:
