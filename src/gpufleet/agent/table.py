@@ -33,13 +33,11 @@ free devices per driver, as of the last snapshot (read-only).
 
 from __future__ import annotations
 
-import itertools
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Final
 
 from gpufleet.agent.device_plugin import Holds, with_device_plugin
 from gpufleet.agent.model import (
@@ -54,17 +52,8 @@ from gpufleet.agent.model import (
     Problems,
     RawObject,
     ns_name,
-    versions_of,
 )
-from gpufleet.agent.observe import pool_extended, read_replicas
-from gpufleet.agent.pods import (
-    PodInfo,
-    Replica,
-    count_pods,
-    observed_replica,
-    read_pod,
-    read_replica,
-)
+from gpufleet.agent.observe import pool_extended
 from gpufleet.agent.reads import (
     DraKey,
     Inventory,
@@ -82,6 +71,7 @@ from gpufleet.agent.reads import (
 )
 from gpufleet.agent.table_claims import ClaimIndex
 from gpufleet.agent.table_nodes import NodeInfos
+from gpufleet.agent.table_replicas import ReplicaIndex
 from gpufleet.core.model import DriverName
 from gpufleet.store.port import NODE, POD, RESOURCE_CLAIM, RESOURCE_SLICE, Change, ChangeType, Kind
 
@@ -89,7 +79,6 @@ from gpufleet.store.port import NODE, POD, RESOURCE_CLAIM, RESOURCE_SLICE, Chang
 TABLE_KINDS: Final = (NODE, RESOURCE_SLICE, RESOURCE_CLAIM, POD)
 
 _Key = tuple[str, str]
-_NO_META: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 class _Findings:
@@ -166,25 +155,18 @@ class FreeDeviceTable:
         self._claims = ClaimIndex(self._nodes, self._inventory, self._found.set)
         self._prev_clock: Mapping[str, datetime] = MappingProxyType({})
         # Pods.
-        self._pods: dict[_Key, PodInfo] = {}
-        self._replica_pods: dict[_Key, dict[_Key, PodInfo]] = {}
-        self._claimed_by: dict[_Key, dict[_Key, int]] = {}
         #: Device-plugin pools: the pods' holds (`device_plugin.Holds`), and the pools.
         self._holds = Holds()
+        #: The replica index (`table_replicas.ReplicaIndex`).
+        self._replica_index = ReplicaIndex(self._nodes, self._claims, self._holds, self._found.set)
         # Replicas.
-        self._replicas: dict[_Key, tuple[object, Replica]] = {}
-        self._replica_pools: frozenset[str] = frozenset()
-        self._dirty_replicas: set[_Key] = set()
         #: The pools the hub declares for the cluster, as the last snapshot took them.
         self._declared_pools: frozenset[str] = frozenset()
         # What the last snapshot gave.
         self._now: datetime | None = None
         self._problems: dict[str | None, tuple[Problem, ...]] = {}
         self._pools: dict[str, tuple[ObservedPool, tuple[ObservedNode, ...]]] = {}
-        self._replica_results: dict[_Key, ObservedReplica] = {}
         self._last: TableSnapshot | None = None
-        #: The replicas' keys, sorted (None: to be sorted again).
-        self._replica_order: list[_Key] | None = None
         #: Each pooled node's observation, and their names, sorted.
         self._observed_nodes: dict[str, ObservedNode] = {}
         self._node_order: list[str] = []
@@ -192,11 +174,6 @@ class FreeDeviceTable:
         self._free: dict[str, Mapping[str, Mapping[DriverName, int]]] = {}
         #: Each pooled node's part of its pool's observation (`_node_part`).
         self._parts: dict[str, _NodePart] = {}
-        #: The replicas' resourceVersions by key, and in order, as last taken.
-        self._versions: dict[_Key, object] = {}
-        self._version_list: list[object] | None = None
-        #: The keys of `_version_list`, in its order (empty while it is None).
-        self._key_list: list[_Key] = []
 
     # --- deltas ---------------------------------------------------------------------------
 
@@ -215,7 +192,7 @@ class FreeDeviceTable:
             NODE: self._nodes.keys(),
             RESOURCE_SLICE: list(self._slices),
             RESOURCE_CLAIM: list(self._claims.claims),
-            POD: list(self._pods),
+            POD: self._replica_index.pod_keys(),
         }
         for kind in TABLE_KINDS:
             pending = self._pending[kind]
@@ -246,11 +223,16 @@ class FreeDeviceTable:
             pending.clear()
         if self._claims.uidless and now != self._now:
             self._claims.retime(now)
-        self._apply_pods()
+        pending = self._pending[POD]
+        if pending:
+            for key, obj in pending.items():
+                self._holds.note(key, obj)
+            self._replica_index.apply_pods(pending)
+            pending.clear()
         self._settle_holds(
             now, device_plugin_pools if device_plugin_pools is not None else self._holds.wanted
         )
-        is_replicas_moved = self._apply_replicas(replicas)
+        is_replicas_moved = self._replica_index.apply_replicas(replicas)
         is_declared_moved = declared_pools != self._declared_pools
         self._declared_pools = frozenset(declared_pools)
         self._now = now
@@ -262,7 +244,7 @@ class FreeDeviceTable:
             and not self._nodes.membership_moved
             and not is_replicas_moved
             and not is_declared_moved
-            and not self._dirty_replicas
+            and not self._replica_index.dirty
             and not self._claims.times_moved
         ):
             self._last = TableSnapshot(last.result, last.clock, frozenset(), self._nodes.generation)
@@ -290,7 +272,7 @@ class FreeDeviceTable:
 
     def observed_replica(self, key: tuple[str, str]) -> ObservedReplica | None:
         """The observation of the replica (namespace, name) in the last snapshot."""
-        return self._replica_results.get(key)
+        return self._replica_index.observed(key)
 
     # --- nodes ----------------------------------------------------------------------------
 
@@ -305,7 +287,7 @@ class FreeDeviceTable:
                 continue
             self._set_found(("node", name), info.found if info is not None else ())
             if cordon_moved:  # rare (a cordon or uncordon): every replica is counted again
-                self._dirty_replicas.update(self._replicas)
+                self._replica_index.recount_all()
         pending.clear()
 
     # --- slices ---------------------------------------------------------------------------
@@ -361,25 +343,6 @@ class FreeDeviceTable:
 
     # --- pods and replicas ----------------------------------------------------------------
 
-    def _apply_pods(self) -> None:
-        pending = self._pending[POD]
-        if not pending:
-            return
-        for key, obj in pending.items():
-            self._holds.note(key, obj)
-            info = read_pod(obj) if obj is not None else None
-            before = self._pods.get(key)
-            if info == before:
-                continue
-            if before is not None:
-                self._file_pod(key, before, -1)
-            if info is None:
-                del self._pods[key]
-            else:
-                self._pods[key] = info
-                self._file_pod(key, info, 1)
-        pending.clear()
-
     def _settle_holds(self, now: datetime, pools: Mapping[str, frozenset[str]]) -> None:
         """The device-plugin pools' part of a snapshot: move the nodes whose holds or pool
         resources changed, and the replicas whose pods' hold times did."""
@@ -395,104 +358,11 @@ class FreeDeviceTable:
         self._nodes.touch(n for n in moved if n in self._nodes.entries)
         self._claims.times_moved.update(retimed)
 
-    def _file_pod(self, key: _Key, pod: PodInfo, by: int) -> None:
-        if pod[1] is None:
-            return
-        ns = key[0]
-        replica = (ns, pod[1])
-        self._dirty_replicas.add(replica)
-        pods = self._replica_pods.setdefault(replica, {})
-        if by > 0:
-            pods[key] = pod
-        else:
-            del pods[key]
-            if not pods:
-                del self._replica_pods[replica]
-        for c in pod[5]:
-            by_replica = self._claimed_by.setdefault((ns, c), {})
-            _add(by_replica, replica, by)
-            if not by_replica:
-                del self._claimed_by[(ns, c)]
-
-    def _apply_replicas(self, objects: Sequence[RawObject]) -> bool:
-        """Take the replicas, diffed with the last ones by key and resourceVersion (compared in
-        C: a replica whose version is unchanged is not read); whether the set of replicas or
-        the pools they name changed."""
-        fast = versions_of(objects)
-        last, self._version_list = self._version_list, fast
-        if fast is not None and fast == last and None not in fast:
-            return False  # the same replicas, at the same versions
-        try:
-            metas = list(map(_META, objects))
-            keys = list(zip(map(_NAMESPACE, metas), map(_NAME, metas), strict=True))
-        except (AttributeError, TypeError):  # not mappings: never from a store
-            return self._read_replicas_whole(objects)
-        if fast is not None and last is not None and None not in fast and keys == self._key_list:
-            # The same keys in the same order (compared in C), as between most reads: the
-            # replicas whose version moved are found pair by pair (in C too).
-            moved = list(itertools.compress(range(len(keys)), map(operator.ne, fast, last)))
-            by_key = {keys[i]: objects[i] for i in moved}
-            self._versions.update((keys[i], fast[i]) for i in moved)
-            return self._take_replicas(by_key.keys(), by_key)
-        now = dict(zip(keys, map(_VERSION, metas), strict=True))
-        if len(now) != len(objects) or any(k[1] in (None, "") or k[0] is None for k in keys):
-            return self._read_replicas_whole(objects)  # never from a store either
-        self._key_list = keys if fast is not None else []
-        if now == self._versions and None not in now.values():
-            return False
-        changed = {key for key, _ in now.items() ^ self._versions.items()}
-        changed.update(key for key, version in now.items() if version is None)
-        self._versions = now
-        return self._take_replicas(changed, dict(zip(now, objects, strict=True)))
-
-    def _take_replicas(self, changed: Iterable[_Key], by_key: Mapping[_Key, RawObject]) -> bool:
-        """Take the changed replicas (`by_key`: the objects read; a key not in it is gone);
-        whether the set of replicas or the pools they name changed."""
-        is_moved = False
-        for key in changed:
-            is_moved = self._take_replica(key, by_key.get(key)) or is_moved
-        self._set_found(("replicas", ""), ())
-        if is_moved:
-            reads = self._replicas.values()
-            self._replica_pools = frozenset(p for _, rep in reads for p in rep.pools)
-        return is_moved
-
-    def _take_replica(self, key: _Key, obj: RawObject | None) -> bool:
-        """Take the replica's new version (None: gone); whether the replicas or their pools
-        changed. A version whose read is the same (a status write) changes nothing."""
-        held = self._replicas.get(key)
-        if obj is None:
-            if held is not None:
-                del self._replicas[key]
-                self._dirty_replicas.add(key)
-            return held is not None
-        rep = read_replica(obj)
-        version = _meta_field(obj, "resourceVersion")
-        if held is not None and held[1] == rep:
-            self._replicas[key] = (version, held[1])
-            return False
-        self._replicas[key] = (version, rep)
-        self._dirty_replicas.add(key)
-        return held is None or held[1].pools != rep.pools
-
-    def _read_replicas_whole(self, objects: Sequence[RawObject]) -> bool:
-        """Replicas with two of one key or without a name (never from a store): read as
-        `observe` reads them, every one looked at again."""
-        problems = Problems()
-        reads, pools = read_replicas(objects, problems)
-        self._version_list, self._key_list = None, []
-        self._dirty_replicas.update(self._replicas.keys() | reads.keys())
-        self._replicas = {key: (None, rep) for key, rep in reads.items()}
-        self._versions = dict.fromkeys(reads)  # no version: every one is read again next time
-        self._replica_pools = pools
-        self._set_found(("replicas", ""), tuple(problems.records()))
-        return True
-
     # --- UpdateSnapshot -------------------------------------------------------------------
 
     def _update_snapshot(self) -> TableSnapshot:
         problems = self._collect_problems()
-        pools = self._nodes.members.keys() | self._replica_pools | self._declared_pools
+        pools = self._nodes.members.keys() | self._replica_index.pools | self._declared_pools
         rebuilt = self._moved_pools(problems, pools)
         gone = self._pools.keys() - pools
         for pool in gone:
@@ -502,11 +372,11 @@ class FreeDeviceTable:
             self._pools[pool] = self._observe_pool(pool, problems.get(pool, ()))
             self._free.pop(pool, None)
         self._problems = problems
-        changed = self._observe_replicas()
+        changed = self._replica_index.observe()
         last = self._last.result if self._last is not None else None
         result = ObservationResult(
             pools=tuple(self._pools[p][0] for p in sorted(self._pools)),
-            replicas=self._replicas_in_order(changed, last),
+            replicas=self._replica_index.in_order(changed, last),
             problems=problems.get(None, ()),
             nodes=self._nodes_in_order(rebuilt, last),
         )
@@ -519,17 +389,6 @@ class FreeDeviceTable:
         self._claims.times_moved.clear()
         self._found.moved = False
         return TableSnapshot(result, out, changed, self._nodes.generation)
-
-    def _replicas_in_order(
-        self, changed: frozenset[_Key], last: ObservationResult | None
-    ) -> tuple[ObservedReplica, ...]:
-        """Every replica's observation, sorted by key."""
-        if last is not None and not changed:
-            return last.replicas
-        results = self._replica_results
-        if self._replica_order is None:
-            self._replica_order = sorted(results)
-        return tuple(map(results.__getitem__, self._replica_order))
 
     def _nodes_in_order(
         self, rebuilt: set[str], last: ObservationResult | None
@@ -615,57 +474,6 @@ class FreeDeviceTable:
             return state
         return with_device_plugin(state, entry.info, resources, self._holds.usage(name))
 
-    def _observe_replicas(self) -> frozenset[_Key]:
-        """Observe the replicas to look at again; the keys whose observation changed."""
-        dirty = self._dirty_replicas
-        if self._nodes.membership_moved:
-            dirty.update(self._replicas)  # a pod's pool may come from its node's
-        for claim in self._claims.times_moved:
-            dirty.update(self._claimed_by.get(claim, ()))
-        changed: set[_Key] = set()
-        results = self._replica_results
-        pseudo = self._holds.allocated  # device-plugin pods' pseudo claims
-        allocated = (
-            {**self._claims.allocated, **pseudo} if pseudo and dirty else self._claims.allocated
-        )
-        for key in dirty:
-            held = self._replicas.get(key)
-            if held is None:
-                if results.pop(key, None) is not None:
-                    changed.add(key)
-                    self._replica_order = None
-                continue
-            if key not in results:
-                self._replica_order = None
-            rep = held[1].fresh()
-            pods = self._replica_pods.get(key, {}).values()
-            count_pods(rep, pods, allocated, self._nodes.node_pool, self._nodes.cordoned)
-            observed = observed_replica(rep)
-            if results.get(key) != observed:
-                results[key] = observed
-                changed.add(key)
-        dirty.clear()
-        return frozenset(changed)
-
-
-_META: Final = operator.methodcaller("get", "metadata", _NO_META)
-_NAMESPACE: Final = operator.methodcaller("get", "namespace")
-_NAME: Final = operator.methodcaller("get", "name")
-_VERSION: Final = operator.methodcaller("get", "resourceVersion")
-
 
 def _key_of(obj: RawObject) -> _Key:
     return ns_name(obj)
-
-
-def _meta_field(obj: RawObject, field_name: str) -> Any:
-    meta = obj.get("metadata")
-    return meta.get(field_name) if isinstance(meta, Mapping) else None
-
-
-def _add(counts: dict[Any, int], key: Any, by: int) -> None:
-    n = counts.get(key, 0) + by
-    if n:
-        counts[key] = n
-    else:
-        counts.pop(key, None)
