@@ -9,7 +9,7 @@ the same shape for the agent's observation:
   ResourceClaims and Pods (`Store.changes`), `relist(...)` a full listing (at the start, and when
   the feed says `Expired`). Both only note each object's newest version by its key (name, or
   namespace and name); nothing is computed until `snapshot`.
-- **Entries.** Each node named by anything (a Node, a slice, an allocated claim) has a `_NodeEntry`:
+- **Entries.** Each node named by anything (a Node, a slice, an allocated claim) has a `NodeEntry`:
   what its Node says, the devices allocated claims take on it (per driver), their allocation
   times, and the drivers bad claims leave with nothing free; the DRA inventory (`Inventory`,
   one `DraPool` per (driver, DRA pool)) holds what its slices publish. An entry's `generation`
@@ -26,6 +26,12 @@ Each piece is computed by the very functions `observe` uses (`gpufleet.agent.rea
 `observe` stays the specification: `tests/agent/test_table_properties.py` checks that after any
 sequence of deltas (a restart included) the table gives what `observe` gives on the same
 objects. The table takes objects as a store holds them: one per key, each a mapping.
+
+The table is a facade over four collaborators, as kube-scheduler's cache splits (issue 24
+section 3): the node infos (`table_nodes.NodeInfos`), the claim index
+(`table_claims.ClaimIndex`), the replica index (`table_replicas.ReplicaIndex`) and the
+snapshot assembly (`table_snapshot.SnapshotAssembly`); it keeps the pending versions, the
+slices and the DRA inventory.
 
 `free_devices(pool)` answers what issue 14's steering will ask: each node of the pool and its
 free devices per driver, as of the last snapshot (read-only).
