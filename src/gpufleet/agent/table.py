@@ -87,18 +87,16 @@ class FreeDeviceTable:
         self._slices: dict[_Key, SliceInfo] = {}
         self._groups: dict[DraKey, dict[_Key, SliceInfo]] = {}
         self._inventory = Inventory()
-        # Claims.
-        # Problems each source found.
+        #: The problems each source found (`table_snapshot.Findings`).
         self._found = Findings()
         #: The claim index (`table_claims.ClaimIndex`).
         self._claims = ClaimIndex(self._nodes, self._inventory, self._found.set)
+        #: The clock the last snapshot returned (uid -> allocation time).
         self._prev_clock: Mapping[str, datetime] = MappingProxyType({})
-        # Pods.
         #: Device-plugin pools: the pods' holds (`device_plugin.Holds`), and the pools.
         self._holds = Holds()
         #: The replica index (`table_replicas.ReplicaIndex`).
         self._replica_index = ReplicaIndex(self._nodes, self._claims, self._holds, self._found.set)
-        # Replicas.
         #: The pools the hub declares for the cluster, as the last snapshot took them.
         self._declared_pools: frozenset[str] = frozenset()
         # What the last snapshot gave.
