@@ -19,12 +19,7 @@ LIMIT = 20
 #: Classes over the limit today, outside the simulator's area, with the issue that splits each
 #: and their count then. The list may only shrink: an entry whose class is gone or back within
 #: the limit fails `test_allowlist_only_shrinks` until it goes, and a count may not grow.
-ALLOWED: dict[str, int] = {
-    # Issue 24 section 3 (third bullet): node infos, a claim index, a replica index, the
-    # snapshot assembly.
-    # (48 since the drains of issue 25 counted a replica's pods on cordoned nodes.)
-    "gpufleet.agent.table.FreeDeviceTable": 48,
-}
+ALLOWED: dict[str, int] = {}
 
 
 @dataclass(frozen=True)
