@@ -234,3 +234,14 @@ def test_a_pod_whose_cpu_does_not_fit_is_refused_with_its_numbers() -> None:
     assert deployment(result, "big") == (1, 0, 0)
     assert deployment(result, "hungry") == (1, 0, 0)
     assert deployment(result, "small") == (1, 1, 1)
+
+
+def test_proportional_requests_on_a_spreading_cluster_strand_no_big_replica() -> None:
+    """Issue 26 §2: 4-copy engines sized in proportion (DaemonSets' 2 cores and 8Gi less) fill
+    two nodes as the fit chose; the 8-GPU replica sized to a whole node's share (46 cores,
+    184Gi: it binds only because the DaemonSet's requests were taken off) runs on the third."""
+    result = run("proportional-spread")
+    assert result.refusals == []
+    assert deployment(result, "small") == (4, 4, 16)
+    assert deployment(result, "big") == (1, 1, 1)
+    assert not result.controller_errors

@@ -40,6 +40,7 @@ from gpufleet.api.models import (
     ConditionStatus,
     DeviceSpec,
     GpuPoolStatus,
+    HostRequests,
     MemberSpec,
     PublishedObservation,
     ReplicaPoolPodsStatus,
@@ -151,6 +152,9 @@ def observation_from_status(
         excluded_nodes=dict(observation.excluded_nodes),
         extended_resources=dict(observation.extended_resources),
         unusable_reason=unusable_reason,
+        shareable=None
+        if observation.shareable_room is None
+        else (observation.shareable_room.milli_cpu, observation.shareable_room.memory),
     )
 
 
@@ -218,6 +222,7 @@ def _member(spec: MemberSpec) -> Member:
         requests=requests,
         milli_cpu=milli_cpu,
         memory=memory,
+        proportional=spec.host_requests == HostRequests.PROPORTIONAL,
     )
 
 
@@ -329,8 +334,13 @@ def replica_from_manifest(replica: ModelReplica) -> Replica:
                             )
                             for r in m.device_requests or ()
                         ),
-                        milli_cpu=template_requests(m.template)[0],
-                        memory=template_requests(m.template)[1],
+                        milli_cpu=m.host_requests.milli_cpu
+                        if m.host_requests is not None
+                        else template_requests(m.template)[0],
+                        memory=m.host_requests.memory
+                        if m.host_requests is not None
+                        else template_requests(m.template)[1],
+                        proportional=m.host_requests is not None,
                     )
                     for m in e.members
                 ),

@@ -201,6 +201,9 @@ def replica_spec(placement: Placement, deployment: ReadObj) -> Obj:
                     for r in member.requests
                 ]
             body["template"] = copy_json(templates.get((engine.name, member.role.value), {}))
+            if member.host_requests is not None:
+                cpu, memory = member.host_requests
+                body["hostRequests"] = {"milliCpu": cpu, "memory": memory}
             members.append(body)
         engine_body: Obj = {"name": engine.name, "copies": engine.copies}
         if engine.phase is not None:
