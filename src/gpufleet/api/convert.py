@@ -266,13 +266,19 @@ REVISION_CHARS = 10
 
 def template_revision(deployment: ModelDeployment) -> str:
     """What a replica of `deployment` runs, as a short hash: the template's metadata, serving
-    and engines, with defaults filled in (so spelling a default out changes nothing). The
+    and engines, with defaults filled in (so spelling a default out changes nothing; a member's
+    `hostRequests` at its default is left out, as before the field existed). The
     cluster selector and tolerations say where replicas may go, not what they run: changing
     them is no rollout (a replica no longer selected or tolerated is dropped as ever)."""
     template = deployment.spec.template
     body = template.model_dump(
         mode="json", by_alias=True, exclude={"spec": {"cluster_selector", "tolerations"}}
     )
+    # A field added since, at its default, is left out: upgrading the hub rolls nothing.
+    for engine in body["spec"]["engines"]:
+        for member in engine["members"]:
+            if member.get("hostRequests") == HostRequests.TEMPLATE.value:
+                del member["hostRequests"]
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:REVISION_CHARS]
 
