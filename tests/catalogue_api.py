@@ -196,7 +196,10 @@ CLASS = [
         cel=True,
     ),
     Mutation(
-        "enum", {f"{DEVICE}[3].claim": "Bogus"}, f"{DEVICE}[3].claim", "must be one of 'DRA' or"
+        "enum",
+        {f"{DEVICE}[3].claim": "Bogus"},
+        f"{DEVICE}[3].claim",
+        "must be one of 'DRA', 'Synthetic' or",
     ),
 ]
 

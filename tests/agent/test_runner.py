@@ -16,7 +16,8 @@ from observe_builders import pod as opod
 
 from gpufleet.agent.hub import as_deployed
 from gpufleet.agent.materialize import OWNED_SELECTOR
-from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome, _status_patch
+from gpufleet.agent.report_writer import _status_patch
+from gpufleet.agent.runner import Agent, AgentConfig, StepOutcome
 from gpufleet.store import Kind, MemoryStore, NotFound, Obj, StoreError, kind_of
 from gpufleet.store.forwarding import ForwardingStore
 from gpufleet.store.merge import merge_patch
@@ -456,7 +457,7 @@ def test_a_push_skipping_what_its_last_push_left_writes_what_comparing_each_woul
                 del entries["ml.r3"]
             if not is_reused:
                 entries = {name: copy.deepcopy(entry) for name, entry in entries.items()}
-                agent._replicas_left = None  # nothing known: every entry is compared
+                agent._writer._replicas_left = None  # nothing known: every entry is compared
             report = dataclasses.replace(last, observed_at=at, replicas=entries)
             if t == 2 and is_reused:
                 report = dataclasses.replace(last, observed_at=at)  # the very mapping

@@ -431,3 +431,138 @@ def test_declared_pools_are_observed_at_zero_nodes() -> None:
     assert quiet.result is first.result
     moved = table.snapshot([], T0, frozenset({"a"}))
     assert [p.name for p in moved.result.pools] == ["a"]
+
+
+_CLAIM_BREAKS = ("on-malformed-slice", "unknown-pool", "other-driver", "half-unknown")
+
+
+def _reallocated(source: Obj, how: str, malformed: Sequence[Obj]) -> Obj:
+    """A copy of the claim `source` under its own name (a new version of it: pods that name it
+    keep naming it) whose allocation names a device of a malformed slice, a DRA pool or a
+    driver no slice publishes, or one known device and one unknown."""
+    obj = copy.deepcopy(source)
+    results = obj.get("status", {}).get("allocation", {}).get("devices", {}).get("results")
+    if not isinstance(results, list) or not results:
+        return obj
+    first = results[0]
+    if how == "on-malformed-slice" and malformed:
+        spec = malformed[0].get("spec")
+        pool = spec.get("pool") if isinstance(spec, Mapping) else None
+        devices = spec.get("devices") if isinstance(spec, Mapping) else None
+        if isinstance(pool, Mapping) and isinstance(devices, list) and devices:
+            device = devices[0]
+            first["pool"] = pool.get("name")
+            first["device"] = device.get("name") if isinstance(device, Mapping) else device
+            first["driver"] = spec.get("driver", first["driver"])
+    elif how == "unknown-pool":
+        first["pool"] = "nowhere"
+    elif how == "other-driver":
+        first["driver"] = "other.example.com"
+    elif how == "half-unknown":
+        results.append({**first, "pool": "nowhere", "device": "gpu-9"})
+    return obj
+
+
+@st.composite
+def harder_histories(draw: st.DrawFn) -> tuple[list[Obj], list[tuple[str, int, bool]]]:
+    """`histories`, plus (issue 30.4, kinds the earlier 19 breaks did not try): claims that
+    pods name re-allocated onto a malformed slice's device or onto a pool or driver nobody
+    publishes, and slices copied under another name (the same devices in two slices of one
+    pool); with a slice deleted and re-created under its name at a lower generation left to
+    the operations (delete, then put of its `older-generation` variant)."""
+    objects, ops = draw(histories())
+    slices = [o for o in objects if o.get("kind") == "ResourceSlice"]
+    malformed = [o for o in slices if o["metadata"]["name"].count("-") > 1]
+    named = {c for o in objects if o.get("kind") == "Pod" for c in _claim_names(o)}
+    claims = [o for o in objects if o.get("kind") == "ResourceClaim"]
+    claims = [c for c in claims if c["metadata"]["name"] in named] or claims
+    for _ in range(draw(st.integers(0, 3)) if claims else 0):
+        source = draw(st.sampled_from(claims))
+        objects.append(_reallocated(source, draw(st.sampled_from(_CLAIM_BREAKS)), malformed))
+    for _ in range(draw(st.integers(0, 2)) if slices else 0):
+        copied = copy.deepcopy(draw(st.sampled_from(slices)))
+        copied["metadata"]["name"] += "-copy"
+        objects.append(copied)
+    ops = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["put", "put", "put", "delete", "restart", "declare", "snapshot"]),
+                st.integers(0, max(0, len(objects) - 1)),
+                st.booleans(),
+            ),
+            max_size=40,
+        )
+    )
+    return objects, ops
+
+
+def _claim_names(pod_obj: Obj) -> list[str]:
+    claims = pod_obj.get("spec", {}).get("resourceClaims")
+    if not isinstance(claims, list):
+        return []
+    names = []
+    for c in claims:
+        if isinstance(c, Mapping) and isinstance(c.get("resourceClaimName"), str):
+            names.append(c["resourceClaimName"])
+    status = pod_obj.get("status", {}).get("resourceClaimStatuses")
+    if isinstance(status, list):
+        names += [
+            s["resourceClaimName"]
+            for s in status
+            if isinstance(s, Mapping) and isinstance(s.get("resourceClaimName"), str)
+        ]
+    return names
+
+
+@settings(max_examples=200, deadline=None)
+@given(harder_histories(), st.booleans())
+def test_the_table_gives_what_observe_gives_after_harder_histories(
+    history: tuple[list[Obj], list[tuple[str, int, bool]]], backwards: bool
+) -> None:
+    """The same as `test_the_table_gives_what_observe_gives_after_any_deltas` on the harder
+    histories; with `backwards`, an object's resourceVersion now and then goes back below one
+    it had (a cluster restored from a backup), never repeating one with other content."""
+    objects, ops = history
+    table = FreeDeviceTable(CONFIG)
+    held: dict[tuple[Kind, str, str], Obj] = {}
+    clock = AllocationClock()
+    changes: list[Change] = []
+    version = 1000
+    used: set[int] = set()
+    declared: frozenset[str] = frozenset()
+    for step, (op, at, flag) in enumerate(ops):
+        if op == "snapshot":
+            table.apply(changes)
+            changes = []
+            clock = _check(table, held, clock, step, declared)
+            continue
+        if op == "declare":
+            declared = _declared(at)
+            continue
+        if op == "restart":
+            changes = []
+            table.relist(
+                {kind: [o for (k, _, _), o in held.items() if k == kind] for kind in TABLE_KINDS}
+            )
+            continue
+        if not objects:
+            continue
+        obj = copy.deepcopy(objects[at])
+        key = _key(obj)
+        version += 1
+        rv = version - 500 - at if backwards and flag else version
+        while rv in used:
+            rv += 1
+        used.add(rv)
+        if op == "delete":
+            gone = held.pop(key, None)
+            if gone is not None and key[0] in TABLE_KINDS:
+                changes.append(Change(version, ChangeType.DELETED, key[0], gone))
+            continue
+        obj["metadata"]["resourceVersion"] = str(rv)
+        kind = ChangeType.MODIFIED if key in held else ChangeType.ADDED
+        held[key] = obj
+        if key[0] in TABLE_KINDS:
+            changes.append(Change(version, kind, key[0], obj))
+    table.apply(changes)
+    _check(table, held, clock, len(ops), declared)

@@ -87,3 +87,22 @@ def test_anything_but_the_status_changed_is_left_to_the_whole_parse() -> None:
         changed = copy.deepcopy(after)
         change(changed)
         assert parse_status_change(before, parsed, changed) is None
+
+
+def test_a_first_status_after_none_is_a_status_write() -> None:
+    """A replica created without a status and given its first one reads as the whole parse."""
+    firsts = [(b, a) for b, a in _versions(MODEL_REPLICA) if "status" not in b and a.get("status")]
+    assert firsts
+    for before, after in firsts:
+        got = parse_status_change(before, parse_object(before), after)
+        assert got is not None
+        assert got == parse_object(after)
+        assert got.to_manifest() == parse_object(after).to_manifest()
+
+
+def test_a_resource_version_that_is_not_a_string_is_left_to_the_whole_parse() -> None:
+    before, after = _a_cluster_write()
+    after["metadata"]["resourceVersion"] = 7
+    with pytest.raises(ValidationFailed):
+        parse_object(after)
+    assert parse_status_change(before, parse_object(before), after) is None

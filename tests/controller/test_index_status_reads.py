@@ -33,7 +33,7 @@ def test_a_replica_read_after_its_last_version_reads_as_the_whole_object() -> No
             if last is not None and parse_status_change(last, parse_object(last), obj):
                 status_writes += 1
             key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-            core, error, _ = index.put(MODEL_REPLICA, key, obj).parsed
+            core, error = index.put(MODEL_REPLICA, key, obj).parsed
             assert (core, error) == read_replica(obj)
             assert core is None or core.signature == (
                 obj["metadata"]["uid"],

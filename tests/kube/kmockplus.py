@@ -41,8 +41,9 @@ authorizer answers, and nothing is served.
 
 Fault injection, callable from the test thread: `kill_watches()` drops every watch
 connection, `expire_watches()` compacts the history and ends every watch with a 410 ERROR
-event, `stall_watches()` makes live watches go silent without closing (a watch that dies
-silently), `compact()` forgets the history.
+event, `stall_watches()` makes live watches (of one resource, if given) go silent without
+closing (a watch that dies silently, or lags behind the others), `compact()` forgets the
+history.
 
 `serve()` runs the server on its own event loop in a thread, for sync clients.
 """
@@ -116,6 +117,7 @@ class _Change:
 
 @dataclass(eq=False)
 class _Watcher:
+    resource: str = ""  # the plural it watches
     killed: asyncio.Event = field(default_factory=asyncio.Event)
     expired: bool = False
     stalled: bool = False
@@ -245,12 +247,14 @@ class KMockPlus(kmock.KubernetesScaffold):
 
         self._call(expire)
 
-    def stall_watches(self) -> None:
-        """Keep live watches open but send nothing more on them (a silent watch death)."""
+    def stall_watches(self, resource: str | None = None) -> None:
+        """Keep live watches (of the plural `resource` only, when given) open but send nothing
+        more on them (a silent watch death; or a watch that lags behind the others)."""
 
         def stall() -> None:
             for watcher in self._watchers:
-                watcher.stalled = True
+                if resource is None or watcher.resource == resource:
+                    watcher.stalled = True
 
         self._call(stall)
 
@@ -512,7 +516,7 @@ class KMockPlus(kmock.KubernetesScaffold):
             await response.write_eof()
             return response
 
-        watcher = _Watcher()
+        watcher = _Watcher(resource=rkey[2])
         self._watchers.add(watcher)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s if timeout_s else None

@@ -31,10 +31,14 @@ from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 from rbac import Rbac, ServiceAccount
 
+from gpufleet.agent.gates import ASSIGNED_NODE, is_gated
 from gpufleet.agent.runner import AgentConfig
-from gpufleet.api.names import replica_origin_of
+from gpufleet.agent.steer import GATE, HOSTNAME_KEY
+from gpufleet.api.names import replica_object_name, replica_origin_of
 from gpufleet.cli.agent import AgentDaemon
 from gpufleet.cli.controller import ControllerDaemon
+from gpufleet.core import labels
+from gpufleet.core.decision import replica_name
 from gpufleet.kube import install
 from gpufleet.kube.agent_token import secret_writer
 from gpufleet.kube.daemon import DaemonLoop, LoopConfig, Trigger
@@ -48,12 +52,15 @@ from gpufleet.store.port import (
     EVENT,
     INFERENCE_CLASS,
     INFERENCE_CLUSTER,
+    LEADER_WORKER_SET,
     LEASE,
     MODEL_DEPLOYMENT,
     MODEL_REPLICA,
     NAMESPACE,
+    POD,
     POD_DISRUPTION_BUDGET,
     POOL_OBSERVATION,
+    REPLICA_OBSERVATION,
     RESOURCE_CLAIM_TEMPLATE,
     Obj,
     kind_of,
@@ -782,39 +789,231 @@ def _kubeconfig(url: str, token: str) -> dict[str, object]:
     }
 
 
-#: Grants no request of this module's tests makes today (issue 30.5, found by the test below):
-#: each has a code path (a re-read and update after a Conflict, ReplicaObservations,
-#: LeaderWorkerSets, `Gated` steering) no fleet of this module reaches yet. A ratchet:
-#: the test fails when one is exercised (take it off) and when a new unexercised grant appears
-#: (exercise it or remove it from `gpufleet install`).
-_CONTROLLER = "gpufleet-system/gpufleet-controller"
-_HUB_AGENT = "gpufleet-cluster-a/gpufleet-agent-a"
-_AGENT = "gpufleet-system/gpufleet-agent"
-UNEXERCISED_TODAY: frozenset[tuple[str, str, str, str]] = frozenset(
-    [
-        (_CONTROLLER, "gpufleet.io", "inferenceclusters", "get"),
-        (_CONTROLLER, "gpufleet.io", "modelreplicas", "get"),
-        (_CONTROLLER, "gpufleet.io", "modelreplicas", "update"),
-        (_HUB_AGENT, "gpufleet.io", "replicaobservations", "create"),
-        (_HUB_AGENT, "gpufleet.io", "replicaobservations", "delete"),
-        (_HUB_AGENT, "gpufleet.io", "replicaobservations", "get"),
-        (_HUB_AGENT, "gpufleet.io", "replicaobservations", "update"),
-        (_HUB_AGENT, "gpufleet.io", "replicaobservations/status", "patch"),
-        # `Gated` steering pins and ungates its pods (tests/kube/test_kube_store.py runs the
-        # update against the emulated server, but no fleet of this module steers Gated yet).
-        (_AGENT, "", "pods", "update"),
-        (_AGENT, "leaderworkerset.x-k8s.io", "leaderworkersets", "create"),
-        (_AGENT, "leaderworkerset.x-k8s.io", "leaderworkersets", "delete"),
-        (_AGENT, "leaderworkerset.x-k8s.io", "leaderworkersets", "get"),
-        (_AGENT, "leaderworkerset.x-k8s.io", "leaderworkersets", "update"),
-    ]
-)
+def test_the_agent_writes_a_replicas_observation_and_deletes_it_with_the_replica(
+    fleet: Fleet,
+) -> None:
+    """The hub agent reports each replica it runs on a ReplicaObservation of the replica's name
+    in its cluster's namespace: it reads it (`get`), creates it and writes its status (`patch`
+    of replicaobservations/status); one someone else gave another spec it updates (`update`);
+    once the replica is gone it deletes it (`delete`)."""
+    start_reporting(fleet)
+    create(fleet.hub, model_deployment(replicas=1))
+    fleet.run_until(lambda: len(fleet.replicas()) == 1, "controller", what="a placement")
+    name = fleet.replicas()[0]["metadata"]["name"]
+
+    def observation() -> Obj | None:
+        return fleet.hub.get(REPLICA_OBSERVATION, name, OBS_NS)
+
+    def reported() -> bool:
+        found = observation()
+        return found is not None and bool(found.get("status"))
+
+    fleet.run_until(reported, "agent-a", what="the agent reports the replica")
+    found = observation()
+    assert found is not None
+    assert found["spec"] == {
+        "clusterName": CLUSTER,
+        "replicaName": name,
+        "replicaNamespace": OBS_NS,
+    }
+    assert found["status"]["agent"]["identity"] == "agent-a"
+
+    # Someone else gives it another spec: the agent puts its own back, and its status.
+    found["spec"] = {**found["spec"], "clusterName": "elsewhere"}
+    fleet.hub.update(found)
+
+    def put_back() -> bool:
+        now = observation()
+        return now is not None and now["spec"]["clusterName"] == CLUSTER
+
+    fleet.run_until(put_back, "agent-a", what="the agent puts its spec back")
+
+    fleet.hub.delete(MODEL_DEPLOYMENT, "llama", "ml")
+    fleet.run_until(lambda: fleet.replicas() == [], "controller", what="the replica is deleted")
+    fleet.run_until(
+        lambda: observation() is None, "agent-a", what="the agent deletes its observation"
+    )
+
+
+def gang_deployment() -> Obj:
+    """One copy of a Leader and one Worker node, two GPUs each: a LeaderWorkerSet."""
+    body = model_deployment(replicas=1)
+    [engine] = body["spec"]["template"]["spec"]["engines"]
+    leader = {**engine["members"][0], "role": "Leader"}
+    engine["members"] = [leader, {**leader, "role": "Worker", "worker": {"nodes": 1}}]
+    return body
+
+
+def test_a_gang_replica_is_a_leader_worker_set_the_agent_keeps_and_deletes(fleet: Fleet) -> None:
+    """A Leader/Worker engine materializes as a LeaderWorkerSet (its `create`); one someone
+    edits the agent reads again and puts back (`get`, `update`); it goes with its replica
+    (`delete`)."""
+    start_reporting(fleet)
+    create(fleet.hub, gang_deployment())
+    fleet.run_until(lambda: len(fleet.replicas()) == 1, "controller", what="a gang placement")
+
+    def sets() -> list[Obj]:
+        return fleet.workload.list(LEADER_WORKER_SET, "ml")
+
+    fleet.run_until(lambda: bool(sets()), "agent-a", what="the agent creates a LeaderWorkerSet")
+    [made] = sets()
+    assert made["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert fleet.workload.list(DEPLOYMENT, "ml") == []
+    want = made["spec"]["replicas"]
+    made["spec"]["replicas"] = want + 3
+    fleet.workload.update(made)
+    fleet.run_until(
+        lambda: [s["spec"]["replicas"] for s in sets()] == [want],
+        "agent-a",
+        "controller",
+        what="the agent puts its LeaderWorkerSet back",
+    )
+
+    fleet.hub.delete(MODEL_DEPLOYMENT, "llama", "ml")
+    fleet.run_until(lambda: fleet.replicas() == [], "controller", what="the replica is deleted")
+    fleet.run_until(lambda: sets() == [], "agent-a", what="the agent deletes its LeaderWorkerSet")
+
+
+def test_gated_steering_pins_each_pod_to_its_node_and_lifts_its_gate(fleet: Fleet) -> None:
+    """On a cluster that steers `Gated`, the agent's Deployment makes its pods behind the
+    gate `gpufleet.io/steer`; the agent pins each one to the node the fit chose for it and
+    lifts the gate, in one `update` of the pod (the emulated server has no ReplicaSet
+    controller: the test makes the pod from the Deployment's template, as one would)."""
+    cluster = fleet.hub.get(INFERENCE_CLUSTER, CLUSTER)
+    assert cluster is not None
+    cluster["spec"]["steering"] = "Gated"
+    fleet.hub.update(cluster)
+    start_reporting(fleet)
+    create(fleet.hub, model_deployment(replicas=1))
+    fleet.run_until(lambda: len(fleet.replicas()) == 1, "controller", what="a placement")
+    fleet.run_until(
+        lambda: bool(fleet.workload.list(DEPLOYMENT, "ml")), "agent-a", what="materialized"
+    )
+    [deployment] = fleet.workload.list(DEPLOYMENT, "ml")
+    template = deployment["spec"]["template"]
+    assert {"name": GATE} in template["spec"]["schedulingGates"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{deployment['metadata']['name']}-0",
+            "namespace": "ml",
+            "labels": template["metadata"]["labels"],
+            "annotations": template["metadata"].get("annotations") or {},
+        },
+        "spec": template["spec"],
+    }
+    create(fleet.workload, pod)
+
+    def pinned() -> Obj | None:
+        [now] = fleet.workload.list(POD, "ml")
+        return None if is_gated(now) else now
+
+    fleet.run_until(lambda: pinned() is not None, "agent-a", what="the agent lifts the gate")
+    lifted = pinned()
+    assert lifted is not None
+    node = lifted["metadata"]["annotations"][ASSIGNED_NODE]
+    # The fit needs 2 free GPUs on one node: either node has them.
+    assert node in ("n1", "n2")
+    terms = lifted["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    assert all(
+        {"key": HOSTNAME_KEY, "operator": "In", "values": [node]} in t["matchExpressions"]
+        for t in terms
+    )
+
+
+def settle(fleet: Fleet, *names: str, ticks: int = 8) -> None:
+    """Let the named daemons run the steps their own writes triggered."""
+    for _ in range(ticks):
+        for name in names:
+            fleet.daemons[name].tick(1.0)
+        time.sleep(0.02)
+
+
+def test_the_controller_adopts_a_replica_its_view_has_not_shown_yet(fleet: Fleet) -> None:
+    """The controller's view of ModelReplicas lags (its watch went silent) and the replica it
+    is about to create is already there, made for the same deployment (by a leader before it,
+    say): its create is answered AlreadyExists, so it reads the replica (`get` of
+    modelreplicas) and makes it its own (`update`): the same object, with the placement's
+    labels, not a second one nor an error."""
+    start_reporting(fleet)
+    create(fleet.hub, model_deployment(replicas=1))
+    fleet.run_until(lambda: len(fleet.replicas()) == 1, "controller", what="first placement")
+    settle(fleet, "controller")
+    [first] = fleet.replicas()
+    assert first["metadata"]["name"] == replica_object_name("ml", replica_name("llama", CLUSTER, 0))
+    assert first["metadata"]["labels"][labels.REPLICA_INDEX] == "0"
+
+    fleet.hub_api.api.stall_watches("modelreplicas")
+    second = replica_object_name("ml", replica_name("llama", CLUSTER, 1))
+    there = {
+        "apiVersion": API,
+        "kind": "ModelReplica",
+        "metadata": {
+            "name": second,
+            "namespace": OBS_NS,
+            "labels": dict(first["metadata"]["labels"]),  # index 0: not what index 1 wants
+        },
+        "spec": first["spec"],
+    }
+    made = create(fleet.hub, there)
+    deployment = fleet.hub.get(MODEL_DEPLOYMENT, "llama", "ml")
+    assert deployment is not None
+    deployment["spec"]["replicas"] = 2
+    fleet.hub.update(deployment)
+
+    def adopted() -> Obj | None:
+        found = fleet.hub.get(MODEL_REPLICA, second, OBS_NS)
+        is_adopted = found is not None and found["metadata"]["labels"][labels.REPLICA_INDEX] == "1"
+        return found if is_adopted else None
+
+    fleet.run_until(lambda: adopted() is not None, "controller", what="the replica adopted")
+    found = adopted()
+    assert found is not None and found["metadata"]["uid"] == made["metadata"]["uid"]
+    assert len(fleet.replicas()) == 2
+
+
+def test_the_controller_reads_a_cluster_again_after_a_conflict(fleet: Fleet) -> None:
+    """Someone writes the InferenceCluster while the controller's view of it lags: the
+    controller's status patch, guarded by the version it read, is answered Conflict, and it
+    reads the cluster again (`get` of inferenceclusters) and patches the latest version."""
+    start_reporting(fleet)
+
+    def free() -> object:
+        cluster = fleet.hub.get(INFERENCE_CLUSTER, CLUSTER) or {}
+        pools = (cluster.get("status") or {}).get("gpuPools") or [{}]
+        return (pools[0].get("observation") or {}).get("freeDevices")
+
+    observed = (fleet.pool_observation() or {})["status"]["freeDevices"]
+    fleet.run_until(lambda: free() == observed, "controller", what="the cluster's pools")
+    settle(fleet, "controller")
+
+    fleet.hub_api.api.stall_watches("inferenceclusters")
+    cluster = fleet.hub.get(INFERENCE_CLUSTER, CLUSTER)
+    assert cluster is not None
+    cluster["metadata"]["labels"]["team"] = "platform"
+    fleet.hub.update(cluster)  # a new resourceVersion the controller has not seen
+    create(fleet.workload, *foreign_claim_on("n2", "late", range(1)))
+    fleet.run_until(
+        lambda: histogram(fleet.pool_observation()) == {2: 1, 3: 1},
+        "agent-a",
+        what="the agent reports the claim",
+    )
+    new = (fleet.pool_observation() or {})["status"]["freeDevices"]
+    fleet.run_until(
+        lambda: free() == new, "controller", what="the cluster's pools after a Conflict"
+    )
+    final = fleet.hub.get(INFERENCE_CLUSTER, CLUSTER)
+    assert final is not None and final["metadata"]["labels"]["team"] == "platform"
 
 
 def test_every_rule_install_grants_is_exercised() -> None:
     """Issue 30.5: the other direction of `check_rbac`: every (group, resource, verb) that
     `gpufleet install` and `gpufleet join` grant the controller and the agent is used by a
-    request of this module's tests, but for UNEXERCISED_TODAY (a ratchet)."""
+    request of this module's tests: a grant no test exercises is exercised by a new test, or
+    removed from `gpufleet install`. docs/operations.md's Security model names the tests."""
     if len(RUNS) < FLEET_TESTS:
         pytest.skip("needs the module's other tests to have run first (run the whole file)")
     unused = set()
@@ -822,8 +1021,7 @@ def test_every_rule_install_grants_is_exercised() -> None:
         for subject in subjects.values():
             for grant in rbac.granted(subject) - EXERCISED.get(subject, set()):
                 unused.add((f"{subject.namespace}/{subject.name}", *grant))
-    assert sorted(unused - UNEXERCISED_TODAY) == [], "granted and never exercised"
-    assert sorted(UNEXERCISED_TODAY - unused) == [], "exercised now: take off UNEXERCISED_TODAY"
+    assert sorted(unused) == [], "granted and never exercised"
 
 
 #: The tests above that use the `fleet` fixture (each adds its requests to EXERCISED).

@@ -122,6 +122,11 @@ def test_pods_run_as_the_images_numeric_user_spread_over_nodes(name: str) -> Non
     container = pod["containers"][0]
     assert container["securityContext"]["runAsUser"] == install.RUN_AS_USER
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # docs/operations.md's Security model: no capabilities, no privilege escalation, the
+    # runtime's default seccomp profile.
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     keys = {c["topologyKey"] for c in pod["topologySpreadConstraints"]}
     assert keys == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
     selector = pod["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"]

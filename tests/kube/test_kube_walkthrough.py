@@ -38,6 +38,7 @@ import yaml
 from kmockplus import Served, serve
 from kube_helpers import FAST
 from lightkube.config.kubeconfig import KubeConfig
+from rbac import Rbac, ServiceAccount
 from typer.main import get_command
 from typer.testing import CliRunner
 
@@ -565,6 +566,17 @@ def test_the_documented_walkthrough_runs_a_replica_on_the_member(
         results = claim["status"]["allocation"]["devices"]["results"]
         assert [r["pool"] for r in results] == [pod["spec"]["nodeName"]] * 2
         assert member.list(RESOURCE_SLICE, None)
+
+        # Every request the agent made on the hub with the token `gpufleet join` issued it is
+        # one the RBAC the walkthrough installed there allows (as the API server stores it).
+        rbac_kinds = ("roles", "rolebindings", "clusterroles", "clusterrolebindings")
+        stored = [
+            o for k in rbac_kinds for o in hub_api.api.stored("rbac.authorization.k8s.io", "v1", k)
+        ]
+        issued = {t: ServiceAccount(*who) for t, who in hub_api.api.tokens.items()}
+        seen = list(hub_api.api.requests_seen)
+        assert issued and {r.user for r in seen} & issued.keys(), "the agent used no token"
+        assert Rbac(stored).denied(seen, issued) == []
 
         # docs/operations.md's "Uninstalling", as written: nothing of gpufleet is left.
         for pipeline in walkthrough("Uninstalling"):

@@ -24,8 +24,6 @@ ALLOWED: dict[str, int] = {
     # snapshot assembly.
     # (48 since the drains of issue 25 counted a replica's pods on cordoned nodes.)
     "gpufleet.agent.table.FreeDeviceTable": 48,
-    # Issue 24 ("Done when": no class over 20): the agent's step around the table.
-    "gpufleet.agent.runner.Agent": 30,
 }
 
 

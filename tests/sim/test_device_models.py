@@ -138,3 +138,19 @@ def test_bad_device_models_are_named_field_by_field() -> None:
     ):
         assert line in problems, f"missing {line!r} in {problems}"
     assert any(p.startswith("fleet.clusters[0].pools[0].taintedDevices") for p in problems)
+
+
+def test_a_dra_and_a_device_plugin_cluster_are_both_packed_and_explained() -> None:
+    result = run("device-plugin-mixed")
+    assert not result.failures, "\n".join(str(f) for f in result.failures)
+    (refusal,) = [r for r in result.refusals if r.deployment == "ml/llm"]
+    assert refusal.numbers["best_node_free"] == 0
+    entry, fleet = _pool_status("device-plugin-mixed", "plugin", "l4", 150)
+    assert entry["devices"][0]["resourceName"] == "nvidia.com/gpu"
+    # Every GPU is held; the host room of those nodes is reported beside (issue 26).
+    buckets = [{k: b[k] for k in ("free", "nodes")} for b in entry["observation"]["freeDevices"]]
+    assert buckets == [{"free": {"nvidia.com/gpu": 0}, "nodes": 2}]
+    pods = [p for p in fleet.clusters["plugin"].store.peek(POD)]
+    assert pods and all("resourceClaims" not in p["spec"] for p in pods)
+    limits = {str(p["spec"]["containers"][0]["resources"]["limits"]) for p in pods}
+    assert limits == {"{'nvidia.com/gpu': '2'}"}

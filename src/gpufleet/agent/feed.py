@@ -18,9 +18,11 @@ history.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from gpufleet.agent.hostroom import HostRoomTable
 from gpufleet.agent.table import TABLE_KINDS, FreeDeviceTable
-from gpufleet.store.port import LATEST, Expired, Store
+from gpufleet.store.port import LATEST, RESOURCE_CLAIM, Change, ChangeType, Expired, Store
 
 
 class ClusterFeed:
@@ -35,6 +37,27 @@ class ClusterFeed:
         self._cursor: int | None = None
         #: How many times the feed was listed (the first sync included); for tests.
         self.relists = 0
+        #: Moves whenever a sync takes in a change or a listing: the table's inputs are the
+        #: same while it stays (a version key of what the table holds, for the agent's
+        #: quiet step).
+        self.revision = 0
+        #: The ResourceClaims seen without a uid (the table stamps them with every
+        #: snapshot's time, so while there are any the table's output moves with time).
+        self._uidless: set[tuple[str, str]] = set()
+
+    @property
+    def is_timed(self) -> bool:
+        """Whether the table's output may move with time alone (a claim without a uid)."""
+        return bool(self._uidless)
+
+    def _note(self, changes: Iterable[Change]) -> None:
+        for c in changes:
+            if c.kind == RESOURCE_CLAIM:
+                key = (c.namespace or "", c.name)
+                if c.type is ChangeType.DELETED or (c.obj.get("metadata") or {}).get("uid"):
+                    self._uidless.discard(key)
+                else:
+                    self._uidless.add(key)
 
     def sync(self) -> None:
         """Bring the table up to the store's changes (raises what the store raises)."""
@@ -47,6 +70,9 @@ class ClusterFeed:
                 self.table.apply(changes)
                 self.host_room.apply(changes)
                 self._cursor = cursor
+                if changes:
+                    self._note(changes)
+                    self.revision += 1
                 return
         self._relist()
 
@@ -58,6 +84,12 @@ class ClusterFeed:
         self.host_room.relist(listed)
         self._cursor = cursor
         self.relists += 1
+        self.revision += 1
+        self._uidless = set()
+        for o in listed[RESOURCE_CLAIM]:
+            meta = o.get("metadata") or {}
+            if not meta.get("uid"):
+                self._uidless.add((str(meta.get("namespace") or ""), str(meta.get("name"))))
 
     def _newest_cursor(self) -> int:
         return self.store.changes(LATEST, TABLE_KINDS)[1]

@@ -173,8 +173,9 @@ def materialize(
         for j, member in enumerate(members):
             role = str(member.get("role", "Standalone"))
             _required(member, "nodePoolName", f"spec.engines[{i}].members[{j}].nodePoolName")
-            if member.get("deviceRequests"):
-                rct = _claim_template(name, namespace, engine_name, role, member, base)
+            dra = [r for r in member.get("deviceRequests") or () if not _is_extended(r)]
+            if dra:
+                rct = _claim_template(name, namespace, engine_name, role, dra, base)
                 out.append(rct)
                 templates[role] = rct
         wname = workload_name(name, engine_name)
@@ -245,7 +246,7 @@ def _claim_template(
     namespace: str,
     engine: str,
     role: str,
-    member: Mapping[str, Any],
+    device_requests: list[Mapping[str, Any]],
     base: Mapping[str, str],
 ) -> Obj:
     requests = [
@@ -260,7 +261,7 @@ def _claim_template(
                 ],
             },
         }
-        for r in member["deviceRequests"]
+        for r in device_requests
     ]
     return {
         "apiVersion": RESOURCE_CLAIM_TEMPLATE.api_version,
@@ -315,11 +316,33 @@ def _pod_template(
             claims = [c for c in resources.get("claims") or [] if c.get("name") != POD_CLAIM_NAME]
             resources["claims"] = [*claims, {"name": POD_CLAIM_NAME}]
             containers[0]["resources"] = resources
+    extended = _extended_requests(member)
+    if extended and containers:
+        # A device-plugin pool's devices: the engine's limits (= its requests) of the resource.
+        resources = dict(containers[0].get("resources") or {})
+        resources["limits"] = {**(resources.get("limits") or {}), **extended}
+        containers[0]["resources"] = resources
     sized = member.get("hostRequests")
     if isinstance(sized, Mapping) and containers:
         containers[0] = with_host_requests(containers[0], spec, sized)
     spec["containers"] = containers
     return {"metadata": {"labels": pod_labels}, "spec": spec}
+
+
+def _is_extended(request: Mapping[str, Any]) -> bool:
+    """A request resolved against a `DevicePlugin` device: its driver is the extended resource
+    (a name with a `/`; a DRA driver's never has one)."""
+    return "/" in str(request.get("driver") or "")
+
+
+def _extended_requests(member: Mapping[str, Any]) -> dict[str, str]:
+    """The extended resources a member's device-plugin requests add up to, as limits."""
+    totals: dict[str, int] = {}
+    for r in member.get("deviceRequests") or ():
+        if _is_extended(r):
+            key = str(r["driver"])
+            totals[key] = totals.get(key, 0) + int(r.get("count", 1))
+    return {k: str(v) for k, v in sorted(totals.items())}
 
 
 def with_host_requests(

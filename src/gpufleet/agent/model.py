@@ -61,6 +61,9 @@ class ClusterObjects:
     #: The pools the hub declares for the cluster (`reads.declared_pools`): each is observed,
     #: at zero nodes when none of its nodes is seen.
     declared_pools: frozenset[str] = frozenset()
+    #: Device-plugin pools -> the extended resources counted as their devices
+    #: (`device_plugin.device_plugin_pools`).
+    device_plugin_pools: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 def _default_tolerations() -> tuple[Toleration, ...]:

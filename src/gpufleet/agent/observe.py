@@ -61,7 +61,9 @@ What is not modelled
 Partition requests fitted by counters (shared counters are read, `gpufleet.agent.counters`, but a
 pool is a number of whole devices per node); remaining consumable capacity (a device that
 allows multiple allocations is taken after its first); DeviceClass selectors (every published
-device of a driver counts); device-plugin allocations (only visible as `extendedResources`);
+device of a driver counts); device-plugin allocations of an undeclared pool (only visible as
+`extendedResources`; a pool the hub declares `DevicePlugin` counts them,
+`gpufleet.agent.device_plugin`);
 `ScaleUpBlocked` (not derivable from these objects).
 
 Counted in units (`gpufleet.agent.counters`): shared counters (KEP-4815), device taints
@@ -80,6 +82,13 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from gpufleet.agent.counters import UnitKey
+from gpufleet.agent.device_plugin import (
+    hold_times,
+    node_usage,
+    plain_holds,
+    pseudo_claim,
+    with_device_plugin,
+)
 from gpufleet.agent.model import (
     AllocationClock,
     ClusterObjects,
@@ -329,14 +338,16 @@ def _key(rep: Replica) -> tuple[str, str]:
     return rep.key
 
 
-def _pods_of(objects: Iterable[object], problems: Problems) -> dict[tuple[str, str], list[PodInfo]]:
-    """The pods of each replica, by (namespace, replica label)."""
-    pods, _ = _read_each(objects, "pod", problems, read_pod, _first)
+def _pods_of(
+    objects: Iterable[object], problems: Problems
+) -> tuple[dict[tuple[str, str], list[PodInfo]], dict[tuple[str, str], RawObject]]:
+    """The pods of each replica, by (namespace, replica label), and every pod by key."""
+    pods, kept = _read_each(objects, "pod", problems, read_pod, _first)
     grouped: dict[tuple[str, str], list[PodInfo]] = defaultdict(list)
     for (ns, _), pod in pods.items():
         if pod[1] is not None:
             grouped[(ns, pod[1])].append(pod)
-    return grouped
+    return grouped, kept
 
 
 def node_states(
@@ -392,6 +403,10 @@ def observe(
     found: list[Found] = []
     inv = _read_inventory(objects.slices, config, problems, found)
     claims = _read_claims(objects.claims, inv, clock.first_seen, now, problems, found)
+    pods_of, pods = _pods_of(objects.pods, problems)
+    holds = plain_holds(pods)
+    hold_at, hold_clock = hold_times(holds, clock.first_seen, now)
+    usage = node_usage(holds, hold_at)
     for f in found:
         problems.add_found(f, nodes.node_pool)
 
@@ -399,6 +414,12 @@ def observe(
     for name, pool in nodes.node_pool.items():
         members[pool].append(name)
     states = {s.name: s for s in node_states(nodes.infos, nodes.infos, inv, claims)}
+    for name, pool in nodes.node_pool.items():  # device-plugin pools count their resources
+        if pool in objects.device_plugin_pools:
+            resources = objects.device_plugin_pools[pool]
+            states[name] = with_device_plugin(
+                states[name], nodes.infos[name], resources, usage.get(name)
+            )
     observed_pools: list[ObservedPool] = []
     observed_nodes: list[ObservedNode] = []
     for pool in sorted(nodes.pools | replica_pools | objects.declared_pools):
@@ -414,11 +435,12 @@ def observe(
         observed_pools.append(observed)
         observed_nodes.extend(pool_nodes)
 
-    pods_of = _pods_of(objects.pods, problems)
+    allocated = claims.allocated
+    allocated.update({(k[0], pseudo_claim(k[1])): t for k, t in hold_at.items()})
     cordoned = cordoned_nodes(nodes.infos)
     observed_replicas = []
     for key, rep in replicas.items():
-        count_pods(rep, pods_of.get(key, ()), claims.allocated, nodes.node_pool, cordoned)
+        count_pods(rep, pods_of.get(key, ()), allocated, nodes.node_pool, cordoned)
         observed_replicas.append(observed_replica(rep))
     result = ObservationResult(
         pools=tuple(observed_pools),
@@ -426,5 +448,6 @@ def observe(
         problems=problems.get(None),
         nodes=tuple(sorted(observed_nodes, key=lambda n: n.name)),
     )
-    new_clock = AllocationClock(MappingProxyType(dict(sorted(claims.clock.items()))))
+    merged = {**hold_clock, **claims.clock}
+    new_clock = AllocationClock(MappingProxyType(dict(sorted(merged.items()))))
     return result, new_clock

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
+from gpufleet.agent.device_plugin import pseudo_claim
 from gpufleet.agent.model import (
     ENGINE_LABEL,
     MAX_NAMES_IN_MESSAGE,
@@ -21,6 +22,7 @@ from gpufleet.agent.model import (
     ProblemCode,
     RawObject,
     as_int,
+    as_list,
     as_map,
     as_str,
     ns_name,
@@ -269,6 +271,15 @@ def _is_ready(status: Mapping[str, Any]) -> bool:
     )
 
 
+def _has_extended(spec: Mapping[str, Any]) -> bool:
+    """Whether a container asks for an extended resource (`nvidia.com/gpu`) in its limits."""
+    for c in as_list(spec.get("containers")):
+        limits = as_map(as_map(as_map(c).get("resources")).get("limits"))
+        if any(isinstance(k, str) and "/" in k and not k.startswith("hugepages-") for k in limits):
+            return True
+    return False
+
+
 def read_pod(pod: RawObject) -> PodInfo:
     meta = pod.get("metadata")
     if not (type(meta) is dict or isinstance(meta, Mapping)):
@@ -284,6 +295,9 @@ def read_pod(pod: RawObject) -> PodInfo:
     spec, status = as_map(pod.get("spec")), as_map(pod.get("status"))
     claim_info = _pod_claim_names(spec, status)
     claim_names, is_complete = claim_info if claim_info is not None else ((), False)
+    if claim_info is not None and not claim_names and is_complete and _has_extended(spec):
+        # A device-plugin pod: allocated while it holds (`device_plugin.pseudo_claim`).
+        claim_names = (pseudo_claim(key[1]),)
     engine, role, node = labels.get(ENGINE_LABEL), labels.get(MEMBER_LABEL), spec.get("nodeName")
     is_unschedulable, since = _unschedulable(spec, status) if not node else (False, None)
     is_live = status.get("phase") not in ("Succeeded", "Failed") and (

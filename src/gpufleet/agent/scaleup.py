@@ -79,6 +79,9 @@ class ScaleUpVerdicts:
         self._given: dict[_Key, tuple[object, ...]] = {}
         #: The replicas whose verdict moved in the last `annotate` call.
         self.moved: frozenset[_Key] = frozenset()
+        #: Moves whenever a sync takes in an Event change or a listing (a version key of
+        #: the verdicts, for the agent's quiet step).
+        self.revision = 0
 
     def sync(self) -> None:
         """Read the Events that changed since the last call (raises what the store raises)."""
@@ -100,6 +103,7 @@ class ScaleUpVerdicts:
                         self._events[key] = said
                         pods.add(said[0])
                 self._cursor = cursor
+                self.revision += 1 if changes else 0
                 self._recompute(pods)
                 return
         cursor = self.store.changes(LATEST, (EVENT,))[1]
@@ -110,6 +114,7 @@ class ScaleUpVerdicts:
                 meta = obj.get("metadata") or {}
                 self._events[(str(meta.get("namespace")), str(meta.get("name")))] = said
         self._cursor = cursor
+        self.revision += 1
         self._latest = {}
         self._recompute(None)
 

@@ -41,6 +41,7 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Final
 
+from gpufleet.agent.device_plugin import Holds, with_device_plugin
 from gpufleet.agent.model import (
     AllocationClock,
     Found,
@@ -194,7 +195,6 @@ class FreeDeviceTable:
         self._uids: dict[str, int] = {}
         self._clock: dict[str, datetime] = {}
         self._prev_clock: Mapping[str, datetime] = MappingProxyType({})
-        self._clock_out = AllocationClock()
         #: (namespace, name) -> allocation time, of the allocated claims.
         self._allocated: dict[_Key, datetime] = {}
         #: Claims whose allocation time changed since the last snapshot.
@@ -206,6 +206,8 @@ class FreeDeviceTable:
         self._pods: dict[_Key, PodInfo] = {}
         self._replica_pods: dict[_Key, dict[_Key, PodInfo]] = {}
         self._claimed_by: dict[_Key, dict[_Key, int]] = {}
+        #: Device-plugin pools: the pods' holds (`device_plugin.Holds`), and the pools.
+        self._holds = Holds()
         # Replicas.
         self._replicas: dict[_Key, tuple[object, Replica]] = {}
         self._replica_pools: frozenset[str] = frozenset()
@@ -270,17 +272,21 @@ class FreeDeviceTable:
         replicas: Sequence[RawObject],
         now: datetime,
         declared_pools: frozenset[str] = frozenset(),
+        device_plugin_pools: Mapping[str, frozenset[str]] | None = None,
     ) -> TableSnapshot:
         """The observation of the objects the table holds, `replicas` and the pools the hub
         declares at `now` (what `observe` gives for them with the clock the last snapshot
         returned)."""
-        self._prev_clock = self._clock_out.first_seen
+        self._prev_clock = self._last.clock.first_seen if self._last is not None else {}
         self._apply_nodes()
         self._apply_slices()
         self._apply_claims(now)
         if self._uidless and now != self._now:
             self._retime(self._uidless, now)
         self._apply_pods()
+        self._settle_holds(
+            now, device_plugin_pools if device_plugin_pools is not None else self._holds.wanted
+        )
         is_replicas_moved = self._apply_replicas(replicas)
         is_declared_moved = declared_pools != self._declared_pools
         self._declared_pools = frozenset(declared_pools)
@@ -300,6 +306,11 @@ class FreeDeviceTable:
             return self._last
         self._last = self._update_snapshot()
         return self._last
+
+    def declare_device_plugin_pools(self, pools: Mapping[str, frozenset[str]]) -> None:
+        """The device-plugin pools the hub declares (`device_plugin.device_plugin_pools`),
+        for the snapshots that are not given them."""
+        self._holds.wanted = dict(pools)
 
     def free_devices(self, pool: str) -> Mapping[str, Mapping[DriverName, int]]:
         """Each node of `pool` and its free devices per driver (excluded nodes: none free),
@@ -560,6 +571,7 @@ class FreeDeviceTable:
         if not pending:
             return
         for key, obj in pending.items():
+            self._holds.note(key, obj)
             info = read_pod(obj) if obj is not None else None
             before = self._pods.get(key)
             if info == before:
@@ -572,6 +584,21 @@ class FreeDeviceTable:
                 self._pods[key] = info
                 self._file_pod(key, info, 1)
         pending.clear()
+
+    def _settle_holds(self, now: datetime, pools: Mapping[str, frozenset[str]]) -> None:
+        """The device-plugin pools' part of a snapshot: move the nodes whose holds or pool
+        resources changed, and the replicas whose pods' hold times did."""
+        moved, retimed = self._holds.settle(now, self._prev_clock)
+        if pools != self._holds.pools:
+            changed = {
+                p
+                for p in pools.keys() | self._holds.pools.keys()
+                if pools.get(p) != self._holds.pools.get(p)
+            }
+            moved |= {n for p in changed for n in self._members.get(p, ())}
+            self._holds.pools = dict(pools)
+        self._touch(n for n in moved if n in self._entries)
+        self._times_moved.update(retimed)
 
     def _file_pod(self, key: _Key, pod: PodInfo, by: int) -> None:
         if pod[1] is None:
@@ -688,14 +715,17 @@ class FreeDeviceTable:
             problems=problems.get(None, ()),
             nodes=self._nodes_in_order(rebuilt, last),
         )
-        if self._clock != self._clock_out.first_seen:
-            self._clock_out = AllocationClock(MappingProxyType(dict(sorted(self._clock.items()))))
+        held = self._holds.clock()
+        clock = {**held, **self._clock} if held else self._clock
+        out = self._last.clock if self._last is not None else AllocationClock()
+        if clock != out.first_seen:
+            out = AllocationClock(MappingProxyType(dict(sorted(clock.items()))))
         self._forget_empty(self._moved)
         self._moved.clear()
         self._moved_from.clear()
         self._times_moved.clear()
         self._is_found_moved = self._is_membership_moved = False
-        return TableSnapshot(result, self._clock_out, changed, self._generation)
+        return TableSnapshot(result, out, changed, self._generation)
 
     def _forget_empty(self, names: Iterable[str]) -> None:
         """Drop the entries of nodes nothing names any more (a node gone for good)."""
@@ -794,7 +824,7 @@ class FreeDeviceTable:
         assert entry.info is not None
         inv = self._inventory
         poisoned = {d for d in entry.poison if d is not None} | inv.poisoned.get(name, {}).keys()
-        return NodeState(
+        state = NodeState(
             name,
             entry.info.excluded,
             dict(inv.published.get(name, {})),
@@ -804,6 +834,10 @@ class FreeDeviceTable:
             max(entry.times) if entry.times else None,
             dict(inv.blocked.get(name, {})),
         )
+        resources = self._holds.pools.get(entry.info.pool)
+        if resources is None:
+            return state
+        return with_device_plugin(state, entry.info, resources, self._holds.usage(name))
 
     def _observe_replicas(self) -> frozenset[_Key]:
         """Observe the replicas to look at again; the keys whose observation changed."""
@@ -814,6 +848,8 @@ class FreeDeviceTable:
             dirty.update(self._claimed_by.get(claim, ()))
         changed: set[_Key] = set()
         results = self._replica_results
+        pseudo = self._holds.allocated  # device-plugin pods' pseudo claims
+        allocated = {**self._allocated, **pseudo} if pseudo and dirty else self._allocated
         for key in dirty:
             held = self._replicas.get(key)
             if held is None:
@@ -825,7 +861,7 @@ class FreeDeviceTable:
                 self._replica_order = None
             rep = held[1].fresh()
             pods = self._replica_pods.get(key, {}).values()
-            count_pods(rep, pods, self._allocated, self._node_pool, self._cordoned)
+            count_pods(rep, pods, allocated, self._node_pool, self._cordoned)
             observed = observed_replica(rep)
             if results.get(key) != observed:
                 results[key] = observed

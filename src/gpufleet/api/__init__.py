@@ -14,6 +14,7 @@ from gpufleet.api.convert import (
     device_from_spec,
     replica_from_manifest,
     replica_status_from_manifest,
+    replica_status_from_status,
     snapshot_from_manifests,
 )
 from gpufleet.api.errors import FieldError, LimitExceeded, ManifestsInvalid, ValidationFailed
@@ -37,7 +38,13 @@ from gpufleet.api.loader import (
     read_bounded,
 )
 from gpufleet.api.models import API_VERSION
-from gpufleet.api.validation import parse_object, parse_status_change, validate
+from gpufleet.api.validation import (
+    metadata_valid,
+    parse_object,
+    parse_status_change,
+    status_change,
+    validate,
+)
 
 __all__ = [
     "API_VERSION",
@@ -62,11 +69,14 @@ __all__ = [
     "device_from_spec",
     "load_manifests",
     "load_yaml_documents",
+    "metadata_valid",
     "parse_object",
     "parse_status_change",
     "read_bounded",
     "replica_from_manifest",
     "replica_status_from_manifest",
+    "replica_status_from_status",
     "snapshot_from_manifests",
+    "status_change",
     "validate",
 ]

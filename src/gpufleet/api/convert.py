@@ -42,6 +42,7 @@ from gpufleet.api.models import (
     GpuPoolStatus,
     HostRequests,
     MemberSpec,
+    ModelReplicaStatus,
     PublishedObservation,
     ReplicaPoolPodsStatus,
     is_condition_true,
@@ -110,6 +111,7 @@ def device_from_spec(spec: DeviceSpec) -> Device:
         count=spec.count,
         attributes={name: _attribute(value) for name, value in spec.attributes.items()},
         capacity={name: capacity.value for name, capacity in spec.capacity.items()},
+        resource_name=spec.resource_name or "",
     )
 
 
@@ -356,14 +358,18 @@ def replica_from_manifest(replica: ModelReplica) -> Replica:
             for e in replica.spec.engines
         ),
         generation=replica.metadata.generation or 1,
-        status=replica_status_from_manifest(replica),
+        status=replica_status_from_status(replica.status),
         revision=replica.metadata.labels.get(REVISION, ""),
     )
 
 
 def replica_status_from_manifest(replica: ModelReplica) -> ReplicaStatus:
     """The `status` of `replica_from_manifest(replica)` (what a status write changes of it)."""
-    status = replica.status
+    return replica_status_from_status(replica.status)
+
+
+def replica_status_from_status(status: ModelReplicaStatus | None) -> ReplicaStatus:
+    """`replica_status_from_manifest` of a replica whose status is `status` (validated alone)."""
     if not status:
         return ReplicaStatus()
     return ReplicaStatus(

@@ -19,6 +19,7 @@ Dump with `ApiObject.to_manifest()`: aliases, only the fields that were set (def
 written out) and no None fields, so a dump reloads to an equal object and dumps the same again.
 """
 
+import re
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Final, Literal
@@ -254,7 +255,7 @@ class DeviceSpec(ApiModel):
     driver: Name
     """The DRA driver that publishes the device, for example gpu.nvidia.com."""
     claim: ClaimMode = ClaimMode.DRA
-    """DRA: pods claim the device through a ResourceClaim; Synthetic: the device is modelled only (no claim)."""
+    """DRA: pods claim the device through a ResourceClaim; DevicePlugin: a device plugin hands it out as the extended resource resourceName, which pods request in their limits; Synthetic: the device is modelled only (no claim)."""
     device_class_name: StrictStr | None = None
     """The DRA DeviceClass to claim from; required when claim is DRA."""
     count: Annotated[StrictInt, Field(ge=1, le=64)] = 1
@@ -267,11 +268,45 @@ class DeviceSpec(ApiModel):
         default_factory=dict
     )
     """Device capacities by name (quantities), as DRA publishes them; at most 32."""
+    resource_name: Annotated[StrictStr, Field(max_length=253)] | None = None
+    """The extended resource a device plugin advertises on the nodes' allocatable, for example nvidia.com/gpu; required when claim is DevicePlugin, and only then."""
 
     def check(self, rules: Rules) -> None:
         with rules.reading():
             if self.claim == ClaimMode.DRA and not self.device_class_name:
                 rules.add(("deviceClassName",), "is required when claim is DRA")
+        with rules.reading():
+            if self.claim == ClaimMode.DEVICE_PLUGIN:
+                _check_resource_name(self.resource_name, rules)
+            elif self.resource_name is not None:
+                rules.add(("resourceName",), "is allowed only when claim is DevicePlugin")
+
+
+def _check_resource_name(name: str | None, rules: Rules) -> None:
+    """An extended resource name: `domain/name`, outside `kubernetes.io` (Kubernetes'
+    `IsExtendedResourceName`)."""
+    if not name:
+        rules.add(("resourceName",), "is required when claim is DevicePlugin")
+        return
+    domain, _, rest = name.partition("/")
+    if (
+        not rest
+        or "/" in rest
+        or not _EXTENDED_DOMAIN.fullmatch(domain)
+        or not _EXTENDED_NAME.fullmatch(rest)
+        or domain == "kubernetes.io"
+        or domain.endswith(".kubernetes.io")
+        or name.startswith("requests.")
+    ):
+        rules.add(
+            ("resourceName",),
+            f"{name!r} is not an extended resource name (domain/name outside kubernetes.io, "
+            "for example nvidia.com/gpu)",
+        )
+
+
+_EXTENDED_DOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_EXTENDED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]")
 
 
 Devices = Annotated[list[DeviceSpec], Field(min_length=1, max_length=16)]

@@ -11,7 +11,8 @@ exempt from the DNS-label rule, so objects created before the rule still update 
 
 `parse_status_change(last_body, last, body)` is `parse_object(body)` for a new version of an
 object that parsed (`last`, from `last_body`) and differs from it only in `status` and
-`metadata.resourceVersion` (a status write): it validates the metadata and the status alone and
+`metadata.resourceVersion` (a status write, or the first status after none): it validates the
+status alone (`status_change`), checks the new resourceVersion is a string (its only rule), and
 keeps the rest of `last`. The kinds with a status have no rule that spans the status and the
 rest (their `check` reads the metadata only), so that is the whole object's validation. It
 gives None, and the caller parses the whole body, whenever that does not hold or the parts do
@@ -196,13 +197,28 @@ def parse_status_change(
 ) -> ApiObject | None:
     """`parse_object(body)` for a status write after `last` (see the module docstring), or
     None when `body` is not one (or a part fails: parse the whole body then)."""
-    model = type(last)
+    status = status_change(type(last), last_body, body)
+    if status is None:
+        return None
+    version = body["metadata"].get("resourceVersion")
+    meta = last.metadata.model_copy(update={"resource_version": version})
+    return last.model_copy(update={"metadata": meta, "status": status})
+
+
+def status_change(
+    model: type[ApiObject], last_body: Mapping[str, Any], body: Mapping[str, Any]
+) -> ApiModel | None:
+    """The status of `body`, validated alone, when `body` is a status write after
+    `last_body`, which parsed as `model`: all of `parse_object(body)` but its status is as it
+    was, but for `metadata.resourceVersion` (a string, its only rule, checked here). None
+    when `body` is not one, or the status fails (parse the whole body then)."""
     if model not in (InferenceCluster, ModelReplica) or model.check is not _Object.check:
         return None
+    # (A first status, after none, is a status write too: the last parsed without one.)
     status, last_status = body.get("status"), last_body.get("status")
-    if not isinstance(status, Mapping) or not isinstance(last_status, Mapping):
+    if not isinstance(status, Mapping) or not isinstance(last_status, Mapping | None):
         return None
-    if body.keys() != last_body.keys() or any(
+    if body.keys() - {"status"} != last_body.keys() - {"status"} or any(
         k != "status" and k != "metadata" and body[k] != last_body[k] for k in body
     ):
         return None
@@ -212,16 +228,30 @@ def parse_status_change(
         or not isinstance(last_meta, Mapping)
         or meta.keys() != last_meta.keys()
         or any(k != "resourceVersion" and meta[k] != last_meta[k] for k in meta)
+        or not (meta.get("resourceVersion") is None or type(meta["resourceVersion"]) is str)
     ):
         return None
     status_model = model.model_fields["status"].annotation
     context: dict[str, object] = {LEGACY_POOL_NAMES: frozenset()}
     try:
-        parsed_meta = validate_model(ObjectMeta, meta, context)
-        parsed_status = validate_model(_model_of(status_model), status, context)
+        return validate_model(_model_of(status_model), status, context)
     except ValidationError:
         return None
-    return last.model_copy(update={"metadata": parsed_meta, "status": parsed_status})
+
+
+def metadata_valid(model: type[ApiObject], meta: object) -> bool:
+    """Whether `meta` is valid metadata of a `model` object: `parse_object` of a body with it
+    reports no error in `metadata` (False too when `model` has rules beyond the metadata's,
+    which this cannot tell)."""
+    if model.check is not _Object.check or not isinstance(meta, Mapping):
+        return False
+    try:
+        parsed = validate_model(ObjectMeta, meta, {LEGACY_POOL_NAMES: frozenset()})
+    except ValidationError:
+        return False
+    if not model.is_namespaced and parsed.namespace is not None:
+        return False
+    return model.name_problem(parsed.name) is None
 
 
 def _model_of(annotation: object) -> type[ApiModel]:

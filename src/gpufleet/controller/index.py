@@ -14,7 +14,8 @@ Model.
   classes, clusters and replicas by (uid, resourceVersion), where a cluster or replica version
   that differs from the last read one only in its status (the controller's own status
   writes) validates only its status and metadata (`parse_status_change`), and a replica's
-  converts only its status for the core (`replica_status_from_manifest`);
+  (`status_change`) converts only its status for the core (`replica_status_from_status`);
+  a replica's record keeps the core's Replica and its body, no validated model;
   deployments by (uid, generation) and the metadata the check reads (a status write does not
   check a deployment again); observations by (uid, resourceVersion), where a version that differs
   from the last only in `status.observedAt` (a heartbeat) keeps the last report at the new time.
@@ -29,7 +30,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from gpufleet.api import (
     FieldError,
@@ -40,9 +41,11 @@ from gpufleet.api import (
     parse_object,
     parse_status_change,
     replica_from_manifest,
-    replica_status_from_manifest,
+    replica_status_from_status,
+    status_change,
     validate,
 )
+from gpufleet.api.models import ModelReplicaStatus
 from gpufleet.api.times import parse_time
 from gpufleet.cel import CelCompileError
 from gpufleet.controller.conditions import ReadObj
@@ -118,31 +121,29 @@ def check_deployment(obj: ReadObj) -> Deployment | list[FieldError]:
 
 def read_replica(obj: ReadObj) -> tuple[Replica | None, str]:
     """A replica object as scheduling reads it, and the error that keeps it from being read."""
-    core, error, _ = _read_replica_model(obj, None, ())
-    return core, error
+    return _read_replica_core(obj, None, ())
 
 
-def _read_replica_model(
-    obj: ReadObj,
-    last: tuple[ReadObj, ModelReplica, Replica] | None,
-    signature: tuple[object, ...],
-) -> tuple[Replica | None, str, ModelReplica | None]:
-    """`read_replica` signed with `signature`, and the validated replica. After a status write
-    to `last` (its body, validated replica and core Replica) only the status and metadata are
-    validated again (`parse_status_change`), and only the status is converted again: the rest
-    of the core Replica is read from the spec and metadata, which it did not change."""
+def _read_replica_core(
+    obj: ReadObj, last: tuple[ReadObj, Replica] | None, signature: tuple[object, ...]
+) -> tuple[Replica | None, str]:
+    """`read_replica` signed with `signature`. After a status write to `last` (its body and
+    core Replica) only the status and metadata are validated again (`status_change`), and
+    only the status is converted again: the rest of the core Replica is read from the spec
+    and metadata, which it did not change. No validated model is kept: the core's value and
+    the body are all a status write needs."""
     try:
-        replica = parse_status_change(last[0], last[1], obj) if last is not None else None
-        if isinstance(replica, ModelReplica) and last is not None:
-            status = replica_status_from_manifest(replica)
-            return dataclasses.replace(last[2], status=status, signature=signature), "", replica
+        known = status_change(ModelReplica, last[0], obj) if last is not None else None
+        if known is not None and last is not None:
+            status = replica_status_from_status(cast(ModelReplicaStatus, known))
+            return dataclasses.replace(last[1], status=status, signature=signature), ""
         replica = parse_object(obj)
         if not isinstance(replica, ModelReplica):
-            return None, "", None
+            return None, ""
         core = replica_from_manifest(replica)
-        return (dataclasses.replace(core, signature=signature) if signature else core), "", replica
+        return (dataclasses.replace(core, signature=signature) if signature else core), ""
     except (ValidationFailed, ValueError, CelCompileError) as e:
-        return None, f"ModelReplica {name_of(obj)}: {e}", None
+        return None, f"ModelReplica {name_of(obj)}: {e}"
 
 
 def read_object(obj: ReadObj) -> tuple[object, str]:
@@ -320,15 +321,14 @@ def _read_deployment(obj: ReadObj, last: Record | None) -> object:
 
 
 def _read_replica(obj: ReadObj, last: Record | None) -> object:
-    """`read_replica`, the core's Replica signed with (uid, resourceVersion), and the
-    validated replica (the next version's status write validates and converts only what it
-    changed)."""
+    """`read_replica`, the core's Replica signed with (uid, resourceVersion) (the next
+    version's status write validates and converts only what it changed)."""
     known = None
     if last is not None:
-        core, _, model = last.parsed
-        if core is not None and model is not None:
-            known = (last.obj, model, core)
-    return _read_replica_model(obj, known, _version_signature(obj))
+        core, _ = last.parsed
+        if core is not None:
+            known = (last.obj, core)
+    return _read_replica_core(obj, known, _version_signature(obj))
 
 
 def _read_observation(obj: ReadObj, last: Record | None) -> object:
@@ -379,6 +379,9 @@ class HubIndex:
         self._reads = [0]
         #: Per kind, the records the last `overlay` replaced or removed, by key.
         self.previous: dict[Kind, dict[Key, Record]] = {k: {} for k in WATCHED}
+        #: Per kind, what a writer said its objects read as (`assume_read`), by key: for the
+        #: step that wrote them.
+        self._known: dict[Kind, dict[Key, Record]] = {k: {} for k in WATCHED}
 
     def sync(self, store: Store) -> dict[Kind, set[Key]]:
         """Bring the mirror up to the store; the keys whose mirrored object changed, per kind
@@ -442,6 +445,8 @@ class HubIndex:
         versions they hold are freed in the step that replaced them, not in the next one."""
         for table in self.previous.values():
             table.clear()
+        for table in self._known.values():
+            table.clear()
 
     def _refresh(
         self, kind: Kind, keys: Iterable[Key], overrides: Mapping[Key, ReadObj | None]
@@ -473,6 +478,9 @@ class HubIndex:
         signature = signature_of(obj)
         records = self.records[kind]
         last = records.get(key)
+        known = self._known[kind].pop(key, None)
+        if last is None and known is not None and not force:
+            last = known
         if not force and last is not None and last.signature == signature:
             record = Record.kept(obj, last)
         else:
@@ -482,6 +490,17 @@ class HubIndex:
             record = Record(obj, signature, read, last if is_reused else None, self._reads)
         records[key] = record
         return record
+
+    def assume_read(self, kind: Kind, obj: ReadObj, parsed: object) -> None:
+        """`parsed` is what reading `obj` gives (its writer built `obj` and read it so:
+        `placed_replica`). The next `put` at its key, when the index holds nothing there,
+        takes it for `obj`'s version (its signature) instead of reading it, or reads the
+        next version from it (a status write validates only its status). Kept for the step
+        (`forget_previous` drops it)."""
+        signature_of, _, _ = _READERS[kind]
+        record = Record(obj, signature_of(obj), _read_nothing, None, self._reads)
+        record._read, record._parsed = None, parsed
+        self._known[kind][key_of(obj)] = record
 
     @property
     def reads(self) -> int:

@@ -432,7 +432,7 @@ class Controller(ReportEvents):
             _put(self.inputs.deployments, key, (record.obj, checked) if good else None)
             _put(self.inputs.invalid, key, None if good else (record.obj, checked))
             return
-        core, error, _ = parsed
+        core, error = parsed
         self.inputs.replica_objs[key] = record.obj
         _put(self.inputs.replica_errors, key, error or None)
         _put(self.inputs.replica_cores, key, core if not error else None)

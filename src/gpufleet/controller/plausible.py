@@ -52,10 +52,13 @@ def pool_ceiling(pool: Mapping[str, Any]) -> int:
 
 
 def devices_per_node(klass: Mapping[str, Any]) -> dict[str, int]:
-    """Devices one node of the class offers, per driver."""
+    """Devices one node of the class offers, per driver (a device plugin's: per extended
+    resource, `Device.key`)."""
     per_driver: dict[str, int] = {}
     for device in (klass.get("spec") or {}).get("devices") or []:
         driver = str(device.get("driver", ""))
+        if device.get("claim") == "DevicePlugin":  # counted under its extended resource
+            driver = str(device.get("resourceName", ""))
         per_driver[driver] = per_driver.get(driver, 0) + int(device.get("count", 1))
     return per_driver
 

@@ -19,16 +19,29 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Final
 
-from gpufleet.api import FieldError
+from gpufleet.api import FieldError, ModelReplica, metadata_valid
+from gpufleet.api.convert import DEFAULT_NAMESPACE, replica_index
 from gpufleet.api.names import (
     cluster_namespace,
     is_cluster_name,
     replica_object_name,
+    replica_origin,
     replica_origin_of,
 )
 from gpufleet.controller.conditions import Obj, ReadObj, condition, set_condition
 from gpufleet.core import labels
 from gpufleet.core.decision import Condition, Placement
+from gpufleet.core.model import (
+    ClusterName,
+    DeploymentKey,
+    DriverName,
+    Replica,
+    ReplicaEngine,
+    ReplicaMember,
+    ReplicaStatus,
+    ResolvedRequest,
+)
+from gpufleet.core.pod_requests import template_requests
 from gpufleet.store import copy_json, copy_obj
 
 REPLICAS_SCHEDULED: Final = "ReplicasScheduled"
@@ -238,6 +251,81 @@ def replica_body(placement: Placement, deployment: ReadObj, revision: str = "") 
         },
         "spec": replica_spec(placement, deployment),
     }
+
+
+#: What the hub adds to the metadata of an object it creates.
+_CREATED_META: Final = frozenset({"uid", "resourceVersion", "generation", "creationTimestamp"})
+
+
+def placed_replica(placement: Placement, body: ReadObj, written: ReadObj) -> Replica | None:
+    """What the index reads of `written`, the hub's copy of `body` (`replica_body` of
+    `placement`) as its create returned it, built from the placement instead of parsed: the
+    core's Replica (signed with its uid and resourceVersion), the same as `read_replica`
+    (api `replica_from_manifest` of the parsed object) gives. None, and the object is parsed,
+    unless the hub kept the body as built, added only its own valid metadata and no status.
+    The body is built from validated parts (the deployment's spec, the pools' devices), so it
+    validates; tests/controller/test_placed_replicas.py holds this to `read_replica` on every
+    replica the controller creates in simulated runs."""
+    meta, built = written.get("metadata"), body["metadata"]
+    if (
+        written.keys() != body.keys()
+        or written.get("spec") != body["spec"]
+        or written.get("apiVersion") != body["apiVersion"]
+        or written.get("kind") != body["kind"]
+        or not isinstance(meta, Mapping)
+        or any(meta.get(k) != v for k, v in built.items())
+        or not meta.keys() - built.keys() <= _CREATED_META
+        or not metadata_valid(ModelReplica, meta)
+    ):
+        return None
+    labelled: Mapping[str, str] = built["labels"]
+    namespace, name = replica_origin(
+        meta.get("namespace") or DEFAULT_NAMESPACE,
+        meta["name"],
+        labelled.get(labels.DEPLOYMENT_NAMESPACE),
+    )
+    spec = body["spec"]
+    engines = []
+    for engine, engine_body in zip(placement.engines, spec["engines"], strict=True):
+        members = []
+        for member, member_body in zip(engine.members, engine_body["members"], strict=True):
+            milli_cpu, memory = template_requests(member_body["template"])
+            sized = member_body.get("hostRequests")
+            if sized is not None:  # proportional: the figures the hub sized
+                milli_cpu, memory = sized["milliCpu"], sized["memory"]
+            requests = tuple(
+                ResolvedRequest(
+                    name=r.name,
+                    device_class_name=r.device_class_name,
+                    count=r.count,
+                    selectors=tuple(r.selectors),
+                    driver=DriverName(r.driver or ""),
+                )
+                for r in member.requests
+            )
+            members.append(
+                ReplicaMember(
+                    role=member.role,
+                    pool=member.pool,
+                    worker_nodes=member.worker_nodes if "worker" in member_body else 1,
+                    requests=requests,
+                    milli_cpu=milli_cpu,
+                    memory=memory,
+                    proportional=sized is not None,
+                )
+            )
+        engines.append(ReplicaEngine(engine.name, tuple(members), engine.copies, engine.phase))
+    return Replica(
+        name=name,
+        deployment=DeploymentKey(namespace, spec["deploymentName"]),
+        cluster=ClusterName(spec["clusterName"]),
+        index=replica_index(labelled),
+        engines=tuple(engines),
+        generation=meta.get("generation") or 1,
+        status=ReplicaStatus(),
+        revision=labelled.get(labels.REVISION, ""),
+        signature=(meta.get("uid"), meta.get("resourceVersion")),
+    )
 
 
 def revision_label(revision: str) -> dict[str, str]:

@@ -22,9 +22,7 @@ from gpufleet.controller.config import ControllerConfig
 from gpufleet.controller.events import Event, Recorder, event_body, repeated
 from gpufleet.controller.index import HubIndex, Key, is_deleting, key_of, name_of
 from gpufleet.controller.ledger import AssumeLedger
-from gpufleet.controller.replicas import (
-    replica_body,
-)
+from gpufleet.controller.replicas import placed_replica, replica_body
 from gpufleet.controller.status import REPLICA_OWNED, replica_status
 from gpufleet.core import labels
 from gpufleet.core.decision import Placement
@@ -186,9 +184,12 @@ class HubWriter:
         change: Callable[[ReadObj], Obj | None],
         now: datetime,
         result: StepErrors,
+        read: Callable[[ReadObj], object | None] | None = None,
     ) -> None:
         """Create `body`. If it exists already (the view had not shown it), adopt it when it
-        is this controller's kind of object for the same deployment, updating it as needed."""
+        is this controller's kind of object for the same deployment, updating it as needed.
+        `read` gives what the index reads of the created object, when it can tell without
+        parsing it (None: parse it), for `HubIndex.assume_read`."""
         try:
             written = self.hub.create(body)
         except AlreadyExists:
@@ -204,6 +205,9 @@ class HubWriter:
             return
         self.ledger.assume_written(kind, written, now)
         result.writes[(kind.kind, "create")] += 1
+        parsed = read(written) if read is not None else None
+        if parsed is not None:
+            self.tables.index.assume_read(kind, written, parsed)
         if kind == MODEL_REPLICA:
             # Its first status (NotObserved) now, not one step later: a step leaves nothing
             # for the next one to write when nothing changes.
@@ -228,7 +232,12 @@ class HubWriter:
             body = replica_body(placement, deployment, revision)
         except ClusterNameError as e:
             raise Invalid(str(e)) from None
-        self.create(MODEL_REPLICA, body, change, now, result)
+
+        def read(written: ReadObj) -> object | None:
+            core = placed_replica(placement, body, written)
+            return None if core is None else (core, "")
+
+        self.create(MODEL_REPLICA, body, change, now, result, read)
 
     def delete(self, kind: Kind, obj: ReadObj, now: datetime, result: StepErrors) -> None:
         meta = obj["metadata"]

@@ -298,12 +298,13 @@ def class_facts(devices: Sequence[Device]) -> ClassFacts:
     seen: dict[DriverName, str] = {}
     shared: tuple[DriverName, str, str] | None = None
     for device in devices:
-        if device.claim is not ClaimMode.DRA:
+        if not device.is_counted:
             continue
-        full[device.driver] = full.get(device.driver, 0) + max(0, device.count or 0)
-        if shared is None and device.driver in seen:
-            shared = (device.driver, seen[device.driver], device.name)
-        seen.setdefault(device.driver, device.name)
+        key = device.key
+        full[key] = full.get(key, 0) + max(0, device.count or 0)
+        if shared is None and key in seen:
+            shared = (key, seen[key], device.name)
+        seen.setdefault(key, device.name)
     drivers = tuple(sorted(full))
     vector = tuple(full[d] for d in drivers)
     ones = tuple((n,) for n in range(vector[0] + 1)) if len(drivers) == 1 else ()

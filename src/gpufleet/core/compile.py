@@ -35,7 +35,6 @@ from gpufleet.core.capacity import driver_index
 from gpufleet.core.fit import Unit, order_units
 from gpufleet.core.matching import MemberMatch, match_member
 from gpufleet.core.model import (
-    ClaimMode,
     Deployment,
     Device,
     DriverName,
@@ -226,10 +225,11 @@ def engine_on_class(engine: Engine, devices: Sequence[Device]) -> EngineOnClass:
 
 
 def _fraction(resolved: Sequence[ResolvedRequest], devices: Sequence[Device]) -> tuple[int, int]:
-    """(devices each pod claims, devices a node of the class has of the drivers claimed):
+    """(devices each pod claims, devices a node of the class has of the drivers claimed, by
+    `Device.key`: DRA drivers and device plugins alike):
     the share of a node's room a proportional pod asks."""
     drivers = {r.driver for r in resolved}
-    per_node = sum(d.count for d in devices if d.claim is ClaimMode.DRA and d.driver in drivers)
+    per_node = sum(d.count for d in devices if d.is_counted and d.key in drivers)
     return (sum(r.count for r in resolved), per_node)
 
 
@@ -246,7 +246,7 @@ class _ClassDrivers:
         self.devices = devices
         #: Whether each pod's vector ends in its CPU and memory requests (`PoolLedger.host`).
         self.host = host
-        self.drivers = tuple(sorted({d.driver for d in devices if d.claim is ClaimMode.DRA}))
+        self.drivers = tuple(sorted({d.key for d in devices if d.is_counted}))
 
     def driver_index(self, driver: DriverName, device_class_name: str) -> int | None:
         return driver_index(self.drivers, self.devices, driver, device_class_name)

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 from gpufleet.core.memo import Generations
 from gpufleet.core.model import (
-    ClaimMode,
     Cluster,
     Deployment,
     Device,
@@ -98,14 +97,14 @@ def match_member(member: Member, devices: Sequence[Device]) -> MemberMatch:
             if not all(s.matches(device) for s in request.selectors):
                 continue
             remaining[i] -= max(0, request.count)
-            if device.claim is ClaimMode.DRA:
+            if device.is_counted:
                 resolved.append(
                     ResolvedRequest(
                         name=request.name,
-                        device_class_name=device.device_class_name,
+                        device_class_name=device.device_class_name or device.key,
                         count=request.count,
                         selectors=tuple(s.expression for s in request.selectors),
-                        driver=device.driver,
+                        driver=device.key,
                     )
                 )
             break

@@ -42,6 +42,9 @@ class ClaimMode(StrEnum):
 
     DRA = "DRA"
     SYNTHETIC = "Synthetic"
+    #: Handed out by a device plugin as the extended resource `Device.resource_name`
+    #: (`nvidia.com/gpu`): counted under that name, requested in the pod's limits.
+    DEVICE_PLUGIN = "DevicePlugin"
 
 
 class AttributeKind(StrEnum):
@@ -74,6 +77,21 @@ class Device:
     count: int = 1
     attributes: Mapping[str, Attribute] = field(default_factory=dict)
     capacity: Mapping[str, str] = field(default_factory=dict)
+    #: The extended resource of a `DevicePlugin` device ("" otherwise).
+    resource_name: str = ""
+
+    @property
+    def is_counted(self) -> bool:
+        """Whether the device counts in its pool's free-device vectors (DRA or device plugin)."""
+        return self.claim is ClaimMode.DRA or self.claim is ClaimMode.DEVICE_PLUGIN
+
+    @property
+    def key(self) -> DriverName:
+        """What the device counts under in a pool's vectors and histogram: its DRA driver, or
+        a device plugin's extended resource (a name with a `/`, never a driver's)."""
+        if self.claim is ClaimMode.DEVICE_PLUGIN:
+            return DriverName(self.resource_name)
+        return self.driver
 
 
 class Selector(Protocol):

@@ -382,8 +382,9 @@ def agent(cluster: str, image: str = DEFAULT_IMAGE) -> list[Manifest]:
     cluster_rules = [
         # What it observes, through informers (list, then watch).
         _rule([""], ["nodes", "pods"], _WATCH),
-        # Gated steering: it pins each gated pod of its own to its node and lifts the gate.
-        _rule([""], ["pods"], ["update"]),
+        # Gated steering: it pins each gated pod of its own to its node and lifts the gate,
+        # reading the pod afresh first (`get`: nothing list and watch do not show already).
+        _rule([""], ["pods"], ["get", "update"]),
         _rule(["resource.k8s.io"], ["resourceslices", "resourceclaims"], _WATCH),
         # The cluster autoscaler's verdicts on unschedulable pods (agent/scaleup.py).
         _rule([""], ["events"], _WATCH),

@@ -217,6 +217,11 @@ class WorkloadCluster:
         name = f"{pool_name}-{self._node_seq[pool_name] - 1}"
         taints = [dict(GPU_TAINT)] if self.behaviour.has_gpu_taint else []
         shape = self.pools.get(pool_name) or PoolSpec(pool_name)
+        extended = {  # a device plugin's GPUs, on the node's allocatable
+            d.resource_name: str(d.count)
+            for d in shape.devices
+            if d.claim == "DevicePlugin" and d.resource_name
+        }
         self.store.create_shared(
             {
                 "apiVersion": "v1",
@@ -232,6 +237,7 @@ class WorkloadCluster:
                         "cpu": shape.node_cpu,
                         "memory": shape.node_memory,
                         "pods": "110",
+                        **extended,
                     },
                 },
             }

@@ -24,6 +24,8 @@ class DeviceSpec:
     claim: str = "DRA"
     attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     capacity: Mapping[str, str] = field(default_factory=dict)
+    #: A `DevicePlugin` device's extended resource: the node's allocatable has `count` of it.
+    resource_name: str = ""
 
     @classmethod
     def from_class(cls, device: Mapping[str, Any]) -> DeviceSpec:
@@ -36,12 +38,15 @@ class DeviceSpec:
             claim=str(device.get("claim", "DRA")),
             attributes=dict(device.get("attributes") or {}),
             capacity={k: str(v["value"]) for k, v in (device.get("capacity") or {}).items()},
+            resource_name=str(device.get("resourceName") or ""),
         )
 
     def to_class(self) -> Obj:
         body: Obj = {"name": self.name, "driver": self.driver, "claim": self.claim}
         if self.claim == "DRA":
             body["deviceClassName"] = self.device_class_name
+        if self.claim == "DevicePlugin":
+            body["resourceName"] = self.resource_name
         body["count"] = self.count
         if self.attributes:
             body["attributes"] = {k: dict(v) for k, v in self.attributes.items()}

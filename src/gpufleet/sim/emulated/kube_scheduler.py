@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable, Container, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from gpufleet.agent.device_plugin import pod_requests
+from gpufleet.agent.model import parse_count_quantity
 from gpufleet.core.model import NodeChoice
 from gpufleet.sim.emulated import dra, kube_scoring
 from gpufleet.sim.emulated.cluster_spec import ClusterBehaviour
@@ -173,7 +175,7 @@ class KubeScheduler:
             return "node(s) didn't match pod anti-affinity rules"
         if wants != (0, 0):
             return self._insufficient(node, wants)
-        return None
+        return insufficient_extended(node, spec, self.store.pods_on(node["metadata"]["name"]))
 
     def _insufficient(self, node: Obj, wants: tuple[int, int]) -> str | None:
         """NodeResourcesFit's filter: "Insufficient cpu" / "Insufficient memory" when the
@@ -442,6 +444,27 @@ class NodeIndex:
                 by_value[(node["metadata"].get("labels") or {}).get(key)].append(node)
         found = by_value.get(value, [])
         return found if len(items) == 1 else [n for n in found if _holds(n, items[1:])]
+
+
+def insufficient_extended(node: Obj, spec: Mapping[str, Any], others: Iterable[Obj]) -> str | None:
+    """NodeResourcesFit's filter for extended resources (a device plugin's `nvidia.com/gpu`):
+    "Insufficient <name>" when the pod's request plus those of the pods bound to the node and
+    not terminated exceed the node's allocatable (absent: 0)."""
+    wants = pod_requests({"spec": spec})
+    if not wants:
+        return None
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    used: dict[str, int] = {}
+    for other in others:
+        if other["status"].get("phase") in ("Succeeded", "Failed"):
+            continue
+        for k, v in pod_requests(other).items():
+            used[k] = used.get(k, 0) + v
+    for name, n in sorted(wants.items()):
+        have = parse_count_quantity(allocatable.get(name, 0)) or 0
+        if used.get(name, 0) + n > have:
+            return f"Insufficient {name}"
+    return None
 
 
 def _filter_inputs(pod_spec: Mapping[str, Any]) -> str:

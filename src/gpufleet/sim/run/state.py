@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.agent.device_plugin import pod_requests
+from gpufleet.agent.model import parse_count_quantity
 from gpufleet.api.names import cluster_namespace, replica_origin_of
 from gpufleet.core import labels
 from gpufleet.core.decision import Accounting as DecisionAccounting
@@ -40,9 +42,39 @@ class PoolTruth:
     histogram: Mapping[int, int]
 
 
+def device_plugin_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
+    """Per device-plugin pool (a class device `claim: DevicePlugin`): each node's allocatable
+    of the resource and what its bound, non-terminated pods request of it (kube-scheduler's
+    NodeResourcesFit view: what a device plugin has handed out)."""
+    out: dict[str, PoolTruth] = {}
+    by_pool = cluster.store.nodes_by_pool()
+    nodes = {n["metadata"]["name"]: n for n in cluster.store.peek(NODE)}
+    for name, pool in cluster.pools.items():
+        resources = {d.resource_name for d in pool.devices if d.claim == "DevicePlugin"}
+        if not resources:
+            continue
+        per_node: list[tuple[int, int]] = []
+        for node in by_pool.get(name, ()):
+            allocatable = ((nodes.get(node) or {}).get("status") or {}).get("allocatable") or {}
+            total = sum(parse_count_quantity(allocatable.get(r, 0)) or 0 for r in resources)
+            used = 0
+            for pod in cluster.store.pods_on(node):
+                if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    used += sum(v for k, v in pod_requests(pod).items() if k in resources)
+            per_node.append((total, min(used, total)))
+        out[name] = PoolTruth(
+            nodes=len(per_node),
+            total=sum(t for t, _ in per_node),
+            allocated=sum(u for _, u in per_node),
+            histogram=dict(Counter(t - u for t, u in per_node)),
+        )
+    return out
+
+
 def pool_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
     """Per pool, what the cluster really has: nodes, published devices (whole GPUs, where they
-    draw on counters: `dra.units`), taken, histogram."""
+    draw on counters: `dra.units`; a device plugin's, `device_plugin_truth`), taken,
+    histogram."""
     published = cluster.store.published_keys()
     taken = cluster.store.taken()
     by_pool = cluster.store.nodes_by_pool()
@@ -65,6 +97,7 @@ def pool_truth(cluster: WorkloadCluster) -> dict[str, PoolTruth]:
             allocated=sum(u for _, u in nodes),
             histogram=dict(histogram),
         )
+    out.update(device_plugin_truth(cluster))
     return out
 
 
@@ -143,6 +176,8 @@ class KeptTruth:
                 )
                 for pool, histogram in self._histograms.items()
             }
+        if any(d.claim == "DevicePlugin" for p in self._cluster.pools.values() for d in p.devices):
+            return {**self._truth, **device_plugin_truth(self._cluster)}  # pods move it
         return self._truth
 
     def _count(self, layout: tuple[object, ...]) -> None:
