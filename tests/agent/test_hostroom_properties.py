@@ -25,6 +25,7 @@ from gpufleet.agent.hostroom import (
     HostRoomTable,
     host_points,
     node_rooms,
+    node_shareable,
     with_host_room,
 )
 from gpufleet.agent.model import ObservedPool
@@ -43,17 +44,18 @@ def node(name: str, cpu: object, memory: object) -> dict[str, Any]:
     return {"metadata": {"name": name}, "status": {"allocatable": {"cpu": cpu, "memory": memory}}}
 
 
-def pod(name: str, on: str | None, cpu: object, memory: object, phase: str) -> dict[str, Any]:
+def pod(
+    name: str, on: str | None, cpu: object, memory: object, phase: str, daemon: bool = False
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]
     }
     if on is not None:
         spec["nodeName"] = on
-    return {
-        "metadata": {"name": name, "namespace": "ns"},
-        "spec": spec,
-        "status": {"phase": phase},
-    }
+    meta: dict[str, Any] = {"name": name, "namespace": "ns"}
+    if daemon:
+        meta["ownerReferences"] = [{"kind": "DaemonSet", "name": "ds", "uid": "u"}]
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
 cpus = st.sampled_from(["8", "500m", "2", 4, "bad", "-1", "1.5"])
@@ -66,6 +68,7 @@ pods_st = st.builds(
     cpus,
     memories,
     st.sampled_from(["Running", "Pending", "Succeeded", "Failed"]),
+    st.booleans(),
 )
 ops = st.lists(
     st.one_of(
@@ -100,6 +103,7 @@ def test_table_is_node_rooms_of_what_it_holds(steps: list[tuple[str, Any, bool]]
                 store[_key(obj)] = obj
             table.apply([Change(0, change_type, kind, obj)])
         assert table.rooms() == node_rooms(held["node"].values(), held["pod"].values())
+        assert table.shareables() == node_shareable(held["node"].values(), held["pod"].values())
 
 
 def _matched(rooms: list[tuple[int, int]], points: tuple[tuple[int, int, int], ...]) -> bool:
@@ -202,3 +206,28 @@ def test_a_pool_of_many_buckets_gets_fewer_points_each() -> None:
     counts = [len(b.host or ()) for b in annotated.free_devices]
     assert counts == [4] * 64 and sum(counts) <= 256  # 256 // 64 = 4 per bucket
     assert all(sum(p.nodes for p in b.host or ()) == 4 for b in annotated.free_devices)
+
+
+def test_the_agent_reports_the_shareable_room_less_daemonsets_only() -> None:
+    """Issue 26 §2: per pool, the least of its nodes' allocatable less their DaemonSet pods'
+    requests (another tenant's pod is not subtracted: it may go, a DaemonSet's stays)."""
+    from test_runner import World, pool_status, slice_
+    from test_runner import node as bare_node
+
+    w = World()
+    nodes = []
+    for name, cpu in (("n0", "32"), ("n1", "48")):
+        n = bare_node(name)
+        n["status"]["allocatable"] = {"cpu": cpu, "memory": "128Gi"}
+        nodes.append(n)
+    daemon = pod("ds-n0", "n0", "2", "4Gi", "Running", daemon=True)
+    tenant = pod("other", "n0", "8", "8Gi", "Running")
+    w.add(
+        *nodes,
+        slice_("n0"),
+        slice_("n1"),
+        {"apiVersion": "v1", "kind": "Pod", **daemon},
+        {"apiVersion": "v1", "kind": "Pod", **tenant},
+    )
+    w.agent().step(w.at(0))
+    assert pool_status(w)["shareableRoom"] == {"milliCpu": 30000, "memory": 124 * 2**30}

@@ -52,6 +52,8 @@ def _revision(body: dict[str, Any]) -> str:
         ({"spec.template.spec.engines[0].copies": 2}, True),
         ({"spec.template.metadata.labels": {"team": "ads"}}, True),
         ({"spec.template.spec.engines[0].members[0].template.spec": {"x": 1}}, True),
+        ({"spec.template.spec.engines[0].members[0].hostRequests": "Template"}, False),
+        ({"spec.template.spec.engines[0].members[0].hostRequests": "Proportional"}, True),
     ],
     ids=str,
 )
@@ -64,3 +66,12 @@ def test_a_spelt_out_default_is_the_same_revision() -> None:
     base = model_deployment()
     explicit = edited(copy.deepcopy(base), {"spec.template.spec.serving": {"mode": "Unified"}})
     assert _revision(explicit) == _revision(base)
+
+
+def test_the_revision_of_a_deployment_without_host_requests_is_as_before_the_field() -> None:
+    """Upgrading to a hub that knows `hostRequests` rolls no deployment: the revision of the
+    base fixture, as the hub computed it before the field existed (issue 26 §2)."""
+    assert _revision(model_deployment()) == PRE_HOST_REQUESTS_REVISION
+
+
+PRE_HOST_REQUESTS_REVISION = "286408d136"

@@ -276,6 +276,26 @@ CASES = [
         (FieldError(f"{ENGINE}.members[1].worker", "is required for a Worker member"),),
     ),
     Case(
+        "Proportional requests need a nodeSelector",
+        lambda: model_deployment("g", "ml", engine("e", *gang())),
+        {
+            f"{ENGINE}.members[0].nodeSelector": DELETE,
+            f"{ENGINE}.members[0].hostRequests": "Proportional",
+        },
+        (
+            FieldError(
+                f"{ENGINE}.members[0].hostRequests",
+                "Proportional needs a nodeSelector: requests are in proportion to devices",
+            ),
+        ),
+    ),
+    Case(
+        "hostRequests is Template or Proportional",
+        model_deployment,
+        {f"{MEMBER}.hostRequests": "Half"},
+        (FieldError(f"{MEMBER}.hostRequests", "must be one of 'Template' or 'Proportional'"),),
+    ),
+    Case(
         "some member has a nodeSelector",
         model_deployment,
         {f"{MEMBER}.nodeSelector": DELETE},

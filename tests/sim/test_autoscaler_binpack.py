@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpufleet.sim.emulated.autoscaler import _distinct_group, _nodes_needed
+from gpufleet.sim.emulated.autoscaler import (
+    HOST_CPU,
+    HOST_MEMORY,
+    _distinct_group,
+    _full,
+    _nodes_needed,
+)
+from gpufleet.sim.emulated.cluster_spec import DeviceSpec, PoolSpec
 from gpufleet.sim.emulated.objects import LWS_GROUP_KEY
 from gpufleet.store.port import Obj
 
@@ -77,3 +84,57 @@ CASES = [
 def test_nodes_needed(case: Case) -> None:
     demands = [(_distinct_group(p), d, p) for p, d in case.pods]
     assert _nodes_needed(demands, {GPU: 8}, case.upcoming) == case.want
+
+
+GIB = 2**30
+#: An 8-GPU node with 48 cores and 192 GiB allocatable (the sim's default shape).
+NODE = {GPU: 8, HOST_CPU: 48_000, HOST_MEMORY: 192 * GIB}
+HOST_CASES = [
+    Case(
+        "leader-beside-worker-when-host-allows",
+        [
+            (pod("l", "g0", claiming=False), {HOST_CPU: 8_000, HOST_MEMORY: 32 * GIB}),
+            (pod("w", "g0"), {GPU: 8, HOST_CPU: 40_000, HOST_MEMORY: 160 * GIB}),
+        ],
+        0,
+        1,
+    ),
+    Case(
+        "leader-own-node-when-cpu-full",
+        [
+            (pod("l", "g0", claiming=False), {HOST_CPU: 16_000}),
+            (pod("w", "g0"), {GPU: 8, HOST_CPU: 40_000}),
+        ],
+        0,
+        2,
+    ),
+    Case(
+        "memory-splits-what-gpus-would-share",
+        [
+            (pod("a"), {GPU: 4, HOST_MEMORY: 100 * GIB}),
+            (pod("b"), {GPU: 4, HOST_MEMORY: 100 * GIB}),
+        ],
+        0,
+        2,
+    ),
+    Case(
+        "proportional-pods-share",
+        [
+            (pod("a"), {GPU: 4, HOST_CPU: 24_000, HOST_MEMORY: 96 * GIB}),
+            (pod("b"), {GPU: 4, HOST_CPU: 24_000, HOST_MEMORY: 96 * GIB}),
+        ],
+        0,
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", HOST_CASES, ids=[c.id for c in HOST_CASES])
+def test_nodes_needed_counts_cpu_and_memory(case: Case) -> None:
+    demands = [(_distinct_group(p), d, p) for p, d in case.pods]
+    assert _nodes_needed(demands, NODE, case.upcoming) == case.want
+
+
+def test_full_is_the_pool_shape() -> None:
+    shape = PoolSpec("p", devices=(DeviceSpec(count=8),), node_cpu="48", node_memory="192Gi")
+    assert _full(shape) == NODE

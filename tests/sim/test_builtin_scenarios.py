@@ -234,3 +234,33 @@ def test_a_pod_whose_cpu_does_not_fit_is_refused_with_its_numbers() -> None:
     assert deployment(result, "big") == (1, 0, 0)
     assert deployment(result, "hungry") == (1, 0, 0)
     assert deployment(result, "small") == (1, 1, 1)
+
+
+def test_proportional_requests_on_a_spreading_cluster_strand_no_big_replica() -> None:
+    """Issue 26 §2: 4-copy engines sized in proportion (DaemonSets' 2 cores and 8Gi less) fill
+    two nodes as the fit chose; the 8-GPU replica sized to a whole node's share (46 cores,
+    184Gi: it binds only because the DaemonSet's requests were taken off) runs on the third."""
+    result = run("proportional-spread")
+    assert result.refusals == []
+    assert deployment(result, "small") == (4, 4, 16)
+    assert deployment(result, "big") == (1, 1, 1)
+    assert not result.controller_errors
+
+
+def test_proportional_pods_ask_what_the_hub_sized() -> None:
+    """The figures reach the pods: the hub sized them from the agent's shareableRoom (46
+    cores, 184Gi after the DaemonSet's 2 cores and 8Gi), the replica carries them and the
+    agent wrote them where the template asks none (small's 2 explicit cores win)."""
+    from gpufleet.core.pod_requests import pod_requests
+    from gpufleet.sim.run.runner import build_fleet, timeline_runner
+    from gpufleet.store.port import POD
+
+    scenario = load_scenario("proportional-spread")
+    fleet, _ = build_fleet(scenario, scenario.controller.accounting)
+    timeline_runner(fleet, scenario)(scenario.end_s)
+    asked = Counter(
+        (p["metadata"]["labels"].get("gpufleet.io/deployment"), pod_requests(p["spec"]))
+        for p in fleet.clusters["spread"].store.list(POD)
+        if p["metadata"]["namespace"] != "other-tenant"
+    )
+    assert asked == {("small", (2000, 23 * 2**30)): 16, ("big", (46_000, 184 * 2**30)): 1}

@@ -17,6 +17,11 @@ millicores, free memory bytes and a node count; docs/agent.md, "Host room").
   bucket (`MAX_POOL_POINTS` in all, at least one each). Never optimistic: every node stands behind a point it
   dominates, and the points count exactly the bucket's nodes (nodes the agent cannot name
   read 0 free).
+- **Shareable** per pool (`ObservedPool.shareable`): the least, over the pool's nodes, of a
+  node's allocatable less the requests of its bound DaemonSet pods (an owner reference of
+  kind DaemonSet), what proportional requests divide (docs/agent.md, "Proportional
+  requests"); nodes without allocatable CPU and memory say nothing (none said: None);
+  `node_shareable` is the plain computation.
 - **Incremental** (`HostRoomTable`): fed the same changes as the free-device table (its Nodes
   and Pods), it keeps each node's allocatable and the requests bound to it, and makes a
   pool's points again only when the pool's observation or one of its nodes' room moved. A
@@ -79,6 +84,31 @@ def bound_requests(pod: Mapping[str, Any]) -> tuple[str, Room] | None:
     if not isinstance(node, str) or not node or phase in ("Succeeded", "Failed"):
         return None
     return node, pod_requests(spec)
+
+
+def is_daemon(pod: Mapping[str, Any]) -> bool:
+    """Whether a DaemonSet owns the pod (one of its owner references is of kind DaemonSet)."""
+    meta = pod.get("metadata")
+    owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    if not isinstance(owners, list):
+        return False
+    return any(isinstance(o, Mapping) and o.get("kind") == "DaemonSet" for o in owners)
+
+
+def node_shareable(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> dict[str, Room]:
+    """Per named Node, its allocatable less its bound DaemonSet pods' requests (the plain
+    computation)."""
+    return node_rooms(nodes, (p for p in pods if is_daemon(p)))
+
+
+def least(rooms: Iterable[Room]) -> Room | None:
+    """The component-wise least of `rooms`; None when there is none."""
+    found: Room | None = None
+    for cpu, memory in rooms:
+        found = (cpu, memory) if found is None else (min(found[0], cpu), min(found[1], memory))
+    return found
 
 
 def _name(obj: Mapping[str, Any]) -> str:
@@ -204,9 +234,12 @@ class HostRoomTable:
 
     def __init__(self) -> None:
         self._allocatable: dict[str, Room] = {}
-        #: Per bound, live pod (namespace, name): its node and requests.
-        self._pods: dict[_Key, tuple[str, Room]] = {}
+        #: Per bound, live pod (namespace, name): its node and requests, and whether a
+        #: DaemonSet owns it.
+        self._pods: dict[_Key, tuple[tuple[str, Room], bool]] = {}
         self._used: dict[str, list[int]] = {}
+        #: Per node, its DaemonSet pods' requests (`shareable`).
+        self._daemons: dict[str, list[int]] = {}
         #: Nodes whose room moved since the last `annotate`.
         self._dirty: set[str] = set()
         #: Per pool name: the observation annotated, its nodes, and the annotated one.
@@ -221,7 +254,7 @@ class HostRoomTable:
     def relist(self, listed: Mapping[Kind, Iterable[Mapping[str, Any]]]) -> None:
         """Hold exactly the Nodes and Pods listed."""
         self._dirty |= set(self._allocatable) | set(self._used)
-        self._allocatable, self._pods, self._used = {}, {}, {}
+        self._allocatable, self._pods, self._used, self._daemons = {}, {}, {}, {}
         for kind in (NODE, POD):
             for obj in listed.get(kind, ()):
                 self._take(kind, obj, deleted=False)
@@ -238,19 +271,20 @@ class HostRoomTable:
             key = _key(obj)
             old = self._pods.pop(key, None)
             if old is not None:
-                self._count(old, -1)
+                self._count(*old, -1)
             found = None if deleted else bound_requests(obj)
             if found is not None:
-                self._pods[key] = found
-                self._count(found, 1)
+                self._pods[key] = (found, is_daemon(obj))
+                self._count(found, is_daemon(obj), 1)
 
-    def _count(self, held: tuple[str, Room], by: int) -> None:
+    def _count(self, held: tuple[str, Room], daemon: bool, by: int) -> None:
         node, (cpu, memory) = held
-        total = self._used.setdefault(node, [0, 0])
-        total[0] += by * cpu
-        total[1] += by * memory
-        if total == [0, 0]:
-            del self._used[node]
+        for table in (self._used, self._daemons) if daemon else (self._used,):
+            total = table.setdefault(node, [0, 0])
+            total[0] += by * cpu
+            total[1] += by * memory
+            if total == [0, 0]:
+                del table[node]
         self._dirty.add(node)
 
     def room(self, node: str) -> Room:
@@ -260,6 +294,16 @@ class HostRoomTable:
         if used is None:
             return (max(0, cpu), max(0, memory))
         return (max(0, cpu - used[0]), max(0, memory - used[1]))
+
+    def shareable(self, node: str) -> Room:
+        """The node's allocatable less its DaemonSet pods' requests (never negative)."""
+        cpu, memory = self._allocatable.get(node, (0, 0))
+        used = self._daemons.get(node, (0, 0))
+        return (max(0, cpu - used[0]), max(0, memory - used[1]))
+
+    def shareables(self) -> dict[str, Room]:
+        """Every named Node's `shareable` (what `node_shareable` gives for the objects fed)."""
+        return {name: self.shareable(name) for name in self._allocatable if name}
 
     def rooms(self) -> dict[str, Room]:
         """Every named Node's room (what `node_rooms` gives for the objects fed)."""
@@ -281,7 +325,14 @@ class HostRoomTable:
                 entry = last
             else:
                 free = free_devices(pool.name)
-                entry = (pool, frozenset(free), with_host_room(pool, free, self.room))
+                annotated = with_host_room(pool, free, self.room)
+                shared = least(
+                    self.shareable(name)
+                    for name in free
+                    if self._allocatable.get(name, (0, 0)) != (0, 0)
+                )
+                annotated = replace(annotated, shareable=shared)
+                entry = (pool, frozenset(free), annotated)
             kept[pool.name] = entry
             pools.append(entry[2])
         self._pools = kept

@@ -55,6 +55,7 @@ from gpufleet.agent.policy import ClusterPolicy, Violation, check_replica, summa
 from gpufleet.agent.steer import Choice, gang_anti_affinity, steer_template
 from gpufleet.core import labels
 from gpufleet.core.model import Steering
+from gpufleet.core.pod_requests import pod_requests
 from gpufleet.store.merge import copy_json
 from gpufleet.store.port import (
     DEPLOYMENT,
@@ -321,6 +322,9 @@ def _pod_template(
         resources = dict(containers[0].get("resources") or {})
         resources["limits"] = {**(resources.get("limits") or {}), **extended}
         containers[0]["resources"] = resources
+    sized = member.get("hostRequests")
+    if isinstance(sized, Mapping) and containers:
+        containers[0] = with_host_requests(containers[0], spec, sized)
     spec["containers"] = containers
     return {"metadata": {"labels": pod_labels}, "spec": spec}
 
@@ -339,6 +343,23 @@ def _extended_requests(member: Mapping[str, Any]) -> dict[str, str]:
             key = str(r["driver"])
             totals[key] = totals.get(key, 0) + int(r.get("count", 1))
     return {k: str(v) for k, v in sorted(totals.items())}
+
+
+def with_host_requests(
+    container: Mapping[str, Any], spec: Mapping[str, Any], sized: Mapping[str, Any]
+) -> dict[str, Any]:
+    """`container` (the engine's, the pod's first) with the hub's proportional requests
+    (`hostRequests`: millicores, bytes) for each of CPU and memory the pod (`spec`) requests
+    none of, so the pod's requests (`pod_requests`) are the figures the hub fitted."""
+    explicit = pod_requests(spec)
+    requests = dict((container.get("resources") or {}).get("requests") or {})
+    cpu, memory = sized.get("milliCpu"), sized.get("memory")
+    if explicit[0] == 0 and isinstance(cpu, int) and cpu > 0:
+        requests["cpu"] = f"{cpu}m"
+    if explicit[1] == 0 and isinstance(memory, int) and memory > 0:
+        requests["memory"] = str(memory)
+    resources = {**(container.get("resources") or {}), "requests": requests}
+    return {**container, "resources": resources}
 
 
 def _disruption_budget(replica: str, namespace: str, deployment: str) -> Obj:

@@ -219,6 +219,11 @@ class ObservedNode:
     excluded: str | None = None
 
 
+#: The API's bounds on a shareable room (`ShareableRoom`): larger rooms read as these.
+MAX_SHARED_MILLI_CPU: Final = 10**9
+MAX_SHARED_MEMORY: Final = 2**50
+
+
 @dataclass(frozen=True, slots=True)
 class ObservedPool:
     """A PoolObservation's status, field for field (the writer adds agent and observedAt)."""
@@ -233,6 +238,9 @@ class ObservedPool:
     #: How many buckets the histogram has (also when it is withheld for being over the cap).
     bucket_count: int
     problems: tuple[Problem, ...] = ()
+    #: The least (millicores, memory bytes) a node of the pool shares (allocatable less its
+    #: DaemonSets' requests, `agent/hostroom.py`); None: not known.
+    shareable: tuple[int, int] | None = None
 
     @property
     def withheld_reason(self) -> str:
@@ -274,6 +282,7 @@ class ObservedPool:
             excluded_nodes=self.excluded_nodes,
             extended_resources=self.extended_resources,
             unusable_reason="" if self.free_devices is not None else self.withheld_reason,
+            shareable=self.shareable,
         )
 
     def to_status(self) -> dict[str, Any]:
@@ -286,6 +295,11 @@ class ObservedPool:
         status["excludedNodes"] = dict(self.excluded_nodes)
         status["extendedResources"] = dict(self.extended_resources)
         status["conditions"] = [_condition_body(c) for c in self.conditions]
+        if self.shareable is not None:
+            status["shareableRoom"] = {
+                "milliCpu": min(self.shareable[0], MAX_SHARED_MILLI_CPU),
+                "memory": min(self.shareable[1], MAX_SHARED_MEMORY),
+            }
         return status
 
 

@@ -117,6 +117,10 @@ class _Pod:
         return sum(n for d, n in self.demand if d not in _HOST)
 
 
+def _whole(value: object) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
 def member_demand(member: Mapping[str, Any]) -> tuple[tuple[str, int], ...] | None:
     """Devices per driver one pod of `member` claims; () when it claims nothing; None when a
     request has no driver (then the node's only driver is assumed: see `_resolve`)."""
@@ -131,6 +135,10 @@ def member_demand(member: Mapping[str, Any]) -> tuple[tuple[str, int], ...] | No
     if not out:
         return ()
     cpu, memory = template_requests(member.get("template"))
+    sized = member.get("hostRequests")
+    if isinstance(sized, Mapping):  # proportional: as materialize writes them (explicit win)
+        cpu = cpu or _whole(sized.get("milliCpu"))
+        memory = memory or _whole(sized.get("memory"))
     host = tuple((k, v) for k, v in ((HOST_CPU, cpu), (HOST_MEMORY, memory)) if v > 0)
     return (*sorted(out.items()), *host)
 

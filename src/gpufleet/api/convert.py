@@ -40,6 +40,7 @@ from gpufleet.api.models import (
     ConditionStatus,
     DeviceSpec,
     GpuPoolStatus,
+    HostRequests,
     MemberSpec,
     ModelReplicaStatus,
     PublishedObservation,
@@ -153,6 +154,9 @@ def observation_from_status(
         excluded_nodes=dict(observation.excluded_nodes),
         extended_resources=dict(observation.extended_resources),
         unusable_reason=unusable_reason,
+        shareable=None
+        if observation.shareable_room is None
+        else (observation.shareable_room.milli_cpu, observation.shareable_room.memory),
     )
 
 
@@ -220,6 +224,7 @@ def _member(spec: MemberSpec) -> Member:
         requests=requests,
         milli_cpu=milli_cpu,
         memory=memory,
+        proportional=spec.host_requests == HostRequests.PROPORTIONAL,
     )
 
 
@@ -263,13 +268,19 @@ REVISION_CHARS = 10
 
 def template_revision(deployment: ModelDeployment) -> str:
     """What a replica of `deployment` runs, as a short hash: the template's metadata, serving
-    and engines, with defaults filled in (so spelling a default out changes nothing). The
+    and engines, with defaults filled in (so spelling a default out changes nothing; a member's
+    `hostRequests` at its default is left out, as before the field existed). The
     cluster selector and tolerations say where replicas may go, not what they run: changing
     them is no rollout (a replica no longer selected or tolerated is dropped as ever)."""
     template = deployment.spec.template
     body = template.model_dump(
         mode="json", by_alias=True, exclude={"spec": {"cluster_selector", "tolerations"}}
     )
+    # A field added since, at its default, is left out: upgrading the hub rolls nothing.
+    for engine in body["spec"]["engines"]:
+        for member in engine["members"]:
+            if member.get("hostRequests") == HostRequests.TEMPLATE.value:
+                del member["hostRequests"]
     text = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:REVISION_CHARS]
 
@@ -331,8 +342,13 @@ def replica_from_manifest(replica: ModelReplica) -> Replica:
                             )
                             for r in m.device_requests or ()
                         ),
-                        milli_cpu=template_requests(m.template)[0],
-                        memory=template_requests(m.template)[1],
+                        milli_cpu=m.host_requests.milli_cpu
+                        if m.host_requests is not None
+                        else template_requests(m.template)[0],
+                        memory=m.host_requests.memory
+                        if m.host_requests is not None
+                        else template_requests(m.template)[1],
+                        proportional=m.host_requests is not None,
                     )
                     for m in e.members
                 ),

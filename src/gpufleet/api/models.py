@@ -424,6 +424,16 @@ def _free_vector(bucket: Bucket) -> str:
     return ",".join(f"{d}={n}" for d, n in sorted(bucket.free.items()) if n) or "nothing free"
 
 
+class ShareableRoom(ApiModel):
+    """A node's CPU and memory that pods may share: its allocatable less its DaemonSets'
+    requests."""
+
+    milli_cpu: Annotated[StrictInt, Field(ge=0, le=MAX_MILLI_CPU)]
+    """Millicores."""
+    memory: Annotated[StrictInt, Field(ge=0, le=MAX_MEMORY_BYTES)]
+    """Bytes."""
+
+
 class ObservedPool(ApiModel):
     """What an agent saw of one pool. Over 256 buckets is valid: the converter falls back."""
 
@@ -441,6 +451,9 @@ class ObservedPool(ApiModel):
     """Free extended resources of the pool, by name."""
     conditions: list[Condition] = Field(default_factory=list)
     """Conditions of the observation (HistogramAvailable, ScaleUpBlocked...)."""
+    shareable_room: ShareableRoom | None = None
+    """The least shareable room of the pool's nodes (allocatable less DaemonSet requests),
+    what proportional requests divide; absent from older agents (then none is sized)."""
 
     def check(self, rules: Rules) -> None:
         with rules.reading():
@@ -620,6 +633,13 @@ class RoleMember(ApiModel):
                 rules.add(("worker",), "is only allowed on a Worker member")
 
 
+class HostRequests(StrEnum):
+    """How a member's pods request CPU and memory."""
+
+    TEMPLATE = "Template"
+    PROPORTIONAL = "Proportional"
+
+
 class MemberSpec(RoleMember):
     """A member of an engine: its role, devices and pod template."""
 
@@ -627,6 +647,19 @@ class MemberSpec(RoleMember):
     """The devices each pod claims; a member without one claims nothing and rides on its engine's pool."""
     template: PodTemplate
     """The pod template (a Kubernetes PodTemplateSpec), copied to the workload cluster."""
+    host_requests: HostRequests = HostRequests.TEMPLATE
+    """Template (default): the template's CPU and memory requests as written. Proportional:
+    the fleet sizes each pod's CPU and memory requests the template leaves out in proportion
+    to its devices on the node shape it lands on, less the node's DaemonSets' requests."""
+
+    def check(self, rules: Rules) -> None:
+        super().check(rules)
+        with rules.reading():
+            if self.host_requests == HostRequests.PROPORTIONAL and self.node_selector is None:
+                rules.add(
+                    ("hostRequests",),
+                    "Proportional needs a nodeSelector: requests are in proportion to devices",
+                )
 
 
 _MEMBER_SHAPES: Final = (
@@ -855,6 +888,10 @@ class ReplicaMemberSpec(RoleMember):
     """What each pod claims; absent (never empty) when the member claims nothing."""
     template: PodTemplate
     """The pod template (a Kubernetes PodTemplateSpec)."""
+    host_requests: ShareableRoom | None = None
+    """Each pod's CPU and memory requests as the hub sized them in proportion (the member's
+    `hostRequests: Proportional`), which the agent writes where the template requests none;
+    absent otherwise."""
 
     def check(self, rules: Rules) -> None:
         super().check(rules)

@@ -214,6 +214,9 @@ def replica_spec(placement: Placement, deployment: ReadObj) -> Obj:
                     for r in member.requests
                 ]
             body["template"] = copy_json(templates.get((engine.name, member.role.value), {}))
+            if member.host_requests is not None:
+                cpu, memory = member.host_requests
+                body["hostRequests"] = {"milliCpu": cpu, "memory": memory}
             members.append(body)
         engine_body: Obj = {"name": engine.name, "copies": engine.copies}
         if engine.phase is not None:
@@ -287,6 +290,9 @@ def placed_replica(placement: Placement, body: ReadObj, written: ReadObj) -> Rep
         members = []
         for member, member_body in zip(engine.members, engine_body["members"], strict=True):
             milli_cpu, memory = template_requests(member_body["template"])
+            sized = member_body.get("hostRequests")
+            if sized is not None:  # proportional: the figures the hub sized
+                milli_cpu, memory = sized["milliCpu"], sized["memory"]
             requests = tuple(
                 ResolvedRequest(
                     name=r.name,
@@ -305,6 +311,7 @@ def placed_replica(placement: Placement, body: ReadObj, written: ReadObj) -> Rep
                     requests=requests,
                     milli_cpu=milli_cpu,
                     memory=memory,
+                    proportional=sized is not None,
                 )
             )
         engines.append(ReplicaEngine(engine.name, tuple(members), engine.copies, engine.phase))

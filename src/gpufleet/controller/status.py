@@ -417,6 +417,8 @@ def published_observation(
         observation["lastAllocationTime"] = status["lastAllocationTime"]
     observation["excludedNodes"] = dict(status.get("excludedNodes") or {})
     observation["extendedResources"] = dict(status.get("extendedResources") or {})
+    if status.get("shareableRoom") is not None:
+        observation["shareableRoom"] = dict(status["shareableRoom"])
     observation["conditions"] = conditions
     return observation
 

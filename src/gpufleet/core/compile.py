@@ -28,7 +28,7 @@ Mutable: only the `engines` dictionary a caller passes. Everything returned is f
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from gpufleet.core.accounting import engine_units, node_cost
 from gpufleet.core.capacity import driver_index
@@ -42,7 +42,9 @@ from gpufleet.core.model import (
     PoolName,
     ReplicaEngine,
     ReplicaMember,
+    ResolvedRequest,
 )
+from gpufleet.core.pod_requests import proportional_requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +73,36 @@ class EngineOnClass:
     #: requests CPU or memory (`requests_host`), else `units_on` pads `units` with zeros.
     host_units: tuple[Unit, ...] = ()
     requests_host: bool = False
+    #: Per member, (devices each pod claims, of the node's devices of those drivers) when it
+    #: asks for proportional requests and claims, else None; empty when no member does. Then
+    #: `stamp` is the engine stamped on the class and `devices` the class's devices (not
+    #: compared: the matches, units and fractions above already differ where they would).
+    proportional: tuple[tuple[int, int] | None, ...] = ()
+    stamp: ReplicaEngine | None = None
+    devices: tuple[Device, ...] = field(default=(), compare=False)
 
-    def units_on(self, is_host: bool) -> tuple[Unit, ...]:
-        """The units a pool of the class needs, as its vectors read (`PoolLedger.host`)."""
+    def sized(self, shareable: tuple[int, int] | None, pool: PoolName) -> ReplicaEngine | None:
+        """The engine stamped for `pool`, its proportional members' requests sized on a
+        node's `shareable` room (`proportional_requests`); None when no member asks."""
+        if self.stamp is None or shareable is None:
+            return None
+        members = []
+        for member, fraction in zip(self.stamp.members, self.proportional, strict=True):
+            cpu, memory = member.milli_cpu, member.memory
+            if fraction is not None:
+                cpu, memory = proportional_requests(shareable, *fraction, (cpu, memory))
+            members.append(replace(member, pool=pool, milli_cpu=cpu, memory=memory))
+        return replace(self.stamp, members=tuple(members))
+
+    def units_on(self, is_host: bool, shareable: tuple[int, int] | None = None) -> tuple[Unit, ...]:
+        """The units a pool of the class needs, as its vectors read (`PoolLedger.host`);
+        `shareable`: the pool's (`PoolObservation.shareable`), for proportional requests."""
         if not is_host:
             return self.units
+        sized = self.sized(shareable, _ANY_POOL)
+        if sized is not None:
+            drivers = _ClassDrivers(self.devices, host=True)
+            return tuple(order_units(engine_units(sized, _ANY_POOL, drivers)))
         if self.requests_host:
             return self.host_units
         # Zeros appended keep the canonical order (sums and comparisons are unchanged).
@@ -161,13 +188,26 @@ def engine_on_class(engine: Engine, devices: Sequence[Device]) -> EngineOnClass:
     stamp = ReplicaEngine(
         engine.name,
         tuple(
-            ReplicaMember(m.role, _ANY_POOL, m.worker_nodes, match.resolved, m.milli_cpu, m.memory)
+            ReplicaMember(
+                m.role,
+                _ANY_POOL,
+                m.worker_nodes,
+                match.resolved,
+                m.milli_cpu,
+                m.memory,
+                m.proportional and match.is_claiming,
+            )
             for m, match in zip(engine.members, matches, strict=True)
         ),
         engine.copies,
         engine.phase,
     )
     requests_host = any(m.milli_cpu > 0 or m.memory > 0 for m in engine.members)
+    proportional = tuple(
+        _fraction(match.resolved, devices) if m.proportional and match.is_claiming else None
+        for m, match in zip(engine.members, matches, strict=True)
+    )
+    is_proportional = any(f is not None for f in proportional)
     return EngineOnClass(
         matches,
         all(m.is_match for m in matches),
@@ -178,7 +218,19 @@ def engine_on_class(engine: Engine, devices: Sequence[Device]) -> EngineOnClass:
         if requests_host
         else (),
         requests_host,
+        proportional if is_proportional else (),
+        stamp if is_proportional else None,
+        tuple(devices) if is_proportional else (),
     )
+
+
+def _fraction(resolved: Sequence[ResolvedRequest], devices: Sequence[Device]) -> tuple[int, int]:
+    """(devices each pod claims, devices a node of the class has of the drivers claimed, by
+    `Device.key`: DRA drivers and device plugins alike):
+    the share of a node's room a proportional pod asks."""
+    drivers = {r.driver for r in resolved}
+    per_node = sum(d.count for d in devices if d.is_counted and d.key in drivers)
+    return (sum(r.count for r in resolved), per_node)
 
 
 #: The pool name an engine is stamped with to be accounted on a class (any pool of it).

@@ -282,6 +282,9 @@ class PlacedMember:
     pool: PoolName
     worker_nodes: int = 1
     requests: tuple[ResolvedRequest, ...] = ()
+    #: Each pod's (millicores, memory bytes) as sized in proportion on its pool (the
+    #: replica's `hostRequests`); None when the member does not ask for it.
+    host_requests: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

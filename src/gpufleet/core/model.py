@@ -173,6 +173,10 @@ class PoolObservation:
     excluded_nodes: Mapping[str, int] = field(default_factory=dict)
     extended_resources: Mapping[str, int] = field(default_factory=dict)
     unusable_reason: str = ""
+    #: A node's shareable room, (millicores, memory bytes): its allocatable less its
+    #: DaemonSets' requests, the least over the pool's nodes (what proportional requests
+    #: divide, `pod_requests.proportional_requests`); None: the agent did not say.
+    shareable: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +266,9 @@ class Member:
     requests: tuple[DeviceRequest, ...] = ()
     milli_cpu: int = 0
     memory: int = 0
+    #: Size each pod's unrequested CPU and memory in proportion to its devices on the pool it
+    #: lands on (`pod_requests.proportional_requests`); explicit requests win.
+    proportional: bool = False
 
     @property
     def pods_per_copy(self) -> int:
@@ -342,9 +349,12 @@ class ReplicaMember:
     pool: PoolName
     worker_nodes: int = 1
     requests: tuple[ResolvedRequest, ...] = ()
-    #: Each pod's CPU (millicores) and memory (bytes) requests, as `Member`'s.
+    #: Each pod's CPU (millicores) and memory (bytes) requests, as `Member`'s (a proportional
+    #: member's as sized on its pool).
     milli_cpu: int = 0
     memory: int = 0
+    #: Whether `milli_cpu` and `memory` were sized in proportion (the replica's `hostRequests`).
+    proportional: bool = False
 
     @property
     def pods_per_copy(self) -> int:

@@ -143,7 +143,14 @@ def _placed(stamp: ReplicaEngine) -> PlacedEngine:
         copies=stamp.copies,
         phase=stamp.phase,
         members=tuple(
-            PlacedMember(m.role, m.pool, m.worker_nodes, m.requests) for m in stamp.members
+            PlacedMember(
+                m.role,
+                m.pool,
+                m.worker_nodes,
+                m.requests,
+                (m.milli_cpu, m.memory) if m.proportional else None,
+            )
+            for m in stamp.members
         ),
     )
 
@@ -184,8 +191,9 @@ def _refusal(
 
 
 #: Per (engine index, pool name, pool class, what the engine can claim on the shape): why
-#: the engine cannot use the pool, and the engine placed on it (`Compiled`).
-_PoolKey = tuple[int, PoolName, int, tuple[bool, ...]]
+#: the engine cannot use the pool, and the engine placed on it (`Compiled`); and the pool's
+#: shareable room when the placed engine sizes proportional requests on it.
+_PoolKey = tuple[int, PoolName, int, tuple[bool, ...], tuple[int, int] | None]
 
 
 class Compiled:
@@ -212,7 +220,7 @@ class Compiled:
     ) -> tuple[Reason, ...]:
         """Why engine `index` cannot use `pool` at all, as a tuple of one reason (or none)."""
         claimable = self.engines[index].claimable
-        key = (index, pool.pool.name, pool.class_id, claimable)
+        key = (index, pool.pool.name, pool.class_id, claimable, None)
         table = self.tables[0]
         found = table.get(key)
         if found is None:
@@ -224,11 +232,15 @@ class Compiled:
         self, index: int, engine: Engine, shape: EngineOnClass, pool: PoolLedger
     ) -> PlacedEngine:
         """Engine `index` as placed on `pool`."""
-        key = (index, pool.pool.name, pool.class_id, ())
+        shareable = _shareable(pool)
+        key = (index, pool.pool.name, pool.class_id, (), shareable)
         table = self.tables[1]
         found = table.get(key)
         if found is None:
-            found = table[key] = _placed(_stamp(engine, shape.matches, pool.pool.name))
+            stamp = shape.sized(shareable, pool.pool.name)
+            if stamp is None:
+                stamp = _stamp(engine, shape.matches, pool.pool.name)
+            found = table[key] = _placed(stamp)
         return found
 
 
@@ -430,6 +442,13 @@ def _stamp(engine: Engine, matches: tuple[MemberMatch, ...], pool: PoolName) -> 
     )
 
 
+def _shareable(pool: PoolLedger) -> tuple[int, int] | None:
+    """The pool's shareable room (`PoolObservation.shareable`), what proportional requests
+    divide."""
+    observation = pool.pool.observation
+    return observation.shareable if observation is not None else None
+
+
 def _first_mismatch(
     engine: Engine, pool: PoolLedger, shape: EngineOnClass, claimable: tuple[bool, ...]
 ) -> Reason | None:
@@ -519,7 +538,7 @@ def _try_pool(
     name = pool.pool.name
     if pool.is_free_gpu:
         earlier = trial.units.get(name)
-        mine = shape.units_on(True) if pool.host else shape.units
+        mine = shape.units_on(True, _shareable(pool)) if pool.host else shape.units
         units = order_units([*earlier, *mine]) if earlier else list(mine)
         fitted = _fit(pool, units, policy, owner)
         if fitted.failure is None:

@@ -93,3 +93,18 @@ def template_requests(template: object) -> Requests:
     if not isinstance(template, Mapping):
         return (0, 0)
     return pod_requests(template.get("spec"))
+
+
+def proportional_requests(
+    shareable: Requests, claimed: int, per_node: int, explicit: Requests
+) -> Requests:
+    """A pod's requests sized in proportion to its devices: `claimed` of the node's
+    `per_node` devices get that share of the node's `shareable` room (allocatable less its
+    DaemonSets' requests), rounded down, so the pods filling a node's devices never ask more
+    than it can share; a resource `explicit` requests (above 0) keeps its explicit figure."""
+    if per_node <= 0 or claimed <= 0:
+        return explicit
+    share = min(claimed, per_node)
+    cpu = explicit[0] or shareable[0] * share // per_node
+    memory = explicit[1] or shareable[1] * share // per_node
+    return (cpu, memory)

@@ -101,14 +101,17 @@ def restamp(
                 return diagnosis.member_unmatched(
                     pinned.pool, member.role.value, match.unmatched_request, match.is_selector_miss
                 )
+            # A member sized in proportion keeps the figures its replica was sized with.
+            sized = member.proportional and pinned.proportional
             members.append(
                 ReplicaMember(
                     member.role,
                     pinned.pool,
                     member.worker_nodes,
                     match.resolved,
-                    member.milli_cpu,
-                    member.memory,
+                    pinned.milli_cpu if sized else member.milli_cpu,
+                    pinned.memory if sized else member.memory,
+                    sized,
                 )
             )
         if not any(m.is_claiming for m in members):
@@ -132,7 +135,16 @@ def placed_engines(engines: tuple[ReplicaEngine, ...]) -> tuple[PlacedEngine, ..
             e.name,
             e.copies,
             e.phase,
-            tuple(PlacedMember(m.role, m.pool, m.worker_nodes, m.requests) for m in e.members),
+            tuple(
+                PlacedMember(
+                    m.role,
+                    m.pool,
+                    m.worker_nodes,
+                    m.requests,
+                    (m.milli_cpu, m.memory) if m.proportional else None,
+                )
+                for m in e.members
+            ),
         )
         for e in engines
     )

@@ -4,7 +4,10 @@ Every `autoscaler_scan_s`: for unschedulable pods that would fit an empty node o
 it adds the nodes they need, as cluster-autoscaler's binpacking estimator does: first-fit
 decreasing onto the nodes on their way, then onto new ones, with the claiming pods of one gang
 copy (those with a hostname anti-affinity) on distinct nodes and every other pod, a claimless
-Leader among them, in the first node it fits (gated pods are not Unschedulable: ignored). It adds nodes (after `scale_up_delay_s`) up to `maxNodeCount`, counting nodes on the way; it
+Leader among them, in the first node it fits; a node holds pods while its devices and its
+allocatable CPU and memory (the pool's `node_cpu`, `node_memory`) hold their requests, as the
+estimator's simulated NodeResourcesFit does (gated pods are not Unschedulable: ignored). It
+adds nodes (after `scale_up_delay_s`) up to `maxNodeCount`, counting nodes on the way; it
 removes nodes idle for `scale_down_idle_s` down to `minNodeCount` (only in pools with a
 `maxNodeCount`: a fixed-size pool has no autoscaled node group behind it). Under stockout it
 adds nothing and records `NotTriggerScaleUp` events. Every verdict on a pod is an Event with
@@ -27,6 +30,8 @@ from gpufleet.sim.emulated.engine import EventLoop
 from gpufleet.sim.emulated.kube_scoring import (
     HOSTNAME_KEY,
     anti_affinity_selectors,
+    node_allocatable,
+    pod_requests,
     required_affinity_matches,
 )
 from gpufleet.sim.emulated.objects import (
@@ -136,9 +141,10 @@ class ClusterAutoscaler:
         for pool_name, pods in sorted(pending.items()):
             pool = self.pools[pool_name]
             template = self._template_devices(pool)
+            full = _full(pool)
             demands: list[tuple[str | None, dict[str, int], Obj]] = []
             for pod in pods:
-                demand = self._pod_demand(pod, template)
+                demand = self._pod_demand(pod, template, full)
                 if demand is None:
                     self._record_event(pod, "NotTriggerScaleUp", "pod does not fit a new node")
                     continue
@@ -151,7 +157,7 @@ class ClusterAutoscaler:
                 for n in self.cluster.peek_nodes(pool_name)
                 if n["metadata"]["name"] not in published
             )
-            needed = _nodes_needed(demands, _full(pool), upcoming)
+            needed = _nodes_needed(demands, full, upcoming)
             ceiling = pool.max_node_count if pool.max_node_count is not None else existing
             room = max(0, ceiling - existing - self._provisioning[pool_name])
             add = min(needed, room)
@@ -224,8 +230,11 @@ class ClusterAutoscaler:
                 )
         return out
 
-    def _pod_demand(self, pod: Obj, template: list[dra.PublishedDevice]) -> dict[str, int] | None:
-        """Devices per driver the pod needs, or None when an empty node of the pool can't fit it."""
+    def _pod_demand(
+        self, pod: Obj, template: list[dra.PublishedDevice], full: Mapping[str, int]
+    ) -> dict[str, int] | None:
+        """Devices per driver, CPU and memory the pod needs, or None when an empty node of the
+        pool (`full`) can't fit it."""
         node = {"spec": {"taints": [dict(GPU_TAINT)] if self.behaviour.has_gpu_taint else []}}
         if untolerated(node, pod["spec"]):
             return None
@@ -236,6 +245,13 @@ class ClusterAutoscaler:
         if not required_affinity_matches(new_node, pod["spec"]):
             return None
         demand: dict[str, int] = defaultdict(int)
+        cpu, memory = pod_requests(pod["spec"], is_non_zero=False)
+        if cpu:
+            demand[HOST_CPU] = cpu
+        if memory:
+            demand[HOST_MEMORY] = memory
+        if any(v > full.get(k, 0) for k, v in demand.items()):
+            return None  # more CPU or memory than a new node has
         taken: set[dra.DeviceKey] = set()
         for entry in pod["status"].get("resourceClaimStatuses") or []:
             claim = self.store.peek_one(
@@ -319,12 +335,29 @@ def _distinct_group(pod: Obj) -> str | None:
     return str(group) if group is not None else None
 
 
+#: The keys of a pod's CPU (millicores) and memory (bytes) requests beside its devices per
+#: driver in a demand, and of a new node's allocatable in `_full` (no driver is named so).
+HOST_CPU: Final = "<cpu>"
+HOST_MEMORY: Final = "<memory>"
+
+
 def _full(pool: PoolSpec) -> dict[str, int]:
+    """A new node of the pool: its devices per driver and its allocatable CPU and memory."""
     full: dict[str, int] = defaultdict(int)
     for d in pool.devices:
         if d.claim == "DRA":
             full[d.driver] += d.count
+    cpu, memory = node_allocatable(
+        {"status": {"allocatable": {"cpu": pool.node_cpu, "memory": pool.node_memory}}}
+    )
+    full[HOST_CPU], full[HOST_MEMORY] = cpu, memory
     return dict(full)
+
+
+def _size(demand: Mapping[str, int]) -> tuple[int, int, int]:
+    """First-fit decreasing's order: devices, then CPU, then memory."""
+    devices = sum(v for k, v in demand.items() if k not in (HOST_CPU, HOST_MEMORY))
+    return (devices, demand.get(HOST_CPU, 0), demand.get(HOST_MEMORY, 0))
 
 
 def _nodes_needed(
@@ -332,7 +365,9 @@ def _nodes_needed(
 ) -> int:
     """New nodes for the pending pods, first-fit decreasing onto `upcoming` nodes first."""
     bins: list[tuple[dict[str, int], set[str]]] = [(dict(full), set()) for _ in range(upcoming)]
-    order = sorted(demands, key=lambda d: (-sum(d[1].values()), d[2]["metadata"]["name"]))
+    order = sorted(
+        demands, key=lambda d: (tuple(-x for x in _size(d[1])), d[2]["metadata"]["name"])
+    )
     for group, demand, _ in order:
         for free, groups in bins:
             if group is not None and group in groups:

@@ -72,6 +72,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from gpufleet.core import labels
 from gpufleet.sim.emulated import dra
@@ -369,18 +370,29 @@ class WorkloadCluster:
         return name
 
     def add_host_pod(
-        self, node: str, cpu: str, memory: str, namespace: str = "other-tenant"
+        self,
+        node: str,
+        cpu: str,
+        memory: str,
+        namespace: str = "other-tenant",
+        *,
+        is_daemon: bool = False,
     ) -> str:
-        """Another tenant's (or a DaemonSet's) pod, bound to `node` and Running, requesting
-        `cpu` and `memory` (no devices): it takes host room, as kube-scheduler and the agent
-        count it. Returns its name."""
+        """Another tenant's (or, `is_daemon`, a DaemonSet's: owned by one) pod, bound to
+        `node` and Running, requesting `cpu` and `memory` (no devices): it takes host room,
+        as kube-scheduler and the agent count it. Returns its name."""
         self._foreign_seq += 1
         name = f"host-{self._foreign_seq}"
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if is_daemon:
+            meta["ownerReferences"] = [
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "node-agent", "uid": "ds"}
+            ]
         self.store.create(
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace},
+                "metadata": meta,
                 "spec": {
                     "nodeName": node,
                     "containers": [

@@ -94,7 +94,8 @@ def force_remove(store: SimStore, pod: Obj) -> None:
 
 
 class GarbageCollector:
-    """Deletes the pods none of whose owners exists. A pod becomes such an orphan only when
+    """Deletes the pods none of whose owners exists (owners of a kind the sim runs: a
+    DaemonSet's pod is left alone). A pod becomes such an orphan only when
     it is written or an owner of it is deleted, so only those pods are looked at."""
 
     def __init__(
@@ -139,7 +140,12 @@ class GarbageCollector:
             pod = self.store.peek_one(POD, key[1], key[0])
             if pod is None:
                 continue
-            refs = pod["metadata"].get("ownerReferences") or []
+            # The sim runs no DaemonSet controller: a DaemonSet's pod (addHostPod) stays.
+            refs = [
+                r
+                for r in pod["metadata"].get("ownerReferences") or []
+                if r.get("kind") != "DaemonSet"
+            ]
             if refs and not any(r["uid"] in deployments or r["uid"] in sets for r in refs):
                 delete_pod(self.store, pod)
 

@@ -243,7 +243,7 @@ def _node_action(cluster: WorkloadCluster, node: str, action: Action) -> None:
     elif k is ActionKind.REMOVE_NODE:
         cluster.remove_node(node)
     elif k is ActionKind.ADD_HOST_POD:
-        cluster.add_host_pod(node, action.cpu, action.memory)
+        cluster.add_host_pod(node, action.cpu, action.memory, is_daemon=action.is_daemon)
     elif k is ActionKind.ADD_FOREIGN_CLAIM:
         try:
             cluster.add_foreign_claim(node, action.devices, named=action.device)

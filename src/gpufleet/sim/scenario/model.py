@@ -130,6 +130,8 @@ class Action:
     #: addHostPod: the pod's CPU and memory requests (quantities).
     cpu: str = ""
     memory: str = ""
+    #: addHostPod `daemonSet: true`: a DaemonSet owns the pod (the agent's shareable room).
+    is_daemon: bool = False
     #: labelCluster: label -> new value, or None to remove the label.
     labels: Mapping[str, str | None] = field(default_factory=dict)
 
@@ -150,7 +152,8 @@ class Action:
                 return f"addForeignClaim {where} ({self.device})"
             return f"addForeignClaim {where} ({self.devices} devices)"
         if k is ActionKind.ADD_HOST_POD:
-            return f"addHostPod {where} (cpu {self.cpu or 0}, memory {self.memory or 0})"
+            owner = ", DaemonSet" if self.is_daemon else ""
+            return f"addHostPod {where} (cpu {self.cpu or 0}, memory {self.memory or 0}{owner})"
         if k is ActionKind.REMOVE_FOREIGN_CLAIM:
             return f"removeForeignClaim {self.cluster} {self.claim or self.target}"
         if k is ActionKind.ADD_NODE:

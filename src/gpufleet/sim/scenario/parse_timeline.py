@@ -49,7 +49,7 @@ _ACTION_FIELDS: Final[dict[ActionKind, tuple[str, ...]]] = {
     **{k: ("cluster",) for k in _AGENT_ACTIONS},
     ActionKind.ADD_FOREIGN_CLAIM: ("cluster", "node", "pool", "index", "devices", "device"),
     ActionKind.REMOVE_FOREIGN_CLAIM: ("cluster", "claim", "node", "pool", "index"),
-    ActionKind.ADD_HOST_POD: ("cluster", "node", "pool", "index", "cpu", "memory"),
+    ActionKind.ADD_HOST_POD: ("cluster", "node", "pool", "index", "cpu", "memory", "daemonSet"),
     ActionKind.DELETE_CLUSTER: ("cluster",),
     ActionKind.LABEL_CLUSTER: ("cluster", "labels"),
 }
@@ -273,7 +273,17 @@ def _add_host_pod(e: _Entry) -> Action:
             e.problems.add(f"{e.path}.{key}", "must be a quantity (e.g. 500m, 2Gi)")
             text = "0"
         amounts[key] = text
-    return e.action(cluster=cluster, target=target, cpu=amounts["cpu"], memory=amounts["memory"])
+    daemon = e.data.get("daemonSet", False)
+    if not isinstance(daemon, bool):
+        e.problems.add(f"{e.path}.daemonSet", "must be true or false")
+        daemon = False
+    return e.action(
+        cluster=cluster,
+        target=target,
+        cpu=amounts["cpu"],
+        memory=amounts["memory"],
+        is_daemon=daemon,
+    )
 
 
 def _remove_foreign_claim(e: _Entry) -> Action:
