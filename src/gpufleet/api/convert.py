@@ -42,12 +42,11 @@ from gpufleet.api.models import (
     GpuPoolStatus,
     HostRequests,
     MemberSpec,
-    ModelReplicaStatus,
     PublishedObservation,
-    ReplicaPoolPodsStatus,
     is_condition_true,
 )
 from gpufleet.api.names import replica_origin
+from gpufleet.api.replica_models import ModelReplicaStatus, ReplicaPoolPodsStatus
 from gpufleet.cel import compile_selector
 from gpufleet.core.labels import DEPLOYMENT_NAMESPACE, REPLICA_INDEX, REVISION
 from gpufleet.core.model import (

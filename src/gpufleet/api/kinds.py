@@ -1,5 +1,6 @@
 """The kinds of the `gpufleet.io/v1alpha1` API: each top-level object (apiVersion, kind,
-metadata, spec, status) over the field models of models.py, and `KINDS`, every kind by name.
+metadata, spec, status) over the field models of models.py and replica_models.py, and
+`KINDS`, every kind by name.
 """
 
 from typing import Any, ClassVar, Final, Literal
@@ -11,15 +12,17 @@ from gpufleet.api.models import (
     InferenceClusterStatus,
     ModelDeploymentSpec,
     ModelDeploymentStatus,
+    ObjectMeta,
+)
+from gpufleet.api.names import cluster_name_problem, deployment_name_problem
+from gpufleet.api.replica_models import (
     ModelReplicaSpec,
     ModelReplicaStatus,
-    ObjectMeta,
     PoolObservationSpec,
     PoolObservationStatus,
     ReplicaObservationSpec,
     ReplicaObservationStatus,
 )
-from gpufleet.api.names import cluster_name_problem, deployment_name_problem
 from gpufleet.api.rules import ApiModel, Rules
 
 

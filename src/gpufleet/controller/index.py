@@ -45,7 +45,7 @@ from gpufleet.api import (
     status_change,
     validate,
 )
-from gpufleet.api.models import ModelReplicaStatus
+from gpufleet.api.replica_models import ModelReplicaStatus
 from gpufleet.api.times import parse_time
 from gpufleet.cel import CelCompileError
 from gpufleet.controller.conditions import ReadObj
